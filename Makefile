@@ -1,0 +1,32 @@
+# `make demo` and `make test` work on a fresh machine with Python >= 3.11: they create .venv and install.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`.
+WORKERS ?= 2
+
+.PHONY: demo test lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m lra_flax.demo --workdir=runs/listops-demo --data_dir=data/listops-demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: lint
+	$(BIN)/python -m pytest -n $(WORKERS) --durations=15 -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,17 @@
+"""Layers shared by every model: FFN variants, embeddings, heads, dtype helpers."""
+
+from zoo.layers.common import AuxLoss, compute_dtype
+from zoo.layers.embeddings import TokenEmbedding, add_positions, sinusoidal_positions
+from zoo.layers.ffn import FFN_KINDS, FeedForward
+from zoo.layers.heads import ClassificationHead
+
+__all__ = [
+    "FFN_KINDS",
+    "AuxLoss",
+    "ClassificationHead",
+    "FeedForward",
+    "TokenEmbedding",
+    "add_positions",
+    "compute_dtype",
+    "sinusoidal_positions",
+]

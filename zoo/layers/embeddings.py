@@ -1,0 +1,43 @@
+"""Token embeddings and fixed sinusoidal positions."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+POSITIONAL = ("sinusoidal", "none")
+
+
+def sinusoidal_positions(length: int, d_model: int) -> jax.Array:
+    """The Transformer's fixed sin/cos position table, `[length, d_model]` float32."""
+    pos = np.arange(length)[:, None]
+    div = np.exp(np.arange(0, d_model, 2) * (-np.log(10000.0) / d_model))
+    table = np.zeros((length, d_model), np.float32)
+    table[:, 0::2] = np.sin(pos * div)
+    table[:, 1::2] = np.cos(pos * div)[:, : d_model // 2]
+    return jnp.asarray(table)
+
+
+def add_positions(x: jax.Array, kind: str, offset: int = 0) -> jax.Array:
+    """Adds position encodings of `kind` to `[batch, length, d]` inputs starting at position `offset`."""
+    if kind == "none":
+        return x
+    if kind == "sinusoidal":
+        table = sinusoidal_positions(offset + x.shape[1], x.shape[-1])[offset:]
+        return x + table[None].astype(x.dtype)
+    raise ValueError(f"unknown positional encoding {kind!r}; valid: {', '.join(POSITIONAL)}")
+
+
+class TokenEmbedding(nnx.Module):
+    """Token ids → vectors in the compute dtype (positions are added by the model, after any [CLS])."""
+
+    def __init__(self, vocab_size: int, d_model: int, *, dtype, rngs: nnx.Rngs):
+        self.embed = nnx.Embed(
+            vocab_size, d_model, dtype=dtype, embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs
+        )
+        self.dtype = dtype
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        return self.embed(tokens).astype(self.dtype)

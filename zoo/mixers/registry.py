@@ -1,0 +1,68 @@
+"""Name → mixer class and default options. Unknown names and fields are errors that list what is valid."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import ml_collections
+from flax import nnx
+
+# Fields every mixer takes from the model config; the rest are the mixer's own options.
+SHARED_FIELDS = {"d_model": 256, "num_heads": 4, "max_length": 512, "dtype": "float32"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    cls: type[nnx.Module]
+    options: Callable[[], dict]
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register(name: str, cls: type[nnx.Module], options: Callable[[], dict]) -> None:
+    """Registers `cls(cfg, *, rngs)` under `name`; `options()` gives its own fields and defaults."""
+    if name in _REGISTRY:
+        raise ValueError(f"mixer {name!r} is registered twice")
+    clash = set(options()) & (set(SHARED_FIELDS) | {"name"})
+    if clash:
+        raise ValueError(f"mixer {name!r} options {sorted(clash)} clash with shared fields")
+    _REGISTRY[name] = _Entry(cls, options)
+
+
+def names() -> list[str]:
+    """Every registered mixer name, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _entry(name: str) -> _Entry:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown mixer {name!r}; valid mixers: {', '.join(names())}") from None
+
+
+def default_config(name: str) -> ml_collections.ConfigDict:
+    """A complete, locked config for `name`: shared fields (d_model, num_heads, max_length, dtype) and options."""
+    cfg = ml_collections.ConfigDict({"name": name, **SHARED_FIELDS, **_entry(name).options()})
+    cfg.lock()
+    return cfg
+
+
+def options_config() -> ml_collections.ConfigDict:
+    """`{name: options}` for every mixer, so a task config can expose each mixer's fields as flags."""
+    return ml_collections.ConfigDict({name: _REGISTRY[name].options() for name in names()})
+
+
+def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:
+    """Builds the mixer `cfg.name`; a field the mixer does not know is an error naming it."""
+    expected = default_config(cfg.name)
+    unknown = sorted(set(cfg.keys()) - set(expected.keys()))
+    if unknown:
+        raise ValueError(
+            f"mixer {cfg.name!r} has no field(s) {unknown}; valid fields: {', '.join(sorted(expected.keys()))}"
+        )
+    full = expected.copy_and_resolve_references()
+    full.update(cfg)
+    return _entry(cfg.name).cls(full, rngs=rngs)
