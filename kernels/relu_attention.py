@@ -121,7 +121,7 @@ def _reference(q, k, v, key_mask, gamma_h, causal, variance_reduction):
 
 def _key_blocks(k, v, key_mask, block_k):
     """Pads keys to a multiple of block_k and splits them into `[num_blocks, batch, heads, block, dim]`."""
-    b, tk, h, d = k.shape
+    b, tk, h, _ = k.shape
     bk = min(block_k, tk)
     nb = -(-tk // bk)
     pad = nb * bk - tk
@@ -145,7 +145,7 @@ def _block_scores(qh, kj, mj, j, bk, causal):
 
 
 def _xla_forward(q, k, v, key_mask, gamma_h, causal, variance_reduction, block_k):
-    b, tq, h, d = q.shape
+    b, tq, h, _ = q.shape
     counts = visible_key_counts(key_mask, causal=causal, q_length=tq)
     factor = _row_factor(counts, gamma_h, variance_reduction)
     kb, vb, mb, bk, nb = _key_blocks(k, v, key_mask, block_k)

@@ -37,7 +37,7 @@ class MultiHeadMixer(nnx.Module):
         if causal and not self.supports_causal:
             raise ValueError(f"mixer {self.name!r} has no causal form")
         b, t, d = x.shape
-        split = lambda y: y.reshape(b, t, self.num_heads, self.head_dim)  # noqa: E731
+        split = lambda y: y.reshape(b, t, self.num_heads, self.head_dim)
         q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
         o = self.attend(q, k, v, mask, causal)
         return self.out(o.reshape(b, t, d))

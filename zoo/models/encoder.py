@@ -32,9 +32,7 @@ class Encoder(nnx.Module):
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int | None = None, rngs: nnx.Rngs):
         max_length = cfg.max_length if max_length is None else max_length
-        self.blocks = nnx.List(
-            [EncoderBlock(cfg, max_length=max_length, rngs=rngs) for _ in range(cfg.num_layers)]
-        )
+        self.blocks = nnx.List([EncoderBlock(cfg, max_length=max_length, rngs=rngs) for _ in range(cfg.num_layers)])
         self.final_norm = nnx.LayerNorm(cfg.d_model, dtype=compute_dtype(cfg.dtype), rngs=rngs)
 
     def __call__(self, x: jax.Array, *, mask: jax.Array | None, causal: bool = False, rngs: nnx.Rngs | None = None):

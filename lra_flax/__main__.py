@@ -1,0 +1,3 @@
+from lra_flax.main import run
+
+run()

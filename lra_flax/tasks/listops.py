@@ -1,0 +1,251 @@
+"""ListOps: generator, tokenizer and task (SPEC §3).
+
+The generator follows the LRA generator's distribution (operators MIN MAX MED SM, a node is an
+operator with probability 0.25 below `max_depth`, 2..max_args arguments, values 0..9, keep trees with
+min_length < length < max_length) but is seeded and keeps generation order, so the same seed gives
+byte-identical files. Files use the LRA release format: `basic_{train,val,test}.tsv`, header
+`Source\tTarget`, parentheses around pairs. Labels: MED = int(median) (truncates), SM = sum mod 10.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+
+from lra_flax import input_pipeline
+from zoo.models import SequenceClassifier
+from zoo.training import Task
+from zoo.training import data as data_lib
+
+OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
+END = "]"
+VALUE_P = 0.25  # LRA: a node below max_depth is an operator with probability 0.25
+NUM_CLASSES = 10
+SPLIT_FILES = {"train": "basic_train.tsv", "valid": "basic_val.tsv", "test": "basic_test.tsv"}
+
+# Fixed vocabulary: padding first, then every token sorted, so ids never depend on data or process.
+VOCAB = ("<pad>", *sorted((*OPERATORS, END, *(str(d) for d in range(10)))))
+TOKEN_IDS = {tok: i for i, tok in enumerate(VOCAB)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Generator
+# ----------------------------------------------------------------------------------------------
+
+
+def _generate_tree(rng: random.Random, depth: int, max_depth: int, max_args: int):
+    """A tree as LRA builds it: ((((op, a1), a2), ...), END); returns (tree, token length)."""
+    r = rng.random() if depth < max_depth else 1.0
+    if r > VALUE_P:
+        return rng.randrange(10), 1
+    length = 2
+    args = []
+    for _ in range(rng.randint(2, max_args)):
+        sub, sub_len = _generate_tree(rng, depth + 1, max_depth, max_args)
+        args.append(sub)
+        length += sub_len
+    tree = (rng.choice(OPERATORS), args[0])
+    for arg in args[1:]:
+        tree = (tree, arg)
+    return (tree, END), length
+
+
+def to_string(tree) -> str:
+    if isinstance(tree, tuple):
+        return f"( {to_string(tree[0])} {to_string(tree[1])} )"
+    return str(tree)
+
+
+def _flatten(tree) -> list:
+    if isinstance(tree, tuple):
+        return _flatten(tree[0]) + _flatten(tree[1])
+    return [tree]
+
+
+def evaluate_tree(tree) -> int:
+    """The label of a generated tree."""
+    items = _flatten(tree)
+
+    def parse(pos):
+        op, args, pos = items[pos], [], pos + 1
+        while items[pos] != END:
+            if isinstance(items[pos], str):
+                value, pos = parse(pos)
+            else:
+                value, pos = items[pos], pos + 1
+            args.append(value)
+        return apply_operator(op, args), pos + 1
+
+    if not isinstance(items[0], str):
+        return int(items[0])
+    return parse(0)[0]
+
+
+def apply_operator(op: str, args: list[int]) -> int:
+    if op == "[MIN":
+        return min(args)
+    if op == "[MAX":
+        return max(args)
+    if op == "[MED":
+        return int(statistics.median(args))
+    if op == "[SM":
+        return sum(args) % 10
+    raise ValueError(f"unknown ListOps operator {op!r}")
+
+
+def generate(
+    num_examples: int,
+    *,
+    seed: int,
+    min_length: int = 500,
+    max_length: int = 2000,
+    max_depth: int = 10,
+    max_args: int = 10,
+) -> list[tuple[str, int]]:
+    """`num_examples` distinct (source, label) pairs with min_length < length < max_length, in generation order."""
+    if min_length + 1 >= max_length:
+        raise ValueError(f"need min_length + 1 < max_length, got {min_length} and {max_length}")
+    if max_args < 2 or max_depth < 1:
+        raise ValueError(f"need max_args >= 2 and max_depth >= 1, got {max_args} and {max_depth}")
+    rng = random.Random(seed)
+    seen: dict[str, int] = {}
+    attempts = 0
+    while len(seen) < num_examples:
+        attempts += 1
+        if attempts > 1000 * num_examples + 100000:
+            raise RuntimeError(
+                f"ListOps generator found only {len(seen)} of {num_examples} trees with {min_length} < length < "
+                f"{max_length} (depth <= {max_depth}, args <= {max_args}); widen the bounds"
+            )
+        tree, length = _generate_tree(rng, 1, max_depth, max_args)
+        if min_length < length < max_length:
+            source = to_string(tree)
+            if source not in seen:
+                seen[source] = evaluate_tree(tree)
+    return list(seen.items())
+
+
+def write_tsv(path: str | os.PathLike, rows: Iterable[tuple[str, int]]) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with tmp.open("w", newline="\n") as f:
+        f.write("Source\tTarget\n")
+        for source, target in rows:
+            f.write(f"{source}\t{target}\n")
+    os.replace(tmp, path)
+
+
+def write_dataset(
+    output_dir: str | os.PathLike,
+    *,
+    num_train: int,
+    num_valid: int,
+    num_test: int,
+    seed: int,
+    min_length: int = 500,
+    max_length: int = 2000,
+    max_depth: int = 10,
+    max_args: int = 10,
+) -> dict[str, Path]:
+    """Generates all splits at once (distinct across splits, as LRA) and writes the three TSVs."""
+    rows = generate(
+        num_train + num_valid + num_test,
+        seed=seed,
+        min_length=min_length,
+        max_length=max_length,
+        max_depth=max_depth,
+        max_args=max_args,
+    )
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    bounds = {"train": (0, num_train), "valid": (num_train, num_train + num_valid)}
+    bounds["test"] = (num_train + num_valid, len(rows))
+    paths = {}
+    for split, (lo, hi) in bounds.items():
+        paths[split] = output_dir / SPLIT_FILES[split]
+        write_tsv(paths[split], rows[lo:hi])
+    return paths
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenizer and task
+# ----------------------------------------------------------------------------------------------
+
+
+def tokenize(source: str) -> list[str]:
+    """LRA's pipeline drops parentheses; `]` stays a token of its own."""
+    return [tok for tok in source.split() if tok not in ("(", ")")]
+
+
+def encode(source: str) -> list[int]:
+    """Token ids; an unknown token raises KeyError naming it."""
+    ids = []
+    for tok in tokenize(source):
+        if tok not in TOKEN_IDS:
+            raise KeyError(f"unknown ListOps token {tok!r}")
+        ids.append(TOKEN_IDS[tok])
+    return ids
+
+
+def ensure_data(data: ml_collections.ConfigDict) -> Path:
+    """data.dir with the three TSVs, generated there first when it has none and data.generate is set."""
+    data_dir = Path(data.dir)
+    missing = [f for f in SPLIT_FILES.values() if not (data_dir / f).exists()]
+    if not missing:
+        return data_dir
+    present = [f for f in SPLIT_FILES.values() if (data_dir / f).exists()]
+    if present:
+        raise FileNotFoundError(f"data.dir={data_dir} has {present} but not {missing}")
+    if not data.generate:
+        raise FileNotFoundError(
+            f"data.dir={data_dir} has no ListOps TSVs ({', '.join(SPLIT_FILES.values())}); point it at the LRA "
+            "release files or set data.generate=True"
+        )
+    g = data.generator
+    print(f"generating ListOps into {data_dir} ({g.num_train}/{g.num_valid}/{g.num_test}, seed {g.seed})", flush=True)
+    write_dataset(
+        data_dir,
+        num_train=g.num_train,
+        num_valid=g.num_valid,
+        num_test=g.num_test,
+        seed=g.seed,
+        min_length=g.min_length,
+        max_length=g.max_length,
+        max_depth=g.max_depth,
+        max_args=g.max_args,
+    )
+    return data_dir
+
+
+def majority_rate(records_path: str | os.PathLike) -> float:
+    """Share of the most frequent label in a cached split (the accuracy of always guessing it)."""
+    ds = data_lib.read_records(records_path)
+    counts = np.bincount([int(ds[i]["targets"]) for i in range(len(ds))], minlength=NUM_CLASSES)
+    return float(counts.max() / max(counts.sum(), 1))
+
+
+def make_task(config: ml_collections.ConfigDict) -> Task:
+    data_dir = ensure_data(config.data)
+    paths = {
+        split: input_pipeline.cache_classification_split(
+            data_dir / SPLIT_FILES[split],
+            encode=encode,
+            vocab=VOCAB,
+            num_classes=NUM_CLASSES,
+            max_length=config.model.max_length,
+            truncate=config.data.truncate,
+        )
+        for split in SPLIT_FILES
+    }
+    return input_pipeline.classification_task(
+        config, paths, vocab_size=len(VOCAB), num_classes=NUM_CLASSES, model_cls=SequenceClassifier
+    )
+
+
+__all__ = ["VOCAB", "encode", "evaluate_tree", "generate", "majority_rate", "make_task", "write_dataset"]

@@ -1,0 +1,18 @@
+"""The training harness shared by every task: optimiser, steps, loop, checkpoints, metrics, mesh, data."""
+
+from zoo.training.config import ConfigMismatchError, mesh_config, train_config
+from zoo.training.loop import Task, evaluate, train_and_evaluate
+from zoo.training.losses import classification_loss
+from zoo.training.optim import make_optimizer, make_schedule
+
+__all__ = [
+    "ConfigMismatchError",
+    "Task",
+    "classification_loss",
+    "evaluate",
+    "make_optimizer",
+    "make_schedule",
+    "mesh_config",
+    "train_and_evaluate",
+    "train_config",
+]

@@ -1,0 +1,106 @@
+"""Config sections every task shares (seed, train, mesh), and the workdir's config.json with resume checks."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import ml_collections
+
+# Fields that may change when a run is resumed: they alter when things happen, not what is computed.
+RESUMABLE_FIELDS = frozenset(
+    {"train.steps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints"}
+)
+
+
+class ConfigMismatchError(ValueError):
+    """Resuming a workdir with a config that would alter the run."""
+
+
+def train_config(**overrides) -> ml_collections.ConfigDict:
+    """Optimiser, schedule and loop fields.
+
+    schedule:
+      "rsqrt"     LRA's `constant * linear_warmup * rsqrt_decay`: lr = learning_rate · min(1, s/warmup) /
+                  √max(s, warmup); the peak is learning_rate/√warmup (0.05 and 1000 give 1.6e-3).
+      "cosine"    linear warmup to learning_rate, cosine decay to 0 at train.steps.
+      "constant"  linear warmup to learning_rate, then constant.
+    """
+    cfg = ml_collections.ConfigDict(
+        {
+            "steps": 1000,
+            "batch_size": 32,  # global batch, split over processes and the data × fsdp mesh axes
+            "eval_batch_size": 0,  # 0: same as batch_size
+            "learning_rate": 1e-3,
+            "schedule": "cosine",
+            "warmup_steps": 100,
+            "weight_decay": 0.1,
+            "b1": 0.9,
+            "b2": 0.98,
+            "eps": 1e-9,
+            "grad_clip_norm": 1.0,  # 0 disables clipping
+            "grad_accum_steps": 1,  # micro-batches per step; batch_size must be divisible by it
+            "label_smoothing": 0.0,
+            "log_every": 50,
+            "eval_every": 500,  # 0 disables periodic evaluation
+            "checkpoint_every": 500,
+            "keep_checkpoints": 3,
+        }
+    )
+    cfg.update(overrides)
+    return cfg
+
+
+def mesh_config(**overrides) -> ml_collections.ConfigDict:
+    """Device-mesh axis sizes; -1 takes all remaining devices. Default: every device on `data`."""
+    cfg = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+    cfg.update(overrides)
+    return cfg
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_to_json(config: ml_collections.ConfigDict) -> str:
+    return json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str)
+
+
+def check_resume_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
+    """Refuses a config that would alter the run recorded in workdir/config.json, naming every changed field."""
+    path = Path(workdir) / "config.json"
+    text = config_to_json(config)
+    if path.exists():
+        old = _flatten(json.loads(path.read_text()))
+        new = _flatten(json.loads(text))
+        missing = object()
+        changed = [
+            k
+            for k in sorted(set(old) | set(new))
+            if k not in RESUMABLE_FIELDS and old.get(k, missing) != new.get(k, missing)
+        ]
+        if changed:
+            lines = "\n".join(f"  {k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in changed)
+            raise ConfigMismatchError(
+                f"{path} was written by a run with a different config; resuming would alter it:\n{lines}\n"
+                f"Use a new --workdir, or restore these fields (only {', '.join(sorted(RESUMABLE_FIELDS))} "
+                "may change on resume). Nothing in the workdir was changed."
+            )
+
+
+def write_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
+    """Writes workdir/config.json atomically (call `check_resume_config` first)."""
+    path = Path(workdir) / "config.json"
+    text = config_to_json(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,187 @@
+"""The training loop every task shares: build, resume, train, evaluate, checkpoint, report.
+
+A task supplies a `Task` (model factory, batches, loss); the loop owns everything else, so LRA,
+translation and MLM behave the same: same workdir layout, same resume rules, same metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import grain
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+from flax import nnx
+
+from zoo.training import mesh as mesh_lib
+from zoo.training.checkpoints import Checkpointer
+from zoo.training.config import check_resume_config, write_config
+from zoo.training.metrics import MetricWriter, Progress, Stopwatch, summarise
+from zoo.training.optim import make_optimizer, make_schedule
+from zoo.training.steps import LossFn, make_eval_step, make_train_step
+
+# Fault injection for the resume test: SIGKILL this process after the given step completes.
+_KILL_AFTER_STEP_ENV = "ZOO_TEST_KILL_AFTER_STEP"
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What a task gives the loop.
+
+    build_model:   rngs → the model (an `nnx.Module`).
+    train_batches: () → an infinite `grain.IterDataset` of numpy batches with a `weights` field.
+    eval_batches:  split name → a finite iterable of padded batches (same shapes every batch).
+    loss_fn:       (model, batch, rngs, train) → (objective sum, metric sums); see `zoo.training.losses`.
+    count_tokens:  batch → number of real input tokens (for tokens/s).
+    eval_splits:   splits evaluated during training (first one) and at the end (all).
+    records:       split name → the cached example file behind it (for inspection and tools).
+    """
+
+    build_model: Callable[[nnx.Rngs], nnx.Module]
+    train_batches: Callable[[], grain.IterDataset]
+    eval_batches: Callable[[str], Iterable[dict]]
+    loss_fn: LossFn
+    count_tokens: Callable[[dict], int] = lambda batch: int(np.count_nonzero(batch["inputs"]))
+    eval_splits: tuple[str, ...] = ("valid", "test")
+    records: dict[str, Path] = dataclasses.field(default_factory=dict)
+
+
+def _to_host(tree) -> dict[str, float]:
+    return {k: float(v) for k, v in jax.device_get(tree).items()}
+
+
+def _add(acc: dict, new: dict) -> dict:
+    return {k: acc[k] + v for k, v in new.items()} if acc else dict(new)
+
+
+def evaluate(eval_step, state, batches: Iterable[dict], mesh) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for batch in batches:
+        total = _add(total, _to_host(eval_step(state, mesh_lib.put_batch(batch, mesh))))
+    return summarise(total)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, task: Task) -> dict[str, float]:
+    """Trains `task` for `config.train.steps`, resuming from `workdir` when it holds a checkpoint.
+
+    Writes config.json, metrics.jsonl, TensorBoard events, checkpoints/ and results.json in `workdir`
+    and returns the results dict.
+    """
+    workdir = Path(workdir)
+    train_cfg = config.train
+    is_writer = jax.process_index() == 0
+    if train_cfg.batch_size % train_cfg.grad_accum_steps:
+        raise ValueError(
+            f"train.batch_size={train_cfg.batch_size} is not divisible by "
+            f"train.grad_accum_steps={train_cfg.grad_accum_steps}"
+        )
+    # Every check that can fail on a bad config runs before anything is written to the workdir.
+    check_resume_config(config, workdir)
+    nnx.eval_shape(lambda: task.build_model(nnx.Rngs(params=0)))
+    if is_writer:
+        write_config(config, workdir)
+
+    mesh = mesh_lib.make_mesh(config.mesh)
+    if (train_cfg.batch_size // train_cfg.grad_accum_steps) % mesh_lib.batch_shards(mesh):
+        raise ValueError(
+            f"train.batch_size / grad_accum_steps = {train_cfg.batch_size // train_cfg.grad_accum_steps} "
+            f"is not divisible by the {mesh_lib.batch_shards(mesh)} data × fsdp shards"
+        )
+    model = task.build_model(nnx.Rngs(params=config.seed))
+    optimizer = nnx.Optimizer(model, make_optimizer(train_cfg), wrt=nnx.Param)
+    graphdef, state = nnx.split((model, optimizer))
+    state_sharding = mesh_lib.state_shardings(state, mesh)
+    state = jax.device_put(state, state_sharding)
+    shardings = dict(
+        state_sharding=state_sharding,
+        batch_sharding=mesh_lib.batch_sharding(mesh),
+        replicated=mesh_lib.replicated(mesh),
+    )
+    train_step = make_train_step(graphdef, task.loss_fn, accum_steps=train_cfg.grad_accum_steps, **shardings)
+    eval_step = make_eval_step(graphdef, task.loss_fn, **shardings)
+    schedule = make_schedule(train_cfg)
+    rng = jax.random.key(config.seed + 1)
+
+    data_iter = iter(task.train_batches())
+    checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=train_cfg.keep_checkpoints)
+    start_step, pending = 0, {}
+    latest = checkpointer.latest_step()
+    if latest is not None:
+        abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, state_sharding)
+        state, meta = checkpointer.restore(latest, abstract, data_iter)
+        start_step = int(meta["step"])
+        pending = {k: jnp.float32(v) for k, v in meta["pending_metrics"].items()}
+        rng = jax.random.wrap_key_data(jnp.asarray(meta["rng"], jnp.uint32))
+        logging.info("resumed from %s at step %d", workdir / "checkpoints", start_step)
+
+    writer = MetricWriter(workdir, resume_step=start_step, enabled=is_writer)
+    progress = Progress(train_cfg.steps, start_step, enabled=is_writer)
+    watch = Stopwatch()
+    kill_after = int(os.environ.get(_KILL_AFTER_STEP_ENV, "-1"))
+
+    def save(step: int) -> None:
+        # Metric sums since the last log line travel with the checkpoint, so resumed logs are exact.
+        pending_host = _to_host(pending)
+        loss = pending_host.get("loss", 0.0)
+        if not np.isfinite(loss):
+            raise FloatingPointError(
+                f"loss is not finite ({loss}) at step {step}; refusing to checkpoint it. "
+                f"The last good checkpoint (step {checkpointer.latest_step()}) is kept in {workdir / 'checkpoints'}."
+            )
+        meta = {"step": step, "rng": np.asarray(jax.random.key_data(rng)).tolist(), "pending_metrics": pending_host}
+        checkpointer.save(step, state, data_iter, meta)
+
+    for step in range(start_step, train_cfg.steps):
+        batch = next(data_iter)
+        state, sums = train_step(state, mesh_lib.put_batch(batch, mesh), rng)
+        watch.tick(task.count_tokens(batch) * jax.process_count())
+        pending = _add(pending, sums)  # stays on device: no host sync per step
+        progress.update()
+        done = step + 1
+        if done % train_cfg.log_every == 0 or done == train_cfg.steps:
+            metrics = summarise(_to_host(pending))
+            if not np.isfinite(metrics["loss"]):
+                raise FloatingPointError(
+                    f"training loss became {metrics['loss']} by step {done}; nothing was checkpointed after "
+                    f"step {checkpointer.latest_step()}"
+                )
+            metrics["learning_rate"] = float(schedule(step))
+            metrics.update(watch.rates())
+            writer.write(done, "train", metrics)
+            progress.log(done, "train", metrics)
+            pending = {}
+        if train_cfg.eval_every and done % train_cfg.eval_every == 0 and done != train_cfg.steps:
+            metrics = evaluate(eval_step, state, task.eval_batches(task.eval_splits[0]), mesh)
+            writer.write(done, task.eval_splits[0], metrics)
+            progress.log(done, task.eval_splits[0], metrics)
+        if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps:
+            save(done)
+        if done == kill_after:
+            checkpointer.wait()
+            os.kill(os.getpid(), signal.SIGKILL)
+    checkpointer.wait()
+    progress.close()
+
+    results: dict[str, float] = {"steps": float(train_cfg.steps)}
+    for split in task.eval_splits:
+        metrics = evaluate(eval_step, state, task.eval_batches(split), mesh)
+        writer.write(train_cfg.steps, split, metrics)
+        progress.log(train_cfg.steps, split, metrics)
+        results.update({f"{split}_{k}": v for k, v in metrics.items()})
+    results["train_wall_time_s"] = watch.elapsed()
+    results["train_steps_run"] = float(train_cfg.steps - start_step)
+    if is_writer:
+        tmp = workdir / "results.json.tmp"
+        tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
+        os.replace(tmp, workdir / "results.json")
+    writer.close()
+    checkpointer.close()
+    return results

@@ -1,0 +1,116 @@
+"""Run metrics: `metrics.jsonl`, TensorBoard events, a progress bar on a terminal, log lines elsewhere."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from tensorboardX import SummaryWriter
+from tqdm import tqdm
+
+
+def summarise(sums: dict[str, float]) -> dict[str, float]:
+    """Metric sums → means: every `x` becomes `x / count`, `correct` becomes `accuracy`."""
+    count = max(sums.get("count", 0.0), 1.0)
+    out = {}
+    for k, v in sums.items():
+        if k == "count":
+            continue
+        out["accuracy" if k == "correct" else k] = v / count
+    return out
+
+
+class MetricWriter:
+    """Appends one JSON object per logged step and split; mirrors scalars to TensorBoard.
+
+    `resume_step` drops lines past that step (they belong to steps the resumed run redoes).
+    Only the writing process (process 0) touches files.
+    """
+
+    def __init__(self, workdir: str | Path, *, resume_step: int, enabled: bool = True):
+        self.enabled = enabled
+        self.path = Path(workdir) / "metrics.jsonl"
+        self.tb = None
+        if not enabled:
+            return
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, self.path)
+        self.tb = SummaryWriter(str(Path(workdir) / "tensorboard"), purge_step=resume_step + 1)
+
+    def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": int(step), "split": split, **{k: float(v) for k, v in metrics.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        for k, v in metrics.items():
+            self.tb.add_scalar(f"{split}/{k}", float(v), int(step))
+        self.tb.flush()
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+class Progress:
+    """A tqdm bar on a terminal (steps/s, tokens/s, loss); a log line per call to `log` elsewhere."""
+
+    def __init__(self, total: int, initial: int, *, enabled: bool = True):
+        self.enabled = enabled
+        self.interactive = enabled and sys.stderr.isatty()
+        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, disable=not self.interactive)
+        self.total = total
+
+    def update(self, n: int = 1) -> None:
+        self.bar.update(n)
+
+    def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        parts = []
+        for k, v in metrics.items():
+            parts.append(f"{k}={v:.4g}" if isinstance(v, float) and not math.isnan(v) else f"{k}={v}")
+        line = f"[{split}] step {step}/{self.total} " + " ".join(parts)
+        if self.interactive:
+            self.bar.set_postfix_str(
+                f"loss={metrics.get('loss', float('nan')):.3f} "
+                f"{metrics.get('steps_per_sec', 0):.2f} steps/s {metrics.get('tokens_per_sec', 0):.0f} tok/s"
+                if split == "train"
+                else self.bar.postfix or ""
+            )
+            self.bar.write(line)
+        else:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class Stopwatch:
+    """Wall time and throughput between log points."""
+
+    def __init__(self):
+        self.start = self.last = time.perf_counter()
+        self.steps = 0
+        self.tokens = 0
+
+    def tick(self, tokens: int) -> None:
+        self.steps += 1
+        self.tokens += tokens
+
+    def rates(self) -> dict[str, float]:
+        now = time.perf_counter()
+        dt = max(now - self.last, 1e-9)
+        out = {"steps_per_sec": self.steps / dt, "tokens_per_sec": self.tokens / dt}
+        self.last, self.steps, self.tokens = now, 0, 0
+        return out
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start

@@ -1,0 +1,84 @@
+"""Jitted train and eval steps over an NNX (model, optimiser) state, with explicit shardings.
+
+The state travels as `nnx.State` (split once from the graph); each step merges it, differentiates the
+loss with respect to the `nnx.Param` leaves, and returns the new state. Auxiliary losses sown by
+modules (`AuxLoss`) are added to the objective. Gradient accumulation runs micro-batches in a
+`lax.scan` inside one step, so one step is always one optimiser update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from zoo.layers.common import AuxLoss
+
+LossFn = Callable[[nnx.Module, dict, nnx.Rngs | None, bool], tuple[jax.Array, dict]]
+
+
+def _sum_aux(model: nnx.Module) -> jax.Array:
+    leaves = jax.tree.leaves(nnx.pop(model, AuxLoss))
+    return sum(leaves, jnp.zeros((), jnp.float32))
+
+
+def make_train_step(graphdef, loss_fn: LossFn, *, accum_steps: int, state_sharding, batch_sharding, replicated):
+    """Returns `step(state, batch, key) -> (state, metrics)` where metrics are summed over the batch.
+
+    Dropout keys are `fold_in(key, step)`, so a resumed run draws the same masks as an uninterrupted one.
+    """
+
+    def objective(params, rest, model_def, micro, key):
+        model = nnx.merge(model_def, params, rest)
+        objective_sum, sums = loss_fn(model, micro, nnx.Rngs(dropout=key), True)
+        aux = _sum_aux(model)
+        # Aux losses are means per micro-batch: weight them by its example count.
+        return objective_sum + aux * sums["count"], {**sums, "aux_loss": aux * sums["count"]}
+
+    grad_fn = jax.grad(objective, has_aux=True)
+
+    def step(state, batch, key):
+        model, optimizer = nnx.merge(graphdef, state)
+        model_def, params, rest = nnx.split(model, nnx.Param, ...)
+        key = jax.random.fold_in(key, optimizer.step[...])
+        if accum_steps == 1:
+            grads, sums = grad_fn(params, rest, model_def, batch, key)
+        else:
+            micro = jax.tree.map(lambda x: x.reshape(accum_steps, -1, *x.shape[1:]), batch)
+
+            def body(carry, xs):
+                g_acc, s_acc = carry
+                mb, i = xs
+                g, s = grad_fn(params, rest, model_def, mb, jax.random.fold_in(key, i))
+                return (jax.tree.map(jnp.add, g_acc, g), jax.tree.map(jnp.add, s_acc, s)), None
+
+            zeros_g = jax.tree.map(jnp.zeros_like, params)
+            _, s_shape = jax.eval_shape(grad_fn, params, rest, model_def, jax.tree.map(lambda x: x[0], micro), key)
+            zeros_s = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), s_shape)
+            (grads, sums), _ = jax.lax.scan(body, (zeros_g, zeros_s), (micro, jnp.arange(accum_steps)))
+        count = jnp.maximum(sums["count"], 1.0)
+        grads = jax.tree.map(lambda g: g / count, grads)
+        sums["grad_norm"] = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))) * sums["count"]
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), sums
+
+    return jax.jit(
+        step,
+        in_shardings=(state_sharding, batch_sharding, replicated),
+        out_shardings=(state_sharding, replicated),
+        donate_argnums=(0,),
+    )
+
+
+def make_eval_step(graphdef, loss_fn: LossFn, *, state_sharding, batch_sharding, replicated):
+    """Returns `eval_step(state, batch) -> metric sums` with the model in eval mode (no dropout, no aux)."""
+
+    def step(state, batch):
+        model, _ = nnx.merge(graphdef, state)
+        model.eval()
+        _, sums = loss_fn(model, batch, None, False)
+        return sums
+
+    return jax.jit(step, in_shardings=(state_sharding, batch_sharding), out_shardings=replicated)
