@@ -1,0 +1,139 @@
+"""ListOps generator, tokenizer and TSV pipeline."""
+
+import hashlib
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lra_flax import input_pipeline
+from lra_flax.tasks import listops
+from zoo.training import data as data_lib
+
+
+def _independent_value(source: str) -> int:
+    """Stack evaluation straight from the text, sharing nothing with the generator's evaluator."""
+    stack: list[list] = []
+    result = None
+    for tok in source.replace("(", " ").replace(")", " ").split():
+        if tok.startswith("["):
+            stack.append([tok])
+        elif tok == "]":
+            op, *args = stack.pop()
+            value = {
+                "[MIN": min,
+                "[MAX": max,
+                "[MED": lambda a: int(statistics.median(a)),
+                "[SM": lambda a: sum(a) % 10,
+            }[op](args)
+            if stack:
+                stack[-1].append(value)
+            else:
+                result = value
+        else:
+            stack[-1].append(int(tok)) if stack else None
+            result = int(tok) if not stack else result
+    return result
+
+
+@pytest.mark.parametrize("bounds", [dict(min_length=20, max_length=128, max_depth=6, max_args=6), dict()])
+def test_labels_match_independent_evaluation_and_lengths_respect_bounds(bounds):
+    rows = listops.generate(300 if bounds else 40, seed=1, **bounds)
+    lo, hi = bounds.get("min_length", 500), bounds.get("max_length", 2000)
+    assert len({s for s, _ in rows}) == len(rows)  # distinct
+    for source, label in rows:
+        assert label == _independent_value(source)
+        assert lo < len(listops.tokenize(source)) < hi
+    assert len({label for _, label in rows}) == 10  # every class occurs
+
+
+def test_median_truncates_and_sum_is_mod_10():
+    assert listops.apply_operator("[MED", [1, 2]) == 1  # median 1.5 → 1
+    assert listops.apply_operator("[MED", [3, 8, 9, 4]) == 6  # 6.0
+    assert listops.apply_operator("[SM", [9, 8, 7]) == 4
+
+
+def test_same_seed_gives_byte_identical_files(tmp_path):
+    kw = dict(num_train=50, num_valid=10, num_test=10, min_length=10, max_length=60, max_depth=5, max_args=5)
+    a = listops.write_dataset(tmp_path / "a", seed=7, **kw)
+    b = listops.write_dataset(tmp_path / "b", seed=7, **kw)
+    c = listops.write_dataset(tmp_path / "c", seed=8, **kw)
+    for split in ("train", "valid", "test"):
+        assert a[split].read_bytes() == b[split].read_bytes()
+    assert a["train"].read_bytes() != c["train"].read_bytes()
+    lines = a["train"].read_text().splitlines()
+    assert lines[0] == "Source\tTarget" and len(lines) == 51
+    assert (tmp_path / "a" / "basic_val.tsv").exists()
+    # Splits are disjoint, as in LRA (all examples are generated at once, then split).
+    sources = [set(p.read_text().splitlines()[1:]) for p in a.values()]
+    assert not (sources[0] & sources[1]) and not (sources[0] & sources[2])
+
+
+def test_generator_in_fresh_process_matches(tmp_path):
+    code = (
+        "from lra_flax.tasks import listops; import hashlib;"
+        "print(listops.VOCAB);"
+        "rows = listops.generate(30, seed=3, min_length=10, max_length=80, max_depth=5, max_args=5);"
+        "print(hashlib.sha256(repr(rows).encode()).hexdigest())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == str(listops.VOCAB)
+    rows = listops.generate(30, seed=3, min_length=10, max_length=80, max_depth=5, max_args=5)
+    assert out[1] == hashlib.sha256(repr(rows).encode()).hexdigest()
+
+
+def test_vocabulary_is_fixed_and_sorted():
+    assert listops.VOCAB[0] == "<pad>"
+    assert list(listops.VOCAB[1:]) == sorted(listops.VOCAB[1:])
+    assert listops.encode("( ( [MAX 2 ) 9 ) ]") == [listops.TOKEN_IDS[t] for t in ("[MAX", "2", "9", "]")]
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def _cache(path, max_length=20, truncate=False):
+    return input_pipeline.cache_classification_split(
+        path, encode=listops.encode, vocab=listops.VOCAB, num_classes=10, max_length=max_length, truncate=truncate
+    )
+
+
+def test_cached_split_round_trips(tmp_path):
+    tsv = _write(tmp_path / "basic_train.tsv", "Source\tTarget\n( ( [MAX 2 ) 9 ) ]\t9\n( ( [MIN 2 ) 9 ) ]\t2\n")
+    ds = data_lib.read_records(_cache(tsv))
+    assert len(ds) == 2
+    np.testing.assert_array_equal(ds[0]["inputs"][:4], listops.encode("[MAX 2 9 ]"))
+    assert ds[0]["inputs"].shape == (20,) and (ds[0]["inputs"][4:] == 0).all()
+    assert int(ds[1]["targets"]) == 2
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("( ( [MAX 2 ) 9 ) ]\t9\nonly-one-field\n", r"basic_train.tsv:3: expected 2 tab-separated fields"),
+        ("( ( [MAX 2 ) 9 ) ]\t12\n", r"basic_train.tsv:2: target '12' is not a class id"),
+        ("( ( [MAXX 2 ) 9 ) ]\t9\n", r"basic_train.tsv:2: unknown ListOps token '\[MAXX'"),
+    ],
+)
+def test_malformed_tsv_names_file_and_line(tmp_path, body, message):
+    tsv = _write(tmp_path / "basic_train.tsv", "Source\tTarget\n" + body)
+    with pytest.raises(input_pipeline.DataFormatError, match=message):
+        _cache(tsv)
+    assert not list((tmp_path / "cache").glob("*.array_record"))  # nothing half-written is left as a cache
+
+
+def test_bad_header(tmp_path):
+    tsv = _write(tmp_path / "basic_train.tsv", "Input\tLabel\n1\t1\n")
+    with pytest.raises(input_pipeline.DataFormatError, match=r"basic_train.tsv:1: expected header 'Source\\tTarget'"):
+        _cache(tsv)
+
+
+def test_input_longer_than_max_length_errors_unless_truncating(tmp_path):
+    tsv = _write(tmp_path / "basic_train.tsv", "Source\tTarget\n( ( ( [SM 1 ) 2 ) 3 ) ]\t6\n")
+    with pytest.raises(input_pipeline.DataFormatError, match=r":2: input has 5 tokens, more than model.max_length=4"):
+        _cache(tsv, max_length=4)
+    ds = data_lib.read_records(_cache(tsv, max_length=4, truncate=True))
+    np.testing.assert_array_equal(ds[0]["inputs"], listops.encode("[SM 1 2 3"))

@@ -1,0 +1,152 @@
+"""`lra-train` end to end on CPU: resume after a kill equals an uninterrupted run; the demo learns; bad input."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+CONFIG = "lra_flax/configs/listops.py:demo"
+TIMING = {"steps_per_sec", "tokens_per_sec"}
+
+
+def _tiny(data_dir, **extra):
+    flags = {
+        "data.dir": data_dir,
+        "data.generator.num_train": 200,
+        "data.generator.num_valid": 40,
+        "data.generator.num_test": 40,
+        "model.num_layers": 1,
+        "model.d_model": 32,
+        "model.num_heads": 2,
+        "model.mlp_dim": 32,
+        "model.dropout": 0.1,
+        "train.batch_size": 16,
+        "train.steps": 12,
+        "train.warmup_steps": 2,
+        "train.log_every": 3,
+        "train.eval_every": 6,
+        "train.checkpoint_every": 4,
+        "train.eval_batch_size": 16,
+    }
+    flags.update(extra)
+    return [f"--config.{k}={v}" for k, v in flags.items()]
+
+
+def _train(workdir, flags, env=None, config=CONFIG):
+    cmd = [sys.executable, "-m", "lra_flax", f"--config={config}", f"--workdir={workdir}", *flags]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
+
+
+def _metrics(workdir):
+    lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in m.items() if k not in TIMING} for m in lines]
+
+
+def _results(workdir):
+    r = json.loads((workdir / "results.json").read_text())
+    return {k: v for k, v in r.items() if k.startswith(("test_", "valid_"))}
+
+
+@pytest.mark.slow
+def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
+    data = tmp_path / "data"
+    flags = _tiny(data)
+    full = _train(tmp_path / "full", flags)
+    assert full.returncode == 0, full.stderr[-3000:]
+
+    # Killed (SIGKILL) after step 6: checkpoint 4 exists, steps 5-6 and their log lines are redone.
+    killed = _train(tmp_path / "resumed", flags, env={"ZOO_TEST_KILL_AFTER_STEP": "6"})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert not (tmp_path / "resumed" / "results.json").exists()
+    assert (tmp_path / "resumed" / "checkpoints" / "4").exists()
+
+    resumed = _train(tmp_path / "resumed", flags)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((tmp_path / "resumed" / "results.json").read_text())["train_steps_run"] < 12
+    assert _metrics(tmp_path / "resumed") == _metrics(tmp_path / "full")
+    assert _results(tmp_path / "resumed") == _results(tmp_path / "full")
+    assert len([m for m in _metrics(tmp_path / "full") if m["split"] == "train"]) == 4
+
+
+@pytest.mark.slow
+def test_demo_preset_learns_above_majority_class(tmp_path):
+    from lra_flax.tasks import listops
+
+    workdir = tmp_path / "demo"
+    # The demo preset, shortened: fewer examples and steps, same model and data distribution.
+    flags = [
+        f"--config.data.dir={tmp_path / 'data'}",
+        "--config.data.generator.num_train=3000",
+        "--config.data.generator.num_test=500",
+        "--config.data.generator.num_valid=100",
+        "--config.train.steps=240",
+        "--config.train.warmup_steps=24",
+        "--config.train.eval_every=0",
+        "--config.train.checkpoint_every=240",
+    ]
+    run = _train(workdir, flags)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((workdir / "results.json").read_text())
+    cache = next((tmp_path / "data" / "cache").glob("basic_test-*.array_record"))
+    majority = listops.majority_rate(cache)
+    assert results["test_accuracy"] > majority + 0.05, (results, majority)
+    for name in ("config.json", "metrics.jsonl", "results.json"):
+        assert (workdir / name).exists()
+    assert list((workdir / "tensorboard").iterdir())
+    line = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
+    assert {"step", "split", "loss", "accuracy", "learning_rate", "steps_per_sec", "tokens_per_sec"} <= set(line)
+
+
+def _snapshot(workdir):
+    return {
+        str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(workdir.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_resume_with_changed_model_config_is_refused(tmp_path):
+    flags = _tiny(tmp_path / "data", **{"train.steps": 4})
+    assert _train(tmp_path / "run", flags).returncode == 0
+    before = _snapshot(tmp_path / "run")
+    changed = _train(tmp_path / "run", [*flags, "--config.model.d_model=64"])
+    assert changed.returncode == 2
+    assert "model.d_model: 32 -> 64" in changed.stderr
+    assert "Traceback" not in changed.stderr
+    assert _snapshot(tmp_path / "run") == before
+
+
+def test_unknown_config_key_is_a_clear_error(tmp_path):
+    run = _train(tmp_path / "run", ["--config.model.d_modle=64"])
+    assert run.returncode == 2
+    assert "unknown config field 'model.d_modle'" in run.stderr and "d_model" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_mixer_lists_valid_names_and_writes_nothing(tmp_path):
+    run = _train(tmp_path / "run", [*_tiny(tmp_path / "data"), "--config.model.mixer=relux"])
+    assert run.returncode == 2
+    assert "unknown mixer 'relux'; valid mixers: relu, softmax" in run.stderr
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_unknown_preset_is_a_clear_error(tmp_path):
+    run = _train(tmp_path / "run", [], config="lra_flax/configs/listops.py:huge")
+    assert run.returncode != 0
+    assert "unknown ListOps preset 'huge'; valid presets: demo, lra_code, paper" in run.stderr
+
+
+def test_lra_data_cli_writes_release_format(tmp_path):
+    cmd = [sys.executable, "-m", "lra_flax.data_cli", "listops", f"--output_dir={tmp_path}"]
+    cmd += ["--num_train=20", "--num_valid=5", "--num_test=5", "--min_length=10", "--max_length=50", "--seed=2"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    for name in ("basic_train.tsv", "basic_val.tsv", "basic_test.tsv"):
+        assert (tmp_path / name).read_text().startswith("Source\tTarget\n")
+    bad = subprocess.run([*cmd[:5], "--min_length=60", "--max_length=50"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "min_length + 1 < max_length" in bad.stderr

@@ -1,0 +1,194 @@
+"""Every registered mixer: shapes, dtypes, jit, gradients, causality and padding invariance in the encoder."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from absl.testing import parameterized
+from flax import nnx
+
+import kernels
+from zoo import mixers, models
+from zoo.layers import AuxLoss
+from zoo.mixers.relu import relu_regularisers
+
+D, H, T, B = 32, 4, 12, 2
+
+
+def _mixer(name, **options):
+    cfg = mixers.default_config(name)
+    cfg.d_model, cfg.num_heads, cfg.max_length = D, H, T
+    cfg.update(options)
+    return mixers.build(cfg, rngs=nnx.Rngs(0))
+
+
+def _encoder(name, dtype="float32"):
+    cfg = models.model_config(
+        mixer=name, num_layers=2, d_model=D, num_heads=H, mlp_dim=64, max_length=T, dtype=dtype, dropout=0.0
+    )
+    return models.Encoder(cfg, rngs=nnx.Rngs(1))
+
+
+def _x(seed=0):
+    return jax.random.normal(jax.random.key(seed), (B, T, D))
+
+
+MASK = jnp.arange(T)[None] < jnp.array([[T], [7]])
+
+
+def test_registry_lists_the_mixers():
+    assert {"relu", "softmax"} <= set(mixers.names())
+    assert mixers.names() == sorted(mixers.names())
+
+
+def test_unknown_mixer_lists_valid_names():
+    with pytest.raises(ValueError, match=r"unknown mixer 'nope'; valid mixers: .*relu.*softmax"):
+        mixers.default_config("nope")
+    cfg = models.model_config(mixer="nope")
+    with pytest.raises(ValueError, match="valid mixers"):
+        models.Encoder(cfg, rngs=nnx.Rngs(0))
+
+
+def test_unknown_mixer_field_is_named():
+    cfg = mixers.default_config("relu").to_dict()
+    cfg["gama_init"] = 2.0
+    import ml_collections
+
+    with pytest.raises(ValueError, match=r"mixer 'relu' has no field\(s\) \['gama_init'\]"):
+        mixers.build(ml_collections.ConfigDict(cfg), rngs=nnx.Rngs(0))
+
+
+def test_default_config_is_locked_and_complete():
+    cfg = mixers.default_config("relu")
+    for field in ("name", "d_model", "num_heads", "max_length"):
+        assert field in cfg
+    cfg.d_model = 64  # shared fields can be overridden
+    with pytest.raises(AttributeError):
+        cfg.not_a_field = 1
+
+
+class ShapesTest(parameterized.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.product(name=mixers.names(), causal=[False, True])
+    def test_shapes_dtypes_jit(self, name, causal):
+        layer = _mixer(name)
+
+        @self.variant
+        def apply(x, mask):
+            return layer(x, mask=mask, causal=causal)
+
+        y = apply(_x(), MASK)
+        chex.assert_shape(y, (B, T, D))
+        chex.assert_type(y, jnp.float32)
+        chex.assert_tree_all_finite(y)
+
+
+@pytest.mark.parametrize("name", mixers.names())
+class TestEveryMixer:
+    def test_bfloat16_compute_keeps_float32_params(self, name):
+        layer = _mixer(name, dtype="bfloat16")
+        y = layer(_x().astype(jnp.bfloat16), mask=MASK)
+        chex.assert_type(y, jnp.bfloat16)
+        for leaf in jax.tree.leaves(nnx.state(layer, nnx.Param)):
+            assert leaf.dtype == jnp.float32
+
+    def test_finite_gradients(self, name):
+        enc = _encoder(name)
+        params = nnx.state(enc, nnx.Param)
+
+        def loss(params):
+            m = nnx.merge(nnx.graphdef(enc), params, nnx.state(enc, nnx.Not(nnx.Param)))
+            return jnp.mean(m(_x(), mask=MASK, causal=False) ** 2)
+
+        grads = jax.jit(jax.grad(loss))(params)
+        chex.assert_tree_all_finite(grads)
+        assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
+
+    @pytest.mark.parametrize("t0", [0, 5, 10])
+    def test_encoder_causal_cannot_see_the_future(self, name, t0):
+        enc = _encoder(name)
+        x = _x()
+        x2 = x.at[:, t0 + 1 :].set(jax.random.normal(jax.random.key(7), x[:, t0 + 1 :].shape) * 3)
+        y = enc(x, mask=None, causal=True)
+        y2 = enc(x2, mask=None, causal=True)
+        chex.assert_trees_all_close(y[:, : t0 + 1], y2[:, : t0 + 1], atol=1e-5)
+        assert not np.allclose(y[:, t0 + 1 :], y2[:, t0 + 1 :], atol=1e-3)
+
+    @pytest.mark.parametrize("causal", [False, True])
+    def test_encoder_padding_invariance(self, name, causal):
+        enc = _encoder(name)
+        x = _x()
+        pad = ~MASK[..., None]
+        x2 = jnp.where(pad, jax.random.normal(jax.random.key(3), x.shape) * 10, x)
+        y = enc(x, mask=MASK, causal=causal)
+        y2 = enc(x2, mask=MASK, causal=causal)
+        real = MASK[..., None]
+        chex.assert_trees_all_close(jnp.where(real, y, 0), jnp.where(real, y2, 0), atol=1e-5)
+
+
+def test_relu_gamma_is_learnable_per_head_or_fixed():
+    learn = _mixer("relu")
+    assert nnx.state(learn, nnx.Param)["log_gamma"][...].shape == (H,)
+    fixed = _mixer("relu", gamma_learnable=False, gamma_init=2.0)
+    assert "log_gamma" not in nnx.state(fixed, nnx.Param)
+    np.testing.assert_allclose(jnp.exp(fixed.log_gamma[...]), 2.0, rtol=1e-6)
+
+
+def test_relu_without_variance_reduction_is_the_ablation():
+    on, off = _mixer("relu"), _mixer("relu", variance_reduction=False)
+    y_on, y_off = on(_x()), off(_x())  # same parameters (same seed): outputs differ by √(n/2) before out-proj
+    assert float(jnp.std(y_off)) > 1.5 * float(jnp.std(y_on))
+
+
+def test_relu_regularisers_sown_in_training_only_and_match_dense_definition():
+    layer = _mixer("relu", norm_loss_weight=0.3, entropy_loss_weight=0.2, entropy_margin=0.5)
+    x = _x()
+    layer(x, mask=MASK, causal=True)
+    (sown,) = jax.tree.leaves(nnx.pop(layer, AuxLoss))
+
+    # Dense re-computation of the SPEC §1.2 definitions from the attention matrix.
+    b, t = x.shape[:2]
+    split = lambda y: y.reshape(b, t, H, D // H)
+    q, k = split(layer.query(x)), split(layer.key(x))
+    gamma = jnp.exp(layer.log_gamma[...])
+    ones = jnp.ones_like(q)
+    a_rows = []
+    for j in range(t):  # column j of a: attention to key j, read out through a one-hot value
+        onehot = jnp.zeros_like(ones).at[:, j].set(1.0)
+        a_rows.append(kernels.relu_attention(q, k, onehot, causal=True, key_mask=MASK, gamma=gamma, impl="reference"))
+    a = jnp.stack([r[..., 0] for r in a_rows], axis=-1)  # [b, t, H, t]
+    s = a.sum(-1)
+    p = a / (s[..., None] + 1e-6)
+    ent = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1)), 0), -1)
+    n = kernels.visible_key_counts(MASK, causal=True)
+    w = jnp.broadcast_to(MASK[..., None], s.shape)
+    l_norm = jnp.sum(jnp.abs(jnp.log(s + 1e-6)) * w) / w.sum()
+    l_ent = jnp.sum(jnp.maximum(ent - 0.5 * jnp.log(jnp.maximum(n, 2))[..., None], 0) * w) / w.sum()
+    np.testing.assert_allclose(sown, 0.3 * l_norm + 0.2 * l_ent, rtol=1e-4)
+
+    layer.eval()
+    layer(x, mask=MASK, causal=True)
+    assert not jax.tree.leaves(nnx.pop(layer, AuxLoss))
+
+
+def test_relu_regularisers_are_zero_for_a_normalised_low_entropy_row():
+    # One real key per row with weight 1: |log S| = 0 and entropy 0.
+    row_sum = jnp.ones((1, 3, 2))
+    l_norm, l_ent = relu_regularisers(row_sum, jnp.zeros_like(row_sum), jnp.ones((1, 3)), jnp.ones((1, 3), bool), 0.7)
+    assert abs(float(l_norm)) < 1e-5 and float(l_ent) == 0.0
+
+
+def test_d_model_not_divisible_by_heads():
+    cfg = mixers.default_config("softmax")
+    cfg.d_model, cfg.num_heads = 30, 4
+    with pytest.raises(ValueError, match="d_model=30 is not divisible by num_heads=4"):
+        mixers.build(cfg, rngs=nnx.Rngs(0))
+
+
+def test_classifier_rejects_inputs_longer_than_max_length():
+    cfg = models.model_config(d_model=D, num_heads=H, mlp_dim=32, max_length=8, dropout=0.0)
+    model = models.SequenceClassifier(cfg, vocab_size=10, num_classes=3, rngs=nnx.Rngs(0))
+    assert model(jnp.ones((2, 8), jnp.int32)).shape == (2, 3)
+    with pytest.raises(ValueError, match="input length 9 exceeds model.max_length=8"):
+        model(jnp.ones((2, 9), jnp.int32))

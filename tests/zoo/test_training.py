@@ -1,0 +1,178 @@
+"""zoo.training: schedules, steps (accumulation, bf16, label smoothing), data pipelines, config checks, mesh."""
+
+import json
+
+import chex
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from zoo import models
+from zoo.training import ConfigMismatchError, classification_loss, make_schedule, mesh_config, train_config
+from zoo.training import data as data_lib
+from zoo.training import mesh as mesh_lib
+from zoo.training.config import check_resume_config, write_config
+from zoo.training.optim import make_optimizer
+from zoo.training.steps import make_eval_step, make_train_step
+
+
+def test_rsqrt_schedule_is_lra_formula():
+    sched = make_schedule(train_config(schedule="rsqrt", learning_rate=0.05, warmup_steps=1000))
+    for step in (0, 499, 999, 1999, 4999):
+        s = step + 1
+        expected = 0.05 * min(1.0, s / 1000) / np.sqrt(max(s, 1000))
+        np.testing.assert_allclose(float(sched(step)), expected, rtol=1e-5)
+
+
+def test_cosine_and_constant_schedules():
+    cos = make_schedule(train_config(schedule="cosine", learning_rate=1e-3, warmup_steps=10, steps=110))
+    np.testing.assert_allclose(float(cos(10)), 1e-3, rtol=1e-5)
+    assert float(cos(110)) < 1e-9 and float(cos(5)) == pytest.approx(5e-4)
+    const = make_schedule(train_config(schedule="constant", learning_rate=2e-3, warmup_steps=4))
+    np.testing.assert_allclose([float(const(s)) for s in (2, 4, 50)], [1e-3, 2e-3, 2e-3], rtol=1e-5)
+    with pytest.raises(ValueError, match=r"train.schedule='linear' is unknown; valid: rsqrt, cosine, constant"):
+        make_schedule(train_config(schedule="linear"))
+
+
+def _setup(accum=1, dtype="float32", label_smoothing=0.0, dropout=0.0):
+    cfg = models.model_config(
+        num_layers=1, d_model=32, num_heads=4, mlp_dim=32, max_length=10, dtype=dtype, dropout=dropout
+    )
+    model = models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=nnx.Rngs(0))
+    opt = nnx.Optimizer(model, make_optimizer(train_config(learning_rate=1e-2, warmup_steps=0)), wrt=nnx.Param)
+    graphdef, state = nnx.split((model, opt))
+    mesh = mesh_lib.make_mesh(mesh_config())
+    sh = dict(
+        state_sharding=mesh_lib.state_shardings(state, mesh),
+        batch_sharding=mesh_lib.batch_sharding(mesh),
+        replicated=mesh_lib.replicated(mesh),
+    )
+    loss = classification_loss(label_smoothing)
+    return (
+        graphdef,
+        state,
+        make_train_step(graphdef, loss, accum_steps=accum, **sh),
+        make_eval_step(graphdef, loss, **sh),
+    )
+
+
+def _batch(n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(1, 12, size=(n, 10)).astype(np.int32)
+    inputs[:, 7:] = 0
+    return {
+        "inputs": inputs,
+        "targets": rng.integers(0, 5, size=(n,)).astype(np.int32),
+        "weights": np.ones((n,), np.float32),
+    }
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    batch = _batch()
+    _, s1, step1, _ = _setup(accum=1)
+    _, s4, step4, _ = _setup(accum=4)
+    key = jax.random.key(0)
+    s1, m1 = step1(s1, batch, key)
+    s4, m4 = step4(s4, batch, key)
+    chex.assert_trees_all_close(m1["loss"], m4["loss"], rtol=1e-5)
+    chex.assert_trees_all_close(nnx.to_pure_dict(s1), nnx.to_pure_dict(s4), atol=1e-5, rtol=1e-4)
+
+
+def test_train_step_reduces_loss_and_bf16_keeps_fp32_params():
+    batch = _batch()
+    for dtype in ("float32", "bfloat16"):
+        _, state, step, eval_step = _setup(dtype=dtype)
+        before = float(eval_step(state, batch)["loss"])
+        for _ in range(20):
+            state, metrics = step(state, batch, jax.random.key(1))
+        chex.assert_tree_all_finite(metrics)
+        assert float(eval_step(state, batch)["loss"]) < 0.5 * before, dtype
+        for leaf in jax.tree.leaves(nnx.to_pure_dict(state)[0]):
+            assert leaf.dtype == jnp.float32
+
+
+def test_label_smoothing_only_in_training():
+    batch = _batch()
+    _, state, step, eval_step = _setup(label_smoothing=0.2)
+    _, _, plain_step, plain_eval = _setup(label_smoothing=0.0)
+    _, m_smooth = step(jax.tree.map(jnp.copy, state), batch, jax.random.key(0))
+    _, m_plain = plain_step(jax.tree.map(jnp.copy, state), batch, jax.random.key(0))
+    assert float(m_smooth["loss"]) != pytest.approx(float(m_plain["loss"]))
+    chex.assert_trees_all_close(eval_step(state, batch), plain_eval(state, batch))
+
+
+def test_dropout_keys_follow_the_step():
+    batch = _batch()
+    _, state, step, _ = _setup(dropout=0.5)
+    a, ma = step(jax.tree.map(jnp.copy, state), batch, jax.random.key(0))
+    _, mb = step(jax.tree.map(jnp.copy, state), batch, jax.random.key(0))
+    chex.assert_trees_all_equal(ma, mb)  # same step, same key: identical
+    _, mc = step(a, batch, jax.random.key(0))
+    assert float(mc["loss"]) != float(ma["loss"])
+
+
+def _records(tmp_path, n):
+    path = tmp_path / "x.array_record"
+    data_lib.write_records(path, ({"inputs": np.full((3,), i, np.int32), "targets": np.int32(i)} for i in range(n)))
+    return data_lib.read_records(path)
+
+
+def test_eval_batches_cover_every_example_once(tmp_path):
+    ds = _records(tmp_path, 23)
+    batches = list(data_lib.eval_batches(ds, global_batch=5))
+    assert len(batches) == 5 and all(b["inputs"].shape == (5, 3) for b in batches)
+    weights = np.concatenate([b["weights"] for b in batches])
+    targets = np.concatenate([b["targets"] for b in batches])
+    assert weights.sum() == 23
+    np.testing.assert_array_equal(targets[weights > 0], np.arange(23))
+
+
+def test_train_batches_are_seeded_and_resumable(tmp_path):
+    ds = _records(tmp_path, 10)
+    it = iter(data_lib.train_batches(ds, global_batch=4, seed=3))
+    first = [next(it)["targets"] for _ in range(3)]
+    state = it.get_state()
+    rest = [next(it)["targets"] for _ in range(4)]
+    again = iter(data_lib.train_batches(ds, global_batch=4, seed=3))
+    assert all(np.array_equal(a, next(again)["targets"]) for a in first)
+    resumed = iter(data_lib.train_batches(ds, global_batch=4, seed=3))
+    resumed.set_state(state)
+    assert all(np.array_equal(r, next(resumed)["targets"]) for r in rest)
+    # Each epoch (10 examples, drop_remainder per epoch boundary does not apply: batches span epochs) is a permutation.
+    seen = np.concatenate(first + rest)[:10]
+    assert sorted(seen.tolist()) == list(range(10))
+    with pytest.raises(ValueError, match="training split is empty"):
+        data_lib.train_batches(ds[0:0], global_batch=4, seed=0)
+
+
+def _cfg():
+    return ml_collections.ConfigDict({"seed": 0, "model": {"d_model": 8}, "train": train_config()})
+
+
+def test_resume_config_check_names_the_field_and_writes_nothing(tmp_path):
+    write_config(_cfg(), tmp_path)
+    before = (tmp_path / "config.json").read_text()
+    changed = _cfg()
+    changed.model.d_model = 16
+    with pytest.raises(ConfigMismatchError, match=r"model.d_model: 8 -> 16"):
+        check_resume_config(changed, tmp_path)
+    assert (tmp_path / "config.json").read_text() == before
+    longer = _cfg()
+    longer.train.steps = 5000  # allowed: train longer
+    check_resume_config(longer, tmp_path)
+    write_config(longer, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["train"]["steps"] == 5000
+
+
+def test_mesh_shape():
+    assert mesh_lib.mesh_shape(mesh_config(), 8) == (8, 1, 1)
+    assert mesh_lib.mesh_shape(mesh_config(data=2, fsdp=-1, tensor=2), 8) == (2, 2, 2)
+    with pytest.raises(ValueError, match="at most one"):
+        mesh_lib.mesh_shape(mesh_config(data=-1, fsdp=-1), 8)
+    with pytest.raises(ValueError, match="does not divide 8 devices"):
+        mesh_lib.mesh_shape(mesh_config(data=3), 8)
+    with pytest.raises(ValueError, match="needs 4 devices, have 8"):
+        mesh_lib.mesh_shape(mesh_config(data=2, fsdp=2, tensor=1), 8)
