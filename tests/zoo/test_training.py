@@ -176,3 +176,44 @@ def test_mesh_shape():
         mesh_lib.mesh_shape(mesh_config(data=3), 8)
     with pytest.raises(ValueError, match="needs 4 devices, have 8"):
         mesh_lib.mesh_shape(mesh_config(data=2, fsdp=2, tensor=1), 8)
+
+
+def test_non_finite_loss_is_never_checkpointed(tmp_path):
+    """A loss that turns NaN at step 6 stops the run; checkpoint 4 stays the latest and restores."""
+    import grain
+
+    from zoo.training import Task, train_and_evaluate
+    from zoo.training.checkpoints import Checkpointer
+
+    def batch(i):
+        b = _batch(seed=int(i))
+        b["poison"] = np.full((8,), i >= 5, bool)  # the sixth batch (step 6) poisons the loss
+        return b
+
+    base_loss = classification_loss()
+
+    def loss_fn(model, b, rngs, train):
+        total, sums = base_loss(model, b, rngs, train)
+        nan = jnp.where(b["poison"].any(), jnp.nan, 0.0)
+        return total + nan, {**sums, "loss": sums["loss"] + nan}
+
+    cfg = models.model_config(num_layers=1, d_model=16, num_heads=2, mlp_dim=16, max_length=10, dropout=0.0)
+    config = ml_collections.ConfigDict(
+        {
+            "seed": 0,
+            "mesh": mesh_config(),
+            "model": cfg,
+            "train": train_config(steps=10, batch_size=8, log_every=4, checkpoint_every=2, eval_every=0),
+        }
+    )
+    task = Task(
+        build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),
+        train_batches=lambda: grain.MapDataset.range(1000).map(batch).to_iter_dataset(),
+        eval_batches=lambda split: [_batch()],
+        loss_fn=loss_fn,
+    )
+    with pytest.raises(FloatingPointError, match=r"not finite .* at step 6; refusing to checkpoint"):
+        train_and_evaluate(config, tmp_path, task)
+    ckpt = Checkpointer(tmp_path / "checkpoints", max_to_keep=3)
+    assert ckpt.latest_step() == 4
+    assert not (tmp_path / "results.json").exists()
