@@ -132,6 +132,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
         pending_host = _to_host(pending)
         loss = pending_host.get("loss", 0.0)
         if not np.isfinite(loss):
+            checkpointer.wait()
             raise FloatingPointError(
                 f"loss is not finite ({loss}) at step {step}; refusing to checkpoint it. "
                 f"The last good checkpoint (step {checkpointer.latest_step()}) is kept in {workdir / 'checkpoints'}."
@@ -139,36 +140,41 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
         meta = {"step": step, "rng": np.asarray(jax.random.key_data(rng)).tolist(), "pending_metrics": pending_host}
         checkpointer.save(step, state, data_iter, meta)
 
-    for step in range(start_step, train_cfg.steps):
-        batch = next(data_iter)
-        state, sums = train_step(state, mesh_lib.put_batch(batch, mesh), rng)
-        watch.tick(task.count_tokens(batch) * jax.process_count())
-        pending = _add(pending, sums)  # stays on device: no host sync per step
-        progress.update()
-        done = step + 1
-        if done % train_cfg.log_every == 0 or done == train_cfg.steps:
-            metrics = summarise(_to_host(pending))
-            if not np.isfinite(metrics["loss"]):
-                raise FloatingPointError(
-                    f"training loss became {metrics['loss']} by step {done}; nothing was checkpointed after "
-                    f"step {checkpointer.latest_step()}"
-                )
-            metrics["learning_rate"] = float(schedule(step))
-            metrics.update(watch.rates())
-            writer.write(done, "train", metrics)
-            progress.log(done, "train", metrics)
-            pending = {}
-        if train_cfg.eval_every and done % train_cfg.eval_every == 0 and done != train_cfg.steps:
-            metrics = evaluate(eval_step, state, task.eval_batches(task.eval_splits[0]), mesh)
-            writer.write(done, task.eval_splits[0], metrics)
-            progress.log(done, task.eval_splits[0], metrics)
-        if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps:
-            save(done)
-        if done == kill_after:
-            checkpointer.wait()
-            os.kill(os.getpid(), signal.SIGKILL)
-    checkpointer.wait()
-    progress.close()
+    # Whatever stops the loop (an error, Ctrl-C), saves already under way are completed: a good
+    # checkpoint is never abandoned half-written.
+    try:
+        for step in range(start_step, train_cfg.steps):
+            batch = next(data_iter)
+            state, sums = train_step(state, mesh_lib.put_batch(batch, mesh), rng)
+            watch.tick(task.count_tokens(batch) * jax.process_count())
+            pending = _add(pending, sums)  # stays on device: no host sync per step
+            progress.update()
+            done = step + 1
+            if done % train_cfg.log_every == 0 or done == train_cfg.steps:
+                metrics = summarise(_to_host(pending))
+                if not np.isfinite(metrics["loss"]):
+                    checkpointer.wait()
+                    raise FloatingPointError(
+                        f"training loss became {metrics['loss']} by step {done}; nothing was checkpointed after "
+                        f"step {checkpointer.latest_step()}"
+                    )
+                metrics["learning_rate"] = float(schedule(step))
+                metrics.update(watch.rates())
+                writer.write(done, "train", metrics)
+                progress.log(done, "train", metrics)
+                pending = {}
+            if train_cfg.eval_every and done % train_cfg.eval_every == 0 and done != train_cfg.steps:
+                metrics = evaluate(eval_step, state, task.eval_batches(task.eval_splits[0]), mesh)
+                writer.write(done, task.eval_splits[0], metrics)
+                progress.log(done, task.eval_splits[0], metrics)
+            if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps:
+                save(done)
+            if done == kill_after:
+                checkpointer.wait()
+                os.kill(os.getpid(), signal.SIGKILL)
+    finally:
+        checkpointer.wait()
+        progress.close()
 
     results: dict[str, float] = {"steps": float(train_cfg.steps)}
     for split in task.eval_splits:
