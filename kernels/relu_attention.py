@@ -6,6 +6,8 @@
     a_ij = m_ij · ReLU(s_ij) / (γ_h · √(n_i / 2))
     h_i  = Σ_j a_ij v_j
 
+`row_scale` swaps √(n_i/2) for n_i (ReLU/L, Wortsman et al. 2023) or 1 (ReLA; the ablation).
+
 Implementations:
   "reference"  dense fp32 definition (materialises the T×T matrix; for tests).
   "xla"        blocked over keys with a `lax.scan`; the T×T matrix is never built, forward or
@@ -51,12 +53,17 @@ def visible_key_counts(key_mask: jax.Array, *, causal: bool, q_length: int | Non
     return jnp.maximum(counts, 1).astype(jnp.float32)
 
 
-def _row_factor(counts: jax.Array, gamma_h: jax.Array, variance_reduction: bool) -> jax.Array:
-    """1 / (γ_h √(n_i/2)) as `[batch, heads, q_length]` float32."""
+ROW_SCALES = ("sqrt_half", "count", "none")
+
+
+def _row_factor(counts: jax.Array, gamma_h: jax.Array, row_scale: str) -> jax.Array:
+    """1 / (γ_h · r(n_i)) as `[batch, heads, q_length]` float32, r = √(n/2), n or 1 by `row_scale`."""
     inv_gamma = 1.0 / gamma_h.astype(jnp.float32)[None, :, None]
-    if not variance_reduction:
-        return jnp.broadcast_to(inv_gamma, (counts.shape[0], gamma_h.shape[0], counts.shape[1]))
-    return inv_gamma * lax.rsqrt(counts[:, None, :] / 2.0)
+    if row_scale == "sqrt_half":
+        return inv_gamma * lax.rsqrt(counts[:, None, :] / 2.0)
+    if row_scale == "count":
+        return inv_gamma / counts[:, None, :]
+    return jnp.broadcast_to(inv_gamma, (counts.shape[0], gamma_h.shape[0], counts.shape[1]))
 
 
 def _visible(key_mask: jax.Array, q_pos: jax.Array, k_pos: jax.Array, causal: bool) -> jax.Array:
@@ -67,7 +74,9 @@ def _visible(key_mask: jax.Array, q_pos: jax.Array, k_pos: jax.Array, causal: bo
     return vis
 
 
-def _check_inputs(q, k, v, key_mask, gamma, causal):
+def _check_inputs(q, k, v, key_mask, gamma, causal, row_scale="sqrt_half"):
+    if row_scale not in ROW_SCALES:
+        raise ValueError(f"unknown row_scale {row_scale!r}; valid: {', '.join(ROW_SCALES)}")
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
             f"q, k, v must be [batch, length, heads, head_dim]; got shapes {q.shape}, {k.shape}, {v.shape}"
@@ -98,18 +107,18 @@ def _prepare(q, k, key_mask, gamma):
 # ----------------------------------------------------------------------------------------------
 
 
-def _reference_weights(q, k, key_mask, gamma_h, causal, variance_reduction):
+def _reference_weights(q, k, key_mask, gamma_h, causal, row_scale):
     """Dense a_ij `[batch, heads, q_length, k_length]` in float32."""
     qf, kf = q.astype(jnp.float32), k.astype(jnp.float32)
     s = jnp.einsum("bqhd,bkhd->bhqk", qf, kf, precision=lax.Precision.HIGHEST) / math.sqrt(q.shape[-1])
     vis = _visible(key_mask, jnp.arange(q.shape[1]), jnp.arange(k.shape[1]), causal)
     counts = visible_key_counts(key_mask, causal=causal, q_length=q.shape[1])
-    factor = _row_factor(counts, gamma_h, variance_reduction)
+    factor = _row_factor(counts, gamma_h, row_scale)
     return jnp.where(vis, jax.nn.relu(s), 0.0) * factor[..., None]
 
 
-def _reference(q, k, v, key_mask, gamma_h, causal, variance_reduction):
-    a = _reference_weights(q, k, key_mask, gamma_h, causal, variance_reduction)
+def _reference(q, k, v, key_mask, gamma_h, causal, row_scale):
+    a = _reference_weights(q, k, key_mask, gamma_h, causal, row_scale)
     out = jnp.einsum("bhqk,bkhd->bqhd", a, v.astype(jnp.float32), precision=lax.Precision.HIGHEST)
     return out.astype(v.dtype)
 
@@ -144,10 +153,10 @@ def _block_scores(qh, kj, mj, j, bk, causal):
     return s, vis
 
 
-def _xla_forward(q, k, v, key_mask, gamma_h, causal, variance_reduction, block_k):
+def _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
     b, tq, h, _ = q.shape
     counts = visible_key_counts(key_mask, causal=causal, q_length=tq)
-    factor = _row_factor(counts, gamma_h, variance_reduction)
+    factor = _row_factor(counts, gamma_h, row_scale)
     kb, vb, mb, bk, nb = _key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
 
@@ -164,22 +173,22 @@ def _xla_forward(q, k, v, key_mask, gamma_h, causal, variance_reduction, block_k
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _xla(q, k, v, key_mask, gamma_h, causal, variance_reduction, block_k):
-    return _xla_forward(q, k, v, key_mask, gamma_h, causal, variance_reduction, block_k)
+def _xla(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
+    return _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
 
 
-def _xla_fwd(q, k, v, key_mask, gamma_h, causal, variance_reduction, block_k):
-    out = _xla_forward(q, k, v, key_mask, gamma_h, causal, variance_reduction, block_k)
+def _xla_fwd(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
+    out = _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
     return out, (q, k, v, key_mask, gamma_h)
 
 
-def _xla_bwd(causal, variance_reduction, block_k, residuals, d_out):
+def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
     """Recomputes scores per key block: dS = dP ⊙ 1[s>0] ⊙ m ⊙ factor / √d, five matmuls a block."""
     q, k, v, key_mask, gamma_h = residuals
     b, tq, h, d = q.shape
     tk = k.shape[1]
     counts = visible_key_counts(key_mask, causal=causal, q_length=tq)
-    factor = _row_factor(counts, gamma_h, variance_reduction)
+    factor = _row_factor(counts, gamma_h, row_scale)
     kb, vb, mb, bk, nb = _key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
     do = d_out.transpose(0, 2, 1, 3)
@@ -239,7 +248,7 @@ def relu_attention(
     key_mask: jax.Array | None = None,
     gamma: jax.Array | float = 1.0,
     impl: str = "auto",
-    variance_reduction: bool = True,
+    row_scale: str = "sqrt_half",
     block_sizes: XlaBlockSizes | None = None,
 ) -> jax.Array:
     """ReLU attention (SPEC §1.2). q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
@@ -247,16 +256,17 @@ def relu_attention(
     Args:
       key_mask: `[batch, key_length]` bool, True = real token; None means every key is real.
       gamma: scalar or `[heads]`, the per-head temperature γ_h (positive).
-      variance_reduction: divide row i by √(n_i/2); False is the paper's non-converging ablation.
+      row_scale: "sqrt_half" divides row i by √(n_i/2) (ReLUFormer); "count" by n_i (ReLU/L);
+        "none" by 1 (ReLA, and ReLUFormer's non-converging ablation).
       block_sizes: key-block length for impl="xla".
     """
-    _check_inputs(q, k, v, key_mask, gamma, causal)
+    _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     impl = _resolve_impl(impl)
     if impl == "reference":
-        return _reference(q, k, v, key_mask, gamma_h, causal, variance_reduction)
+        return _reference(q, k, v, key_mask, gamma_h, causal, row_scale)
     block_k = (block_sizes or XlaBlockSizes()).block_k
-    return _xla(q, k, v, key_mask, gamma_h, causal, variance_reduction, block_k)
+    return _xla(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
 
 
 def relu_attention_row_stats(
@@ -267,7 +277,7 @@ def relu_attention_row_stats(
     key_mask: jax.Array | None = None,
     gamma: jax.Array | float = 1.0,
     impl: str = "auto",
-    variance_reduction: bool = True,
+    row_scale: str = "sqrt_half",
     block_sizes: XlaBlockSizes | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Row sums S_i = Σ_j a_ij and E_i = Σ_j a_ij log a_ij, each `[batch, q_length, heads]` float32.
@@ -276,19 +286,19 @@ def relu_attention_row_stats(
     p = a / (S + ε) is −E/(S+ε) + S/(S+ε)·log(S+ε)). "xla" recomputes each key block under
     `jax.checkpoint`, so neither forward nor backward holds the T×T matrix.
     """
-    _check_inputs(q, k, k, key_mask, gamma, causal)
+    _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
 
     def xlogx(a):
         return jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0)
 
     if _resolve_impl(impl) == "reference":
-        a = _reference_weights(q, k, key_mask, gamma_h, causal, variance_reduction)
+        a = _reference_weights(q, k, key_mask, gamma_h, causal, row_scale)
         return a.sum(-1).transpose(0, 2, 1), xlogx(a).sum(-1).transpose(0, 2, 1)
 
     b, tq, h, _ = q.shape
     counts = visible_key_counts(key_mask, causal=causal, q_length=tq)
-    factor = _row_factor(counts, gamma_h, variance_reduction)
+    factor = _row_factor(counts, gamma_h, row_scale)
     kb, _, mb, bk, nb = _key_blocks(k, k, key_mask, (block_sizes or XlaBlockSizes()).block_k)
     qh = q.transpose(0, 2, 1, 3)
 

@@ -109,7 +109,7 @@ class ReluAttentionTest(parameterized.TestCase):
         out = kernels.relu_attention(q, k, v, impl="xla")
         var = float(jnp.var(out))
         assert 0.8 < var < 1.25, f"n={n}: variance {var:.3f}"
-        raw = kernels.relu_attention(q, k, v, impl="xla", variance_reduction=False)
+        raw = kernels.relu_attention(q, k, v, impl="xla", row_scale="none")
         raw_var = float(jnp.var(raw))
         assert raw_var == pytest.approx(n / 2 * var, rel=1e-3)
 
@@ -118,7 +118,7 @@ class ReluAttentionTest(parameterized.TestCase):
         for n in (16, 256, 4096):
             kq, kk, kv = jax.random.split(jax.random.key(n), 3)
             q, k, v = (jax.random.normal(key, (1, n, 2, 64)) for key in (kq, kk, kv))
-            variances.append(float(jnp.var(kernels.relu_attention(q, k, v, impl="xla", variance_reduction=False))))
+            variances.append(float(jnp.var(kernels.relu_attention(q, k, v, impl="xla", row_scale="none"))))
         assert variances[0] * 10 < variances[1] and variances[1] * 10 < variances[2], variances
 
     @parameterized.product(causal=[False, True])

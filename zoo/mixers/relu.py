@@ -48,7 +48,7 @@ class ReLUAttention(MultiHeadMixer):
 
     def attend(self, q, k, v, mask, causal):
         gamma = jnp.exp(self.log_gamma[...])
-        opts = dict(causal=causal, key_mask=mask, gamma=gamma, variance_reduction=self.variance_reduction)
+        opts = dict(causal=causal, key_mask=mask, gamma=gamma, row_scale="sqrt_half" if self.variance_reduction else "none")
         out = kernels.relu_attention(q, k, v, impl=self.impl, **opts)
         if not self.deterministic and (self.norm_loss_weight or self.entropy_loss_weight):
             row_sum, row_xlogx = kernels.relu_attention_row_stats(q, k, impl=self.impl, **opts)

@@ -1,0 +1,165 @@
+"""Linear attention with a feature map φ (SPEC §1.4), given φ(q) and φ(k).
+
+    h_i = φ(q_i)ᵀ S_i / (φ(q_i)ᵀ z_i + ε),   S_i = Σ_j m_ij φ(k_j) v_jᵀ,   z_i = Σ_j m_ij φ(k_j)
+
+m_ij: key j is real (key mask) and, when causal, j ≤ i. Padded keys have φ(k_j) zeroed, so they add
+nothing to S or z (the original LRA code forgot this).
+
+Implementations:
+  "reference"  dense fp32 definition through the T×T matrix φ(Q)φ(K)ᵀ (for tests).
+  "xla"        non-causal: two einsums. Causal: chunkwise — an fp32 state (S | z) carried across chunks
+               by `lax.scan`, the intra-chunk part a masked C×C product; a ones column appended to v
+               gives S and z from one matmul. Memory O(T·C) forward and backward.
+  "auto"       "xla" (the Pallas kernel is a later addition).
+
+`linear_attention_step` advances the causal state by one token: O(1) memory per generated token.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+IMPLS = ("auto", "reference", "xla")
+DEFAULT_CHUNK = 64
+
+
+def _check(phi_q, phi_k, v, key_mask, causal):
+    if phi_q.ndim != 4 or phi_k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            "phi_q, phi_k, v must be [batch, length, heads, dim]; got shapes "
+            f"{phi_q.shape}, {phi_k.shape}, {v.shape}"
+        )
+    if phi_k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"phi_k shape {phi_k.shape} does not match v shape {v.shape} (batch, length, heads)")
+    if phi_q.shape[0] != phi_k.shape[0] or phi_q.shape[2:] != phi_k.shape[2:]:
+        raise ValueError(f"phi_q shape {phi_q.shape} does not match phi_k shape {phi_k.shape} (batch, heads, dim)")
+    if key_mask is not None and key_mask.shape != phi_k.shape[:2]:
+        raise ValueError(f"key_mask shape {key_mask.shape} must be [batch, key_length] = {phi_k.shape[:2]}")
+    if causal and phi_q.shape[1] != phi_k.shape[1]:
+        raise ValueError(f"causal linear attention needs equal query and key lengths, got {phi_q.shape[1]}, {phi_k.shape[1]}")
+
+
+def _mask_keys(phi_k, key_mask):
+    if key_mask is None:
+        return phi_k
+    return jnp.where(key_mask[:, :, None, None], phi_k, jnp.zeros((), phi_k.dtype))
+
+
+def _reference(phi_q, phi_k, v, causal, eps):
+    f32 = jnp.float32
+    a = jnp.einsum("bqhm,bkhm->bhqk", phi_q.astype(f32), phi_k.astype(f32), precision=lax.Precision.HIGHEST)
+    if causal:
+        t = phi_q.shape[1]
+        a = jnp.where(jnp.tril(jnp.ones((t, t), bool)), a, 0.0)
+    num = jnp.einsum("bhqk,bkhd->bqhd", a, v.astype(f32), precision=lax.Precision.HIGHEST)
+    den = a.sum(-1).transpose(0, 2, 1)[..., None]
+    return (num / (den + eps)).astype(v.dtype)
+
+
+def _with_ones(v):
+    """[v | 1]: one matmul then yields both S (numerator) and z (normaliser)."""
+    return jnp.concatenate([v, jnp.ones(v.shape[:-1] + (1,), v.dtype)], axis=-1)
+
+
+def _split_num_den(acc, eps, dtype):
+    return (acc[..., :-1] / (acc[..., -1:] + eps)).astype(dtype)
+
+
+def _xla_noncausal(phi_q, phi_k, v, eps):
+    va = _with_ones(v)
+    if jax.default_backend() == "cpu":  # XLA:CPU has no bf16 x bf16 -> f32 dot for this contraction
+        phi_k, va = phi_k.astype(jnp.float32), va.astype(jnp.float32)
+    state = jnp.einsum("bkhm,bkhd->bhmd", phi_k, va, preferred_element_type=jnp.float32)
+    acc = jnp.einsum("bqhm,bhmd->bqhd", phi_q.astype(jnp.float32), state)
+    return _split_num_den(acc, eps, v.dtype)
+
+
+def _xla_causal(phi_q, phi_k, v, eps, chunk):
+    b, t, h, m = phi_q.shape
+    c = min(chunk, t)
+    n = -(-t // c)
+    pad = n * c - t
+    va = _with_ones(v)
+    if pad:  # padded positions have φ = 0: they add nothing and their outputs are dropped
+        padding = ((0, 0), (0, pad), (0, 0), (0, 0))
+        phi_q, phi_k, va = jnp.pad(phi_q, padding), jnp.pad(phi_k, padding), jnp.pad(va, padding)
+
+    def chunks(x):  # [B, n·C, H, X] → [n, B, H, C, X]
+        return x.reshape(b, n, c, h, x.shape[-1]).transpose(1, 0, 3, 2, 4)
+
+    causal_mask = jnp.tril(jnp.ones((c, c), bool))
+
+    def body(state, xs):
+        q_c, k_c, v_c = xs
+        inter = jnp.einsum("bhcm,bhmd->bhcd", q_c.astype(jnp.float32), state)
+        scores = jnp.einsum("bhcm,bhkm->bhck", q_c, k_c, preferred_element_type=jnp.float32)
+        scores = jnp.where(causal_mask, scores, 0.0)
+        intra = jnp.einsum("bhck,bhkd->bhcd", scores.astype(v_c.dtype), v_c, preferred_element_type=jnp.float32)
+        state = state + jnp.einsum("bhkm,bhkd->bhmd", k_c, v_c, preferred_element_type=jnp.float32)
+        return state, inter + intra
+
+    state0 = jnp.zeros((b, h, m, va.shape[-1]), jnp.float32)
+    _, acc = lax.scan(body, state0, (chunks(phi_q), chunks(phi_k), chunks(va)))
+    acc = acc.transpose(1, 0, 3, 2, 4).reshape(b, n * c, h, va.shape[-1])[:, :t]
+    return _split_num_den(acc, eps, v.dtype)
+
+
+def linear_attention(
+    phi_q: jax.Array,
+    phi_k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool = False,
+    key_mask: jax.Array | None = None,
+    eps: float = 1e-6,
+    impl: str = "auto",
+    chunk_size: int | None = None,
+) -> jax.Array:
+    """Linear attention over positive features. phi_q, phi_k: `[batch, length, heads, m]`; v: `[..., d_v]`.
+
+    Returns v's shape and dtype. `chunk_size` is the causal chunk length for impl="xla" (default 64).
+    """
+    _check(phi_q, phi_k, v, key_mask, causal)
+    if impl not in IMPLS:
+        raise ValueError(f"unknown linear_attention impl {impl!r}; valid: {', '.join(IMPLS)}")
+    phi_k = _mask_keys(phi_k, key_mask)
+    if impl == "reference":
+        return _reference(phi_q, phi_k, v, causal, eps)
+    if not causal:
+        return _xla_noncausal(phi_q, phi_k, v, eps)
+    return _xla_causal(phi_q, phi_k, v, eps, chunk_size or DEFAULT_CHUNK)
+
+
+def linear_attention_init_state(batch: int, heads: int, feature_dim: int, value_dim: int) -> tuple[jax.Array, jax.Array]:
+    """The empty causal state (S `[batch, heads, m, d_v]`, z `[batch, heads, m]`), float32."""
+    return (
+        jnp.zeros((batch, heads, feature_dim, value_dim), jnp.float32),
+        jnp.zeros((batch, heads, feature_dim), jnp.float32),
+    )
+
+
+def linear_attention_step(
+    state: tuple[jax.Array, jax.Array],
+    phi_q: jax.Array,
+    phi_k: jax.Array,
+    v: jax.Array,
+    *,
+    key_mask: jax.Array | None = None,
+    eps: float = 1e-6,
+) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+    """One causal token: adds φ(k) vᵀ and φ(k) to (S, z), then reads out φ(q). Inputs `[batch, heads, dim]`.
+
+    key_mask `[batch]` (False: the token is padding and leaves the state unchanged). Returns (state, out).
+    """
+    s, z = state
+    if key_mask is not None:
+        phi_k = jnp.where(key_mask[:, None, None], phi_k, jnp.zeros((), phi_k.dtype))
+    kf = phi_k.astype(jnp.float32)
+    s = s + jnp.einsum("bhm,bhd->bhmd", kf, v.astype(jnp.float32))
+    z = z + kf
+    qf = phi_q.astype(jnp.float32)
+    num = jnp.einsum("bhm,bhmd->bhd", qf, s)
+    den = jnp.einsum("bhm,bhm->bh", qf, z)[..., None]
+    return (s, z), (num / (den + eps)).astype(v.dtype)
