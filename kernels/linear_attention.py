@@ -28,8 +28,7 @@ DEFAULT_CHUNK = 64
 def _check(phi_q, phi_k, v, key_mask, causal):
     if phi_q.ndim != 4 or phi_k.ndim != 4 or v.ndim != 4:
         raise ValueError(
-            "phi_q, phi_k, v must be [batch, length, heads, dim]; got shapes "
-            f"{phi_q.shape}, {phi_k.shape}, {v.shape}"
+            f"phi_q, phi_k, v must be [batch, length, heads, dim]; got shapes {phi_q.shape}, {phi_k.shape}, {v.shape}"
         )
     if phi_k.shape[:3] != v.shape[:3]:
         raise ValueError(f"phi_k shape {phi_k.shape} does not match v shape {v.shape} (batch, length, heads)")
@@ -38,7 +37,9 @@ def _check(phi_q, phi_k, v, key_mask, causal):
     if key_mask is not None and key_mask.shape != phi_k.shape[:2]:
         raise ValueError(f"key_mask shape {key_mask.shape} must be [batch, key_length] = {phi_k.shape[:2]}")
     if causal and phi_q.shape[1] != phi_k.shape[1]:
-        raise ValueError(f"causal linear attention needs equal query and key lengths, got {phi_q.shape[1]}, {phi_k.shape[1]}")
+        raise ValueError(
+            f"causal linear attention needs equal query and key lengths, got {phi_q.shape[1]}, {phi_k.shape[1]}"
+        )
 
 
 def _mask_keys(phi_k, key_mask):
@@ -132,7 +133,9 @@ def linear_attention(
     return _xla_causal(phi_q, phi_k, v, eps, chunk_size or DEFAULT_CHUNK)
 
 
-def linear_attention_init_state(batch: int, heads: int, feature_dim: int, value_dim: int) -> tuple[jax.Array, jax.Array]:
+def linear_attention_init_state(
+    batch: int, heads: int, feature_dim: int, value_dim: int
+) -> tuple[jax.Array, jax.Array]:
     """The empty causal state (S `[batch, heads, m, d_v]`, z `[batch, heads, m]`), float32."""
     return (
         jnp.zeros((batch, heads, feature_dim, value_dim), jnp.float32),

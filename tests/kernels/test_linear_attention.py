@@ -28,7 +28,9 @@ class LinearAttentionTest(parameterized.TestCase):
         def run(impl):
             @self.variant
             def f(phi_q, phi_k, v, mask):
-                return kernels.linear_attention(phi_q, phi_k, v, causal=causal, key_mask=mask, impl=impl, chunk_size=chunk)
+                return kernels.linear_attention(
+                    phi_q, phi_k, v, causal=causal, key_mask=mask, impl=impl, chunk_size=chunk
+                )
 
             return f(phi_q, phi_k, v, mask)
 

@@ -1,24 +1,40 @@
-"""Position-wise feed-forward layers (SPEC §1.3; the key-value-memory variants follow in the zoo issue)."""
+"""Position-wise feed-forward layers, read as key-value memories (SPEC §1.3).
+
+relu               ReLU(x W1 + b1) W2 + b2 (the standard FFN)
+gelu               GELU(x W1 + b1) W2 + b2
+softmax_memory     Softmax(x Kᵀ) V over n = hidden slots
+softmax_ln_memory  LayerNorm(Softmax(x Kᵀ) V)
+relu_memory        ReLU(x Kᵀ) V (the FFN without biases)
+none               no FFN sub-layer (gMLP blocks)
+"""
 
 from __future__ import annotations
 
 import jax
 from flax import nnx
 
-_ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
-FFN_KINDS = tuple(_ACTIVATIONS)
+FFN_KINDS = ("relu", "gelu", "softmax_memory", "softmax_ln_memory", "relu_memory", "none")
+_MEMORY = ("softmax_memory", "softmax_ln_memory", "relu_memory")
 
 
 class FeedForward(nnx.Module):
-    """`act(x W1 + b1) W2 + b2` with dropout on the hidden activations."""
-
     def __init__(self, d_model: int, hidden: int, *, kind: str, dropout: float, dtype, rngs: nnx.Rngs):
-        if kind not in _ACTIVATIONS:
-            raise ValueError(f"unknown ffn kind {kind!r}; valid: {', '.join(FFN_KINDS)}")
-        self.act = _ACTIVATIONS[kind]
-        self.wi = nnx.Linear(d_model, hidden, dtype=dtype, rngs=rngs)
-        self.wo = nnx.Linear(hidden, d_model, dtype=dtype, rngs=rngs)
+        if kind not in FFN_KINDS or kind == "none":
+            raise ValueError(f"unknown ffn kind {kind!r}; valid: {', '.join(k for k in FFN_KINDS if k != 'none')}")
+        bias = kind not in _MEMORY
+        self.kind = kind
+        self.wi = nnx.Linear(d_model, hidden, use_bias=bias, dtype=dtype, rngs=rngs)  # keys K
+        self.wo = nnx.Linear(hidden, d_model, use_bias=bias, dtype=dtype, rngs=rngs)  # values V
+        self.norm = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs) if kind == "softmax_ln_memory" else None
         self.dropout = nnx.Dropout(dropout)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
-        return self.wo(self.dropout(self.act(self.wi(x)), rngs=rngs))
+        h = self.wi(x)
+        if self.kind in ("relu", "relu_memory"):
+            h = jax.nn.relu(h)
+        elif self.kind == "gelu":
+            h = jax.nn.gelu(h)
+        else:
+            h = jax.nn.softmax(h.astype("float32"), axis=-1).astype(h.dtype)
+        y = self.wo(self.dropout(h, rngs=rngs))
+        return self.norm(y) if self.norm is not None else y

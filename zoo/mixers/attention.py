@@ -1,8 +1,15 @@
-"""Shared multi-head plumbing for attention-type mixers: q/k/v/out projections around an `attend`."""
+"""Shared multi-head plumbing for attention-type mixers: projections, cross-attention, a key-value cache.
+
+Subclasses implement `attend(q, k, v, mask, causal)` on `[batch, length, heads, head_dim]` and may
+override `combine` (applied to the merged heads before the output projection). Incremental decoding
+through a key-value cache works for any `attend` that honours a key mask: the visible keys of the
+token at position i are cache slots 0..i, which also gives ReLU attention its n_i = i + 1.
+"""
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
@@ -10,12 +17,6 @@ from zoo.layers.common import compute_dtype
 
 
 class MultiHeadMixer(nnx.Module):
-    """Projects x to per-head q, k, v `[batch, length, heads, head_dim]`, calls `attend`, projects back.
-
-    Subclasses implement `attend(q, k, v, mask, causal)`; `supports_causal = False` makes a causal
-    request a clear error.
-    """
-
     supports_causal = True
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
@@ -33,11 +34,48 @@ class MultiHeadMixer(nnx.Module):
     def attend(self, q, k, v, mask, causal):
         raise NotImplementedError
 
-    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None, causal: bool = False) -> jax.Array:
+    def combine(self, o: jax.Array) -> jax.Array:
+        """Merged heads `[batch, length, d_model]` → the output projection's input."""
+        return o
+
+    def _split(self, y):
+        return y.reshape(*y.shape[:2], self.num_heads, self.head_dim)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        mask: jax.Array | None = None,
+        causal: bool = False,
+        context: jax.Array | None = None,
+        context_mask: jax.Array | None = None,
+    ) -> jax.Array:
+        """Self-attention over x, or cross-attention from x to `context` (keys/values) when given."""
         if causal and not self.supports_causal:
             raise ValueError(f"mixer {self.name!r} has no causal form")
-        b, t, d = x.shape
-        split = lambda y: y.reshape(b, t, self.num_heads, self.head_dim)
-        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
-        o = self.attend(q, k, v, mask, causal)
-        return self.out(o.reshape(b, t, d))
+        if context is not None and causal:
+            raise ValueError(f"mixer {self.name!r}: cross-attention cannot be causal")
+        source, source_mask = (x, mask) if context is None else (context, context_mask)
+        q = self._split(self.query(x))
+        k, v = self._split(self.key(source)), self._split(self.value(source))
+        o = self.attend(q, k, v, source_mask, causal)
+        return self.out(self.combine(o.reshape(*x.shape[:2], -1)))
+
+    # -- incremental decoding ------------------------------------------------------------------
+
+    def init_cache(self, batch: int, max_length: int) -> dict:
+        shape = (batch, max_length, self.num_heads, self.head_dim)
+        return {"k": jnp.zeros(shape, self.dtype), "v": jnp.zeros(shape, self.dtype), "index": jnp.zeros((), jnp.int32)}
+
+    def decode(self, x: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
+        """One causal step: x `[batch, 1, d_model]` at position cache["index"] → (y `[batch, 1, d_model]`, cache)."""
+        if not self.supports_causal:
+            raise ValueError(f"mixer {self.name!r} has no causal form, so it cannot decode incrementally")
+        i = cache["index"]
+        q, k, v = (self._split(proj(x)) for proj in (self.query, self.key, self.value))
+        keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), (0, i, 0, 0))
+        values = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), (0, i, 0, 0))
+        visible = jnp.broadcast_to(jnp.arange(keys.shape[1]) <= i, keys.shape[:2])
+        o = self.attend(q, keys, values, visible, False)
+        y = self.out(self.combine(o.reshape(x.shape[0], 1, -1)))
+        return y, {"k": keys, "v": values, "index": i + 1}

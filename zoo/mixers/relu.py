@@ -1,11 +1,13 @@
-"""ReLUFormer attention (SPEC §1.2): ReLU scores scaled by 1/(γ_h √(n_i/2)), with its two regularisers.
+"""The ReLU family (SPEC §1.2): ReLUFormer, ReLA and ReLU/L attention.
 
-The regularisers are computed in training only (a module in `.eval()` mode skips them) and sown,
-already weighted, as `AuxLoss`; the trainer adds them to the task loss.
+ReLUFormer: ReLU scores scaled by 1/(γ_h √(n_i/2)), with a normalisation and an entropy regulariser
+computed in training only (a module in `.eval()` mode skips them) and sown, already weighted, as
+`AuxLoss`; the trainer adds them to the task loss.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -32,6 +34,8 @@ def relu_regularisers(row_sum, row_xlogx, counts, query_mask, margin):
 
 
 class ReLUAttention(MultiHeadMixer):
+    """ReLUFormer attention."""
+
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
         if cfg.gamma_init <= 0:
@@ -39,7 +43,7 @@ class ReLUAttention(MultiHeadMixer):
         log_gamma = jnp.full((self.num_heads,), jnp.log(cfg.gamma_init), jnp.float32)
         # γ is log-parameterised so it stays positive; a fixed γ is kept out of the trainable params.
         self.log_gamma = nnx.Param(log_gamma) if cfg.gamma_learnable else nnx.Variable(log_gamma)
-        self.variance_reduction = cfg.variance_reduction
+        self.row_scale = "sqrt_half" if cfg.variance_reduction else "none"
         self.norm_loss_weight = cfg.norm_loss_weight
         self.entropy_loss_weight = cfg.entropy_loss_weight
         self.entropy_margin = cfg.entropy_margin
@@ -48,18 +52,60 @@ class ReLUAttention(MultiHeadMixer):
 
     def attend(self, q, k, v, mask, causal):
         gamma = jnp.exp(self.log_gamma[...])
-        opts = dict(causal=causal, key_mask=mask, gamma=gamma, row_scale="sqrt_half" if self.variance_reduction else "none")
+        opts = dict(causal=causal, key_mask=mask, gamma=gamma, row_scale=self.row_scale)
         out = kernels.relu_attention(q, k, v, impl=self.impl, **opts)
         if not self.deterministic and (self.norm_loss_weight or self.entropy_loss_weight):
             row_sum, row_xlogx = kernels.relu_attention_row_stats(q, k, impl=self.impl, **opts)
-            real = jnp.ones(q.shape[:2], bool) if mask is None else mask
-            counts = kernels.visible_key_counts(real, causal=causal)
+            keys = jnp.ones(k.shape[:2], bool) if mask is None else mask
+            counts = kernels.visible_key_counts(keys, causal=causal, q_length=q.shape[1])
+            # Real query rows: the key mask for self-attention, every row for cross-attention.
+            real = keys if q.shape[1] == k.shape[1] else jnp.ones(q.shape[:2], bool)
             l_norm, l_ent = relu_regularisers(row_sum, row_xlogx, counts, real, self.entropy_margin)
             self.sow(AuxLoss, "relu_regularisers", self.norm_loss_weight * l_norm + self.entropy_loss_weight * l_ent)
         return out
 
 
-def _options() -> dict:
+class ReLUPerLength(MultiHeadMixer):
+    """ReLU/L (Wortsman et al. 2023): a_ij = ReLU(s_ij) / L, L the row's visible-key count."""
+
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        super().__init__(cfg, rngs=rngs)
+        self.impl = cfg.impl
+
+    def attend(self, q, k, v, mask, causal):
+        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, row_scale="count", impl=self.impl)
+
+
+class RMSNormGate(nnx.Module):
+    """ReLA's output stabiliser on merged heads: g ⊙ RMSNorm(o) ⊙ σ(w ⊙ o), g initialised to ones."""
+
+    def __init__(self, d: int, *, dtype):
+        self.scale = nnx.Param(jnp.ones((d,), jnp.float32))
+        self.gate = nnx.Param(jnp.ones((d,), jnp.float32))
+        self.dtype = dtype
+
+    def __call__(self, o: jax.Array) -> jax.Array:
+        of = o.astype(jnp.float32)
+        normed = of * jax.lax.rsqrt(jnp.mean(of * of, axis=-1, keepdims=True) + 1e-6)
+        return (self.scale[...] * normed * jax.nn.sigmoid(self.gate[...] * of)).astype(self.dtype)
+
+
+class ReLA(MultiHeadMixer):
+    """ReLA (Zhang, Titov & Sennrich 2021): A = ReLU(q·k/√d)·mask (rows may be all zero), then the gate."""
+
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        super().__init__(cfg, rngs=rngs)
+        self.impl = cfg.impl
+        self.gate = RMSNormGate(cfg.d_model, dtype=self.dtype)
+
+    def attend(self, q, k, v, mask, causal):
+        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, row_scale="none", impl=self.impl)
+
+    def combine(self, o):
+        return self.gate(o)
+
+
+def _relu_options() -> dict:
     return {
         "variance_reduction": True,  # False: the paper's non-converging ablation
         "gamma_init": 1.0,  # the paper does not publish γ
@@ -71,4 +117,6 @@ def _options() -> dict:
     }
 
 
-register("relu", ReLUAttention, _options)
+register("relu", ReLUAttention, _relu_options)
+register("relu_l", ReLUPerLength, lambda: {"impl": "auto"})
+register("rela", ReLA, lambda: {"impl": "auto"})

@@ -1,7 +1,20 @@
 """Models assembled from zoo layers and mixers."""
 
-from zoo.models.classifier import SequenceClassifier
+from zoo.models.blocks import Block
+from zoo.models.classifiers import DualEncoder, SequenceClassifier, SequenceEncoder
 from zoo.models.config import mixer_config, model_config
-from zoo.models.encoder import Encoder, EncoderBlock
+from zoo.models.encoder import Decoder, Encoder
+from zoo.models.seq2seq import CausalLM, EncoderDecoder
 
-__all__ = ["Encoder", "EncoderBlock", "SequenceClassifier", "mixer_config", "model_config"]
+__all__ = [
+    "Block",
+    "CausalLM",
+    "Decoder",
+    "DualEncoder",
+    "Encoder",
+    "EncoderDecoder",
+    "SequenceClassifier",
+    "SequenceEncoder",
+    "mixer_config",
+    "model_config",
+]

@@ -1,4 +1,4 @@
-"""The model section every task config shares, and the mixer config derived from it."""
+"""The model section every task config shares, and the mixer configs derived from it."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ from zoo import mixers
 
 
 def model_config(**overrides) -> ml_collections.ConfigDict:
-    """Defaults for a pre-LN encoder; `mixer_options.<name>` holds each mixer's own fields."""
+    """Defaults for pre-LN models; `mixer_options.<name>` holds each mixer's own fields."""
     cfg = ml_collections.ConfigDict(
         {
-            "mixer": "relu",
+            "mixer": "relu",  # self-attention / token mixer of every block
+            "cross_mixer": "softmax",  # encoder-decoder cross-attention (attention types only)
             "num_layers": 2,
+            "num_decoder_layers": 0,  # encoder-decoder: 0 means num_layers
             "d_model": 128,
             "num_heads": 4,
             "mlp_dim": 256,
             "max_length": 512,
             "dropout": 0.1,
-            "ffn": "relu",
+            "ffn": "relu",  # see zoo.layers.ffn.FFN_KINDS; "none" for gMLP-style blocks
             "positional": "sinusoidal",
             "pooling": "cls",
             "dtype": "float32",  # compute dtype; parameters stay float32
@@ -29,10 +31,13 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
     return cfg
 
 
-def mixer_config(model: ml_collections.ConfigDict, *, max_length: int | None = None) -> ml_collections.ConfigDict:
-    """The selected mixer's complete config: shared fields from `model`, options from `model.mixer_options`."""
-    cfg = mixers.default_config(model.mixer)  # raises, listing valid names, for an unknown mixer
-    cfg.update(model.mixer_options[model.mixer])
+def mixer_config(
+    model: ml_collections.ConfigDict, *, name: str | None = None, max_length: int | None = None
+) -> ml_collections.ConfigDict:
+    """Mixer `name` (default `model.mixer`): shared fields from `model`, options from `model.mixer_options`."""
+    name = model.mixer if name is None else name
+    cfg = mixers.default_config(name)  # raises, listing valid names, for an unknown mixer
+    cfg.update(model.mixer_options[name])
     cfg.d_model, cfg.num_heads, cfg.dtype = model.d_model, model.num_heads, model.dtype
     cfg.max_length = model.max_length if max_length is None else max_length
     return cfg

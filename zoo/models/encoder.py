@@ -1,4 +1,4 @@
-"""Pre-LN Transformer encoder whose token mixer is any registered mixer."""
+"""Stacks of pre-LN blocks: an encoder (any mixer, optionally causal) and a decoder with incremental decoding."""
 
 from __future__ import annotations
 
@@ -6,36 +6,56 @@ import jax
 import ml_collections
 from flax import nnx
 
-from zoo import mixers
-from zoo.layers import FeedForward, compute_dtype
-from zoo.models.config import mixer_config
-
-
-class EncoderBlock(nnx.Module):
-    """x + Dropout(mixer(LN(x))); x + Dropout(FFN(LN(x)))."""
-
-    def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int, rngs: nnx.Rngs):
-        dtype = compute_dtype(cfg.dtype)
-        self.mixer_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
-        self.mixer = mixers.build(mixer_config(cfg, max_length=max_length), rngs=rngs)
-        self.ffn_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
-        self.ffn = FeedForward(cfg.d_model, cfg.mlp_dim, kind=cfg.ffn, dropout=cfg.dropout, dtype=dtype, rngs=rngs)
-        self.dropout = nnx.Dropout(cfg.dropout)
-
-    def __call__(self, x, *, mask, causal: bool, rngs: nnx.Rngs | None = None):
-        x = x + self.dropout(self.mixer(self.mixer_norm(x), mask=mask, causal=causal), rngs=rngs)
-        return x + self.dropout(self.ffn(self.ffn_norm(x), rngs=rngs), rngs=rngs)
+from zoo.layers import compute_dtype
+from zoo.models.blocks import Block
 
 
 class Encoder(nnx.Module):
-    """A stack of pre-LN blocks and a final LayerNorm over `[batch, length, d_model]` inputs."""
+    """Blocks and a final LayerNorm over `[batch, length, d_model]` inputs."""
 
-    def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int | None = None, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        cfg: ml_collections.ConfigDict,
+        *,
+        max_length: int | None = None,
+        num_layers: int | None = None,
+        cross: bool = False,
+        rngs: nnx.Rngs,
+    ):
         max_length = cfg.max_length if max_length is None else max_length
-        self.blocks = nnx.List([EncoderBlock(cfg, max_length=max_length, rngs=rngs) for _ in range(cfg.num_layers)])
+        num_layers = cfg.num_layers if num_layers is None else num_layers
+        self.blocks = nnx.List([Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)])
         self.final_norm = nnx.LayerNorm(cfg.d_model, dtype=compute_dtype(cfg.dtype), rngs=rngs)
 
-    def __call__(self, x: jax.Array, *, mask: jax.Array | None, causal: bool = False, rngs: nnx.Rngs | None = None):
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        mask: jax.Array | None,
+        causal: bool = False,
+        context: jax.Array | None = None,
+        context_mask: jax.Array | None = None,
+        rngs: nnx.Rngs | None = None,
+    ) -> jax.Array:
         for block in self.blocks:
-            x = block(x, mask=mask, causal=causal, rngs=rngs)
+            x = block(x, mask=mask, causal=causal, context=context, context_mask=context_mask, rngs=rngs)
         return self.final_norm(x)
+
+
+class Decoder(Encoder):
+    """A causal stack (cross-attention to an encoder when `cross=True`) that can also decode step by step."""
+
+    def __call__(self, x, *, mask, context=None, context_mask=None, rngs=None, causal: bool = True):
+        if not causal:
+            raise ValueError("a Decoder is always causal")
+        return super().__call__(x, mask=mask, causal=True, context=context, context_mask=context_mask, rngs=rngs)
+
+    def init_cache(self, batch: int, max_length: int) -> list:
+        return [block.init_cache(batch, max_length) for block in self.blocks]
+
+    def decode(self, x, cache: list, *, context=None, context_mask=None) -> tuple[jax.Array, list]:
+        new_cache = []
+        for block, c in zip(self.blocks, cache, strict=True):
+            x, c = block.decode(x, c, context=context, context_mask=context_mask)
+            new_cache.append(c)
+        return self.final_norm(x), new_cache

@@ -1,0 +1,214 @@
+"""Linear attention with fixed, random or trainable feature maps (SPEC §1.4).
+
+Feature maps φ (applied head-wise, the same φ for queries and keys, weights `[heads, d, d]` per head):
+  elu1           ELU(x) + 1 (Katharopoulos et al. 2020)
+  relu           ReLU(x) + 1e-6
+  favor          FAVOR+ positive orthogonal random features (Performer); non-trainable state
+  softplus       Softplus(x W)
+  orth_softplus  Softplus(x W), W orthogonal at init, regulariser λ·mean((W Wᵀ − I)²)
+  glu            Softplus(x W_f) ⊙ σ(x W_g)
+  oglu           as glu with W_f orthogonal + regulariser, W_g He init
+  aoglu          as oglu with a low-rank gate σ((x A) B), rank r = d/4 by default
+`kernel_depth` = k stacks k trainable kernels: the inner ones use the identity in place of Softplus,
+the last is positive. The orthogonality regulariser is sown as `AuxLoss` in training.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import kernels
+from zoo.layers.common import AuxLoss
+from zoo.mixers.attention import MultiHeadMixer
+from zoo.mixers.registry import register
+
+FEATURE_MAPS = ("elu1", "relu", "favor", "softplus", "orth_softplus", "glu", "oglu", "aoglu")
+_FIXED = ("elu1", "relu", "favor")
+_ORTHOGONAL = ("orth_softplus", "oglu", "aoglu")
+_GATED = ("glu", "oglu", "aoglu")
+
+
+class RandomFeatures(nnx.Variable):
+    """FAVOR+ projection ω: state, but not a trainable parameter."""
+
+
+def orthogonal_random_features(key: jax.Array, num_features: int, dim: int) -> jax.Array:
+    """`[num_features, dim]`: stacked orthogonal blocks, rows rescaled to Gaussian norms (Performer)."""
+    blocks = -(-num_features // dim)
+    keys = jax.random.split(key, blocks + 1)
+    rows = [jnp.linalg.qr(jax.random.normal(k, (dim, dim)))[0].T for k in keys[:blocks]]
+    w = jnp.concatenate(rows, axis=0)[:num_features]
+    norms = jnp.linalg.norm(jax.random.normal(keys[-1], (num_features, dim)), axis=1)
+    return w * norms[:, None]
+
+
+def favor_features(x, omega, *, is_query: bool, mask, causal: bool) -> jax.Array:
+    """φ(x) = m^(−½)(exp(ωᵀx̂ − ‖x̂‖²/2 − stabiliser) + 1e-6), x̂ = x·d^(−¼); x `[B, T, H, d]`.
+
+    Queries subtract their own row max (it cancels in the normaliser). Keys share one stabiliser:
+    the max over real keys when not causal (so padding cannot change it), none when causal (a
+    sequence-wide max would let future keys change past outputs).
+    """
+    d, m = x.shape[-1], omega.shape[0]
+    xs = x.astype(jnp.float32) * d**-0.25
+    proj = jnp.einsum("bthd,md->bthm", xs, omega.astype(jnp.float32))
+    log_phi = proj - 0.5 * jnp.sum(xs * xs, axis=-1, keepdims=True)
+    if is_query:
+        stab = jnp.max(proj, axis=-1, keepdims=True)
+    elif causal:
+        stab = jnp.zeros((), jnp.float32)
+    else:
+        real = jnp.ones(x.shape[:2], bool) if mask is None else mask
+        stab = jnp.max(jnp.where(real[:, :, None, None], proj, -jnp.inf), axis=(1, 3), keepdims=True)
+        stab = jnp.where(jnp.isfinite(stab), stab, 0.0)
+    return (jnp.exp(log_phi - jax.lax.stop_gradient(stab)) + 1e-6) / math.sqrt(m)
+
+
+def _orthogonal_heads(rngs: nnx.Rngs, heads: int, d: int) -> jax.Array:
+    init = jax.nn.initializers.orthogonal()
+    return jax.vmap(lambda k: init(k, (d, d), jnp.float32))(jax.random.split(rngs.params(), heads))
+
+
+def orthogonality_penalty(w: jax.Array) -> jax.Array:
+    """mean((W Wᵀ − I)²) over heads; ≈ 0 for orthogonal W."""
+    eye = jnp.eye(w.shape[-1], dtype=jnp.float32)
+    gram = jnp.einsum("hij,hkj->hik", w, w)
+    return jnp.mean((gram - eye) ** 2)
+
+
+class KernelLayer(nnx.Module):
+    """One trainable feature-map layer on `[B, T, H, d]`: (Softplus or identity)(x W_f) [⊙ gate(x)]."""
+
+    def __init__(self, kind: str, heads: int, d: int, *, positive: bool, gate_rank: int, rngs: nnx.Rngs):
+        lecun = jax.nn.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
+        he = jax.nn.initializers.he_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
+        self.orthogonal = kind in _ORTHOGONAL
+        w_f = _orthogonal_heads(rngs, heads, d) if self.orthogonal else lecun(rngs.params(), (heads, d, d))
+        self.w_f = nnx.Param(w_f)
+        self.positive = positive
+        self.gate_kind = None
+        if kind in ("glu", "oglu"):
+            self.gate_kind = "full"
+            init = he if kind == "oglu" else lecun
+            self.w_g = nnx.Param(init(rngs.params(), (heads, d, d)))
+        elif kind == "aoglu":
+            self.gate_kind = "low_rank"
+            self.gate_a = nnx.Param(he(rngs.params(), (heads, d, gate_rank)))
+            self.gate_b = nnx.Param(he(rngs.params(), (heads, gate_rank, d)))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        f = jnp.einsum("bthd,hde->bthe", x, self.w_f[...].astype(x.dtype))
+        if self.positive:
+            f = jax.nn.softplus(f)
+        if self.gate_kind == "full":
+            f = f * jax.nn.sigmoid(jnp.einsum("bthd,hde->bthe", x, self.w_g[...].astype(x.dtype)))
+        elif self.gate_kind == "low_rank":
+            a = jnp.einsum("bthd,hdr->bthr", x, self.gate_a[...].astype(x.dtype))
+            f = f * jax.nn.sigmoid(jnp.einsum("bthr,hrd->bthd", a, self.gate_b[...].astype(x.dtype)))
+        return f
+
+    def penalty(self) -> jax.Array:
+        return orthogonality_penalty(self.w_f[...]) if self.orthogonal else jnp.zeros((), jnp.float32)
+
+
+class FeatureMap(nnx.Module):
+    def __init__(self, cfg, heads: int, d: int, *, rngs: nnx.Rngs):
+        kind, depth = cfg.feature_map, cfg.kernel_depth
+        if kind not in FEATURE_MAPS:
+            raise ValueError(f"mixer 'linear': unknown feature_map {kind!r}; valid: {', '.join(FEATURE_MAPS)}")
+        if depth < 1 or (kind in _FIXED and depth != 1):
+            raise ValueError(f"mixer 'linear': kernel_depth={depth} is not valid for feature_map {kind!r}")
+        self.kind = kind
+        favor = kind == "favor"
+        self.omega = RandomFeatures(orthogonal_random_features(rngs.params(), cfg.num_features, d)) if favor else None
+        self.redraw = favor and cfg.favor_redraw
+        # Redraws come from a stream of their own, kept (and checkpointed) as state.
+        self.redraw_rngs = nnx.Rngs(favor=rngs.params()) if self.redraw else None
+        rank = cfg.gate_rank or max(1, d // 4)
+        self.layers = (
+            nnx.List(
+                [
+                    KernelLayer(kind, heads, d, positive=(i == depth - 1), gate_rank=rank, rngs=rngs)
+                    for i in range(depth)
+                ]
+            )
+            if kind not in _FIXED
+            else None
+        )
+        self.deterministic = False
+
+    def __call__(self, x, *, is_query: bool, mask, causal: bool) -> jax.Array:
+        if self.kind == "elu1":
+            return jax.nn.elu(x) + 1.0
+        if self.kind == "relu":
+            return jax.nn.relu(x) + 1e-6
+        if self.kind == "favor":
+            if self.redraw and not self.deterministic and is_query:  # once per forward, before the queries
+                self.omega.value = orthogonal_random_features(self.redraw_rngs.favor(), *self.omega.value.shape)
+            return favor_features(x, self.omega[...], is_query=is_query, mask=mask, causal=causal).astype(x.dtype)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def penalty(self) -> jax.Array:
+        if self.layers is None:
+            return jnp.zeros((), jnp.float32)
+        return sum((layer.penalty() for layer in self.layers), jnp.zeros((), jnp.float32))
+
+
+class LinearAttention(MultiHeadMixer):
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        super().__init__(cfg, rngs=rngs)
+        self.feature_map = FeatureMap(cfg, self.num_heads, self.head_dim, rngs=rngs)
+        self.eps, self.impl, self.chunk_size = cfg.eps, cfg.impl, cfg.chunk_size
+        self.orth_loss_weight = cfg.orth_loss_weight if cfg.feature_map in _ORTHOGONAL else 0.0
+        self.deterministic = False
+
+    def _features(self, q, k, mask, causal):
+        phi_q = self.feature_map(q, is_query=True, mask=None, causal=causal)
+        phi_k = self.feature_map(k, is_query=False, mask=mask, causal=causal)
+        if self.orth_loss_weight and not self.deterministic:
+            self.sow(AuxLoss, "orthogonality", self.orth_loss_weight * self.feature_map.penalty())
+        return phi_q, phi_k
+
+    def attend(self, q, k, v, mask, causal):
+        phi_q, phi_k = self._features(q, k, mask, causal)
+        return kernels.linear_attention(
+            phi_q, phi_k, v, causal=causal, key_mask=mask, eps=self.eps, impl=self.impl, chunk_size=self.chunk_size
+        )
+
+    def init_cache(self, batch: int, max_length: int) -> dict:
+        m = self.feature_map.omega.value.shape[0] if self.feature_map.kind == "favor" else self.head_dim
+        s, z = kernels.linear_attention_init_state(batch, self.num_heads, m, self.head_dim)
+        return {"s": s, "z": z, "index": jnp.zeros((), jnp.int32)}
+
+    def decode(self, x, cache):
+        """O(1) memory per token: the running (S, z) replaces the key-value cache."""
+        q, k, v = (self._split(proj(x)) for proj in (self.query, self.key, self.value))
+        phi_q, phi_k = self._features(q, k, None, True)
+        (s, z), o = kernels.linear_attention_step(
+            (cache["s"], cache["z"]), phi_q[:, 0], phi_k[:, 0], v[:, 0], eps=self.eps
+        )
+        y = self.out(self.combine(o.reshape(x.shape[0], 1, -1)))
+        return y, {"s": s, "z": z, "index": cache["index"] + 1}
+
+
+def _options() -> dict:
+    return {
+        "feature_map": "elu1",
+        "kernel_depth": 1,  # stacked trainable kernels (1×, 2×, 3× in the paper's table)
+        "num_features": 256,  # favor: m random features
+        "favor_redraw": False,  # favor: draw fresh features at every training forward
+        "gate_rank": 0,  # aoglu: rank r of the gate; 0 means head_dim // 4
+        "orth_loss_weight": 0.1,  # λ of the orthogonality regulariser (authors' later code)
+        "eps": 1e-6,
+        "chunk_size": 64,
+        "impl": "auto",
+    }
+
+
+register("linear", LinearAttention, _options)

@@ -1,0 +1,147 @@
+"""gMLP's spatial gating unit and aMLP (SPEC §1.5) as token mixers.
+
+    mixer(x) = (Z1 ⊙ (W · LN(Z2) + b [+ tiny_attn(x)])) V,   Z = GELU(x U),  Z1, Z2 = split(Z)
+
+x is the block's normed input (the encoder block applies the pre-LN and the residual), so an encoder
+with `ffn="none"` and this mixer is exactly a gMLP stack. W is n×n with n = max_length, initialised
+near zero with b = 1, so each block starts as an FFN. Padded rows of LN(Z2) are zeroed before the
+spatial projection, so padding never reaches real tokens. Causal: W is masked lower-triangular.
+Toeplitz: W_ij = w_{i−j}, 2n − 1 parameters. aMLP adds a single-head attention of width d_attn
+(64 in the paper) to the gate. The SGU mixes only within a sequence: cross-attention is an error.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from zoo.layers.common import compute_dtype
+from zoo.mixers.registry import register
+
+
+class TinyAttention(nnx.Module):
+    """aMLP's `Dense(3·d_attn) → softmax(q kᵀ/√d_attn) v → Dense(d_out)`, one head."""
+
+    def __init__(self, d_in: int, d_attn: int, d_out: int, *, dtype, rngs: nnx.Rngs):
+        self.qkv = nnx.Linear(d_in, 3 * d_attn, dtype=dtype, rngs=rngs)
+        self.out = nnx.Linear(d_attn, d_out, dtype=dtype, rngs=rngs)
+        self.d_attn = d_attn
+
+    def __call__(self, x, mask, causal):
+        q, k, v = jnp.split(self.qkv(x)[:, :, None, :], 3, axis=-1)
+        bias_mask = None if mask is None else mask[:, None, None, :]
+        return self.out(jax.nn.dot_product_attention(q, k, v, mask=bias_mask, is_causal=causal)[:, :, 0])
+
+    def init_cache(self, batch, max_length, dtype):
+        shape = (batch, max_length, 1, self.d_attn)
+        return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+
+    def decode(self, x, cache, i):
+        q, k, v = jnp.split(self.qkv(x)[:, :, None, :], 3, axis=-1)
+        keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), (0, i, 0, 0))
+        values = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), (0, i, 0, 0))
+        visible = (jnp.arange(keys.shape[1]) <= i)[None, None, None, :]
+        y = jax.nn.dot_product_attention(q, keys, values, mask=visible)[:, :, 0]
+        return self.out(y), {"k": keys, "v": values}
+
+
+class SpatialGatingMixer(nnx.Module):
+    supports_causal = True
+    supports_cross = False
+
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        d, n = cfg.d_model, cfg.max_length
+        d_ffn = cfg.d_ffn or 6 * d
+        if d_ffn % 2:
+            raise ValueError(f"mixer {cfg.name!r}: d_ffn={d_ffn} must be even (it is split in two)")
+        self.name, self.max_length, self.toeplitz = cfg.name, n, cfg.toeplitz
+        self.dtype = dtype = compute_dtype(cfg.dtype)
+        self.proj_in = nnx.Linear(d, d_ffn, dtype=dtype, rngs=rngs)
+        self.gate_norm = nnx.LayerNorm(d_ffn // 2, dtype=dtype, rngs=rngs)
+        self.proj_out = nnx.Linear(d_ffn // 2, d, dtype=dtype, rngs=rngs)
+        # Near-zero W (U(±init_scale/n)) and b = 1: the gate starts at ≈ 1 and the block acts as an FFN.
+        bound = cfg.spatial_init_scale / n
+        shape = (2 * n - 1,) if cfg.toeplitz else (n, n)
+        self.spatial = nnx.Param(jax.random.uniform(rngs.params(), shape, jnp.float32, -bound, bound))
+        self.spatial_bias = nnx.Param(jnp.ones((n,), jnp.float32))
+        self.tiny_attention = (
+            TinyAttention(d, cfg.tiny_attention_dim, d_ffn // 2, dtype=dtype, rngs=rngs)
+            if cfg.tiny_attention_dim
+            else None
+        )
+
+    def spatial_matrix(self, length: int, causal: bool) -> jax.Array:
+        """W restricted to the first `length` positions, `[length, length]`, lower-triangular if causal."""
+        if length > self.max_length:
+            raise ValueError(
+                f"mixer {self.name!r}: input length {length} exceeds the spatial size max_length={self.max_length} "
+                "(W is max_length × max_length); raise model.max_length"
+            )
+        if self.toeplitz:
+            offsets = jnp.arange(length)[:, None] - jnp.arange(length)[None, :] + self.max_length - 1
+            w = self.spatial[...][offsets]
+        else:
+            w = self.spatial[...][:length, :length]
+        return jnp.tril(w) if causal else w
+
+    def _split_gate(self, x):
+        z = jax.nn.gelu(self.proj_in(x))
+        z1, z2 = jnp.split(z, 2, axis=-1)
+        return z1, self.gate_norm(z2)
+
+    def __call__(self, x, *, mask=None, causal=False, context=None, context_mask=None):
+        if context is not None:
+            raise ValueError(f"mixer {self.name!r} mixes only within a sequence; it cannot be used as cross-attention")
+        length = x.shape[1]
+        w = self.spatial_matrix(length, causal)
+        z1, z2 = self._split_gate(x)
+        if mask is not None:
+            z2 = jnp.where(mask[..., None], z2, jnp.zeros((), z2.dtype))
+        gate = jnp.einsum("ij,bjd->bid", w.astype(z2.dtype), z2) + self.spatial_bias[:length, None].astype(z2.dtype)
+        if self.tiny_attention is not None:
+            gate = gate + self.tiny_attention(x, mask, causal)
+        return self.proj_out(z1 * gate)
+
+    # -- incremental decoding: the normed gate inputs seen so far -----------------------------
+
+    def init_cache(self, batch: int, max_length: int) -> dict:
+        if max_length > self.max_length:
+            raise ValueError(
+                f"mixer {self.name!r}: cannot decode {max_length} tokens with max_length={self.max_length}"
+            )
+        d_half = self.proj_out.in_features
+        cache = {"z2": jnp.zeros((batch, max_length, d_half), self.dtype), "index": jnp.zeros((), jnp.int32)}
+        if self.tiny_attention is not None:
+            cache["tiny"] = self.tiny_attention.init_cache(batch, max_length, self.dtype)
+        return cache
+
+    def decode(self, x, cache):
+        i = cache["index"]
+        buf_len = cache["z2"].shape[1]
+        z1, z2 = self._split_gate(x)
+        buf = jax.lax.dynamic_update_slice(cache["z2"], z2.astype(cache["z2"].dtype), (0, i, 0))
+        row = jax.lax.dynamic_index_in_dim(self.spatial_matrix(buf_len, causal=True), i, axis=0)  # [1, buf_len]
+        gate = jnp.einsum("qj,bjd->bqd", row.astype(buf.dtype), buf) + self.spatial_bias[i].astype(buf.dtype)
+        new_cache = {"z2": buf, "index": i + 1}
+        if self.tiny_attention is not None:
+            attn, new_cache["tiny"] = self.tiny_attention.decode(x, cache["tiny"], i)
+            gate = gate + attn
+        return self.proj_out(z1 * gate), new_cache
+
+
+def _gmlp_options() -> dict:
+    return {
+        "d_ffn": 0,  # 0: 6 × d_model (the paper's base configs)
+        "toeplitz": False,
+        "spatial_init_scale": 1e-3,
+        "tiny_attention_dim": 0,  # 0 for gMLP
+    }
+
+
+def _amlp_options() -> dict:
+    return {**_gmlp_options(), "tiny_attention_dim": 64}
+
+
+register("gmlp", SpatialGatingMixer, _gmlp_options)
+register("amlp", SpatialGatingMixer, _amlp_options)

@@ -1,0 +1,57 @@
+"""The pre-LN block every model stacks: token mixer, optional cross-attention, optional FFN."""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+from flax import nnx
+
+from zoo import mixers
+from zoo.layers import FeedForward, compute_dtype
+from zoo.models.config import mixer_config
+
+
+class Block(nnx.Module):
+    """x + Drop(mixer(LN x)); [x + Drop(cross(LN x, context))]; [x + Drop(FFN(LN x))]."""
+
+    def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int, cross: bool, rngs: nnx.Rngs):
+        dtype = compute_dtype(cfg.dtype)
+        self.mixer_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+        self.mixer = mixers.build(mixer_config(cfg, max_length=max_length), rngs=rngs)
+        # NNX: each optional sub-module is assigned once (a module or None), never None then a module.
+        cross_mixer = mixers.build(mixer_config(cfg, name=cfg.cross_mixer), rngs=rngs) if cross else None
+        if cross and not getattr(cross_mixer, "supports_cross", True):
+            raise ValueError(
+                f"model.cross_mixer={cfg.cross_mixer!r} mixes only within a sequence and cannot be used as "
+                "cross-attention; choose an attention-type mixer"
+            )
+        self.cross = cross_mixer
+        self.cross_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs) if cross else None
+        has_ffn = cfg.ffn != "none"
+        self.ffn_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs) if has_ffn else None
+        self.ffn = (
+            FeedForward(cfg.d_model, cfg.mlp_dim, kind=cfg.ffn, dropout=cfg.dropout, dtype=dtype, rngs=rngs)
+            if has_ffn
+            else None
+        )
+        self.dropout = nnx.Dropout(cfg.dropout)
+
+    def _cross_and_ffn(self, x, context, context_mask, rngs):
+        if self.cross is not None:
+            y = self.cross(self.cross_norm(x), context=context, context_mask=context_mask)
+            x = x + self.dropout(y, rngs=rngs)
+        if self.ffn is not None:
+            x = x + self.dropout(self.ffn(self.ffn_norm(x), rngs=rngs), rngs=rngs)
+        return x
+
+    def __call__(self, x, *, mask, causal: bool, context=None, context_mask=None, rngs: nnx.Rngs | None = None):
+        x = x + self.dropout(self.mixer(self.mixer_norm(x), mask=mask, causal=causal), rngs=rngs)
+        return self._cross_and_ffn(x, context, context_mask, rngs)
+
+    def init_cache(self, batch: int, max_length: int) -> dict:
+        return self.mixer.init_cache(batch, max_length)
+
+    def decode(self, x: jax.Array, cache: dict, *, context=None, context_mask=None) -> tuple[jax.Array, dict]:
+        """One causal step for x `[batch, 1, d_model]` (inference: no dropout)."""
+        y, cache = self.mixer.decode(self.mixer_norm(x), cache)
+        return self._cross_and_ffn(x + y, context, context_mask, None), cache

@@ -1,0 +1,89 @@
+"""Generative models: a causal language model and an encoder-decoder, both with incremental decoding.
+
+Decoding state is an explicit pytree (`init_cache` → `decode` → new cache), so it jits and scans; each
+mixer keeps what it needs: a key-value cache (softmax, ReLU, sparse), the running (S, z) (linear), or
+the gate inputs seen so far (SGU).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from zoo.layers import TokenEmbedding, add_positions, compute_dtype
+from zoo.layers.embeddings import sinusoidal_positions
+from zoo.models.classifiers import PAD_ID
+from zoo.models.encoder import Decoder, Encoder
+
+
+def _positions_at(x: jax.Array, index: jax.Array, kind: str, max_length: int) -> jax.Array:
+    """Adds the position encoding of `index` to a one-token input `[batch, 1, d]`."""
+    if kind == "none":
+        return x
+    row = jax.lax.dynamic_slice_in_dim(sinusoidal_positions(max_length, x.shape[-1]), index, 1)
+    return x + row[None].astype(x.dtype)
+
+
+class CausalLM(nnx.Module):
+    """tokens `[batch, length]` → next-token logits `[batch, length, vocab]` (float32)."""
+
+    def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
+        dtype = compute_dtype(cfg.dtype)
+        self.positional, self.max_length = cfg.positional, cfg.max_length
+        self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
+        self.decoder = Decoder(cfg, rngs=rngs)
+        self.logits = nnx.Linear(cfg.d_model, vocab_size, dtype=dtype, rngs=rngs)
+        self.dropout = nnx.Dropout(cfg.dropout)
+
+    def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
+        x = add_positions(self.embed(tokens), self.positional)
+        x = self.decoder(self.dropout(x, rngs=rngs), mask=tokens != PAD_ID, rngs=rngs)
+        return self.logits(x).astype(jnp.float32)
+
+    def init_cache(self, batch: int, max_length: int | None = None) -> dict:
+        max_length = self.max_length if max_length is None else max_length
+        return {"layers": self.decoder.init_cache(batch, max_length), "index": jnp.zeros((), jnp.int32)}
+
+    def decode(self, token: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
+        """token `[batch, 1]` at position cache["index"] → (logits `[batch, 1, vocab]`, cache)."""
+        x = _positions_at(self.embed(token), cache["index"], self.positional, self.max_length)
+        x, layers = self.decoder.decode(x, cache["layers"])
+        return self.logits(x).astype(jnp.float32), {"layers": layers, "index": cache["index"] + 1}
+
+
+class EncoderDecoder(nnx.Module):
+    """(source, target prefix) → logits; the decoder cross-attends through `model.cross_mixer`."""
+
+    def __init__(self, cfg: ml_collections.ConfigDict, *, src_vocab: int, tgt_vocab: int, rngs: nnx.Rngs):
+        dtype = compute_dtype(cfg.dtype)
+        self.positional, self.max_length = cfg.positional, cfg.max_length
+        self.src_embed = TokenEmbedding(src_vocab, cfg.d_model, dtype=dtype, rngs=rngs)
+        self.tgt_embed = TokenEmbedding(tgt_vocab, cfg.d_model, dtype=dtype, rngs=rngs)
+        self.encoder = Encoder(cfg, rngs=rngs)
+        self.decoder = Decoder(cfg, num_layers=cfg.num_decoder_layers or cfg.num_layers, cross=True, rngs=rngs)
+        self.logits = nnx.Linear(cfg.d_model, tgt_vocab, dtype=dtype, rngs=rngs)
+        self.dropout = nnx.Dropout(cfg.dropout)
+
+    def encode(self, src: jax.Array, *, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, jax.Array]:
+        mask = src != PAD_ID
+        x = add_positions(self.src_embed(src), self.positional)
+        return self.encoder(self.dropout(x, rngs=rngs), mask=mask, rngs=rngs), mask
+
+    def __call__(self, src: jax.Array, tgt_in: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
+        enc, src_mask = self.encode(src, rngs=rngs)
+        y = add_positions(self.tgt_embed(tgt_in), self.positional)
+        y = self.decoder(
+            self.dropout(y, rngs=rngs), mask=tgt_in != PAD_ID, context=enc, context_mask=src_mask, rngs=rngs
+        )
+        return self.logits(y).astype(jnp.float32)
+
+    def init_cache(self, batch: int, max_length: int | None = None) -> dict:
+        max_length = self.max_length if max_length is None else max_length
+        return {"layers": self.decoder.init_cache(batch, max_length), "index": jnp.zeros((), jnp.int32)}
+
+    def decode(self, token, cache, enc, src_mask) -> tuple[jax.Array, dict]:
+        x = _positions_at(self.tgt_embed(token), cache["index"], self.positional, self.max_length)
+        x, layers = self.decoder.decode(x, cache["layers"], context=enc, context_mask=src_mask)
+        return self.logits(x).astype(jnp.float32), {"layers": layers, "index": cache["index"] + 1}
