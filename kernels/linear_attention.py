@@ -61,7 +61,7 @@ def _reference(phi_q, phi_k, v, causal, eps):
 
 def _with_ones(v):
     """[v | 1]: one matmul then yields both S (numerator) and z (normaliser)."""
-    return jnp.concatenate([v, jnp.ones(v.shape[:-1] + (1,), v.dtype)], axis=-1)
+    return jnp.concatenate([v, jnp.ones((*v.shape[:-1], 1), v.dtype)], axis=-1)
 
 
 def _split_num_den(acc, eps, dtype):

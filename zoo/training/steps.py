@@ -34,8 +34,10 @@ def make_train_step(graphdef, loss_fn: LossFn, *, accum_steps: int, state_shardi
         model = nnx.merge(model_def, params, rest)
         objective_sum, sums = loss_fn(model, micro, nnx.Rngs(dropout=key), True)
         aux = _sum_aux(model)
+        # Non-parameter state the forward changed (RNG stream counters, redrawn random features).
+        new_rest = nnx.state(model, nnx.Not(nnx.Param))
         # Aux losses are means per micro-batch: weight them by its example count.
-        return objective_sum + aux * sums["count"], {**sums, "aux_loss": aux * sums["count"]}
+        return objective_sum + aux * sums["count"], ({**sums, "aux_loss": aux * sums["count"]}, new_rest)
 
     grad_fn = jax.grad(objective, has_aux=True)
 
@@ -44,20 +46,23 @@ def make_train_step(graphdef, loss_fn: LossFn, *, accum_steps: int, state_shardi
         model_def, params, rest = nnx.split(model, nnx.Param, ...)
         key = jax.random.fold_in(key, optimizer.step[...])
         if accum_steps == 1:
-            grads, sums = grad_fn(params, rest, model_def, batch, key)
+            grads, (sums, rest) = grad_fn(params, rest, model_def, batch, key)
         else:
             micro = jax.tree.map(lambda x: x.reshape(accum_steps, -1, *x.shape[1:]), batch)
 
             def body(carry, xs):
-                g_acc, s_acc = carry
+                g_acc, s_acc, rest = carry
                 mb, i = xs
-                g, s = grad_fn(params, rest, model_def, mb, jax.random.fold_in(key, i))
-                return (jax.tree.map(jnp.add, g_acc, g), jax.tree.map(jnp.add, s_acc, s)), None
+                g, (s, rest) = grad_fn(params, rest, model_def, mb, jax.random.fold_in(key, i))
+                return (jax.tree.map(jnp.add, g_acc, g), jax.tree.map(jnp.add, s_acc, s), rest), None
 
             zeros_g = jax.tree.map(jnp.zeros_like, params)
-            _, s_shape = jax.eval_shape(grad_fn, params, rest, model_def, jax.tree.map(lambda x: x[0], micro), key)
+            first = jax.tree.map(lambda x: x[0], micro)
+            _, (s_shape, _) = jax.eval_shape(grad_fn, params, rest, model_def, first, key)
             zeros_s = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), s_shape)
-            (grads, sums), _ = jax.lax.scan(body, (zeros_g, zeros_s), (micro, jnp.arange(accum_steps)))
+            carry = (zeros_g, zeros_s, rest)
+            (grads, sums, rest), _ = jax.lax.scan(body, carry, (micro, jnp.arange(accum_steps)))
+        nnx.update(model, rest)
         count = jnp.maximum(sums["count"], 1.0)
         grads = jax.tree.map(lambda g: g / count, grads)
         sums["grad_norm"] = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))) * sums["count"]
