@@ -1,0 +1,77 @@
+"""FFN / key-value-memory variants, dual encoder, encoder-decoder masking, describe."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from zoo import describe, models
+from zoo.layers import FFN_KINDS, FeedForward
+
+D = 16
+
+
+@pytest.mark.parametrize("kind", [k for k in FFN_KINDS if k != "none"])
+def test_ffn_variants(kind):
+    ffn = FeedForward(D, 32, kind=kind, dropout=0.0, dtype=jnp.float32, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(0), (2, 5, D))
+    y = ffn(x)
+    chex.assert_shape(y, x.shape)
+    chex.assert_tree_all_finite(y)
+    has_bias = ffn.wi.bias is not None
+    assert has_bias == (kind in ("relu", "gelu"))  # memories are plain K, V matrices
+    if kind == "softmax_ln_memory":
+        np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
+        np.testing.assert_allclose(y.var(-1), 1.0, atol=1e-2)
+    if kind == "softmax_memory":  # a convex combination of the value slots
+        weights = jax.nn.softmax(ffn.wi(x), axis=-1)
+        chex.assert_trees_all_close(y, weights @ ffn.wo.kernel[...], atol=1e-5)
+
+
+def test_unknown_ffn_kind():
+    with pytest.raises(ValueError, match=r"unknown ffn kind 'swish'; valid: relu, gelu, softmax_memory"):
+        FeedForward(D, 8, kind="swish", dropout=0.0, dtype=jnp.float32, rngs=nnx.Rngs(0))
+
+
+def test_every_block_can_use_every_ffn():
+    for kind in FFN_KINDS:
+        cfg = models.model_config(d_model=D, num_heads=2, mlp_dim=8, max_length=6, dropout=0.0, ffn=kind)
+        enc = models.Encoder(cfg, rngs=nnx.Rngs(0))
+        chex.assert_shape(enc(jnp.ones((1, 6, D)), mask=None), (1, 6, D))
+
+
+def test_dual_encoder_features():
+    cfg = models.model_config(d_model=D, num_heads=2, mlp_dim=8, max_length=7, dropout=0.0)
+    model = models.DualEncoder(cfg, vocab_size=11, num_classes=2, rngs=nnx.Rngs(0))
+    a = jnp.array([[1, 2, 3, 0, 0, 0, 0]])
+    b = jnp.array([[4, 5, 6, 7, 8, 0, 0]])
+    chex.assert_shape(model(a, b), (1, 2))
+    assert model.head.hidden.kernel[...].shape[0] == 4 * D
+    assert not np.allclose(model(a, b), model(b, a))  # [x1, x2, x1·x2, x1 − x2] is ordered
+
+
+def test_encoder_decoder_target_is_causal_and_source_padding_is_ignored():
+    cfg = models.model_config(mixer="relu", d_model=D, num_heads=2, mlp_dim=8, max_length=8, dropout=0.0)
+    model = models.EncoderDecoder(cfg, src_vocab=10, tgt_vocab=10, rngs=nnx.Rngs(0))
+    src = jnp.array([[1, 2, 3, 4, 0, 0, 0, 0]])
+    tgt = jnp.array([[1, 5, 6, 7, 8, 9, 2, 3]])
+    base = model(src, tgt)
+    changed_future = model(src, tgt.at[:, 5:].set(4))
+    chex.assert_trees_all_close(base[:, :5], changed_future[:, :5], atol=1e-5)
+    # Padded source positions (id 0) are masked: swapping the padding for other padding changes nothing.
+    chex.assert_trees_all_close(model(src, tgt), model(src.at[:, 6].set(0), tgt), atol=1e-6)
+
+
+def test_describe_counts_every_parameter_and_compares_with_softmax():
+    cfg = models.model_config(mixer="linear", d_model=32, num_heads=4, mlp_dim=64, max_length=16)
+    cfg.mixer_options.linear.feature_map = "glu"
+    counts = describe.parameter_counts(cfg)
+    enc = models.Encoder(cfg, rngs=nnx.Rngs(0))
+    assert describe.total(counts) == sum(x.size for x in jax.tree.leaves(nnx.state(enc, nnx.Param)))
+    assert set(counts) == {"block_0", "block_1", "final_norm"}
+    extra_per_layer = 2 * 4 * 8 * 8  # W_f and W_g: [heads, head_dim, head_dim]
+    assert counts["block_0"]["mixer"] == 4 * (32 * 32 + 32) + extra_per_layer
+    text = describe.describe(cfg)
+    assert "extra parameters vs softmax: +1,024" in text
