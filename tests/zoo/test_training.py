@@ -37,10 +37,11 @@ def test_cosine_and_constant_schedules():
         make_schedule(train_config(schedule="linear"))
 
 
-def _setup(accum=1, dtype="float32", label_smoothing=0.0, dropout=0.0):
+def _setup(accum=1, dtype="float32", label_smoothing=0.0, dropout=0.0, mixer="relu", **mixer_options):
     cfg = models.model_config(
-        num_layers=1, d_model=32, num_heads=4, mlp_dim=32, max_length=10, dtype=dtype, dropout=dropout
+        num_layers=1, d_model=32, num_heads=4, mlp_dim=32, max_length=10, dtype=dtype, dropout=dropout, mixer=mixer
     )
+    cfg.mixer_options[mixer].update(mixer_options)
     model = models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=nnx.Rngs(0))
     opt = nnx.Optimizer(model, make_optimizer(train_config(learning_rate=1e-2, warmup_steps=0)), wrt=nnx.Param)
     graphdef, state = nnx.split((model, opt))
@@ -217,3 +218,20 @@ def test_non_finite_loss_is_never_checkpointed(tmp_path):
     ckpt = Checkpointer(tmp_path / "checkpoints", max_to_keep=3)
     assert ckpt.latest_step() == 4
     assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_non_parameter_state_updates_reach_the_returned_state(accum):
+    """FAVOR+ with redraw: each training forward draws new features; the step must keep them."""
+    _, state, step, _ = _setup(accum=accum, mixer="linear", feature_map="favor", num_features=16, favor_redraw=True)
+
+    def omega(state):
+        model_state = nnx.to_pure_dict(state)[0]
+        return model_state["encoder"]["encoder"]["blocks"][0]["mixer"]["feature_map"]["omega"]
+
+    before = np.asarray(omega(state))
+    state, _ = step(state, _batch(), jax.random.key(0))
+    after = np.asarray(omega(state))
+    assert not np.allclose(before, after)
+    state, _ = step(state, _batch(), jax.random.key(0))
+    assert not np.allclose(after, np.asarray(omega(state)))

@@ -31,7 +31,8 @@ def make_train_step(graphdef, loss_fn: LossFn, *, accum_steps: int, state_shardi
     """
 
     def objective(params, rest, model_def, micro, key):
-        model = nnx.merge(model_def, params, rest)
+        # copy=True: fresh Variables at this trace level, so the forward may update non-parameter state.
+        model = nnx.merge(model_def, params, rest, copy=True)
         objective_sum, sums = loss_fn(model, micro, nnx.Rngs(dropout=key), True)
         aux = _sum_aux(model)
         # Non-parameter state the forward changed (RNG stream counters, redrawn random features).
