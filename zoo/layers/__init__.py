@@ -1,6 +1,6 @@
 """Layers shared by every model: FFN variants, embeddings, heads, dtype helpers."""
 
-from zoo.layers.common import AuxLoss, compute_dtype
+from zoo.layers.common import AuxLoss, compute_dtype, dense, logical
 from zoo.layers.embeddings import TokenEmbedding, add_positions, sinusoidal_positions
 from zoo.layers.ffn import FFN_KINDS, FeedForward
 from zoo.layers.heads import ClassificationHead
@@ -13,5 +13,7 @@ __all__ = [
     "TokenEmbedding",
     "add_positions",
     "compute_dtype",
+    "dense",
+    "logical",
     "sinusoidal_positions",
 ]

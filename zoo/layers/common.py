@@ -18,3 +18,28 @@ def compute_dtype(name: str):
         return _DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(_DTYPES)}") from None
+
+
+def logical(initializer, *axes: str | None):
+    """`initializer` tagged with logical axis names, one per parameter dimension.
+
+    zoo.training.mesh maps them to mesh axes ("embed" → fsdp, "heads"/"mlp"/"vocab" → tensor); the
+    optimiser state of a parameter inherits its tag. Untagged parameters are replicated.
+    """
+    return nnx.with_metadata(initializer, logical_axes=tuple(axes))
+
+
+def dense(
+    d_in: int, d_out: int, axes: tuple[str | None, str | None], *, dtype, rngs: nnx.Rngs, use_bias=True, init=None
+):
+    """nnx.Linear whose kernel is tagged `axes` and whose bias is tagged with the output axis."""
+    init = init or nnx.initializers.lecun_normal()
+    return nnx.Linear(
+        d_in,
+        d_out,
+        use_bias=use_bias,
+        kernel_init=logical(init, *axes),
+        bias_init=logical(nnx.initializers.zeros_init(), axes[1]),
+        dtype=dtype,
+        rngs=rngs,
+    )

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from zoo.layers.common import logical
+
 POSITIONAL = ("sinusoidal", "none")
 
 
@@ -35,7 +37,11 @@ class TokenEmbedding(nnx.Module):
 
     def __init__(self, vocab_size: int, d_model: int, *, dtype, rngs: nnx.Rngs):
         self.embed = nnx.Embed(
-            vocab_size, d_model, dtype=dtype, embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs
+            vocab_size,
+            d_model,
+            dtype=dtype,
+            embedding_init=logical(nnx.initializers.normal(stddev=1.0), "vocab", "embed"),
+            rngs=rngs,
         )
         self.dtype = dtype
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
+from zoo.layers.common import dense
+
 FFN_KINDS = ("relu", "gelu", "softmax_memory", "softmax_ln_memory", "relu_memory", "none")
 _MEMORY = ("softmax_memory", "softmax_ln_memory", "relu_memory")
 
@@ -23,8 +25,8 @@ class FeedForward(nnx.Module):
             raise ValueError(f"unknown ffn kind {kind!r}; valid: {', '.join(k for k in FFN_KINDS if k != 'none')}")
         bias = kind not in _MEMORY
         self.kind = kind
-        self.wi = nnx.Linear(d_model, hidden, use_bias=bias, dtype=dtype, rngs=rngs)  # keys K
-        self.wo = nnx.Linear(hidden, d_model, use_bias=bias, dtype=dtype, rngs=rngs)  # values V
+        self.wi = dense(d_model, hidden, ("embed", "mlp"), use_bias=bias, dtype=dtype, rngs=rngs)  # keys K
+        self.wo = dense(hidden, d_model, ("mlp", "embed"), use_bias=bias, dtype=dtype, rngs=rngs)  # values V
         self.norm = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs) if kind == "softmax_ln_memory" else None
         self.dropout = nnx.Dropout(dropout)
 

@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from zoo.layers.common import dense
+
 POOLINGS = ("cls", "mean")
 
 
@@ -21,8 +23,8 @@ def pool(x: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
 
 class ClassificationHead(nnx.Module):
     def __init__(self, d_in: int, hidden: int, num_classes: int, *, dtype, rngs: nnx.Rngs):
-        self.hidden = nnx.Linear(d_in, hidden, dtype=dtype, rngs=rngs)
-        self.logits = nnx.Linear(hidden, num_classes, dtype=dtype, rngs=rngs)
+        self.hidden = dense(d_in, hidden, ("embed", "mlp"), dtype=dtype, rngs=rngs)
+        self.logits = dense(hidden, num_classes, ("mlp", None), dtype=dtype, rngs=rngs)
 
     def __call__(self, pooled: jax.Array) -> jax.Array:
         return self.logits(jax.nn.relu(self.hidden(pooled))).astype(jnp.float32)

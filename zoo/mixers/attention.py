@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from zoo.layers.common import compute_dtype
+from zoo.layers.common import compute_dtype, dense
 
 
 class MultiHeadMixer(nnx.Module):
@@ -27,9 +27,11 @@ class MultiHeadMixer(nnx.Module):
         self.num_heads, self.head_dim = h, d // h
         self.dtype = compute_dtype(cfg.dtype)
         init = nnx.initializers.xavier_uniform()
-        self.query, self.key, self.value, self.out = (
-            nnx.Linear(d, d, kernel_init=init, dtype=self.dtype, rngs=rngs) for _ in range(4)
+        # Heads are split over the `tensor` mesh axis: q/k/v shard their outputs, `out` its inputs.
+        self.query, self.key, self.value = (
+            dense(d, d, ("embed", "heads"), init=init, dtype=self.dtype, rngs=rngs) for _ in range(3)
         )
+        self.out = dense(d, d, ("heads", "embed"), init=init, dtype=self.dtype, rngs=rngs)
 
     def attend(self, q, k, v, mask, causal):
         raise NotImplementedError

@@ -88,17 +88,17 @@ class KernelLayer(nnx.Module):
         he = jax.nn.initializers.he_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
         self.orthogonal = kind in _ORTHOGONAL
         w_f = _orthogonal_heads(rngs, heads, d) if self.orthogonal else lecun(rngs.params(), (heads, d, d))
-        self.w_f = nnx.Param(w_f)
+        self.w_f = nnx.Param(w_f, logical_axes=("heads", None, None))
         self.positive = positive
         self.gate_kind = None
         if kind in ("glu", "oglu"):
             self.gate_kind = "full"
             init = he if kind == "oglu" else lecun
-            self.w_g = nnx.Param(init(rngs.params(), (heads, d, d)))
+            self.w_g = nnx.Param(init(rngs.params(), (heads, d, d)), logical_axes=("heads", None, None))
         elif kind == "aoglu":
             self.gate_kind = "low_rank"
-            self.gate_a = nnx.Param(he(rngs.params(), (heads, d, gate_rank)))
-            self.gate_b = nnx.Param(he(rngs.params(), (heads, gate_rank, d)))
+            self.gate_a = nnx.Param(he(rngs.params(), (heads, d, gate_rank)), logical_axes=("heads", None, None))
+            self.gate_b = nnx.Param(he(rngs.params(), (heads, gate_rank, d)), logical_axes=("heads", None, None))
 
     def __call__(self, x: jax.Array) -> jax.Array:
         f = jnp.einsum("bthd,hde->bthe", x, self.w_f[...].astype(x.dtype))

@@ -42,7 +42,8 @@ class ReLUAttention(MultiHeadMixer):
             raise ValueError(f"mixer 'relu': gamma_init must be positive, got {cfg.gamma_init}")
         log_gamma = jnp.full((self.num_heads,), jnp.log(cfg.gamma_init), jnp.float32)
         # γ is log-parameterised so it stays positive; a fixed γ is kept out of the trainable params.
-        self.log_gamma = nnx.Param(log_gamma) if cfg.gamma_learnable else nnx.Variable(log_gamma)
+        variable = nnx.Param if cfg.gamma_learnable else nnx.Variable
+        self.log_gamma = variable(log_gamma, logical_axes=("heads",))
         self.row_scale = "sqrt_half" if cfg.variance_reduction else "none"
         self.norm_loss_weight = cfg.norm_loss_weight
         self.entropy_loss_weight = cfg.entropy_loss_weight

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from zoo.layers.common import compute_dtype
+from zoo.layers.common import compute_dtype, dense
 from zoo.mixers.registry import register
 
 
@@ -57,9 +57,9 @@ class SpatialGatingMixer(nnx.Module):
             raise ValueError(f"mixer {cfg.name!r}: d_ffn={d_ffn} must be even (it is split in two)")
         self.name, self.max_length, self.toeplitz = cfg.name, n, cfg.toeplitz
         self.dtype = dtype = compute_dtype(cfg.dtype)
-        self.proj_in = nnx.Linear(d, d_ffn, dtype=dtype, rngs=rngs)
+        self.proj_in = dense(d, d_ffn, ("embed", "mlp"), dtype=dtype, rngs=rngs)
         self.gate_norm = nnx.LayerNorm(d_ffn // 2, dtype=dtype, rngs=rngs)
-        self.proj_out = nnx.Linear(d_ffn // 2, d, dtype=dtype, rngs=rngs)
+        self.proj_out = dense(d_ffn // 2, d, ("mlp", "embed"), dtype=dtype, rngs=rngs)
         # Near-zero W (U(±init_scale/n)) and b = 1: the gate starts at ≈ 1 and the block acts as an FFN.
         bound = cfg.spatial_init_scale / n
         shape = (2 * n - 1,) if cfg.toeplitz else (n, n)

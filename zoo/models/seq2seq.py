@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from zoo.layers import TokenEmbedding, add_positions, compute_dtype
+from zoo.layers import TokenEmbedding, add_positions, compute_dtype, dense
 from zoo.layers.embeddings import sinusoidal_positions
 from zoo.models.classifiers import PAD_ID
 from zoo.models.encoder import Decoder, Encoder
@@ -34,7 +34,7 @@ class CausalLM(nnx.Module):
         self.positional, self.max_length = cfg.positional, cfg.max_length
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
         self.decoder = Decoder(cfg, rngs=rngs)
-        self.logits = nnx.Linear(cfg.d_model, vocab_size, dtype=dtype, rngs=rngs)
+        self.logits = dense(cfg.d_model, vocab_size, ("embed", "vocab"), dtype=dtype, rngs=rngs)
         self.dropout = nnx.Dropout(cfg.dropout)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
@@ -63,7 +63,7 @@ class EncoderDecoder(nnx.Module):
         self.tgt_embed = TokenEmbedding(tgt_vocab, cfg.d_model, dtype=dtype, rngs=rngs)
         self.encoder = Encoder(cfg, rngs=rngs)
         self.decoder = Decoder(cfg, num_layers=cfg.num_decoder_layers or cfg.num_layers, cross=True, rngs=rngs)
-        self.logits = nnx.Linear(cfg.d_model, tgt_vocab, dtype=dtype, rngs=rngs)
+        self.logits = dense(cfg.d_model, tgt_vocab, ("embed", "vocab"), dtype=dtype, rngs=rngs)
         self.dropout = nnx.Dropout(cfg.dropout)
 
     def encode(self, src: jax.Array, *, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, jax.Array]:

@@ -25,7 +25,8 @@ from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
 from zoo.training.config import check_resume_config, write_config
 from zoo.training.metrics import MetricWriter, Progress, Stopwatch, summarise
-from zoo.training.optim import make_optimizer, make_schedule
+from zoo.training.optim import make_schedule
+from zoo.training.state import abstract_state, create_train_state, state_builder
 from zoo.training.steps import LossFn, make_eval_step, make_train_step
 
 # Fault injection for the resume test: SIGKILL this process after the given step completes.
@@ -85,7 +86,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
         )
     # Every check that can fail on a bad config runs before anything is written to the workdir.
     check_resume_config(config, workdir)
-    nnx.eval_shape(lambda: task.build_model(nnx.Rngs(params=0)))
+    abstract_state(state_builder(task.build_model, train_cfg, config.seed))
     if is_writer:
         write_config(config, workdir)
 
@@ -95,11 +96,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
             f"train.batch_size / grad_accum_steps = {train_cfg.batch_size // train_cfg.grad_accum_steps} "
             f"is not divisible by the {mesh_lib.batch_shards(mesh)} data × fsdp shards"
         )
-    model = task.build_model(nnx.Rngs(params=config.seed))
-    optimizer = nnx.Optimizer(model, make_optimizer(train_cfg), wrt=nnx.Param)
-    graphdef, state = nnx.split((model, optimizer))
-    state_sharding = mesh_lib.state_shardings(state, mesh)
-    state = jax.device_put(state, state_sharding)
+    graphdef, state, state_sharding = create_train_state(state_builder(task.build_model, train_cfg, config.seed), mesh)
     shardings = dict(
         state_sharding=state_sharding,
         batch_sharding=mesh_lib.batch_sharding(mesh),

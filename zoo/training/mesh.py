@@ -1,7 +1,16 @@
 """Device mesh and shardings: the one place that decides where parameters and batches live.
 
-Axes are (`data`, `fsdp`, `tensor`). Batches are split over data × fsdp. Parameters are replicated for
-now; sharding rules (FSDP, tensor parallelism) plug in through `state_shardings`.
+Axes are (`data`, `fsdp`, `tensor`). Batches are split over data × fsdp. Parameters carry logical axis
+names (`zoo.layers.logical`); `LOGICAL_RULES` maps them to mesh axes:
+
+  embed → fsdp     (FSDP: the model dimension of every matrix is split over the fsdp axis)
+  heads → tensor   (tensor parallelism over attention heads)
+  mlp   → tensor   (and over the FFN hidden dimension)
+  vocab → tensor
+
+A dimension that the mesh axis does not divide stays whole (replicated), so any config runs on any
+mesh; optimiser state follows its parameter. Untagged parameters (norms, γ, SGU spatial weights) are
+replicated.
 """
 
 from __future__ import annotations
@@ -11,11 +20,13 @@ import math
 import jax
 import ml_collections
 import numpy as np
+from flax import nnx
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
+LOGICAL_RULES = {"embed": "fsdp", "heads": "tensor", "mlp": "tensor", "vocab": "tensor"}
 
 
 def mesh_shape(cfg: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:
@@ -50,9 +61,33 @@ def batch_shards(mesh: jax.sharding.Mesh) -> int:
     return mesh.shape["data"] * mesh.shape["fsdp"]
 
 
+def logical_to_spec(logical_axes, shape, mesh: jax.sharding.Mesh) -> P:
+    """PartitionSpec for a parameter of `shape` tagged `logical_axes`, under LOGICAL_RULES and divisibility."""
+    if not logical_axes:
+        return P()
+    if len(logical_axes) != len(shape):
+        raise ValueError(f"logical axes {logical_axes} do not match parameter shape {shape}")
+    spec, used = [], set()
+    for name, dim in zip(logical_axes, shape, strict=True):
+        axis = LOGICAL_RULES.get(name) if name is not None else None
+        if axis is None or axis in used or mesh.shape[axis] == 1 or dim % mesh.shape[axis]:
+            spec.append(None)
+        else:
+            spec.append(axis)
+            used.add(axis)
+    return P(*spec)
+
+
 def state_shardings(state, mesh: jax.sharding.Mesh):
-    """Sharding of every leaf of the train state (parameters and optimiser state): replicated."""
-    return jax.tree.map(lambda _: replicated(mesh), state)
+    """A NamedSharding for every variable of an `nnx.State` (parameters, optimiser state, RNG, buffers)."""
+
+    def sharding(x):
+        if isinstance(x, nnx.Variable):
+            axes = x.get_metadata().get("logical_axes")
+            return x.replace(NamedSharding(mesh, logical_to_spec(axes, x.shape, mesh)))
+        return replicated(mesh)
+
+    return jax.tree.map(sharding, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 def put_batch(batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> dict[str, jax.Array]:
