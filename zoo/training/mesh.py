@@ -44,9 +44,12 @@ def mesh_shape(cfg: ml_collections.ConfigDict, num_devices: int) -> tuple[int, i
     return tuple(sizes)
 
 
-def make_mesh(cfg: ml_collections.ConfigDict) -> jax.sharding.Mesh:
+def make_mesh(cfg: ml_collections.ConfigDict, devices=None) -> jax.sharding.Mesh:
+    """The mesh over `devices` (default: every device of every process)."""
+    devices = jax.devices() if devices is None else devices
     # Auto axes: shardings are given explicitly at jit boundaries and XLA propagates them inside.
-    return jax.make_mesh(mesh_shape(cfg, jax.device_count()), AXES, axis_types=(AxisType.Auto,) * len(AXES))
+    auto = (AxisType.Auto,) * len(AXES)
+    return jax.make_mesh(mesh_shape(cfg, len(devices)), AXES, axis_types=auto, devices=devices)
 
 
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
