@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import jax
 import pytest
@@ -16,7 +17,7 @@ from zoo.training import mesh_config
 
 
 class _FakeMesh:
-    shape = {"data": 2, "fsdp": 2, "tensor": 4}
+    shape: ClassVar[dict[str, int]] = {"data": 2, "fsdp": 2, "tensor": 4}
 
 
 def test_logical_rules_and_divisibility_fallback():
