@@ -29,7 +29,7 @@ def main(argv: list[str]) -> None:
     task = listops.make_task(config)
     results = train_and_evaluate(config, _WORKDIR.value, task)
     wall = time.perf_counter() - start
-    majority = listops.majority_rate(task.records["test"])
+    majority = listops.majority_rate(task.prepare()["test"])
     rows = [
         ("mixer", config.model.mixer),
         ("test accuracy", f"{100 * results['test_accuracy']:.1f}%"),

@@ -8,12 +8,14 @@ length settings, so a changed input never reuses a stale cache.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -96,29 +98,38 @@ def cache_classification_split(
 
 def classification_task(
     config: ml_collections.ConfigDict,
-    paths: dict[str, Path],
+    prepare: Callable[[], dict[str, Path]],
     *,
     vocab_size: int,
     num_classes: int,
     model_cls,
 ) -> Task:
-    """A Task over cached {inputs, targets} splits `train`, `valid`, `test`."""
+    """A Task over cached {inputs, targets} splits `train`, `valid`, `test`; `prepare` makes them (once)."""
     eval_batch = config.train.eval_batch_size or config.train.batch_size
+    prepare = functools.cache(prepare)
 
     def build_model(rngs):
         return model_cls(config.model, vocab_size=vocab_size, num_classes=num_classes, rngs=rngs)
 
     def train_batches():
-        records = data_lib.read_records(paths["train"])
+        records = data_lib.read_records(prepare()["train"])
         return data_lib.train_batches(records, global_batch=config.train.batch_size, seed=config.seed)
 
     def eval_batches(split):
-        return data_lib.eval_batches(data_lib.read_records(paths[split]), global_batch=eval_batch)
+        return data_lib.eval_batches(data_lib.read_records(prepare()[split]), global_batch=eval_batch)
+
+    def batch_spec(batch: int):
+        return {
+            "inputs": jax.ShapeDtypeStruct((batch, config.model.max_length), np.int32),
+            "targets": jax.ShapeDtypeStruct((batch,), np.int32),
+            "weights": jax.ShapeDtypeStruct((batch,), np.float32),
+        }
 
     return Task(
         build_model=build_model,
         train_batches=train_batches,
         eval_batches=eval_batches,
         loss_fn=classification_loss(config.train.label_smoothing),
-        records=dict(paths),
+        prepare=prepare,
+        batch_spec=batch_spec,
     )

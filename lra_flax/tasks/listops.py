@@ -22,6 +22,7 @@ from lra_flax import input_pipeline
 from zoo.models import SequenceClassifier
 from zoo.training import Task
 from zoo.training import data as data_lib
+from zoo.training.distributed import first_process_then_others
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
@@ -230,21 +231,33 @@ def majority_rate(records_path: str | os.PathLike) -> float:
     return float(counts.max() / max(counts.sum(), 1))
 
 
+def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
+    """Generates data.dir if needed and caches every split; process 0 first, the others after it."""
+
+    def work():
+        data_dir = ensure_data(config.data)
+        return {
+            split: input_pipeline.cache_classification_split(
+                data_dir / SPLIT_FILES[split],
+                encode=encode,
+                vocab=VOCAB,
+                num_classes=NUM_CLASSES,
+                max_length=config.model.max_length,
+                truncate=config.data.truncate,
+            )
+            for split in SPLIT_FILES
+        }
+
+    return first_process_then_others("listops-data", work)
+
+
 def make_task(config: ml_collections.ConfigDict) -> Task:
-    data_dir = ensure_data(config.data)
-    paths = {
-        split: input_pipeline.cache_classification_split(
-            data_dir / SPLIT_FILES[split],
-            encode=encode,
-            vocab=VOCAB,
-            num_classes=NUM_CLASSES,
-            max_length=config.model.max_length,
-            truncate=config.data.truncate,
-        )
-        for split in SPLIT_FILES
-    }
     return input_pipeline.classification_task(
-        config, paths, vocab_size=len(VOCAB), num_classes=NUM_CLASSES, model_cls=SequenceClassifier
+        config,
+        lambda: prepare(config),
+        vocab_size=len(VOCAB),
+        num_classes=NUM_CLASSES,
+        model_cls=SequenceClassifier,
     )
 
 

@@ -235,3 +235,26 @@ def test_non_parameter_state_updates_reach_the_returned_state(accum):
     assert not np.allclose(before, after)
     state, _ = step(state, _batch(), jax.random.key(0))
     assert not np.allclose(after, np.asarray(omega(state)))
+
+
+@pytest.mark.parametrize("num_processes", [2, 4])
+def test_batches_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch, num_processes):
+    """Process p reads rows [p·B/P, (p+1)·B/P) of each global batch: together they are the 1-process batch."""
+    ds = _records(tmp_path, 13)
+    single_train = iter(data_lib.train_batches(ds, global_batch=8, seed=5))
+    expected_train = [next(single_train)["targets"] for _ in range(5)]
+    expected_eval = [b["targets"] for b in data_lib.eval_batches(ds, global_batch=8)]
+    per_process_train, per_process_eval = [], []
+    monkeypatch.setattr(jax, "process_count", lambda: num_processes)
+    for p in range(num_processes):
+        monkeypatch.setattr(jax, "process_index", lambda p=p: p)
+        it = iter(data_lib.train_batches(ds, global_batch=8, seed=5))
+        per_process_train.append([next(it)["targets"] for _ in range(5)])
+        per_process_eval.append([(b["targets"], b["weights"]) for b in data_lib.eval_batches(ds, global_batch=8)])
+    for i, expected in enumerate(expected_train):
+        np.testing.assert_array_equal(np.concatenate([rows[i] for rows in per_process_train]), expected)
+    assert all(len(rows) == len(expected_eval) for rows in per_process_eval)
+    for i, expected in enumerate(expected_eval):
+        targets = np.concatenate([rows[i][0] for rows in per_process_eval])
+        weights = np.concatenate([rows[i][1] for rows in per_process_eval])
+        np.testing.assert_array_equal(targets[weights > 0], expected[: int(weights.sum())])

@@ -1,13 +1,30 @@
-"""What every task's command line shares: override checking, logging defaults, clean error exits."""
+"""What every task's command line shares: distributed start-up, override checking, clean error exits.
+
+Flags added to every task CLI:
+  --coordinator_address, --num_processes, --process_id   several processes (see `distributed.initialize`)
+  --heartbeat_timeout_s   how long the others wait for a vanished process before failing
+  --fake_cpu_devices=N    run on N simulated CPU devices (memory planning, sharding tests)
+"""
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from collections.abc import Callable, Sequence
 
 import ml_collections
 from absl import app, flags, logging
+
+from zoo.training import distributed
+
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes in a multi-process run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
+_HEARTBEAT = flags.DEFINE_integer(
+    "heartbeat_timeout_s", 100, "Seconds without a heartbeat after which a multi-process run fails."
+)
+_FAKE_DEVICES = flags.DEFINE_integer("fake_cpu_devices", 0, "Simulate this many CPU devices (0: real devices).")
 
 # Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run): one clear
 # line and exit status 2, no traceback.
@@ -41,7 +58,7 @@ def unknown_override(argv: Sequence[str], flag: str = "config") -> str | None:
 
 
 def run(main: Callable[[list[str]], None], prog: str) -> None:
-    """`app.run(main)` with checked overrides and WARNING-level library logs unless --verbosity is given."""
+    """`app.run(main)` with checked overrides, distributed start-up and WARNING-level library logs."""
     message = unknown_override(sys.argv[1:])
     if message:
         print(f"{prog}: error: {message}", file=sys.stderr)
@@ -51,7 +68,19 @@ def run(main: Callable[[list[str]], None], prog: str) -> None:
         if not flags.FLAGS["verbosity"].present:
             logging.set_verbosity(logging.WARNING)
         try:
+            if _FAKE_DEVICES.value:  # must precede the first use of a device
+                os.environ["XLA_FLAGS"] = (
+                    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={_FAKE_DEVICES.value}"
+                )
+            how = distributed.initialize(
+                _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, heartbeat_timeout_s=_HEARTBEAT.value
+            )
+            if how != "single process":
+                print(f"{prog}: {how}", flush=True)
             main(argv)
+        except distributed.Preempted as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            sys.exit(distributed.PREEMPTED_EXIT_CODE)
         except USER_ERRORS as e:
             print(f"{prog}: error: {e}", file=sys.stderr)
             sys.exit(2)

@@ -1,8 +1,9 @@
 """Example records on disk (ArrayRecord) and Grain pipelines for training and evaluation.
 
 A record is a dict of numpy arrays serialised with msgpack. Training batches come from a seeded,
-per-epoch reshuffled `MapDataset`, sliced per process, whose iterator state is checkpointed; eval
-batches cover a split exactly once, padded with zero-weight rows so every batch has the same shape.
+per-epoch reshuffled `MapDataset` whose iterator state is checkpointed; eval batches cover a split
+exactly once, padded with zero-weight rows so every batch has the same shape. In both, process p of P
+reads rows [p·B/P, (p+1)·B/P) of every global batch of B, so results do not depend on P.
 """
 
 from __future__ import annotations
@@ -46,10 +47,6 @@ def read_records(path: str | os.PathLike) -> grain.MapDataset:
     return grain.MapDataset.source(grain.sources.ArrayRecordDataSource([str(path)])).map(_decode)
 
 
-def _process_slice(ds: grain.MapDataset) -> grain.MapDataset:
-    return ds[jax.process_index() :: jax.process_count()]
-
-
 def _stack(examples: list[Example]) -> Example:
     return {k: np.stack([ex[k] for ex in examples]) for k in examples[0]}
 
@@ -72,35 +69,44 @@ def train_batches(
     transform: Callable[[Example], Example] | None = None,
     num_threads: int = 2,
 ) -> grain.IterDataset:
-    """Infinite, reshuffled-each-epoch batches of this process's share; iterate it for a checkpointable iterator."""
+    """Infinite batches of this process's rows; iterate it for a checkpointable iterator.
+
+    The global order is a seeded permutation per epoch, cut into global batches; process p reads rows
+    [p·B/P, (p+1)·B/P) of each. So every global batch, and the whole run, is the same for any number of
+    processes, and each process reads (and decodes) only its own rows.
+    """
     if len(ds) == 0:
         raise ValueError("the training split is empty")
-    ds = _process_slice(ds).shuffle(seed=seed).repeat()
+    local = local_batch_size(global_batch)
+    offset = jax.process_index() * local
+    order = ds.shuffle(seed=seed).repeat()
+
+    def example(local_index):
+        b, j = divmod(int(local_index), local)
+        return order[b * global_batch + offset + j]
+
+    rows = grain.MapDataset.range(2**62).map(example)
     if transform is not None:
-        ds = ds.map(transform)
-    ds = ds.map(with_weights).batch(local_batch_size(global_batch), drop_remainder=True, batch_fn=_stack)
-    return ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4))
+        rows = rows.map(transform)
+    batches = rows.map(with_weights).batch(local, drop_remainder=True, batch_fn=_stack)
+    return batches.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4))
 
 
 def eval_batches(
     ds: grain.MapDataset, *, global_batch: int, transform: Callable[[Example], Example] | None = None
 ) -> Iterator[Example]:
-    """Every example of this process's share once, in order; the last batch is padded with weight-0 rows.
+    """Every example once, in order, as global batches; this process yields its rows of each.
 
-    Every process yields the same number of batches (needed for collective eval on several hosts).
+    Rows past the end are weight-0 copies of the first example, so every batch has one shape and every
+    process the same number of batches (collective evaluation on several hosts).
     """
-    batch = local_batch_size(global_batch, "eval batch size")
-    local = _process_slice(ds)
-    if transform is not None:
-        local = local.map(transform)
-    per_process = -(-len(ds) // jax.process_count())
-    num_batches = -(-per_process // batch)
-    template = None
-    for b in range(num_batches):
-        rows = [with_weights(local[i]) for i in range(b * batch, min((b + 1) * batch, len(local)))]
-        if rows:
-            template = rows[0]
-        if template is None:
-            template = with_weights(transform(ds[0]) if transform else ds[0])
-        pad = {k: np.zeros_like(v) for k, v in template.items()}
-        yield _stack(rows + [pad] * (batch - len(rows)))
+    local = local_batch_size(global_batch, "eval batch size")
+    offset = jax.process_index() * local
+    if len(ds) == 0:
+        return
+    get = (lambda i: transform(ds[i])) if transform is not None else (lambda i: ds[i])
+    pad = {k: np.zeros_like(v) for k, v in with_weights(get(0)).items()}
+    for b in range(-(-len(ds) // global_batch)):
+        start = b * global_batch + offset
+        rows = [with_weights(get(i)) if i < len(ds) else pad for i in range(start, start + local)]
+        yield _stack(rows)

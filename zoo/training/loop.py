@@ -24,6 +24,7 @@ from flax import nnx
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
 from zoo.training.config import check_resume_config, write_config
+from zoo.training.distributed import Preempted, PreemptionWatcher
 from zoo.training.metrics import MetricWriter, Progress, Stopwatch, summarise
 from zoo.training.optim import make_schedule
 from zoo.training.state import abstract_state, create_train_state, state_builder
@@ -43,7 +44,9 @@ class Task:
     loss_fn:       (model, batch, rngs, train) → (objective sum, metric sums); see `zoo.training.losses`.
     count_tokens:  batch → number of real input tokens (for tokens/s).
     eval_splits:   splits evaluated during training (first one) and at the end (all).
-    records:       split name → the cached example file behind it (for inspection and tools).
+    prepare:       () → {split: cached example file}; generates/caches data (process 0 first). Called
+                   before anything is written to the workdir, so bad data leaves it untouched. Cached.
+    batch_spec:    global batch size → {field: ShapeDtypeStruct}, for planning without data.
     """
 
     build_model: Callable[[nnx.Rngs], nnx.Module]
@@ -52,7 +55,8 @@ class Task:
     loss_fn: LossFn
     count_tokens: Callable[[dict], int] = lambda batch: int(np.count_nonzero(batch["inputs"]))
     eval_splits: tuple[str, ...] = ("valid", "test")
-    records: dict[str, Path] = dataclasses.field(default_factory=dict)
+    prepare: Callable[[], dict[str, Path]] = dict
+    batch_spec: Callable[[int], dict[str, jax.ShapeDtypeStruct]] | None = None
 
 
 def _to_host(tree) -> dict[str, float]:
@@ -87,6 +91,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     # Every check that can fail on a bad config runs before anything is written to the workdir.
     check_resume_config(config, workdir)
     abstract_state(state_builder(task.build_model, train_cfg, config.seed))
+    task.prepare()
     if is_writer:
         write_config(config, workdir)
 
@@ -123,6 +128,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     progress = Progress(train_cfg.steps, start_step, enabled=is_writer)
     watch = Stopwatch()
     kill_after = int(os.environ.get(_KILL_AFTER_STEP_ENV, "-1"))
+    preemption = PreemptionWatcher(checkpointer.manager)
 
     def save(step: int) -> None:
         # Metric sums since the last log line travel with the checkpoint, so resumed logs are exact.
@@ -164,13 +170,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
                 metrics = evaluate(eval_step, state, task.eval_batches(task.eval_splits[0]), mesh)
                 writer.write(done, task.eval_splits[0], metrics)
                 progress.log(done, task.eval_splits[0], metrics)
-            if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps:
+            preempted = preemption.reached(done) and done != train_cfg.steps
+            if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps or preempted:
                 save(done)
+            if preempted:
+                checkpointer.wait()
+                raise Preempted(done)
             if done == kill_after:
                 checkpointer.wait()
                 os.kill(os.getpid(), signal.SIGKILL)
     finally:
         checkpointer.wait()
+        preemption.close()
         progress.close()
 
     results: dict[str, float] = {"steps": float(train_cfg.steps)}
