@@ -13,6 +13,7 @@ import runpy
 import sys
 from collections.abc import Callable, Sequence
 
+import jax
 import ml_collections
 from absl import app, flags, logging
 
@@ -29,6 +30,8 @@ _FAKE_DEVICES = flags.DEFINE_integer("fake_cpu_devices", 0, "Simulate this many 
 # Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run): one clear
 # line and exit status 2, no traceback.
 USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError)
+# Another process of a multi-process run died: this one stops at once with this status.
+LOST_PEER_EXIT_CODE = 3
 
 
 def unknown_override(argv: Sequence[str], flag: str = "config") -> str | None:
@@ -84,5 +87,18 @@ def run(main: Callable[[list[str]], None], prog: str) -> None:
         except USER_ERRORS as e:
             print(f"{prog}: error: {e}", file=sys.stderr)
             sys.exit(2)
+        except jax.errors.JaxRuntimeError as e:
+            if jax.process_count() == 1:
+                raise
+            first_line = str(e).strip().splitlines()[0]
+            print(
+                f"{prog}: error: process {jax.process_index()} lost contact with another process of the "
+                f"{jax.process_count()}-process run ({first_line}). Restart every process with the same "
+                "command; training resumes from the last checkpoint.",
+                file=sys.stderr,
+                flush=True,
+            )
+            # Skip interpreter shutdown: its distributed-shutdown barrier would wait for the dead process.
+            os._exit(LOST_PEER_EXIT_CODE)
 
     app.run(wrapped)

@@ -30,8 +30,10 @@ from zoo.training.optim import make_schedule
 from zoo.training.state import abstract_state, create_train_state, state_builder
 from zoo.training.steps import LossFn, make_eval_step, make_train_step
 
-# Fault injection for the resume test: SIGKILL this process after the given step completes.
+# Fault injection for tests: SIGKILL (a crash) or SIGTERM (a preemption notice) to this process after
+# the given step completes.
 _KILL_AFTER_STEP_ENV = "ZOO_TEST_KILL_AFTER_STEP"
+_SIGTERM_AFTER_STEP_ENV = "ZOO_TEST_SIGTERM_AFTER_STEP"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +130,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     progress = Progress(train_cfg.steps, start_step, enabled=is_writer)
     watch = Stopwatch()
     kill_after = int(os.environ.get(_KILL_AFTER_STEP_ENV, "-1"))
+    sigterm_after = int(os.environ.get(_SIGTERM_AFTER_STEP_ENV, "-1"))
     preemption = PreemptionWatcher(checkpointer.manager)
 
     def save(step: int) -> None:
@@ -179,6 +182,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
             if done == kill_after:
                 checkpointer.wait()
                 os.kill(os.getpid(), signal.SIGKILL)
+            if done == sigterm_after:
+                os.kill(os.getpid(), signal.SIGTERM)
     finally:
         checkpointer.wait()
         preemption.close()
