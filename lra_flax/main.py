@@ -13,11 +13,14 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from lra_flax.tasks import TASKS
-from zoo.training import cli, train_and_evaluate
+from zoo.training import cli, memory, train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file with a preset after ':'.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
-flags.mark_flags_as_required(["config", "workdir"])
+_PLAN_MEMORY = flags.DEFINE_bool(
+    "plan_memory", False, "Compile the train step for the configured mesh, print per-device memory, and exit."
+)
+flags.mark_flags_as_required(["config"])
 
 
 def main(argv: list[str]) -> None:
@@ -26,7 +29,13 @@ def main(argv: list[str]) -> None:
     config = _CONFIG.value
     if config.task not in TASKS:
         raise ValueError(f"config field task={config.task!r} is unknown; valid: {', '.join(TASKS)}")
-    results = train_and_evaluate(config, _WORKDIR.value, TASKS[config.task](config))
+    task = TASKS[config.task](config)
+    if _PLAN_MEMORY.value:
+        print(memory.format_plan(memory.plan(config, task)))
+        return
+    if not _WORKDIR.value:
+        raise app.UsageError("--workdir is required")
+    results = train_and_evaluate(config, _WORKDIR.value, task)
     print(json.dumps(results, indent=2, sort_keys=True))
 
 

@@ -100,3 +100,28 @@ def test_preemption_saves_and_exits_then_resumes_exactly(tmp_path):
     again = _train(tmp_path / "pre", flags)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _metrics(tmp_path / "pre") == _metrics(tmp_path / "full")
+
+
+@pytest.mark.slow
+def test_memory_plan_on_8_fake_devices_shows_fsdp_savings(tmp_path):
+    def plan(*mesh):
+        cmd = [sys.executable, "-m", "lra_flax", "--config=lra_flax/configs/listops.py:demo", "--plan_memory"]
+        cmd += ["--fake_cpu_devices=8", *mesh, f"--config.data.dir={tmp_path / 'never-created'}"]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        rows = dict(line.strip().split("  ", 1) for line in run.stdout.splitlines() if "  " in line.strip())
+        return {k.strip(): v.strip() for k, v in rows.items()}
+
+    data = plan("--config.mesh.data=8")
+    fsdp = plan("--config.mesh.data=1", "--config.mesh.fsdp=8")
+    mixed = plan("--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2")
+    mib = lambda s: float(s.split()[0].replace(",", ""))  # noqa: E731
+    assert data["mesh"] == "data=8, fsdp=1, tensor=1" and mixed["mesh"] == "data=2, fsdp=2, tensor=2"
+    assert data["parameters (all devices)"] == fsdp["parameters (all devices)"]
+    # FSDP over 8 devices keeps about an eighth of the parameters and optimiser state on each.
+    assert mib(fsdp["parameters / device"]) < 0.2 * mib(data["parameters / device"])
+    assert mib(fsdp["optimiser state / device"]) < 0.2 * mib(data["optimiser state / device"])
+    assert mib(data["optimiser state / device"]) == pytest.approx(2 * mib(data["parameters / device"]), rel=0.01)
+    assert mib(mixed["parameters / device"]) < 0.5 * mib(data["parameters / device"])
+    assert mib(data["activations + temporaries / device"]) > 0
+    assert not (tmp_path / "never-created").exists()  # planning reads no data

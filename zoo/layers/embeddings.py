@@ -40,7 +40,9 @@ class TokenEmbedding(nnx.Module):
             vocab_size,
             d_model,
             dtype=dtype,
-            embedding_init=logical(nnx.initializers.normal(stddev=1.0), "vocab", "embed"),
+            # Vocabulary rows stay whole: a gather from a vocab-sharded table forces XLA to rematerialise
+            # it. Output projections shard the vocabulary instead ("vocab" → tensor).
+            embedding_init=logical(nnx.initializers.normal(stddev=1.0), None, "embed"),
             rngs=rngs,
         )
         self.dtype = dtype
