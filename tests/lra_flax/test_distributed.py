@@ -115,7 +115,7 @@ def test_memory_plan_on_8_fake_devices_shows_fsdp_savings(tmp_path):
     data = plan("--config.mesh.data=8")
     fsdp = plan("--config.mesh.data=1", "--config.mesh.fsdp=8")
     mixed = plan("--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2")
-    mib = lambda s: float(s.split()[0].replace(",", ""))  # noqa: E731
+    mib = lambda s: float(s.split()[0].replace(",", ""))
     assert data["mesh"] == "data=8, fsdp=1, tensor=1" and mixed["mesh"] == "data=2, fsdp=2, tensor=2"
     assert data["parameters (all devices)"] == fsdp["parameters (all devices)"]
     # FSDP over 8 devices keeps about an eighth of the parameters and optimiser state on each.
