@@ -12,7 +12,10 @@ Implementations:
   "reference"  dense fp32 definition (materialises the T×T matrix; for tests).
   "xla"        blocked over keys with a `lax.scan`; the T×T matrix is never built, forward or
                backward (custom VJP that recomputes scores per key block).
-  "auto"       the fastest correct choice for the backend ("xla" until the Pallas kernel lands).
+  "pallas"     the tiled kernels of `relu_attention_pallas` (interpret mode on CPU).
+  "auto"       "xla" on every backend for now: the Pallas kernels are checked against the reference
+               in interpret mode only, and `auto` switches to them per backend once a benchmark on that
+               hardware shows them correct and faster (kernels/bench.py).
 
 Unlike softmax there is no running max or log-sum-exp: the per-row factor depends only on i and
 the mask, so it is applied once after the sum over key blocks.
@@ -28,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-IMPLS = ("auto", "reference", "xla")
+IMPLS = ("auto", "reference", "xla", "pallas")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,6 +253,7 @@ def relu_attention(
     impl: str = "auto",
     row_scale: str = "sqrt_half",
     block_sizes: XlaBlockSizes | None = None,
+    pallas_block_sizes=None,
 ) -> jax.Array:
     """ReLU attention (SPEC §1.2). q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
 
@@ -258,13 +262,19 @@ def relu_attention(
       gamma: scalar or `[heads]`, the per-head temperature γ_h (positive).
       row_scale: "sqrt_half" divides row i by √(n_i/2) (ReLUFormer); "count" by n_i (ReLU/L);
         "none" by 1 (ReLA, and ReLUFormer's non-converging ablation).
-      block_sizes: key-block length for impl="xla".
+      block_sizes: key-block length for impl="xla"; pallas_block_sizes: a PallasBlockSizes for "pallas".
     """
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     impl = _resolve_impl(impl)
     if impl == "reference":
         return _reference(q, k, v, key_mask, gamma_h, causal, row_scale)
+    if impl == "pallas":
+        from kernels.relu_attention_pallas import relu_attention_pallas
+
+        counts = visible_key_counts(key_mask, causal=causal, q_length=q.shape[1])
+        factor = _row_factor(counts, gamma_h, row_scale)  # differentiable: dγ flows through it
+        return relu_attention_pallas(q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes)
     block_k = (block_sizes or XlaBlockSizes()).block_k
     return _xla(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
 

@@ -1,0 +1,82 @@
+"""impl="pallas" (interpret mode on CPU) equals "reference" for outputs and every gradient, γ included."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import pytest
+
+import kernels
+from kernels.relu_attention_pallas import PallasBlockSizes, _num_k_blocks
+
+SMALL = PallasBlockSizes(block_q=16, block_k=16, block_q_bwd=16, block_k_bwd=16)
+
+
+def _inputs(b, t, h, d, dtype, seed=0):
+    kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
+    q, k, v = (jax.random.normal(key, (b, t, h, d)).astype(dtype) for key in (kq, kk, kv))
+    mask = jnp.arange(t)[None] < jnp.array([t, t // 2 + 1])[:b, None]
+    return q, k, v, mask
+
+
+CASES = [
+    # (causal, dtype, length, head_dim, row_scale): lengths not a multiple of the block, odd head dims.
+    (False, jnp.float32, 45, 24, "sqrt_half"),
+    (True, jnp.float32, 45, 24, "sqrt_half"),
+    (True, jnp.bfloat16, 37, 32, "sqrt_half"),
+    (False, jnp.bfloat16, 37, 32, "count"),
+    (True, jnp.float32, 20, 128, "none"),
+]
+
+
+@pytest.mark.parametrize("causal, dtype, t, d, row_scale", CASES)
+def test_pallas_matches_reference_outputs_and_gradients(causal, dtype, t, d, row_scale):
+    q, k, v, mask = _inputs(2, t, 2, d, dtype)
+    gamma = jnp.array([1.0, 0.6])
+    w = jax.random.normal(jax.random.key(4), (2, t, 2, d))
+
+    def loss(q, k, v, gamma, impl):
+        out = kernels.relu_attention(
+            q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl, row_scale=row_scale,
+            pallas_block_sizes=SMALL,
+        )  # fmt: skip
+        return jnp.sum(out.astype(jnp.float32) * w), out
+
+    grad = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)
+    f32 = lambda x: x.astype(jnp.float32)
+    (_, ref_out), ref_grads = grad(f32(q), f32(k), f32(v), gamma, "reference")
+    (_, out), grads = jax.jit(grad, static_argnums=4)(q, k, v, gamma, "pallas")
+    chex.assert_type(out, dtype)
+    tol = 2e-5 if dtype == jnp.float32 else 3e-2
+    real = mask[:, :, None, None]
+    chex.assert_trees_all_close(jnp.where(real, f32(out), 0), jnp.where(real, ref_out, 0), atol=tol, rtol=tol)
+    for name, g, r in zip(("dq", "dk", "dv", "dgamma"), grads, ref_grads, strict=True):
+        scale = float(jnp.max(jnp.abs(r))) + 1e-6
+        err = float(jnp.max(jnp.abs(f32(g) - r))) / scale
+        assert err < (2e-5 if dtype == jnp.float32 else 4e-2), f"{name}: relative error {err:.2e}"
+
+
+def test_padded_keys_do_not_matter_and_causal_cannot_see_the_future():
+    q, k, v, mask = _inputs(2, 30, 2, 16, jnp.float32)
+    out = kernels.relu_attention(q, k, v, key_mask=mask, impl="pallas", pallas_block_sizes=SMALL)
+    pad = ~mask[:, :, None, None]
+    out2 = kernels.relu_attention(
+        q, jnp.where(pad, 9.0, k), jnp.where(pad, -9.0, v), key_mask=mask, impl="pallas", pallas_block_sizes=SMALL
+    )
+    chex.assert_trees_all_close(jnp.where(pad, 0, out), jnp.where(pad, 0, out2), atol=1e-6)
+    c1 = kernels.relu_attention(q, k, v, causal=True, impl="pallas", pallas_block_sizes=SMALL)
+    c2 = kernels.relu_attention(q, k.at[:, 17:].add(3.0), v.at[:, 17:].add(3.0), causal=True, impl="pallas",
+                                pallas_block_sizes=SMALL)  # fmt: skip
+    chex.assert_trees_all_close(c1[:, :17], c2[:, :17], atol=1e-6)
+
+
+def test_causal_grid_skips_blocks_above_the_diagonal():
+    # Query block i of 64 rows with 32-wide key blocks needs key blocks 0 .. 2i+1 only.
+    counts = [int(_num_k_blocks(i, 64, 32, 8, True)) for i in range(4)]
+    assert counts == [2, 4, 6, 8]
+    assert int(_num_k_blocks(0, 64, 32, 8, False)) == 8
+
+
+def test_default_block_sizes_per_backend():
+    assert PallasBlockSizes.for_backend("tpu", 128).block_q % 128 == 0
+    gpu = PallasBlockSizes.for_backend("gpu", 128)
+    assert gpu.block_q in (64, 128) and gpu.block_k == 64
