@@ -127,7 +127,7 @@ def _forward(q, k, v, valid, factor, causal, scale, sizes, backend, interpret):
             pl.BlockSpec((None, None, bq), lambda i, b_, h_: (b_, h_, i)),
         ],
         out_specs=_specs_q(bq, v.shape[-1]),
-        out_shape=jax.ShapeDtypeStruct(q.shape[:3] + (v.shape[-1],), v.dtype),
+        out_shape=jax.ShapeDtypeStruct((*q.shape[:3], v.shape[-1]), v.dtype),
         compiler_params=_compiler_params(backend, sizes, d, 3),
         interpret=interpret,
         name="relu_attention_fwd",
@@ -278,7 +278,7 @@ def relu_attention_pallas(
     """
     backend = jax.default_backend()
     interpret = backend == "cpu" if interpret is None else interpret
-    b, tq, h, d = q.shape
+    _, tq, _, d = q.shape
     tk, dv_dim = k.shape[1], v.shape[-1]
     sizes = block_sizes or PallasBlockSizes.for_backend(backend, d)
     d_pad, dv_pad = pl.next_power_of_2(d), pl.next_power_of_2(dv_dim)
