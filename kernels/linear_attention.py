@@ -10,7 +10,9 @@ Implementations:
   "xla"        non-causal: two einsums. Causal: chunkwise — an fp32 state (S | z) carried across chunks
                by `lax.scan`, the intra-chunk part a masked C×C product; a ones column appended to v
                gives S and z from one matmul. Memory O(T·C) forward and backward.
-  "auto"       "xla" (the Pallas kernel is a later addition).
+  "pallas"     `linear_attention_pallas`: one program per (batch, head) scanning chunks, custom VJP
+               with a forward scan for dφ(q) and a reverse scan for dφ(k), dv (interpret mode on CPU).
+  "auto"       "xla" on every backend until a benchmark on the hardware shows the kernel faster.
 
 `linear_attention_step` advances the causal state by one token: O(1) memory per generated token.
 """
@@ -21,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-IMPLS = ("auto", "reference", "xla")
+IMPLS = ("auto", "reference", "xla", "pallas")
 DEFAULT_CHUNK = 64
 
 
@@ -128,6 +130,11 @@ def linear_attention(
     phi_k = _mask_keys(phi_k, key_mask)
     if impl == "reference":
         return _reference(phi_q, phi_k, v, causal, eps)
+    if impl == "pallas":
+        from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
+
+        sizes = LinearBlockSizes(chunk=chunk_size) if chunk_size else None
+        return linear_attention_pallas(phi_q, phi_k, v, causal=causal, eps=eps, block_sizes=sizes)
     if not causal:
         return _xla_noncausal(phi_q, phi_k, v, eps)
     return _xla_causal(phi_q, phi_k, v, eps, chunk_size or DEFAULT_CHUNK)

@@ -1,0 +1,270 @@
+"""Pallas kernels for linear attention (SPEC §2): chunked prefix sums forward, two scans backward.
+
+One program per (batch, head) walks the sequence in chunks of C, carrying the fp32 state S (m × d_v)
+and z (m) in registers/VMEM; inside a chunk the causal part is a masked C×C product:
+
+    acc_c = φq_c S + tril(φq_c φk_cᵀ) v_c,   den_c = φq_c z + rowsum(tril(φq_c φk_cᵀ)),   out = acc/(den+ε)
+
+Backward, with g = dO/(den+ε) and h = −(dO·out)/(den+ε) per row (computed outside, O(T)):
+
+    dφq_i = S_i g_i + z_i h_i                         (forward scan, same state as the forward pass)
+    dφk_j = R_j v_j + r_j,  dv_j = R_jᵀ φk_j          (reverse scan: R_j = Σ_{i≥j} φq_i g_iᵀ, r_j = Σ_{i≥j} φq_i h_i)
+
+Non-causal attention uses the same kernels with the totals instead of prefixes. The normaliser's
+path into dφk (the r term) is explicit: public kernels have dropped it before (SPEC §2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from kernels.relu_attention_pallas import _compiler_params, _round_up
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearBlockSizes:
+    chunk: int = 64
+    num_warps: int | None = None
+    num_stages: int = 2
+
+
+def _dot(a, b, contract_a, contract_b):
+    return lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _tril(c):
+    return lax.broadcasted_iota(jnp.int32, (c, c), 0) >= lax.broadcasted_iota(jnp.int32, (c, c), 1)
+
+
+def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, causal):
+    t, m = q_ref.shape
+    n = t // chunk
+    dv = v_ref.shape[-1]
+    mask = _tril(chunk) if causal else None
+
+    def totals(c, carry):  # non-causal: S, z over every key first
+        s, z = carry
+        k = k_ref[pl.ds(c * chunk, chunk), :]
+        v = v_ref[pl.ds(c * chunk, chunk), :]
+        return s + _dot(k, v, 0, 0), z + jnp.sum(k.astype(jnp.float32), axis=0)
+
+    def body(c, carry):
+        s, z = carry
+        start = c * chunk
+        q = q_ref[pl.ds(start, chunk), :]
+        num = _dot(q.astype(jnp.float32), s, 1, 0)
+        den = jnp.sum(q.astype(jnp.float32) * z[None, :], axis=1)
+        if causal:
+            k = k_ref[pl.ds(start, chunk), :]
+            v = v_ref[pl.ds(start, chunk), :]
+            scores = jnp.where(mask, _dot(q, k, 1, 1), 0.0)
+            num = num + _dot(scores.astype(v.dtype), v, 1, 0)
+            den = den + jnp.sum(scores, axis=1)
+            s = s + _dot(k, v, 0, 0)
+            z = z + jnp.sum(k.astype(jnp.float32), axis=0)
+        o_ref[pl.ds(start, chunk), :] = (num / (den + eps)[:, None]).astype(o_ref.dtype)
+        den_ref[pl.ds(start, chunk)] = den
+        return s, z
+
+    init = (jnp.zeros((m, dv), jnp.float32), jnp.zeros((m,), jnp.float32))
+    if not causal:
+        init = lax.fori_loop(0, n, totals, init)
+    lax.fori_loop(0, n, body, init)
+
+
+def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal):
+    """dφq_i = S_i g_i + z_i h_i (S, z prefix sums when causal, totals otherwise)."""
+    t, m = k_ref.shape
+    n = t // chunk
+    mask = _tril(chunk) if causal else None
+
+    def totals(c, carry):
+        s, z = carry
+        k = k_ref[pl.ds(c * chunk, chunk), :]
+        v = v_ref[pl.ds(c * chunk, chunk), :]
+        return s + _dot(k, v, 0, 0), z + jnp.sum(k.astype(jnp.float32), axis=0)
+
+    def body(c, carry):
+        s, z = carry
+        start = c * chunk
+        g = g_ref[pl.ds(start, chunk), :]
+        h = h_ref[pl.ds(start, chunk)]
+        dq = _dot(g, s, 1, 1) + h[:, None] * z[None, :]
+        if causal:
+            k = k_ref[pl.ds(start, chunk), :]
+            v = v_ref[pl.ds(start, chunk), :]
+            # A_ij = g_i·v_j + h_i for j ≤ i within the chunk; dφq_c += A φk_c.
+            a = jnp.where(mask, _dot(g, v.astype(jnp.float32), 1, 1) + h[:, None], 0.0)
+            dq = dq + _dot(a, k.astype(jnp.float32), 1, 0)
+            s = s + _dot(k, v, 0, 0)
+            z = z + jnp.sum(k.astype(jnp.float32), axis=0)
+        dq_ref[pl.ds(start, chunk), :] = dq.astype(dq_ref.dtype)
+        return s, z
+
+    init = (jnp.zeros((m, v_ref.shape[-1]), jnp.float32), jnp.zeros((m,), jnp.float32))
+    if not causal:
+        init = lax.fori_loop(0, n, totals, init)
+    lax.fori_loop(0, n, body, init)
+
+
+def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, causal):
+    """Reverse scan: R = Σ_{i≥j} φq_i g_iᵀ, r = Σ_{i≥j} φq_i h_i; dφk_j = R v_j + r, dv_j = Rᵀ φk_j."""
+    t, m = q_ref.shape
+    n = t // chunk
+    mask = _tril(chunk) if causal else None
+
+    def totals(c, carry):
+        big_r, r = carry
+        q = q_ref[pl.ds(c * chunk, chunk), :].astype(jnp.float32)
+        g = g_ref[pl.ds(c * chunk, chunk), :]
+        h = h_ref[pl.ds(c * chunk, chunk)]
+        return big_r + _dot(q, g, 0, 0), r + jnp.sum(q * h[:, None], axis=0)
+
+    def body(step, carry):
+        big_r, r = carry
+        start = (n - 1 - step) * chunk
+        k = k_ref[pl.ds(start, chunk), :].astype(jnp.float32)
+        v = v_ref[pl.ds(start, chunk), :].astype(jnp.float32)
+        dk = _dot(v, big_r, 1, 1) + r[None, :]
+        dv = _dot(k, big_r, 1, 0)
+        q = q_ref[pl.ds(start, chunk), :].astype(jnp.float32)
+        g = g_ref[pl.ds(start, chunk), :]
+        h = h_ref[pl.ds(start, chunk)]
+        if causal:
+            # Within the chunk, key j gets queries i ≥ j: masks indexed [i, j].
+            scores = jnp.where(mask, _dot(q, k, 1, 1), 0.0)  # φq_i·φk_j
+            a = jnp.where(mask, _dot(g, v, 1, 1) + h[:, None], 0.0)  # g_i·v_j + h_i
+            dv = dv + _dot(scores, g, 0, 0)
+            dk = dk + _dot(a, q, 0, 0)
+            big_r = big_r + _dot(q, g, 0, 0)
+            r = r + jnp.sum(q * h[:, None], axis=0)
+        dk_ref[pl.ds(start, chunk), :] = dk.astype(dk_ref.dtype)
+        dv_ref[pl.ds(start, chunk), :] = dv.astype(dv_ref.dtype)
+        return big_r, r
+
+    init = (jnp.zeros((m, g_ref.shape[-1]), jnp.float32), jnp.zeros((m,), jnp.float32))
+    if not causal:
+        init = lax.fori_loop(0, n, totals, init)
+    lax.fori_loop(0, n, body, init)
+
+
+def _full(t, d):
+    return pl.BlockSpec((None, None, t, d), lambda b, h: (b, h, 0, 0))
+
+
+def _rows(t):
+    return pl.BlockSpec((None, None, t), lambda b, h: (b, h, 0))
+
+
+def _call(kernel, ins, out_shapes, out_specs, in_specs, sizes, backend, interpret, name, head_dim):
+    b, h = ins[0].shape[:2]
+    return pl.pallas_call(
+        kernel,
+        grid=(b, h),
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shapes,
+        compiler_params=_compiler_params(backend, sizes, head_dim, 2),
+        interpret=interpret,
+        name=name,
+    )(*ins)
+
+
+def _forward(q, k, v, causal, eps, sizes, backend, interpret):
+    b, h, t, m = q.shape
+    dv = v.shape[-1]
+    kernel = functools.partial(_fwd_kernel, chunk=sizes.chunk, eps=eps, causal=causal)
+    out, den = _call(
+        kernel,
+        (q, k, v),
+        [jax.ShapeDtypeStruct((b, h, t, dv), v.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
+        [_full(t, dv), _rows(t)],
+        [_full(t, m), _full(t, m), _full(t, dv)],
+        sizes,
+        backend,
+        interpret,
+        "linear_attention_fwd",
+        m,
+    )
+    return out, den
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _attend(q, k, v, causal, eps, sizes, backend, interpret):
+    return _forward(q, k, v, causal, eps, sizes, backend, interpret)[0]
+
+
+def _attend_fwd(q, k, v, causal, eps, sizes, backend, interpret):
+    out, den = _forward(q, k, v, causal, eps, sizes, backend, interpret)
+    return out, (q, k, v, out, den)
+
+
+def _attend_bwd(causal, eps, sizes, backend, interpret, residuals, d_out):
+    q, k, v, out, den = residuals
+    b, h, t, m = q.shape
+    dv_dim = v.shape[-1]
+    inv = 1.0 / (den + eps)
+    g = d_out.astype(jnp.float32) * inv[..., None]
+    h_coef = -jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1) * inv
+    dq = _call(
+        functools.partial(_dq_kernel, chunk=sizes.chunk, causal=causal),
+        (k, v, q, g, h_coef),
+        jax.ShapeDtypeStruct(q.shape, q.dtype),
+        _full(t, m),
+        [_full(t, m), _full(t, dv_dim), _full(t, m), _full(t, dv_dim), _rows(t)],
+        sizes,
+        backend,
+        interpret,
+        "linear_attention_bwd_dq",
+        m,
+    )
+    dk, dv = _call(
+        functools.partial(_dkdv_kernel, chunk=sizes.chunk, causal=causal),
+        (q, g, h_coef, k, v),
+        [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        [_full(t, m), _full(t, dv_dim)],
+        [_full(t, m), _full(t, dv_dim), _rows(t), _full(t, m), _full(t, dv_dim)],
+        sizes,
+        backend,
+        interpret,
+        "linear_attention_bwd_dkdv",
+        m,
+    )
+    return dq, dk, dv
+
+
+_attend.defvjp(_attend_fwd, _attend_bwd)
+
+
+def linear_attention_pallas(
+    phi_q: jax.Array,
+    phi_k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool,
+    eps: float,
+    block_sizes: LinearBlockSizes | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`."""
+    backend = jax.default_backend()
+    interpret = backend == "cpu" if interpret is None else interpret
+    sizes = block_sizes or LinearBlockSizes()
+    t = phi_q.shape[1]
+    m, dv = phi_q.shape[-1], v.shape[-1]
+    m_pad, dv_pad = pl.next_power_of_2(m), pl.next_power_of_2(dv)
+    t_pad = _round_up(t, sizes.chunk)
+
+    def head_major(x, dim_pad):  # zero rows and columns: they add nothing to S, z or the outputs
+        x = jnp.pad(x, ((0, 0), (0, t_pad - t), (0, 0), (0, dim_pad - x.shape[-1])))
+        return x.transpose(0, 2, 1, 3)
+
+    out = _attend(head_major(phi_q, m_pad), head_major(phi_k, m_pad), head_major(v, dv_pad), causal, eps, sizes,
+                  backend, interpret)  # fmt: skip
+    return out.transpose(0, 2, 1, 3)[:, :t, :, :dv]
