@@ -207,7 +207,7 @@ def _attend_fwd(q, k, v, causal, eps, sizes, backend, interpret):
 
 def _attend_bwd(causal, eps, sizes, backend, interpret, residuals, d_out):
     q, k, v, out, den = residuals
-    b, h, t, m = q.shape
+    t, m = q.shape[2:]
     dv_dim = v.shape[-1]
     inv = 1.0 / (den + eps)
     g = d_out.astype(jnp.float32) * inv[..., None]
