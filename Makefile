@@ -28,5 +28,9 @@ format: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -n $(WORKERS) --durations=15 -q
 
+# Kernel benchmark for this machine's backend; results under benchmarks/ with the device named.
+bench: $(STAMP)
+	$(BIN)/python -m kernels.bench --out benchmarks
+
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

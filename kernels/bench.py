@@ -1,0 +1,235 @@
+"""Kernel benchmark: every impl of ReLU and linear attention against softmax (`jax.nn.dot_product_attention`).
+
+    python -m kernels.bench                        # the default sweep for this backend
+    python -m kernels.bench --lengths=1024,4096,16384 --head_dims=128 --dtypes=bfloat16 --causal=true
+    make bench
+
+For each (op, impl, B, H, T, D, dtype, causal) it times the jitted forward and forward+backward (median of
+`--repeats` after a warm-up), reports TFLOP/s (attention forward = 4·B·H·T²·D, causal 2·B·H·T²·D;
+backward 2.5× forward; linear attention forward = 4·B·H·T·m·d_v), the share of the device's dense peak,
+the time against the HBM-bandwidth bound for linear attention, and XLA's temporary memory of the compiled
+function. Results go to `benchmarks/kernels-<device>.json` with the device named, and a plot of time
+against length to `benchmarks/kernels-<device>.svg`. Imports only jax.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from kernels.linear_attention import linear_attention
+from kernels.relu_attention import relu_attention
+
+# Dense peak (TFLOP/s) per dtype and HBM bandwidth (TB/s), by device kind substring.
+PEAKS = {
+    "H200": {"bfloat16": 989.0, "float32": 67.0, "hbm_tb_s": 4.8},
+    "H100": {"bfloat16": 989.0, "float32": 67.0, "hbm_tb_s": 3.35},
+    "A100": {"bfloat16": 312.0, "float32": 19.5, "hbm_tb_s": 2.0},
+    "TPU v5 lite": {"bfloat16": 197.0, "float32": 197.0, "hbm_tb_s": 0.82},
+    "TPU v4": {"bfloat16": 275.0, "float32": 275.0, "hbm_tb_s": 1.2},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    op: str  # "relu" | "linear" | "softmax"
+    impl: str  # "reference" | "xla" | "pallas" | "cudnn" (softmax on GPU) | "xla" (softmax elsewhere)
+    batch: int
+    heads: int
+    length: int
+    head_dim: int
+    dtype: str
+    causal: bool
+
+
+def device_name() -> str:
+    d = jax.devices()[0]
+    return f"{d.platform}-{d.device_kind}".replace(" ", "_").lower() if d.platform != "cpu" else "cpu"
+
+
+def _peak(dtype: str) -> tuple[float | None, float | None]:
+    kind = jax.devices()[0].device_kind
+    for key, peaks in PEAKS.items():
+        if key.lower() in kind.lower():
+            return peaks[dtype], peaks["hbm_tb_s"]
+    return None, None
+
+
+def flops(case: Case) -> float:
+    b, h, t, d = case.batch, case.heads, case.length, case.head_dim
+    if case.op == "linear":
+        return 4.0 * b * h * t * d * d  # φ(q)S and the state update, m = d_v = d
+    return (2.0 if case.causal else 4.0) * b * h * t * t * d
+
+
+def _fn(case: Case):
+    if case.op == "relu":
+        return lambda q, k, v: relu_attention(q, k, v, causal=case.causal, impl=case.impl)
+    if case.op == "linear":
+        return lambda q, k, v: linear_attention(
+            jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=case.causal, impl=case.impl, chunk_size=64
+        )
+    implementation = "cudnn" if case.impl == "cudnn" else "xla"
+    return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=case.causal, implementation=implementation)
+
+
+def _time(fn, args, repeats: int) -> float:
+    jax.block_until_ready(fn(*args))  # compile and warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run_case(case: Case, repeats: int) -> dict:
+    shape = (case.batch, case.length, case.heads, case.head_dim)
+    keys = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(key, shape, jnp.float32).astype(case.dtype) for key in keys)
+    fn = _fn(case)
+    fwd = jax.jit(fn)
+
+    def loss(q, k, v):
+        return jnp.sum(fn(q, k, v).astype(jnp.float32))
+
+    fwd_bwd = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    result = dataclasses.asdict(case)
+    peak, hbm = _peak(case.dtype)
+    for name, f, mult in (("forward", fwd, 1.0), ("forward_backward", fwd_bwd, 3.5)):
+        try:
+            seconds = _time(f, (q, k, v), repeats)
+            memory = f.lower(q, k, v).compile().memory_analysis()
+        except Exception as e:
+            result[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            continue
+        tflops = mult * flops(case) / seconds / 1e12
+        result[f"{name}_ms"] = seconds * 1e3
+        result[f"{name}_tflops"] = tflops
+        result[f"{name}_temp_mib"] = memory.temp_size_in_bytes / 2**20 if memory else None
+        result[f"{name}_pct_peak"] = 100 * tflops / peak if peak else None
+        if case.op == "linear" and hbm:
+            itemsize = jnp.dtype(case.dtype).itemsize
+            tensors = 4 if name == "forward" else 11  # q,k,v,out; backward re-reads and writes grads
+            bound = tensors * case.batch * case.length * case.heads * case.head_dim * itemsize / (hbm * 1e12)
+            result[f"{name}_x_hbm_bound"] = seconds / bound
+    return result
+
+
+def default_cases(backend: str, args) -> list[Case]:
+    cases = []
+    impls = {
+        "relu": args.relu_impls or (["xla", "pallas"] if backend != "cpu" else ["xla"]),
+        "linear": args.linear_impls or (["xla", "pallas"] if backend != "cpu" else ["xla"]),
+        "softmax": ["cudnn"] if backend == "gpu" else ["xla"],
+    }
+    for op in args.ops:
+        for impl in impls[op]:
+            for t in args.lengths:
+                for d in args.head_dims:
+                    for dtype in args.dtypes:
+                        for causal in args.causal:
+                            if impl == "cudnn" and dtype == "float32":
+                                continue  # cuDNN flash attention takes half precision only
+                            batch = max(1, args.tokens // t)
+                            cases.append(Case(op, impl, batch, args.heads, t, d, dtype, causal))
+    return cases
+
+
+def write_svg(results: list[dict], path: Path, title: str) -> None:
+    """Forward+backward time (log scale) against length, one line per (op, impl, dtype, D, causal)."""
+    import math
+
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in results:
+        if "forward_backward_ms" in r:
+            label = f"{r['op']}/{r['impl']} {r['dtype']} D{r['head_dim']}{' causal' if r['causal'] else ''}"
+            series.setdefault(label, []).append((r["length"], r["forward_backward_ms"] / max(r["batch"], 1)))
+    if not series:
+        return
+    xs = sorted({x for pts in series.values() for x, _ in pts})
+    ys = [y for pts in series.values() for _, y in pts]
+    lo, hi = math.log10(min(ys)), math.log10(max(ys)) + 1e-9
+    w, h, pad = 760, 420, 60
+    colors = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
+
+    def px(x):
+        return pad + (xs.index(x) / max(len(xs) - 1, 1)) * (w - 2 * pad)
+
+    def py(y):
+        return h - pad - (math.log10(y) - lo) / (hi - lo or 1) * (h - 2 * pad)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 * len(series)}">']
+    parts.append(f'<text x="{pad}" y="20" font-size="14">{title}: fwd+bwd ms per sequence (log) vs length</text>')
+    parts.append(f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>')
+    parts.append(f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>')
+    for x in xs:
+        parts.append(f'<text x="{px(x) - 15}" y="{h - pad + 18}" font-size="11">{x}</text>')
+    for e in range(math.floor(lo), math.ceil(hi) + 1):
+        if lo <= e <= hi:
+            parts.append(f'<text x="5" y="{py(10**e) + 4}" font-size="11">{10**e:g} ms</text>')
+    for i, (label, pts) in enumerate(sorted(series.items())):
+        color = colors[i % len(colors)]
+        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in sorted(pts))
+        parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"/>')
+        parts.append(f'<text x="{pad}" y="{h + 15 + 20 * i}" font-size="12" fill="{color}">{label}</text>')
+    parts.append("</svg>")
+    path.write_text("\n".join(parts))
+
+
+def _csv(kind):
+    return lambda s: [kind(x) for x in s.split(",") if x]
+
+
+def main(argv=None) -> Path:
+    backend = jax.default_backend()
+    accel = backend != "cpu"
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", type=_csv(str), default=["relu", "linear", "softmax"])
+    p.add_argument(
+        "--lengths", type=_csv(int), default=[1024, 2048, 4096, 8192, 16384, 32768] if accel else [1024, 2048]
+    )
+    p.add_argument("--head_dims", type=_csv(int), default=[64, 128] if accel else [64])
+    p.add_argument("--dtypes", type=_csv(str), default=["bfloat16", "float32"] if accel else ["float32"])
+    p.add_argument("--causal", type=_csv(lambda s: s.lower() == "true"), default=[True, False] if accel else [True])
+    p.add_argument("--heads", type=int, default=16 if accel else 4)
+    p.add_argument("--tokens", type=int, default=65536 if accel else 2048, help="batch = tokens // length")
+    p.add_argument("--relu_impls", type=_csv(str), default=None)
+    p.add_argument("--linear_impls", type=_csv(str), default=None)
+    p.add_argument("--repeats", type=int, default=10 if accel else 3)
+    p.add_argument("--out", type=Path, default=Path("benchmarks"))
+    args = p.parse_args(argv)
+    cases = default_cases(backend, args)
+    device = jax.devices()[0]
+    results = []
+    for i, case in enumerate(cases, 1):
+        r = run_case(case, args.repeats)
+        results.append(r)
+        fwd = f"{r['forward_ms']:.2f} ms" if "forward_ms" in r else r.get("forward_error", "?")
+        both = f"{r['forward_backward_ms']:.2f} ms" if "forward_backward_ms" in r else r.get("forward_backward_error")
+        print(f"[{i}/{len(cases)}] {case.op}/{case.impl} B{case.batch} H{case.heads} T{case.length} D{case.head_dim} "
+              f"{case.dtype}{' causal' if case.causal else ''}: fwd {fwd}, fwd+bwd {both}", flush=True)  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = device_name()
+    path = args.out / f"kernels-{name}.json"
+    payload = {
+        "device": {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()},
+        "jax_version": jax.__version__,
+        "flop_convention": "attention fwd 4BHT^2D (causal 2BHT^2D), bwd 2.5x fwd; linear fwd 4BHTmd",
+        "results": results,
+    }
+    path.write_text(json.dumps(payload, indent=1))
+    write_svg(results, args.out / f"kernels-{name}.svg", f"{device.device_kind}")
+    print(f"wrote {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""kernels.bench runs end to end and writes its JSON and plot (tiny shapes; timings are not asserted)."""
+
+import json
+
+from kernels import bench
+
+
+def test_bench_writes_results_with_the_device_named(tmp_path):
+    path = bench.main(["--lengths=64,128", "--repeats=1", "--tokens=128", "--heads=2", f"--out={tmp_path}"])
+    payload = json.loads(path.read_text())
+    assert payload["device"]["platform"] == "cpu" and path.name == "kernels-cpu.json"
+    results = payload["results"]
+    assert {(r["op"], r["length"]) for r in results} == {
+        (op, t) for op in ("relu", "linear", "softmax") for t in (64, 128)
+    }
+    for r in results:
+        assert r["forward_ms"] > 0 and r["forward_backward_ms"] > 0 and r["forward_tflops"] > 0
+        assert r["forward_temp_mib"] is not None
+    assert (tmp_path / "kernels-cpu.svg").read_text().startswith("<svg")
+
+
+def test_flop_convention():
+    causal = bench.Case("relu", "xla", 2, 3, 1024, 64, "bfloat16", True)
+    full = bench.Case("relu", "xla", 2, 3, 1024, 64, "bfloat16", False)
+    assert bench.flops(causal) == 2 * 2 * 3 * 1024**2 * 64
+    assert bench.flops(full) == 2 * bench.flops(causal)
