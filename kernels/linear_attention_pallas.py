@@ -42,17 +42,25 @@ def _tril(c):
     return lax.broadcasted_iota(jnp.int32, (c, c), 0) >= lax.broadcasted_iota(jnp.int32, (c, c), 1)
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, causal):
-    t, m = q_ref.shape
-    n = t // chunk
-    dv = v_ref.shape[-1]
-    mask = _tril(chunk) if causal else None
+def _initial_state(k_ref, v_ref, chunk, causal):
+    """(S, z) to start the scan from: zeros when causal, the totals over every key otherwise."""
+    t, m = k_ref.shape
+    init = (jnp.zeros((m, v_ref.shape[-1]), jnp.float32), jnp.zeros((m,), jnp.float32))
+    if causal:
+        return init
 
-    def totals(c, carry):  # non-causal: S, z over every key first
+    def totals(c, carry):
         s, z = carry
         k = k_ref[pl.ds(c * chunk, chunk), :]
         v = v_ref[pl.ds(c * chunk, chunk), :]
         return s + _dot(k, v, 0, 0), z + jnp.sum(k.astype(jnp.float32), axis=0)
+
+    return lax.fori_loop(0, t // chunk, totals, init)
+
+
+def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, causal):
+    n = q_ref.shape[0] // chunk
+    mask = _tril(chunk) if causal else None
 
     def body(c, carry):
         s, z = carry
@@ -72,23 +80,13 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, causal):
         den_ref[pl.ds(start, chunk)] = den
         return s, z
 
-    init = (jnp.zeros((m, dv), jnp.float32), jnp.zeros((m,), jnp.float32))
-    if not causal:
-        init = lax.fori_loop(0, n, totals, init)
-    lax.fori_loop(0, n, body, init)
+    lax.fori_loop(0, n, body, _initial_state(k_ref, v_ref, chunk, causal))
 
 
 def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal):
     """dφq_i = S_i g_i + z_i h_i (S, z prefix sums when causal, totals otherwise)."""
-    t, m = k_ref.shape
-    n = t // chunk
+    n = k_ref.shape[0] // chunk
     mask = _tril(chunk) if causal else None
-
-    def totals(c, carry):
-        s, z = carry
-        k = k_ref[pl.ds(c * chunk, chunk), :]
-        v = v_ref[pl.ds(c * chunk, chunk), :]
-        return s + _dot(k, v, 0, 0), z + jnp.sum(k.astype(jnp.float32), axis=0)
 
     def body(c, carry):
         s, z = carry
@@ -107,10 +105,7 @@ def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal):
         dq_ref[pl.ds(start, chunk), :] = dq.astype(dq_ref.dtype)
         return s, z
 
-    init = (jnp.zeros((m, v_ref.shape[-1]), jnp.float32), jnp.zeros((m,), jnp.float32))
-    if not causal:
-        init = lax.fori_loop(0, n, totals, init)
-    lax.fori_loop(0, n, body, init)
+    lax.fori_loop(0, n, body, _initial_state(k_ref, v_ref, chunk, causal))
 
 
 def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, causal):

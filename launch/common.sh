@@ -11,6 +11,12 @@ run() {
   fi
 }
 
+# usage FIRST LAST [STATUS]: print the script's header comment lines FIRST..LAST, then exit.
+usage() {
+  sed -n "$1,$2p" "$0" | sed 's/^# \{0,1\}//'
+  exit "${3:-2}"
+}
+
 die() {
   echo "$(basename "$0"): error: $*" >&2
   exit 2

@@ -14,11 +14,6 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=launch/common.sh
 source "$here/common.sh"
 
-usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
-  exit "${1:-2}"
-}
-
 name="" zone="" accel="v5litepod-16" version="tpu-ubuntu2204-base" project="" spot=0
 skip_create=0 skip_install=0 logs="" workers=""
 while [[ $# -gt 0 ]]; do
@@ -34,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     --skip-create) skip_create=1; shift ;;
     --skip-install) skip_install=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
-    -h|--help) usage 0 ;;
+    -h|--help) usage 2 11 0 ;;
     --) shift; break ;;
     *) die "unknown option '$1' (the command goes after --)" ;;
   esac

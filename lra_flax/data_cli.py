@@ -22,6 +22,7 @@ _MAX_LENGTH = flags.DEFINE_integer("max_length", 2000, "Keep expressions shorter
 _MAX_DEPTH = flags.DEFINE_integer("max_depth", 10, "Maximum nesting depth.")
 _MAX_ARGS = flags.DEFINE_integer("max_args", 10, "Maximum arguments per operator (at least 2).")
 flags.mark_flag_as_required("output_dir")
+_GENERATOR_FLAGS = (_NUM_TRAIN, _NUM_VALID, _NUM_TEST, _SEED, _MIN_LENGTH, _MAX_LENGTH, _MAX_DEPTH, _MAX_ARGS)
 
 GENERATORS = ("listops",)
 
@@ -30,18 +31,9 @@ def main(argv: list[str]) -> None:
     if len(argv) != 2 or argv[1] not in GENERATORS:
         raise app.UsageError(f"usage: lra-data {{{','.join(GENERATORS)}}} --output_dir=DIR [flags]")
     start = time.perf_counter()
+    settings = {flag.name: flag.value for flag in _GENERATOR_FLAGS}
     try:
-        paths = listops.write_dataset(
-            _OUTPUT_DIR.value,
-            num_train=_NUM_TRAIN.value,
-            num_valid=_NUM_VALID.value,
-            num_test=_NUM_TEST.value,
-            seed=_SEED.value,
-            min_length=_MIN_LENGTH.value,
-            max_length=_MAX_LENGTH.value,
-            max_depth=_MAX_DEPTH.value,
-            max_args=_MAX_ARGS.value,
-        )
+        paths = listops.write_dataset(_OUTPUT_DIR.value, **settings)
     except (ValueError, RuntimeError) as e:
         raise app.UsageError(str(e)) from None
     for split, path in paths.items():

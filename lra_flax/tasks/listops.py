@@ -210,17 +210,7 @@ def ensure_data(data: ml_collections.ConfigDict) -> Path:
         )
     g = data.generator
     print(f"generating ListOps into {data_dir} ({g.num_train}/{g.num_valid}/{g.num_test}, seed {g.seed})", flush=True)
-    write_dataset(
-        data_dir,
-        num_train=g.num_train,
-        num_valid=g.num_valid,
-        num_test=g.num_test,
-        seed=g.seed,
-        min_length=g.min_length,
-        max_length=g.max_length,
-        max_depth=g.max_depth,
-        max_args=g.max_args,
-    )
+    write_dataset(data_dir, **g.to_dict())  # the generator section's fields are write_dataset's arguments
     return data_dir
 
 
