@@ -11,10 +11,10 @@ run() {
   fi
 }
 
-# usage FIRST LAST [STATUS]: print the script's header comment lines FIRST..LAST, then exit.
+# usage [STATUS]: print the script's header comment (the comment lines after the #! line), then exit.
 usage() {
-  sed -n "$1,$2p" "$0" | sed 's/^# \{0,1\}//'
-  exit "${3:-2}"
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit "${1:-2}"
 }
 
 die() {

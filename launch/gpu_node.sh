@@ -17,7 +17,7 @@ while [[ $# -gt 0 ]]; do
     --gpus) [[ $# -ge 2 ]] || die "--gpus needs a value"; gpus="$2"; shift 2 ;;
     --venv) [[ $# -ge 2 ]] || die "--venv needs a value"; venv="$2"; shift 2 ;;
     --log) [[ $# -ge 2 ]] || die "--log needs a value"; log="$2"; shift 2 ;;
-    -h|--help) usage 2 8 0 ;;
+    -h|--help) usage 0 ;;
     --) shift; break ;;
     *) die "unknown option '$1' (the command goes after --)" ;;
   esac

@@ -29,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     --skip-create) skip_create=1; shift ;;
     --skip-install) skip_install=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
-    -h|--help) usage 2 11 0 ;;
+    -h|--help) usage 0 ;;
     --) shift; break ;;
     *) die "unknown option '$1' (the command goes after --)" ;;
   esac

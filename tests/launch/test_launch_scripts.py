@@ -108,3 +108,10 @@ def test_slurm_dry_run_and_guards():
     header = (ROOT / "launch/slurm.sbatch").read_text()
     for directive in ("--ntasks-per-node=1", "--requeue", "--signal=TERM@300"):
         assert f"#SBATCH {directive}" in header
+
+
+@pytest.mark.parametrize("script, first", [("launch/gpu_node.sh", "One host"), ("launch/tpu_pod.sh", "A Cloud TPU")])
+def test_help_prints_the_header_only(script, first):
+    run = _bash(script, "--help")
+    assert run.returncode == 0 and run.stdout.startswith(first), run.stdout
+    assert "set -euo" not in run.stdout
