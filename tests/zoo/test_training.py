@@ -258,3 +258,21 @@ def test_batches_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch,
         targets = np.concatenate([rows[i][0] for rows in per_process_eval])
         weights = np.concatenate([rows[i][1] for rows in per_process_eval])
         np.testing.assert_array_equal(targets[weights > 0], expected[: int(weights.sum())])
+
+
+def test_a_mesh_that_does_not_fit_fails_before_writing_the_workdir(tmp_path):
+    from zoo.training import Task, train_and_evaluate
+
+    cfg = models.model_config(num_layers=1, d_model=16, num_heads=2, mlp_dim=16, max_length=10)
+    config = ml_collections.ConfigDict(
+        {"seed": 0, "mesh": mesh_config(data=2), "model": cfg, "train": train_config(steps=2, batch_size=8)}
+    )
+    task = Task(
+        build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),
+        train_batches=lambda: None,
+        eval_batches=lambda split: [],
+        loss_fn=classification_loss(),
+    )
+    with pytest.raises(ValueError, match=r"does not divide 1 devices"):
+        train_and_evaluate(config, tmp_path / "run", task)
+    assert not (tmp_path / "run").exists()

@@ -18,7 +18,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import logging
 from flax import nnx
 
 from zoo.training import mesh as mesh_lib
@@ -92,18 +91,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
         )
     # Every check that can fail on a bad config runs before anything is written to the workdir.
     check_resume_config(config, workdir)
-    abstract_state(state_builder(task.build_model, train_cfg, config.seed))
-    task.prepare()
-    if is_writer:
-        write_config(config, workdir)
-
     mesh = mesh_lib.make_mesh(config.mesh)
     if (train_cfg.batch_size // train_cfg.grad_accum_steps) % mesh_lib.batch_shards(mesh):
         raise ValueError(
             f"train.batch_size / grad_accum_steps = {train_cfg.batch_size // train_cfg.grad_accum_steps} "
             f"is not divisible by the {mesh_lib.batch_shards(mesh)} data × fsdp shards"
         )
-    graphdef, state, state_sharding = create_train_state(state_builder(task.build_model, train_cfg, config.seed), mesh)
+    build = state_builder(task.build_model, train_cfg, config.seed)
+    abstract_state(build)
+    task.prepare()
+    if is_writer:
+        write_config(config, workdir)
+
+    graphdef, state, state_sharding = create_train_state(build, mesh)
     shardings = dict(
         state_sharding=state_sharding,
         batch_sharding=mesh_lib.batch_sharding(mesh),
@@ -124,7 +124,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
         start_step = int(meta["step"])
         pending = {k: jnp.float32(v) for k, v in meta["pending_metrics"].items()}
         rng = jax.random.wrap_key_data(jnp.asarray(meta["rng"], jnp.uint32))
-        logging.info("resumed from %s at step %d", workdir / "checkpoints", start_step)
+        if is_writer:
+            print(f"resumed from {workdir / 'checkpoints'} at step {start_step}", flush=True)
 
     writer = MetricWriter(workdir, resume_step=start_step, enabled=is_writer)
     progress = Progress(train_cfg.steps, start_step, enabled=is_writer)
