@@ -42,6 +42,11 @@ def _tril(c):
     return lax.broadcasted_iota(jnp.int32, (c, c), 0) >= lax.broadcasted_iota(jnp.int32, (c, c), 1)
 
 
+def _advance(s, z, k, v):
+    """Adds one chunk of keys to the state: S += φkᵀ v, z += Σ φk."""
+    return s + _dot(k, v, 0, 0), z + jnp.sum(k.astype(jnp.float32), axis=0)
+
+
 def _initial_state(k_ref, v_ref, chunk, causal):
     """(S, z) to start the scan from: zeros when causal, the totals over every key otherwise."""
     t, m = k_ref.shape
@@ -53,7 +58,7 @@ def _initial_state(k_ref, v_ref, chunk, causal):
         s, z = carry
         k = k_ref[pl.ds(c * chunk, chunk), :]
         v = v_ref[pl.ds(c * chunk, chunk), :]
-        return s + _dot(k, v, 0, 0), z + jnp.sum(k.astype(jnp.float32), axis=0)
+        return _advance(s, z, k, v)
 
     return lax.fori_loop(0, t // chunk, totals, init)
 
@@ -74,8 +79,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, causal):
             scores = jnp.where(mask, _dot(q, k, 1, 1), 0.0)
             num = num + _dot(scores.astype(v.dtype), v, 1, 0)
             den = den + jnp.sum(scores, axis=1)
-            s = s + _dot(k, v, 0, 0)
-            z = z + jnp.sum(k.astype(jnp.float32), axis=0)
+            s, z = _advance(s, z, k, v)
         o_ref[pl.ds(start, chunk), :] = (num / (den + eps)[:, None]).astype(o_ref.dtype)
         den_ref[pl.ds(start, chunk)] = den
         return s, z
@@ -100,8 +104,7 @@ def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal):
             # A_ij = g_i·v_j + h_i for j ≤ i within the chunk; dφq_c += A φk_c.
             a = jnp.where(mask, _dot(g, v.astype(jnp.float32), 1, 1) + h[:, None], 0.0)
             dq = dq + _dot(a, k.astype(jnp.float32), 1, 0)
-            s = s + _dot(k, v, 0, 0)
-            z = z + jnp.sum(k.astype(jnp.float32), axis=0)
+            s, z = _advance(s, z, k, v)
         dq_ref[pl.ds(start, chunk), :] = dq.astype(dq_ref.dtype)
         return s, z
 

@@ -7,11 +7,9 @@ length settings, so a changed input never reuses a stale cache.
 
 from __future__ import annotations
 
-import csv
 import functools
 import hashlib
 import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -21,8 +19,6 @@ import numpy as np
 
 from zoo.training import Task, classification_loss
 from zoo.training import data as data_lib
-
-csv.field_size_limit(sys.maxsize)
 
 
 class DataFormatError(ValueError):
