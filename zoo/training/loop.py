@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -48,6 +49,10 @@ class Task:
     prepare:       () → {split: cached example file}; generates/caches data (process 0 first). Called
                    before anything is written to the workdir, so bad data leaves it untouched. Cached.
     batch_spec:    global batch size → {field: ShapeDtypeStruct}, for planning without data.
+    artifacts:     () → {file name: path}; copied into the workdir with config.json (e.g. the tokenizer).
+    generate_eval: (model in eval mode, split, workdir or None) → extra metrics (e.g. BLEU of decoded
+                   output); called after each evaluation; `workdir` is given only at the end of training,
+                   for files the task writes there (e.g. hypotheses).
     """
 
     build_model: Callable[[nnx.Rngs], nnx.Module]
@@ -58,6 +63,8 @@ class Task:
     eval_splits: tuple[str, ...] = ("valid", "test")
     prepare: Callable[[], dict[str, Path]] = dict
     batch_spec: Callable[[int], dict[str, jax.ShapeDtypeStruct]] | None = None
+    artifacts: Callable[[], dict[str, Path]] = dict
+    generate_eval: Callable[[nnx.Module, str, Path | None], dict[str, float]] | None = None
 
 
 def _to_host(tree) -> dict[str, float]:
@@ -102,6 +109,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     task.prepare()
     if is_writer:
         write_config(config, workdir)
+        for name, source in task.artifacts().items():
+            tmp = workdir / f"{name}.tmp"
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, workdir / name)
 
     graphdef, state, state_sharding = create_train_state(build, mesh)
     shardings = dict(
@@ -112,6 +123,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     train_step = make_train_step(graphdef, task.loss_fn, accum_steps=train_cfg.grad_accum_steps, **shardings)
     eval_step = make_eval_step(graphdef, task.loss_fn, **shardings)
     schedule = make_schedule(train_cfg)
+
+    def evaluate_split(state, split: str, final: bool) -> dict[str, float]:
+        metrics = evaluate(eval_step, state, task.eval_batches(split), mesh)
+        if task.generate_eval is not None:
+            model = nnx.merge(graphdef, state)[0]
+            model.eval()
+            metrics.update(task.generate_eval(model, split, workdir if final else None))
+        return metrics
+
     rng = jax.random.key(config.seed + 1)
 
     data_iter = iter(task.train_batches())
@@ -171,7 +191,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
                 progress.log(done, "train", metrics)
                 pending = {}
             if train_cfg.eval_every and done % train_cfg.eval_every == 0 and done != train_cfg.steps:
-                metrics = evaluate(eval_step, state, task.eval_batches(task.eval_splits[0]), mesh)
+                metrics = evaluate_split(state, task.eval_splits[0], final=False)
                 writer.write(done, task.eval_splits[0], metrics)
                 progress.log(done, task.eval_splits[0], metrics)
             preempted = preemption.reached(done) and done != train_cfg.steps
@@ -192,7 +212,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
 
     results: dict[str, float] = {"steps": float(train_cfg.steps)}
     for split in task.eval_splits:
-        metrics = evaluate(eval_step, state, task.eval_batches(split), mesh)
+        metrics = evaluate_split(state, split, final=True)
         writer.write(train_cfg.steps, split, metrics)
         progress.log(train_cfg.steps, split, metrics)
         results.update({f"{split}_{k}": v for k, v in metrics.items()})

@@ -31,3 +31,29 @@ def classification_loss(label_smoothing: float = 0.0):
         return loss_sum, {"loss": loss_sum, "correct": jnp.sum(correct * w), "count": jnp.sum(w)}
 
     return loss_fn
+
+
+def token_cross_entropy(
+    logits: jax.Array, targets: jax.Array, weights: jax.Array, *, label_smoothing: float = 0.0
+) -> tuple[jax.Array, dict]:
+    """Per-token cross-entropy summed over positions with weight > 0 (translation, masked LM).
+
+    logits `[..., vocab]`, targets and weights `[...]`. Returns (objective sum, metric sums); the objective
+    uses label smoothing, the reported `loss` never does, and `log_perplexity` becomes `perplexity` =
+    exp(loss) when summarised. `count` is the number of scored tokens.
+    """
+    w = weights.astype(jnp.float32)
+    vocab = logits.shape[-1]
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    objective = ce
+    if label_smoothing:
+        smooth = optax.softmax_cross_entropy(logits, jnp.full(logits.shape, 1.0 / vocab, logits.dtype))
+        objective = (1.0 - label_smoothing) * ce + label_smoothing * smooth
+    loss_sum = jnp.sum(ce * w)
+    correct = jnp.sum((jnp.argmax(logits, -1) == targets) * w)
+    return jnp.sum(objective * w), {
+        "loss": loss_sum,
+        "log_perplexity": loss_sum,
+        "correct": correct,
+        "count": jnp.sum(w),
+    }

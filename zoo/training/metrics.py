@@ -14,13 +14,17 @@ from tqdm import tqdm
 
 
 def summarise(sums: dict[str, float]) -> dict[str, float]:
-    """Metric sums → means: every `x` becomes `x / count`, `correct` becomes `accuracy`."""
+    """Metric sums → means: every `x` becomes `x / count`, `correct` becomes `accuracy`,
+    `log_perplexity` becomes `perplexity` = exp(mean)."""
     count = max(sums.get("count", 0.0), 1.0)
     out = {}
     for k, v in sums.items():
         if k == "count":
             continue
-        out["accuracy" if k == "correct" else k] = v / count
+        if k == "log_perplexity":
+            out["perplexity"] = math.exp(min(v / count, 700.0))  # capped: exp overflows a float past ~709
+        else:
+            out["accuracy" if k == "correct" else k] = v / count
     return out
 
 

