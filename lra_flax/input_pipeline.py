@@ -8,7 +8,6 @@ length settings, so a changed input never reuses a stale cache.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -20,9 +19,7 @@ import numpy as np
 from zoo.training import Task, classification_loss
 from zoo.training import data as data_lib
 
-
-class DataFormatError(ValueError):
-    """A malformed input file; the message starts with `path:line:`."""
+DataFormatError = data_lib.DataFormatError
 
 
 def read_tsv(path: str | os.PathLike, header: Sequence[str]) -> Iterator[tuple[int, list[str]]]:
@@ -47,9 +44,7 @@ def read_tsv(path: str | os.PathLike, header: Sequence[str]) -> Iterator[tuple[i
 
 
 def _cache_path(source: Path, *parts: object) -> Path:
-    st = source.stat()
-    key = hashlib.sha256(repr((source.name, st.st_size, st.st_mtime_ns, *parts)).encode()).hexdigest()[:16]
-    return source.parent / "cache" / f"{source.stem}-{key}.array_record"
+    return source.parent / "cache" / f"{source.stem}-{data_lib.source_key(source, *parts)}.array_record"
 
 
 def cache_classification_split(

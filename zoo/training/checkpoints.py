@@ -50,6 +50,11 @@ class Checkpointer:
         )
         return restored.state, restored.meta
 
+    def restore_state(self, step: int, abstract_state) -> object:
+        """Restores only the train state (inference, fine-tuning, inspection: no data iterator)."""
+        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
+        return restored.state
+
     def wait(self) -> None:
         self.manager.wait_until_finished()
 

@@ -8,6 +8,7 @@ reads rows [p·B/P, (p+1)·B/P) of every global batch of B, so results do not de
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -19,6 +20,22 @@ from array_record.python.array_record_module import ArrayRecordWriter
 from flax import serialization
 
 Example = dict[str, np.ndarray]
+
+
+class DataFormatError(ValueError):
+    """A malformed or unusable input file; the message names the file (and line, where there is one)."""
+
+
+def source_key(*parts: object) -> str:
+    """A short hash of cache inputs; a `Path` part contributes its name, size and mtime (a changed file re-caches)."""
+    items = []
+    for part in parts:
+        if isinstance(part, Path):
+            st = part.stat()
+            items.append((part.name, st.st_size, st.st_mtime_ns))
+        else:
+            items.append(part)
+    return hashlib.sha256(repr(items).encode()).hexdigest()[:16]
 
 
 def write_records(path: str | os.PathLike, examples: Iterable[Example]) -> int:

@@ -15,6 +15,7 @@ import ml_collections
 from flax import nnx
 
 from zoo.training import mesh as mesh_lib
+from zoo.training.checkpoints import Checkpointer
 from zoo.training.optim import make_optimizer
 
 
@@ -39,3 +40,31 @@ def create_train_state(build: Callable[[], tuple], mesh: jax.sharding.Mesh):
     sharding = mesh_lib.state_shardings(abstract, mesh)
     state = jax.jit(lambda: nnx.state(build()), out_shardings=sharding)()
     return graphdef, state, sharding
+
+
+def restore_model(
+    build_model: Callable[[nnx.Rngs], nnx.Module],
+    train: ml_collections.ConfigDict,
+    checkpoint_dir,
+    *,
+    step: int | None = None,
+) -> tuple[nnx.Module, int]:
+    """The model of a run's checkpoint (latest unless `step`) on this process's first device; returns (model, step)."""
+    checkpointer = Checkpointer(checkpoint_dir, max_to_keep=1_000_000)
+    try:
+        step = checkpointer.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}")
+        graphdef, abstract = abstract_state(state_builder(build_model, train, 0))
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
+        try:
+            state = checkpointer.restore_state(step, abstract)
+        except (ValueError, KeyError) as e:
+            raise ValueError(
+                f"checkpoint {checkpoint_dir} step {step} does not match the model built from the config: {e}"
+            ) from None
+    finally:
+        checkpointer.close()
+    model, _ = nnx.merge(graphdef, state)
+    return model, step

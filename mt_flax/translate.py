@@ -1,0 +1,82 @@
+"""`mt-translate`: translate a text file (one sentence per line) with a trained run's checkpoint.
+
+mt-translate --workdir=runs/mt-demo --input=sentences.de --output=sentences.en [--beam_size=5]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+from absl import app, flags
+
+from mt_flax.task import build_model, translate_ids
+from zoo.text import EOS_ID, load_tokenizer
+from zoo.training import cli
+from zoo.training.state import restore_model
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A mt-train workdir (config.json, tokenizer, checkpoints/).")
+_INPUT = flags.DEFINE_string("input", None, "Source text, one sentence per line ('-' for stdin).")
+_OUTPUT = flags.DEFINE_string("output", "-", "Where translations go, one per line ('-' for stdout).")
+_BEAM = flags.DEFINE_integer("beam_size", None, "Beam size (default: the run's decode.beam_size).")
+_ALPHA = flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the run's).")
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+flags.mark_flags_as_required(["workdir", "input"])
+
+
+def load_run(workdir: str | Path, step: int | None = None):
+    """(config, tokenizer, model in eval mode, step) of an mt-train workdir."""
+    workdir = Path(workdir)
+    config_path = workdir / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} does not exist: --workdir must be an mt-train run directory")
+    config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+    tok_path = next((workdir / n for n in ("spm.model", "vocab.txt") if (workdir / n).exists()), None)
+    if tok_path is None:
+        raise FileNotFoundError(f"{workdir} has no tokenizer (spm.model or vocab.txt)")
+    tokenizer = load_tokenizer(tok_path)
+    model, step = restore_model(
+        lambda rngs: build_model(config, tokenizer.vocab_size, rngs), config.train, workdir / "checkpoints", step=step
+    )
+    model.eval()
+    return config, tokenizer, model, step
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    config, tokenizer, model, step = load_run(_WORKDIR.value, _STEP.value)
+    if _BEAM.value is not None:
+        config.decode.beam_size = _BEAM.value
+    if _ALPHA.value is not None:
+        config.decode.length_penalty = _ALPHA.value
+    text = sys.stdin.read() if _INPUT.value == "-" else Path(_INPUT.value).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    sources = []
+    for n, line in enumerate(lines, start=1):
+        ids = [*tokenizer.encode(line.strip()), EOS_ID]
+        if len(ids) > config.model.max_length:
+            raise ValueError(
+                f"{_INPUT.value}:{n}: {len(ids)} tokens with EOS, more than model.max_length={config.model.max_length}"
+            )
+        sources.append(np.asarray(ids, np.int32))
+    hyps = [tokenizer.decode(x) for x in translate_ids(model, config, sources)] if sources else []
+    out = "".join(h + "\n" for h in hyps)
+    if _OUTPUT.value == "-":
+        sys.stdout.write(out)
+    else:
+        Path(_OUTPUT.value).write_text(out, encoding="utf-8")
+        print(f"translated {len(hyps)} lines with checkpoint step {step} into {_OUTPUT.value}", file=sys.stderr)
+
+
+def run() -> None:
+    cli.run(main, "mt-translate")
+
+
+if __name__ == "__main__":
+    run()
