@@ -161,8 +161,10 @@ def references(records_path: Path) -> list[str]:
 
 
 def bucket_lengths(max_length: int) -> list[int]:
-    """Padded lengths: multiples of 8 up to 64, then powers of 2 and 1.5 × powers of 2, capped at max_length."""
-    sizes = {8, 16, 24, 32, 40, 48, 56, 64}
+    """Padded lengths: 16, 32, 48, 64, then powers of 2 and 1.5 × powers of 2, capped at max_length.
+
+    Few buckets: each is one more compilation of the train and eval steps."""
+    sizes = {16, 32, 48, 64}
     n = 64
     while n < max_length:
         sizes.update({n + n // 2, 2 * n})

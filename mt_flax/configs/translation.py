@@ -33,9 +33,10 @@ from zoo.training import mesh_config, train_config
 
 PRESETS = ("demo", "tiny", "iwslt_de_en")
 
-# Bible books by number (1 Genesis … 66 Revelation): valid Ruth, test Jonah + Mark; train the other 63.
+# Bible books by number (1 Genesis … 66 Revelation): valid Ruth, test Jonah + James (156 verses, small
+# enough to beam-decode on a CPU in the demo); train the other 63 books (30,861 verses).
 VALID_BOOKS = (8,)
-TEST_BOOKS = (32, 41)
+TEST_BOOKS = (32, 59)
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
@@ -78,21 +79,22 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         }
     )
     if preset == "demo":
-        config.data.vocab_size = 4000
+        config.data.update(vocab_size=2000, max_tokens=3072)
+        config.decode.valid_examples = 85
         config.model = model_config(
             mixer="relu", num_layers=3, d_model=256, num_heads=4, mlp_dim=512, max_length=160, dropout=0.1
         )
         config.train = train_config(
-            steps=1200,
+            steps=400,
             batch_size=8,
             learning_rate=2e-3,
             schedule="cosine",
-            warmup_steps=200,
+            warmup_steps=60,
             weight_decay=0.01,
             label_smoothing=0.1,
-            log_every=100,
-            eval_every=600,
-            checkpoint_every=600,
+            log_every=50,
+            eval_every=200,
+            checkpoint_every=200,
         )
     elif preset == "tiny":
         config.data.vocab_size = 256

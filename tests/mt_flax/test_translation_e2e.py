@@ -1,0 +1,102 @@
+"""`mt-train` end to end on a synthetic copy task: SentencePiece, token batches, training, beam search, BLEU."""
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
+
+
+def _copy_task(d, counts=(("train", 3000), ("valid", 60), ("test", 100))):
+    """Target = source upper-cased: a learnable 'translation' with a real (SentencePiece) vocabulary."""
+    d.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    for split, n in counts:
+        src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(n)]
+        (d / f"{split}.src").write_text("".join(s + "\n" for s in src))
+        (d / f"{split}.tgt").write_text("".join(s.upper() + "\n" for s in src))
+
+
+def _run(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_copy_task_reaches_high_bleu_and_reports_sacrebleu(tmp_path):
+    data = tmp_path / "copy"
+    _copy_task(data)
+    workdir = tmp_path / "run"
+    flags = [
+        "--config=mt_flax/configs/translation.py:tiny",
+        f"--workdir={workdir}",
+        "--config.data.source=text",
+        f"--config.data.dir={data}",
+        "--config.data.src_lang=src",
+        "--config.data.tgt_lang=tgt",
+        "--config.data.vocab_size=128",
+        "--config.train.eval_every=150",
+    ]
+    proc = _run("mt_flax", *flags)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((workdir / "results.json").read_text())
+    assert results["bleu"] > 90, results
+    assert results["chrf"] > 90
+    assert results["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert (workdir / "spm.model").exists()
+    # The reported BLEU is sacreBLEU's corpus_bleu of the written files.
+    hyps = (workdir / "test.hyp.txt").read_text().splitlines()
+    refs = (workdir / "test.ref.txt").read_text().splitlines()
+    assert len(hyps) == len(refs) == 100
+    assert refs == (data / "test.tgt").read_text().splitlines()
+    assert results["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
+    assert results["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=1e-9)
+    # Valid BLEU was measured during training too.
+    lines = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert any(x["split"] == "valid" and x["step"] == 150 and "bleu" in x for x in lines)
+    # mt-translate with the checkpoint reproduces the test hypotheses.
+    out = tmp_path / "out.txt"
+    proc = _run("mt_flax.translate", f"--workdir={workdir}", f"--input={data / 'test.src'}", f"--output={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.read_text().splitlines() == hyps
+
+
+@pytest.mark.slow
+def test_document_level_run_and_bad_input(tmp_path):
+    data = tmp_path / "copy"
+    _copy_task(data, (("train", 200), ("valid", 20), ("test", 20)))
+    # Documents: blank lines every 5 pairs (both sides).
+    for split in ("train", "valid", "test"):
+        for side in ("src", "tgt"):
+            path = data / f"{split}.{side}"
+            lines = path.read_text().splitlines()
+            path.write_text("".join(x + "\n" + ("\n" if i % 5 == 4 else "") for i, x in enumerate(lines)))
+    base = [
+        "--config=mt_flax/configs/translation.py:tiny",
+        "--config.data.source=text",
+        f"--config.data.dir={data}",
+        "--config.data.src_lang=src",
+        "--config.data.tgt_lang=tgt",
+        "--config.data.vocab_size=128",
+        "--config.train.steps=4",
+        "--config.train.checkpoint_every=4",
+        "--config.decode.beam_size=2",
+    ]
+    proc = _run("mt_flax", *base, f"--workdir={tmp_path / 'doc'}", "--config.data.doc_length=48")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    refs = (tmp_path / "doc" / "test.ref.txt").read_text().splitlines()
+    assert 4 <= len(refs) < 20  # sentences were joined into documents (20 pairs, 4 documents of 5)
+    # A split missing, and misaligned files: clear errors, exit 2, nothing written to the workdir.
+    good_valid = (data / "valid.tgt").read_text()
+    (data / "valid.tgt").write_text("only one line\n")
+    proc = _run("mt_flax", *base, f"--workdir={tmp_path / 'bad'}", "--config.data.cache_dir=" + str(tmp_path / "c2"))
+    assert proc.returncode == 2
+    assert "valid.src has 24 lines but" in proc.stderr and "valid.tgt has 1" in proc.stderr
+    assert not (tmp_path / "bad").exists()
+    (data / "valid.tgt").write_text(good_valid)
+    (data / "test.src").unlink()
+    proc = _run("mt_flax", *base, f"--workdir={tmp_path / 'bad'}", "--config.data.cache_dir=" + str(tmp_path / "c3"))
+    assert proc.returncode == 2 and "split 'test' is missing" in proc.stderr
