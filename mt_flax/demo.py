@@ -12,7 +12,7 @@ import time
 from absl import flags
 
 from mt_flax.configs import translation
-from mt_flax.main import train
+from mt_flax.task import train
 from zoo.training import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/mt-demo", "Run directory.")

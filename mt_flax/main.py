@@ -9,15 +9,12 @@ holds test.hyp.txt, test.ref.txt and results.json with bleu, chrf, bleu_tokenize
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
-import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from mt_flax.task import make_task
-from zoo.training import cli, memory, train_and_evaluate
+from mt_flax.task import make_task, train
+from zoo.training import cli, memory
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file with a preset after ':'.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, translations and results.")
@@ -25,21 +22,6 @@ _PLAN_MEMORY = flags.DEFINE_bool(
     "plan_memory", False, "Compile the train step for the configured mesh, print per-device memory, and exit."
 )
 flags.mark_flags_as_required(["config"])
-
-
-def train(config, workdir: str | Path) -> dict:
-    """Trains and evaluates; results.json gains the test split's scores under their plain names."""
-    workdir = Path(workdir)
-    results = train_and_evaluate(config, workdir, make_task(config))
-    scores_path = workdir / "test.scores.json"
-    if scores_path.exists():
-        scores = json.loads(scores_path.read_text())
-        results.update({k: scores[k] for k in ("bleu", "chrf", "bleu_tokenized", "sacrebleu_signature")})
-        if jax.process_index() == 0:
-            tmp = workdir / "results.json.tmp"
-            tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
-            os.replace(tmp, workdir / "results.json")
-    return results
 
 
 def main(argv: list[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import jax
@@ -17,7 +18,7 @@ from mt_flax import input_pipeline as pipeline
 from zoo.models import EncoderDecoder
 from zoo.models.decoding import translate
 from zoo.text import BOS_ID, EOS_ID, PAD_ID
-from zoo.training import Task, token_cross_entropy
+from zoo.training import Task, token_cross_entropy, train_and_evaluate
 from zoo.training import data as data_lib
 
 
@@ -109,3 +110,18 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         artifacts=lambda: {tokenizer_file_name(tokenizer()[1]): tokenizer()[1]},
         generate_eval=generate_eval,
     )
+
+
+def train(config, workdir: str | Path) -> dict:
+    """Trains and evaluates; results.json gains the test split's scores under their plain names."""
+    workdir = Path(workdir)
+    results = train_and_evaluate(config, workdir, make_task(config))
+    scores_path = workdir / "test.scores.json"
+    if scores_path.exists():
+        scores = json.loads(scores_path.read_text())
+        results.update({k: scores[k] for k in ("bleu", "chrf", "bleu_tokenized", "sacrebleu_signature")})
+        if jax.process_index() == 0:
+            tmp = workdir / "results.json.tmp"
+            tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
+            os.replace(tmp, workdir / "results.json")
+    return results

@@ -51,19 +51,31 @@ class MultiHeadMixer(nnx.Module):
         causal: bool = False,
         context: jax.Array | None = None,
         context_mask: jax.Array | None = None,
+        context_kv: dict | None = None,
     ) -> jax.Array:
-        """Self-attention over x, or cross-attention from x to `context` (keys/values) when given."""
+        """Self-attention over x, or cross-attention from x to `context` (keys/values) when given.
+
+        `context_kv` (from `project_context`) replaces `context` with its projected keys and values, so
+        step-by-step decoding projects the encoder output once, not at every step.
+        """
         if causal and not self.supports_causal:
             raise ValueError(f"mixer {self.name!r} has no causal form")
         if context is not None and causal:
             raise ValueError(f"mixer {self.name!r}: cross-attention cannot be causal")
-        source, source_mask = (x, mask) if context is None else (context, context_mask)
         q = self._split(self.query(x))
-        k, v = self._split(self.key(source)), self._split(self.value(source))
+        if context_kv is not None:
+            k, v, source_mask = context_kv["k"], context_kv["v"], context_mask
+        else:
+            source, source_mask = (x, mask) if context is None else (context, context_mask)
+            k, v = self._split(self.key(source)), self._split(self.value(source))
         o = self.attend(q, k, v, source_mask, causal)
         return self.out(self.combine(o.reshape(*x.shape[:2], -1)))
 
     # -- incremental decoding ------------------------------------------------------------------
+
+    def project_context(self, context: jax.Array) -> dict:
+        """Cross-attention keys and values of `context` `[batch, S, d_model]`, computed once per source."""
+        return {"k": self._split(self.key(context)), "v": self._split(self.value(context))}
 
     def init_cache(self, batch: int, max_length: int) -> dict:
         shape = (batch, max_length, self.num_heads, self.head_dim)

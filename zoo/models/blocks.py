@@ -36,9 +36,9 @@ class Block(nnx.Module):
         )
         self.dropout = nnx.Dropout(cfg.dropout)
 
-    def _cross_and_ffn(self, x, context, context_mask, rngs):
+    def _cross_and_ffn(self, x, context, context_mask, rngs, context_kv=None):
         if self.cross is not None:
-            y = self.cross(self.cross_norm(x), context=context, context_mask=context_mask)
+            y = self.cross(self.cross_norm(x), context=context, context_mask=context_mask, context_kv=context_kv)
             x = x + self.dropout(y, rngs=rngs)
         if self.ffn is not None:
             x = x + self.dropout(self.ffn(self.ffn_norm(x), rngs=rngs), rngs=rngs)
@@ -51,7 +51,12 @@ class Block(nnx.Module):
     def init_cache(self, batch: int, max_length: int) -> dict:
         return self.mixer.init_cache(batch, max_length)
 
-    def decode(self, x: jax.Array, cache: dict, *, context=None, context_mask=None) -> tuple[jax.Array, dict]:
+    def project_context(self, context: jax.Array) -> dict | None:
+        return None if self.cross is None else self.cross.project_context(context)
+
+    def decode(
+        self, x: jax.Array, cache: dict, *, context=None, context_mask=None, context_kv=None
+    ) -> tuple[jax.Array, dict]:
         """One causal step for x `[batch, 1, d_model]` (inference: no dropout)."""
         y, cache = self.mixer.decode(self.mixer_norm(x), cache)
-        return self._cross_and_ffn(x + y, context, context_mask, None), cache
+        return self._cross_and_ffn(x + y, context, context_mask, None, context_kv), cache

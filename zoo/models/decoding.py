@@ -58,6 +58,7 @@ def greedy_search(
     batch = src.shape[0]
     limits = decode_limits(src, max_length=max_length, max_length_a=max_length_a, max_length_b=max_length_b)
     enc, src_mask = model.encode(src)
+    context_kv = model.project_context(enc)
     cache = model.init_cache(batch, max_length)
     out = jnp.full((batch, max_length), PAD_ID, jnp.int32)
 
@@ -67,7 +68,7 @@ def greedy_search(
 
     def body(carry):
         t, prev, cache, out, done = carry
-        logits, cache = model.decode(prev[:, None], cache, enc, src_mask)
+        logits, cache = model.decode(prev[:, None], cache, enc, src_mask, context_kv)
         logits = logits[:, 0]
         logits = _disallow(logits, ((t + 1) >= limits)[:, None], bos_id=bos_id, eos_id=eos_id)
         token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -97,6 +98,7 @@ def beam_search(
     limits = decode_limits(src, max_length=max_length, max_length_a=max_length_a, max_length_b=max_length_b)
     enc, src_mask = model.encode(src)
     enc, src_mask = jnp.repeat(enc, k, axis=0), jnp.repeat(src_mask, k, axis=0)
+    context_kv = model.project_context(enc)
     cache = model.init_cache(rows, max_length)
     alive_seq = jnp.full((batch, k, max_length + 1), PAD_ID, jnp.int32).at[:, :, 0].set(bos_id)
     alive_logp = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1), jnp.float32), (batch, 1))
@@ -114,7 +116,7 @@ def beam_search(
     def body(carry):
         t, alive_seq, alive_logp, fin_seq, fin_score, cache = carry
         tokens = alive_seq[:, :, t].reshape(rows, 1)
-        logits, cache = model.decode(tokens, cache, enc, src_mask)
+        logits, cache = model.decode(tokens, cache, enc, src_mask, context_kv)
         logp = jax.nn.log_softmax(logits[:, 0]).reshape(batch, k, -1)
         vocab = logp.shape[-1]
         logp = _disallow(logp, ((t + 1) >= limits)[:, None, None], bos_id=bos_id, eos_id=eos_id)

@@ -53,9 +53,14 @@ class Decoder(Encoder):
     def init_cache(self, batch: int, max_length: int) -> list:
         return [block.init_cache(batch, max_length) for block in self.blocks]
 
-    def decode(self, x, cache: list, *, context=None, context_mask=None) -> tuple[jax.Array, list]:
+    def project_context(self, context: jax.Array) -> list:
+        """Each block's cross-attention keys/values of the encoder output (for `decode(context_kv=...)`)."""
+        return [block.project_context(context) for block in self.blocks]
+
+    def decode(self, x, cache: list, *, context=None, context_mask=None, context_kv=None) -> tuple[jax.Array, list]:
         new_cache = []
-        for block, c in zip(self.blocks, cache, strict=True):
-            x, c = block.decode(x, c, context=context, context_mask=context_mask)
+        context_kv = [None] * len(self.blocks) if context_kv is None else context_kv
+        for block, c, kv in zip(self.blocks, cache, context_kv, strict=True):
+            x, c = block.decode(x, c, context=context, context_mask=context_mask, context_kv=kv)
             new_cache.append(c)
         return self.final_norm(x), new_cache

@@ -83,7 +83,12 @@ class EncoderDecoder(nnx.Module):
         max_length = self.max_length if max_length is None else max_length
         return {"layers": self.decoder.init_cache(batch, max_length), "index": jnp.zeros((), jnp.int32)}
 
-    def decode(self, token, cache, enc, src_mask) -> tuple[jax.Array, dict]:
+    def project_context(self, enc: jax.Array) -> list:
+        """Cross-attention keys/values of every decoder layer, computed once per source for `decode`."""
+        return self.decoder.project_context(enc)
+
+    def decode(self, token, cache, enc, src_mask, context_kv: list | None = None) -> tuple[jax.Array, dict]:
+        """token `[batch, 1]` → (logits `[batch, 1, vocab]`, cache); pass `context_kv` to skip re-projecting enc."""
         x = _positions_at(self.tgt_embed(token), cache["index"], self.positional, self.max_length)
-        x, layers = self.decoder.decode(x, cache["layers"], context=enc, context_mask=src_mask)
+        x, layers = self.decoder.decode(x, cache["layers"], context=enc, context_mask=src_mask, context_kv=context_kv)
         return self.logits(x).astype(jnp.float32), {"layers": layers, "index": cache["index"] + 1}
