@@ -169,3 +169,8 @@ def test_unknown_source_is_a_config_error(tmp_path):
     with pytest.raises(ValueError, match="data.source='web' is unknown"):
         input_pipeline.load_corpus(config, "train")
     assert isinstance(config, ml_collections.ConfigDict)
+
+
+def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="TFDS dataset 'wmt14_translate/de-en' split 'validation' is not"):
+        data.tfds_corpus("wmt14_translate/de-en", "valid", "de", "en", data_dir=str(tmp_path))
