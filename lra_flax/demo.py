@@ -40,10 +40,7 @@ def main(argv: list[str]) -> None:
         ("wall time (data + train + eval)", f"{wall:.0f} s"),
         ("workdir", _WORKDIR.value),
     ]
-    width = max(len(k) for k, _ in rows)
-    print("\nListOps demo results")
-    for k, v in rows:
-        print(f"  {k:<{width}}  {v}")
+    cli.print_table("ListOps demo results", rows)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,11 @@ Re-running the same command on the same workdir resumes from its last checkpoint
 
 from __future__ import annotations
 
-import json
-
 from absl import app, flags
 from ml_collections import config_flags
 
 from lra_flax.tasks import TASKS
-from zoo.training import cli, memory, train_and_evaluate
+from zoo.training import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file with a preset after ':'.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
@@ -30,13 +28,7 @@ def main(argv: list[str]) -> None:
     if config.task not in TASKS:
         raise ValueError(f"config field task={config.task!r} is unknown; valid: {', '.join(TASKS)}")
     task = TASKS[config.task](config)
-    if _PLAN_MEMORY.value:
-        print(memory.format_plan(memory.plan(config, task)))
-        return
-    if not _WORKDIR.value:
-        raise app.UsageError("--workdir is required")
-    results = train_and_evaluate(config, _WORKDIR.value, task)
-    print(json.dumps(results, indent=2, sort_keys=True))
+    cli.train_or_plan(config, _WORKDIR.value, task, plan_memory=_PLAN_MEMORY.value)
 
 
 def run() -> None:

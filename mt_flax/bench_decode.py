@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from kernels.bench import device_name
 from zoo.models import EncoderDecoder, model_config
 
 
@@ -107,8 +108,7 @@ def main() -> None:
                 f"  temp {row['temp_mib'] or 0:8.2f} MiB",
                 flush=True,
             )
-    name = device.platform if device.platform == "cpu" else device.device_kind.lower().replace(" ", "-")
-    out = Path(args.out) / f"decode-{name}.json"
+    out = Path(args.out) / f"decode-{device_name()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "device": f"{device.platform}: {device.device_kind}",

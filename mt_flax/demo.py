@@ -12,8 +12,8 @@ import time
 from absl import flags
 
 from mt_flax.configs import translation
-from mt_flax.task import train
-from zoo.training import cli
+from mt_flax.task import make_task
+from zoo.training import cli, train_and_evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/mt-demo", "Run directory.")
 _MIXER = flags.DEFINE_string("mixer", "relu", "Token mixer of encoder and decoder self-attention.")
@@ -23,12 +23,10 @@ _WHEEL_CACHE = flags.DEFINE_string("wheel_cache", "data/wheels", "Where the sono
 def main(argv: list[str]) -> None:
     del argv
     config = translation.get_config("demo")
-    config.unlock()
     config.model.mixer = _MIXER.value
     config.data.wheel_cache = _WHEEL_CACHE.value
-    config.lock()
     start = time.perf_counter()
-    results = train(config, _WORKDIR.value)
+    results = train_and_evaluate(config, _WORKDIR.value, make_task(config))
     rows = [
         ("mixer", config.model.mixer),
         ("test BLEU (sacreBLEU 13a)", f"{results['bleu']:.2f}"),
@@ -41,10 +39,7 @@ def main(argv: list[str]) -> None:
         ("signature", results["sacrebleu_signature"]),
         ("workdir", _WORKDIR.value),
     ]
-    width = max(len(k) for k, _ in rows)
-    print("\nTranslation demo (Bible, German → English)")
-    for k, v in rows:
-        print(f"  {k:<{width}}  {v}")
+    cli.print_table("Translation demo (Bible, German → English)", rows)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 
 import grain
-import jax
 import ml_collections
 import numpy as np
 
@@ -221,9 +220,7 @@ def make_batch(records, length: int, indices: np.ndarray) -> dict[str, np.ndarra
 
 
 def _process_rows(indices: np.ndarray) -> np.ndarray:
-    local = data_lib.local_batch_size(len(indices), "rows per batch (a multiple of train.batch_size)")
-    start = jax.process_index() * local
-    return indices[start : start + local]
+    return indices[data_lib.process_rows(len(indices), "rows per batch (a multiple of train.batch_size)")]
 
 
 def train_batches(records_path: Path, config: ml_collections.ConfigDict) -> grain.IterDataset:

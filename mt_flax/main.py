@@ -8,13 +8,11 @@ holds test.hyp.txt, test.ref.txt and results.json with bleu, chrf, bleu_tokenize
 
 from __future__ import annotations
 
-import json
-
 from absl import app, flags
 from ml_collections import config_flags
 
-from mt_flax.task import make_task, train
-from zoo.training import cli, memory
+from mt_flax.task import make_task
+from zoo.training import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file with a preset after ':'.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, translations and results.")
@@ -28,12 +26,8 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
-    if _PLAN_MEMORY.value:
-        print(memory.format_plan(memory.plan(config, make_task(config))))
-        return
-    if not _WORKDIR.value:
-        raise app.UsageError("--workdir is required")
-    print(json.dumps(train(config, _WORKDIR.value), indent=2, sort_keys=True))
+    task = make_task(config)
+    cli.train_or_plan(config, _WORKDIR.value, task, plan_memory=_PLAN_MEMORY.value)
 
 
 def run() -> None:

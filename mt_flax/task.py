@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
-import os
 from pathlib import Path
 
 import jax
@@ -18,7 +16,7 @@ from mt_flax import input_pipeline as pipeline
 from zoo.models import EncoderDecoder
 from zoo.models.decoding import translate
 from zoo.text import BOS_ID, EOS_ID, PAD_ID
-from zoo.training import Task, token_cross_entropy, train_and_evaluate
+from zoo.training import Task, token_cross_entropy
 from zoo.training import data as data_lib
 
 
@@ -77,8 +75,8 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         smoothing = config.train.label_smoothing if train else 0.0
         return token_cross_entropy(logits, batch["tgt_out"], weights, label_smoothing=smoothing)
 
-    def generate_eval(model, split: str, workdir: Path | None) -> dict[str, float]:
-        """BLEU/chrF of beam-search output; at the end, also {split}.hyp.txt / .ref.txt / .scores.json."""
+    def generate_eval(model, split: str, workdir: Path | None) -> dict[str, float | str]:
+        """BLEU/chrF of beam-search output with sacreBLEU's signatures; at the end, also {split}.{hyp,ref}.txt."""
         records_path = prepare()[split]
         records = data_lib.read_records(records_path)
         refs = pipeline.references(records_path)
@@ -91,8 +89,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         if workdir is not None and jax.process_index() == 0:
             for name, lines in (("hyp", hyps), ("ref", refs[:count])):
                 (workdir / f"{split}.{name}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-            (workdir / f"{split}.scores.json").write_text(json.dumps(scores, indent=2, sort_keys=True))
-        return {k: float(v) for k, v in scores.items() if not k.endswith("signature")}
+        return scores
 
     def batch_spec(batch: int):
         shape = (batch, config.model.max_length)
@@ -109,19 +106,11 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         batch_spec=batch_spec,
         artifacts=lambda: {tokenizer_file_name(tokenizer()[1]): tokenizer()[1]},
         generate_eval=generate_eval,
+        final_results=final_results,
     )
 
 
-def train(config, workdir: str | Path) -> dict:
-    """Trains and evaluates; results.json gains the test split's scores under their plain names."""
-    workdir = Path(workdir)
-    results = train_and_evaluate(config, workdir, make_task(config))
-    scores_path = workdir / "test.scores.json"
-    if scores_path.exists():
-        scores = json.loads(scores_path.read_text())
-        results.update({k: scores[k] for k in ("bleu", "chrf", "bleu_tokenized", "sacrebleu_signature")})
-        if jax.process_index() == 0:
-            tmp = workdir / "results.json.tmp"
-            tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
-            os.replace(tmp, workdir / "results.json")
-    return results
+def final_results(results: dict) -> dict:
+    """The test split's scores under the plain names results.json promises (bleu, chrf, …)."""
+    keys = ("bleu", "chrf", "bleu_tokenized", "sacrebleu_signature")
+    return {k: results[f"test_{k}"] for k in keys if f"test_{k}" in results}

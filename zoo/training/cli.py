@@ -8,6 +8,7 @@ Flags added to every task CLI:
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import sys
@@ -17,7 +18,8 @@ import jax
 import ml_collections
 from absl import app, flags, logging
 
-from zoo.training import distributed
+from zoo.training import distributed, memory
+from zoo.training.loop import train_and_evaluate
 
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes in a multi-process run.")
@@ -102,3 +104,21 @@ def run(main: Callable[[list[str]], None], prog: str) -> None:
             os._exit(LOST_PEER_EXIT_CODE)
 
     app.run(wrapped)
+
+
+def train_or_plan(config: ml_collections.ConfigDict, workdir: str | None, task, *, plan_memory: bool) -> None:
+    """The body of every `<task>-train` command: print the per-device memory plan, or train and print the results."""
+    if plan_memory:
+        print(memory.format_plan(memory.plan(config, task)))
+        return
+    if not workdir:
+        raise app.UsageError("--workdir is required")
+    print(json.dumps(train_and_evaluate(config, workdir, task), indent=2, sort_keys=True))
+
+
+def print_table(title: str, rows: Sequence[tuple[str, str]]) -> None:
+    """A demo's summary: a title, then `name  value` lines with the names aligned."""
+    width = max(len(k) for k, _ in rows)
+    print(f"\n{title}")
+    for k, v in rows:
+        print(f"  {k:<{width}}  {v}")

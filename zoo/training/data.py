@@ -78,6 +78,13 @@ def local_batch_size(global_batch: int, what: str = "train.batch_size") -> int:
     return global_batch // jax.process_count()
 
 
+def process_rows(global_batch: int, what: str = "train.batch_size") -> slice:
+    """This process's rows [p·B/P, (p+1)·B/P) of every global batch of B rows."""
+    local = local_batch_size(global_batch, what)
+    start = jax.process_index() * local
+    return slice(start, start + local)
+
+
 def train_batches(
     ds: grain.MapDataset,
     *,
@@ -94,8 +101,8 @@ def train_batches(
     """
     if len(ds) == 0:
         raise ValueError("the training split is empty")
-    local = local_batch_size(global_batch)
-    offset = jax.process_index() * local
+    rows_here = process_rows(global_batch)
+    local, offset = rows_here.stop - rows_here.start, rows_here.start
     order = ds.shuffle(seed=seed).repeat()
 
     def example(local_index):
@@ -117,13 +124,12 @@ def eval_batches(
     Rows past the end are weight-0 copies of the first example, so every batch has one shape and every
     process the same number of batches (collective evaluation on several hosts).
     """
-    local = local_batch_size(global_batch, "eval batch size")
-    offset = jax.process_index() * local
+    rows_here = process_rows(global_batch, "eval batch size")
     if len(ds) == 0:
         return
     get = (lambda i: transform(ds[i])) if transform is not None else (lambda i: ds[i])
     pad = {k: np.zeros_like(v) for k, v in with_weights(get(0)).items()}
     for b in range(-(-len(ds) // global_batch)):
-        start = b * global_batch + offset
-        rows = [with_weights(get(i)) if i < len(ds) else pad for i in range(start, start + local)]
+        start = b * global_batch
+        rows = [with_weights(get(i)) if i < len(ds) else pad for i in range(start, start + global_batch)[rows_here]]
         yield _stack(rows)

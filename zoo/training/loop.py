@@ -52,7 +52,9 @@ class Task:
     artifacts:     () → {file name: path}; copied into the workdir with config.json (e.g. the tokenizer).
     generate_eval: (model in eval mode, split, workdir or None) → extra metrics (e.g. BLEU of decoded
                    output); called after each evaluation; `workdir` is given only at the end of training,
-                   for files the task writes there (e.g. hypotheses).
+                   for files the task writes there (e.g. hypotheses). Text values (e.g. a metric's
+                   signature) go to results.json only, not to the logs.
+    final_results: results → entries added to results.json under names of the task's choosing.
     """
 
     build_model: Callable[[nnx.Rngs], nnx.Module]
@@ -64,11 +66,17 @@ class Task:
     prepare: Callable[[], dict[str, Path]] = dict
     batch_spec: Callable[[int], dict[str, jax.ShapeDtypeStruct]] | None = None
     artifacts: Callable[[], dict[str, Path]] = dict
-    generate_eval: Callable[[nnx.Module, str, Path | None], dict[str, float]] | None = None
+    generate_eval: Callable[[nnx.Module, str, Path | None], dict[str, float | str]] | None = None
+    final_results: Callable[[dict], dict] = lambda results: {}
 
 
 def _to_host(tree) -> dict[str, float]:
     return {k: float(v) for k, v in jax.device_get(tree).items()}
+
+
+def _numbers(metrics: dict) -> dict[str, float]:
+    """The numeric metrics (what logs and TensorBoard take)."""
+    return {k: v for k, v in metrics.items() if not isinstance(v, str)}
 
 
 def _add(acc: dict, new: dict) -> dict:
@@ -192,8 +200,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
                 pending = {}
             if train_cfg.eval_every and done % train_cfg.eval_every == 0 and done != train_cfg.steps:
                 metrics = evaluate_split(state, task.eval_splits[0], final=False)
-                writer.write(done, task.eval_splits[0], metrics)
-                progress.log(done, task.eval_splits[0], metrics)
+                writer.write(done, task.eval_splits[0], _numbers(metrics))
+                progress.log(done, task.eval_splits[0], _numbers(metrics))
             preempted = preemption.reached(done) and done != train_cfg.steps
             if done % train_cfg.checkpoint_every == 0 or done == train_cfg.steps or preempted:
                 save(done)
@@ -210,14 +218,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
         preemption.close()
         progress.close()
 
-    results: dict[str, float] = {"steps": float(train_cfg.steps)}
+    results: dict[str, float | str] = {"steps": float(train_cfg.steps)}
     for split in task.eval_splits:
         metrics = evaluate_split(state, split, final=True)
-        writer.write(train_cfg.steps, split, metrics)
-        progress.log(train_cfg.steps, split, metrics)
+        writer.write(train_cfg.steps, split, _numbers(metrics))
+        progress.log(train_cfg.steps, split, _numbers(metrics))
         results.update({f"{split}_{k}": v for k, v in metrics.items()})
     results["train_wall_time_s"] = watch.elapsed()
     results["train_steps_run"] = float(train_cfg.steps - start_step)
+    results.update(task.final_results(results))
     if is_writer:
         tmp = workdir / "results.json.tmp"
         tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
