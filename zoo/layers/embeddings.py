@@ -1,4 +1,4 @@
-"""Token embeddings and fixed sinusoidal positions."""
+"""Token embeddings, fixed sinusoidal positions and learned absolute positions (BERT)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from flax import nnx
 
 from zoo.layers.common import logical
 
-POSITIONAL = ("sinusoidal", "none")
+POSITIONAL = ("sinusoidal", "learned", "none")
 
 
 def sinusoidal_positions(length: int, d_model: int) -> jax.Array:
@@ -26,6 +26,8 @@ def add_positions(x: jax.Array, kind: str, offset: int = 0) -> jax.Array:
     """Adds position encodings of `kind` to `[batch, length, d]` inputs starting at position `offset`."""
     if kind == "none":
         return x
+    if kind == "learned":
+        raise ValueError("learned positions are parameters: this model supports only 'sinusoidal' or 'none'")
     if kind == "sinusoidal":
         table = sinusoidal_positions(offset + x.shape[1], x.shape[-1])[offset:]
         return x + table[None].astype(x.dtype)
@@ -49,3 +51,17 @@ class TokenEmbedding(nnx.Module):
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
         return self.embed(tokens).astype(self.dtype)
+
+
+class LearnedPositions(nnx.Module):
+    """BERT's absolute position embeddings: a `[max_length, d_model]` table added to the inputs."""
+
+    def __init__(self, max_length: int, d_model: int, *, rngs: nnx.Rngs):
+        init = logical(nnx.initializers.normal(stddev=0.02), None, "embed")
+        self.table = nnx.Param(init(rngs.params(), (max_length, d_model), jnp.float32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        length, max_length = x.shape[1], self.table.shape[0]
+        if length > max_length:
+            raise ValueError(f"input length {length} exceeds the {max_length} learned positions (model.max_length)")
+        return x + self.table[:length][None].astype(x.dtype)

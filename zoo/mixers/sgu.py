@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from zoo.layers.common import compute_dtype, dense
@@ -145,3 +146,21 @@ def _amlp_options() -> dict:
 
 register("gmlp", SpatialGatingMixer, _gmlp_options)
 register("amlp", SpatialGatingMixer, _amlp_options)
+
+
+def toeplitz_score(w) -> float:
+    """Share of a square matrix's energy explained by its diagonal means, in [0, 1].
+
+    T replaces every diagonal of W by its mean (the nearest Toeplitz matrix in Frobenius norm, an
+    orthogonal projection), so ‖T‖² / ‖W‖² is 1 for a Toeplitz W and about 2/n for i.i.d. zero-mean noise.
+    """
+    w = np.asarray(w, np.float64)
+    if w.ndim != 2 or w.shape[0] != w.shape[1]:
+        raise ValueError(f"toeplitz_score needs a square matrix, got shape {w.shape}")
+    n = w.shape[0]
+    offsets = np.arange(n)[:, None] - np.arange(n)[None, :] + n - 1  # diagonal index in [0, 2n-2]
+    sums = np.bincount(offsets.ravel(), weights=w.ravel(), minlength=2 * n - 1)
+    counts = np.bincount(offsets.ravel(), minlength=2 * n - 1)
+    t = (sums / counts)[offsets]
+    total = float(np.sum(w * w))
+    return float(np.sum(t * t) / total) if total > 0 else 1.0

@@ -1,17 +1,89 @@
-"""Softmax attention, the baseline (SPEC §1.1), through `jax.nn.dot_product_attention` (cuDNN on GPU)."""
+"""Softmax attention, the baseline (SPEC §1.1), through `jax.nn.dot_product_attention` (cuDNN on GPU).
+
+Option `relative_buckets` > 0 adds T5's learned relative position bias (one scalar per head and
+log-spaced distance bucket) to the scores: the "BERT + rel pos" baseline of the gMLP paper (SPEC §1.5).
+"""
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.mixers.registry import register
 
 
+def relative_position_buckets(
+    length: int, *, num_buckets: int, max_distance: int, bidirectional: bool = True
+) -> np.ndarray:
+    """T5's bucket of key j relative to query i, `[length, length]` int32.
+
+    Half the buckets are exact distances, the rest log-spaced up to `max_distance` (further is the last
+    bucket); bidirectional splits the buckets between keys before and after the query.
+    """
+    relative = np.arange(length)[None, :] - np.arange(length)[:, None]  # key − query
+    n = -relative
+    buckets = np.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (n < 0) * num_buckets
+        n = np.abs(n)
+    else:
+        n = np.maximum(n, 0)
+    exact = num_buckets // 2
+    with np.errstate(divide="ignore"):
+        log_ratio = np.log(np.maximum(n, 1) / exact) / np.log(max_distance / exact)
+    large = np.minimum(exact + (log_ratio * (num_buckets - exact)).astype(np.int32), num_buckets - 1)
+    return (buckets + np.where(n < exact, n, large)).astype(np.int32)
+
+
 class SoftmaxAttention(MultiHeadMixer):
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        super().__init__(cfg, rngs=rngs)
+        self.relative_buckets, self.relative_max_distance = cfg.relative_buckets, cfg.relative_max_distance
+        if self.relative_buckets and self.relative_buckets < 4:
+            raise ValueError(f"mixer {cfg.name!r}: relative_buckets={self.relative_buckets} must be 0 (off) or ≥ 4")
+        # Zero init: the model starts as plain softmax attention.
+        self.relative_bias = (
+            nnx.Param(jnp.zeros((self.relative_buckets, self.num_heads), jnp.float32))
+            if self.relative_buckets
+            else None
+        )
+
+    def position_bias(self, length: int, causal: bool) -> jax.Array:
+        """`[1, heads, length, length]` learned bias of each key's distance from each query."""
+        buckets = relative_position_buckets(
+            length, num_buckets=self.relative_buckets, max_distance=self.relative_max_distance, bidirectional=not causal
+        )
+        return jnp.transpose(self.relative_bias[...][buckets], (2, 0, 1))[None]
+
+    def __call__(self, x, *, mask=None, causal=False, context=None, context_mask=None, context_kv=None):
+        if self.relative_bias is not None and (context is not None or context_kv is not None):
+            raise ValueError(f"mixer {self.name!r}: the relative position bias is for self-attention only")
+        return super().__call__(
+            x, mask=mask, causal=causal, context=context, context_mask=context_mask, context_kv=context_kv
+        )
+
     def attend(self, q, k, v, mask, causal):
         bias_mask = None if mask is None else mask[:, None, None, :]
-        return jax.nn.dot_product_attention(q, k, v, mask=bias_mask, is_causal=causal)
+        bias = None if self.relative_bias is None else self.position_bias(q.shape[1], causal).astype(q.dtype)
+        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=bias_mask, is_causal=causal)
+
+    def init_cache(self, batch: int, max_length: int) -> dict:
+        if self.relative_bias is not None:
+            raise ValueError(
+                f"mixer {self.name!r}: incremental decoding with a relative position bias is not supported"
+            )
+        return super().init_cache(batch, max_length)
 
 
-register("softmax", SoftmaxAttention, lambda: {})
+def _options() -> dict:
+    return {
+        "relative_buckets": 0,  # 0: no position bias; T5 uses 32
+        "relative_max_distance": 128,  # distances beyond this share the last bucket
+    }
+
+
+register("softmax", SoftmaxAttention, _options)

@@ -4,6 +4,7 @@ from zoo.models.blocks import Block
 from zoo.models.classifiers import DualEncoder, SequenceClassifier, SequenceEncoder
 from zoo.models.config import mixer_config, model_config
 from zoo.models.encoder import Decoder, Encoder
+from zoo.models.masked_lm import MaskedLM, TextClassifier, TextEncoder
 from zoo.models.seq2seq import CausalLM, EncoderDecoder
 
 __all__ = [
@@ -13,8 +14,11 @@ __all__ = [
     "DualEncoder",
     "Encoder",
     "EncoderDecoder",
+    "MaskedLM",
     "SequenceClassifier",
     "SequenceEncoder",
+    "TextClassifier",
+    "TextEncoder",
     "mixer_config",
     "model_config",
 ]

@@ -38,6 +38,22 @@ def source_key(*parts: object) -> str:
     return hashlib.sha256(repr(items).encode()).hexdigest()[:16]
 
 
+def open_tfds(name: str, split: str, data_dir: str | None, alternative: str):
+    """`tfds.data_source(name, split)` (random access, no TensorFlow); a clear error when it is not prepared.
+
+    `alternative` names the offline config choice for the message (e.g. "data.source='text'").
+    """
+    import tensorflow_datasets as tfds
+
+    try:
+        return tfds.data_source(name, split=split, data_dir=data_dir)
+    except Exception as e:
+        raise FileNotFoundError(
+            f"TFDS dataset {name!r} split {split!r} is not available ({type(e).__name__}: {e}); prepare it "
+            f"with TensorFlow installed (pip install '.[tf]'; tfds build) or use {alternative}"
+        ) from None
+
+
 def write_records(path: str | os.PathLike, examples: Iterable[Example]) -> int:
     """Writes examples to an ArrayRecord file atomically (a temporary file, then a rename); returns the count."""
     path = Path(path)
@@ -91,13 +107,15 @@ def train_batches(
     global_batch: int,
     seed: int,
     transform: Callable[[Example], Example] | None = None,
+    row_transform: Callable[[int, Example], Example] | None = None,
     num_threads: int = 2,
 ) -> grain.IterDataset:
     """Infinite batches of this process's rows; iterate it for a checkpointable iterator.
 
     The global order is a seeded permutation per epoch, cut into global batches; process p reads rows
     [p·B/P, (p+1)·B/P) of each. So every global batch, and the whole run, is the same for any number of
-    processes, and each process reads (and decodes) only its own rows.
+    processes, and each process reads (and decodes) only its own rows. `row_transform(row, example)`
+    also gets the row's global number (step × global_batch + row in batch), e.g. to seed random masking.
     """
     if len(ds) == 0:
         raise ValueError("the training split is empty")
@@ -107,7 +125,8 @@ def train_batches(
 
     def example(local_index):
         b, j = divmod(int(local_index), local)
-        return order[b * global_batch + offset + j]
+        row = b * global_batch + offset + j
+        return order[row] if row_transform is None else row_transform(row, order[row])
 
     rows = grain.MapDataset.range(2**62).map(example)
     if transform is not None:
@@ -117,17 +136,26 @@ def train_batches(
 
 
 def eval_batches(
-    ds: grain.MapDataset, *, global_batch: int, transform: Callable[[Example], Example] | None = None
+    ds: grain.MapDataset,
+    *,
+    global_batch: int,
+    transform: Callable[[Example], Example] | None = None,
+    row_transform: Callable[[int, Example], Example] | None = None,
 ) -> Iterator[Example]:
     """Every example once, in order, as global batches; this process yields its rows of each.
 
     Rows past the end are weight-0 copies of the first example, so every batch has one shape and every
-    process the same number of batches (collective evaluation on several hosts).
+    process the same number of batches (collective evaluation on several hosts). `row_transform(i, example)`
+    gets the example's index in the split.
     """
     rows_here = process_rows(global_batch, "eval batch size")
     if len(ds) == 0:
         return
-    get = (lambda i: transform(ds[i])) if transform is not None else (lambda i: ds[i])
+
+    def get(i: int) -> Example:
+        ex = ds[i] if transform is None else transform(ds[i])
+        return ex if row_transform is None else row_transform(i, ex)
+
     pad = {k: np.zeros_like(v) for k, v in with_weights(get(0)).items()}
     for b in range(-(-len(ds) // global_batch)):
         start = b * global_batch

@@ -1,0 +1,3 @@
+from mlm_flax.main import run
+
+run()

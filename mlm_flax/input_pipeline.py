@@ -1,0 +1,220 @@
+"""Documents → SentencePiece → packed fixed-length sequences (cached ArrayRecord) → masked batches.
+
+A sequence is `[CLS]` followed by the next `seq_length − 1` tokens of the split's token stream, in which
+every document ends with `[SEP]` (RoBERTa's full-sentence packing: sequences may span documents); the
+last one is padded. Masking (mlm_flax.masking) happens when a batch is read, seeded by (seed, global row
+number), so the masks of a run are the same for any number of processes and on resume, and a token is
+masked differently each epoch; held-out splits use fixed masks (seeded by the example index).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import grain
+import ml_collections
+import numpy as np
+
+from mlm_flax import data as mlm_data
+from mlm_flax.masking import MaskingSpec, mask_tokens
+from zoo.text import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SentencePieceTokenizer, train_sentencepiece
+from zoo.training import data as data_lib
+from zoo.training.data import DataFormatError
+
+SPECIAL_SYMBOLS = ("[MASK]", "[CLS]", "[SEP]")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialIds:
+    mask: int
+    cls: int
+    sep: int
+
+    @property
+    def all(self) -> tuple[int, ...]:
+        """Every id that is never masked: padding, unknown, bos/eos and the three symbols."""
+        return (PAD_ID, UNK_ID, BOS_ID, EOS_ID, self.mask, self.cls, self.sep)
+
+
+def special_ids(tokenizer: SentencePieceTokenizer, source: str = "the tokenizer") -> SpecialIds:
+    try:
+        return SpecialIds(*(tokenizer.piece_to_id(s) for s in SPECIAL_SYMBOLS))
+    except KeyError as e:
+        raise ValueError(
+            f"{source} lacks a special symbol needed for MLM ({e.args[0]}); it must define {', '.join(SPECIAL_SYMBOLS)} "
+            "as user symbols (leave data.tokenizer_model empty to train one)"
+        ) from None
+
+
+def cache_dir(config: ml_collections.ConfigDict) -> Path:
+    d = config.data
+    return Path(d.cache_dir or Path(d.dir) / "cache")
+
+
+def _corpus_key(config: ml_collections.ConfigDict) -> tuple:
+    d = config.data
+    if d.source == "text":
+        files = [Path(d.dir) / f"{s}.txt" for s in mlm_data.SPLITS]
+        present = tuple(f for f in files if f.is_file())
+        if files[0] not in present:
+            mlm_data.text_splits(d.dir, d.documents, d.holdout_fraction)  # raises, naming the missing file
+        return ("text", d.documents, d.holdout_fraction, *present)
+    if d.source in ("wiki_sample", "kjv"):
+        wheel = mlm_data.WIKI_WHEEL if d.source == "wiki_sample" else mlm_data.BIBLE_WHEEL
+        return (d.source, wheel, d.holdout_fraction)
+    if d.source == "tfds":
+        return ("tfds", d.tfds_name, d.tfds_text_field, d.tfds_max_documents)
+    raise ValueError(f"config field data.source={d.source!r} is unknown; valid: wiki_sample, kjv, text, tfds")
+
+
+@functools.lru_cache(maxsize=4)
+def _offline_splits(source: str, wheel_cache: str, fraction: float) -> dict[str, list[str]]:
+    docs = (
+        mlm_data.wiki_sample_documents(wheel_cache) if source == "wiki_sample" else mlm_data.kjv_documents(wheel_cache)
+    )
+    return mlm_data.holdout_split(docs, fraction)
+
+
+def load_documents(config: ml_collections.ConfigDict, split: str) -> list[str]:
+    d = config.data
+    _corpus_key(config)  # validates data.source
+    if d.source == "text":
+        return mlm_data.text_splits(d.dir, d.documents, d.holdout_fraction)[split]
+    if d.source == "tfds":
+        return mlm_data.tfds_documents(
+            d.tfds_name, split, d.tfds_text_field, d.tfds_data_dir or None, d.tfds_max_documents
+        )
+    return _offline_splits(d.source, d.wheel_cache, d.holdout_fraction)[split]
+
+
+def load_or_train_tokenizer(config: ml_collections.ConfigDict) -> tuple[SentencePieceTokenizer, Path]:
+    """data.tokenizer_model if set (it must define [MASK], [CLS], [SEP]), else one trained on train (cached)."""
+    d = config.data
+    if d.tokenizer_model:
+        path = Path(d.tokenizer_model)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"config field data.tokenizer_model: SentencePiece model file {path} does not exist"
+            )
+        tokenizer = SentencePieceTokenizer.load(path)
+        special_ids(tokenizer, f"SentencePiece model {path}")
+        return tokenizer, path
+    key = data_lib.source_key(*_corpus_key(config), "sentencepiece", d.vocab_size, SPECIAL_SYMBOLS)
+    path = cache_dir(config) / f"tokenizer-{key}.model"
+    if path.exists():
+        return SentencePieceTokenizer.load(path), path
+    docs = load_documents(config, "train")
+    tokenizer = train_sentencepiece(
+        (p for doc in docs for p in doc.split("\n")), vocab_size=d.vocab_size, user_symbols=SPECIAL_SYMBOLS
+    )
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tokenizer.save(tmp)
+    os.replace(tmp, path)
+    return tokenizer, path
+
+
+def pack(token_docs: Iterator[list[int]], seq_length: int, ids: SpecialIds) -> Iterator[np.ndarray]:
+    """`[CLS]` + the next `seq_length − 1` tokens of the stream of documents each ending in `[SEP]`."""
+    body = seq_length - 1
+    buffer: list[int] = []
+    for doc in token_docs:
+        buffer.extend(doc)
+        buffer.append(ids.sep)
+        while len(buffer) >= body:
+            yield np.asarray([ids.cls, *buffer[:body]], np.int32)
+            buffer = buffer[body:]
+    if buffer:
+        out = np.full((seq_length,), PAD_ID, np.int32)
+        out[0], out[1 : 1 + len(buffer)] = ids.cls, buffer
+        yield out
+
+
+def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokenizer_path: Path) -> Path:
+    """Writes (once) the split's packed sequences to ArrayRecord, with token counts alongside (`.counts.npy`)."""
+    d = config.data
+    key = data_lib.source_key(*_corpus_key(config), split, tokenizer_path, d.seq_length)
+    path = cache_dir(config) / f"{split}-{key}.array_record"
+    counts_path = path.with_suffix(".counts.npy")
+    if path.exists() and counts_path.exists():
+        return path
+    docs = load_documents(config, split)
+    ids = special_ids(tokenizer)
+    counts = np.zeros((tokenizer.vocab_size,), np.int64)
+
+    def token_docs():
+        for doc in docs:
+            tokens = [t for paragraph in doc.split("\n") for t in tokenizer.encode(paragraph)]
+            if tokens:
+                yield tokens
+
+    def sequences():
+        for seq in pack(token_docs(), d.seq_length, ids):
+            np.add.at(counts, seq, 1)
+            yield {"tokens": seq}
+
+    n = data_lib.write_records(path, sequences())
+    if n == 0:
+        path.unlink()
+        raise DataFormatError(f"the {split} split of data.source={d.source!r} has no tokens")
+    counts[PAD_ID] = 0
+    np.save(counts_path, counts)
+    return path
+
+
+def masking_spec(config: ml_collections.ConfigDict, tokenizer) -> MaskingSpec:
+    d = config.data
+    ids = special_ids(tokenizer)
+    return MaskingSpec(
+        mask_id=ids.mask,
+        vocab_size=tokenizer.vocab_size,
+        special_ids=ids.all,
+        max_predictions=d.max_predictions,
+        rate=d.mask_rate,
+        mask_fraction=d.mask_token_fraction,
+        random_fraction=d.random_token_fraction,
+        word_starts=tokenizer.word_starts() if d.whole_word else None,
+    )
+
+
+def _masker(spec: MaskingSpec, seed_parts: tuple[int, ...]):
+    def transform(row: int, ex: dict) -> dict:
+        return mask_tokens(ex["tokens"], np.random.default_rng([*seed_parts, row]), spec)
+
+    return transform
+
+
+def train_batches(records_path: Path, config: ml_collections.ConfigDict, spec: MaskingSpec) -> grain.IterDataset:
+    """Infinite masked batches; row r of the run (step × batch + row) is masked with rng (seed, r)."""
+    return data_lib.train_batches(
+        data_lib.read_records(records_path),
+        global_batch=config.train.batch_size,
+        seed=config.seed,
+        row_transform=_masker(spec, (config.seed,)),
+    )
+
+
+def eval_batches(records_path: Path, config: ml_collections.ConfigDict, spec: MaskingSpec, split: str):
+    """Every held-out sequence once, with masks fixed by (seed, split, index)."""
+    return data_lib.eval_batches(
+        data_lib.read_records(records_path),
+        global_batch=config.train.eval_batch_size or config.train.batch_size,
+        row_transform=_masker(spec, (config.seed, zlib.crc32(split.encode()))),
+    )
+
+
+def unigram_perplexity(train_records: Path, eval_records: Path, spec: MaskingSpec) -> float:
+    """Perplexity of the held-out maskable tokens under the training split's unigram distribution (add-one).
+
+    The baseline an MLM must beat: masked targets are a uniform sample of maskable tokens, so a model that
+    ignores context can at best reach this.
+    """
+    ordinary = spec.ordinary_ids()
+    train = np.load(train_records.with_suffix(".counts.npy"))[ordinary] + 1.0
+    held_out = np.load(eval_records.with_suffix(".counts.npy"))[ordinary]
+    log_p = np.log(train / train.sum())
+    return float(np.exp(-(held_out * log_p).sum() / max(held_out.sum(), 1)))

@@ -1,0 +1,82 @@
+"""The masked-language-modelling task: a `MaskedLM` trained with cross-entropy on the masked tokens only."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from mlm_flax import input_pipeline as pipeline
+from zoo.models import MaskedLM
+from zoo.training import Task, token_cross_entropy
+
+TOKENIZER_FILE = "spm.model"  # the tokenizer's name in the workdir (mlm-finetune and mlm-inspect read it)
+
+
+def check_lengths(config: ml_collections.ConfigDict) -> None:
+    """Sequences must fit the encoder: gMLP's W is max_length × max_length, BERT has max_length positions."""
+    if config.data.seq_length > config.model.max_length:
+        raise ValueError(
+            f"data.seq_length={config.data.seq_length} exceeds model.max_length={config.model.max_length}, the "
+            f"spatial size of the SGU's W (mixer {config.model.mixer!r}) / the number of positions; "
+            "raise model.max_length or lower data.seq_length"
+        )
+
+
+def build_model(config: ml_collections.ConfigDict, vocab_size: int, rngs: nnx.Rngs) -> MaskedLM:
+    return MaskedLM(config.model, vocab_size=vocab_size, rngs=rngs)
+
+
+def mlm_loss(model, batch, rngs, train):
+    """Cross-entropy, accuracy and perplexity over the chosen positions (`mask_weights`) of real rows."""
+    del train
+    logits = model(batch["inputs"], positions=batch["positions"], rngs=rngs)
+    weights = batch["mask_weights"] * batch["weights"][:, None]
+    return token_cross_entropy(logits, batch["targets"], weights)
+
+
+def make_task(config: ml_collections.ConfigDict) -> Task:
+    check_lengths(config)
+
+    @functools.cache
+    def tokenizer():
+        return pipeline.load_or_train_tokenizer(config)
+
+    @functools.cache
+    def spec():
+        return pipeline.masking_spec(config, tokenizer()[0])
+
+    @functools.cache
+    def prepare() -> dict[str, Path]:
+        tok, path = tokenizer()
+        spec()  # checks the masking fields and the tokenizer's special symbols before anything is written
+        return {split: pipeline.cache_split(config, split, tok, path) for split in ("train", "valid", "test")}
+
+    def final_results(results: dict) -> dict:
+        files = prepare()
+        return {"unigram_perplexity": pipeline.unigram_perplexity(files["train"], files["test"], spec())}
+
+    def batch_spec(batch: int):
+        p = config.data.max_predictions
+        return {
+            "inputs": jax.ShapeDtypeStruct((batch, config.data.seq_length), np.int32),
+            "positions": jax.ShapeDtypeStruct((batch, p), np.int32),
+            "targets": jax.ShapeDtypeStruct((batch, p), np.int32),
+            "mask_weights": jax.ShapeDtypeStruct((batch, p), np.float32),
+            "weights": jax.ShapeDtypeStruct((batch,), np.float32),
+        }
+
+    return Task(
+        build_model=lambda rngs: build_model(config, tokenizer()[0].vocab_size, rngs),
+        train_batches=lambda: pipeline.train_batches(prepare()["train"], config, spec()),
+        eval_batches=lambda split: pipeline.eval_batches(prepare()[split], config, spec(), split),
+        loss_fn=mlm_loss,
+        prepare=prepare,
+        batch_spec=batch_spec,
+        artifacts=lambda: {TOKENIZER_FILE: tokenizer()[1]},
+        final_results=final_results,
+    )

@@ -1,0 +1,91 @@
+"""Bidirectional text encoders for masked language modelling and the classifiers fine-tuned from them.
+
+`TextEncoder` (token + optional learned position embeddings → encoder) is the part a fine-tuning run
+copies from a pretraining checkpoint: `MaskedLM` and `TextClassifier` both hold one as `.backbone`, so
+`nnx.update(classifier.backbone, nnx.state(masked_lm.backbone))` transfers it exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from zoo.layers import ClassificationHead, LearnedPositions, TokenEmbedding, add_positions, compute_dtype, dense
+from zoo.layers.heads import pool
+from zoo.models.classifiers import PAD_ID
+from zoo.models.encoder import Encoder
+
+
+class TextEncoder(nnx.Module):
+    """tokens `[batch, length]` (id 0 = padding) → `[batch, length, d_model]`, bidirectional.
+
+    `cfg.positional`: "none" for gMLP (the spatial gating unit sees positions through W), "learned" for
+    BERT, or "sinusoidal". Length may not exceed `cfg.max_length` (the SGU's spatial size).
+    """
+
+    def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
+        dtype = compute_dtype(cfg.dtype)
+        self.max_length, self.positional = cfg.max_length, cfg.positional
+        self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
+        self.positions = (
+            LearnedPositions(cfg.max_length, cfg.d_model, rngs=rngs) if cfg.positional == "learned" else None
+        )
+        self.encoder = Encoder(cfg, rngs=rngs)
+        self.dropout = nnx.Dropout(cfg.dropout)
+
+    def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
+        if tokens.shape[1] > self.max_length:
+            raise ValueError(
+                f"input length {tokens.shape[1]} exceeds model.max_length={self.max_length} "
+                "(the spatial size of gMLP's W, or the number of learned positions)"
+            )
+        x = self.embed(tokens)
+        x = self.positions(x) if self.positions is not None else add_positions(x, self.positional)
+        return self.encoder(self.dropout(x, rngs=rngs), mask=tokens != PAD_ID, rngs=rngs)
+
+
+class MaskedLM(nnx.Module):
+    """tokens → logits `[batch, length, vocab]` (float32), or `[batch, P, vocab]` at `positions` `[batch, P]`.
+
+    Passing the masked positions (as BERT does) skips the vocabulary projection everywhere else.
+
+    Head (BERT's): Dense → GELU → LayerNorm, then the input embedding table transposed (tied) plus a bias.
+    """
+
+    def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
+        dtype = compute_dtype(cfg.dtype)
+        self.backbone = TextEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
+        self.transform = dense(cfg.d_model, cfg.d_model, ("embed", "mlp"), dtype=dtype, rngs=rngs)
+        self.transform_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+        self.output_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+        # Embeddings are N(0, 1); dividing the tied logits by √d keeps them O(1) at initialisation.
+        self.logit_scale = 1.0 / math.sqrt(cfg.d_model)
+
+    def __call__(
+        self, tokens: jax.Array, *, positions: jax.Array | None = None, rngs: nnx.Rngs | None = None
+    ) -> jax.Array:
+        h = self.backbone(tokens, rngs=rngs)
+        if positions is not None:
+            h = jnp.take_along_axis(h, positions[..., None], axis=1)
+        h = self.transform_norm(jax.nn.gelu(self.transform(h)))
+        table = self.backbone.embed.embed.embedding[...]
+        logits = jnp.einsum("btd,vd->btv", h, table.astype(h.dtype)) * self.logit_scale
+        return logits.astype(jnp.float32) + self.output_bias[...]
+
+
+class TextClassifier(nnx.Module):
+    """tokens (`[CLS] a [SEP] (b [SEP])`) → logits `[batch, num_classes]` from the pooled encoder output."""
+
+    def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs):
+        self.backbone = TextEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
+        self.pooling = cfg.pooling
+        self.dropout = nnx.Dropout(cfg.dropout)
+        self.head = ClassificationHead(cfg.d_model, cfg.d_model, num_classes, dtype=compute_dtype(cfg.dtype), rngs=rngs)
+
+    def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
+        x = self.backbone(tokens, rngs=rngs)
+        return self.head(self.dropout(pool(x, tokens != PAD_ID, self.pooling), rngs=rngs))
