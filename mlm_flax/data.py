@@ -35,7 +35,7 @@ KJV_CODE = "k"
 
 
 def read_documents(path: str | os.PathLike, documents: str = "blank_lines") -> list[str]:
-    """Documents of a UTF-8 text file: blank-line separated (lines of one document joined by newlines), or one per line."""
+    """A UTF-8 text file's documents: blank-line separated (their lines joined by newlines), or one per line."""
     path = Path(path)
     if documents not in ("blank_lines", "lines"):
         raise ValueError(f"config field data.documents={documents!r} is unknown; valid: blank_lines, lines")
@@ -73,7 +73,7 @@ def write_documents(path: str | os.PathLike, docs: Sequence[str]) -> Path:
 
 
 def holdout_split(docs: Sequence[str], fraction: float, seed: int = 0) -> dict[str, list[str]]:
-    """Whole documents, drawn by a seeded permutation, to valid and test (`fraction` each, at least 1); the rest train."""
+    """Whole documents, by a seeded permutation, to valid and test (`fraction` each, at least 1); the rest train."""
     if len(docs) < 3:
         raise DataFormatError(f"cannot hold out valid and test documents from a corpus of {len(docs)} document(s)")
     count = max(1, round(fraction * len(docs)))

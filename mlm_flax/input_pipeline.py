@@ -46,8 +46,8 @@ def special_ids(tokenizer: SentencePieceTokenizer, source: str = "the tokenizer"
         return SpecialIds(*(tokenizer.piece_to_id(s) for s in SPECIAL_SYMBOLS))
     except KeyError as e:
         raise ValueError(
-            f"{source} lacks a special symbol needed for MLM ({e.args[0]}); it must define {', '.join(SPECIAL_SYMBOLS)} "
-            "as user symbols (leave data.tokenizer_model empty to train one)"
+            f"{source} lacks a special symbol needed for MLM ({e.args[0]}); it must define "
+            f"{', '.join(SPECIAL_SYMBOLS)} as user symbols (leave data.tokenizer_model empty to train one)"
         ) from None
 
 
