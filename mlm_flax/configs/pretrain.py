@@ -119,7 +119,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     config.model = encoder_config(arch, size)
     if size == "demo":
         config.train = train_config(
-            steps=400, batch_size=32, learning_rate=2e-3, schedule="cosine", warmup_steps=40, weight_decay=0.01,
+            steps=600, batch_size=32, learning_rate=2e-3, schedule="cosine", warmup_steps=40, weight_decay=0.01,
             log_every=50, eval_every=200, checkpoint_every=200,
         )  # fmt: skip
     elif size == "tiny":

@@ -59,12 +59,12 @@ def mesh_config(**overrides) -> ml_collections.ConfigDict:
     return cfg
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
+def flatten_config(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
+            out.update(flatten_config(v, key + "."))
         else:
             out[key] = v
     return out
@@ -79,8 +79,8 @@ def check_resume_config(config: ml_collections.ConfigDict, workdir: Path) -> Non
     path = Path(workdir) / "config.json"
     text = config_to_json(config)
     if path.exists():
-        old = _flatten(json.loads(path.read_text()))
-        new = _flatten(json.loads(text))
+        old = flatten_config(json.loads(path.read_text()))
+        new = flatten_config(json.loads(text))
         missing = object()
         changed = [
             k

@@ -55,6 +55,8 @@ class Task:
                    for files the task writes there (e.g. hypotheses). Text values (e.g. a metric's
                    signature) go to results.json only, not to the logs.
     final_results: results → entries added to results.json under names of the task's choosing.
+    warm_start:    fresh train state → the state to start from (e.g. a pretrained encoder's parameters put
+                   in place); applied once, before step 0, never on resume.
     """
 
     build_model: Callable[[nnx.Rngs], nnx.Module]
@@ -68,6 +70,7 @@ class Task:
     artifacts: Callable[[], dict[str, Path]] = dict
     generate_eval: Callable[[nnx.Module, str, Path | None], dict[str, float | str]] | None = None
     final_results: Callable[[dict], dict] = lambda results: {}
+    warm_start: Callable[[nnx.State], nnx.State] | None = None
 
 
 def _to_host(tree) -> dict[str, float]:
@@ -146,6 +149,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=train_cfg.keep_checkpoints)
     start_step, pending = 0, {}
     latest = checkpointer.latest_step()
+    if latest is None and task.warm_start is not None:
+        state = jax.device_put(task.warm_start(state), state_sharding)
     if latest is not None:
         abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, state_sharding)
         state, meta = checkpointer.restore(latest, abstract, data_iter)

@@ -1,0 +1,99 @@
+"""BERT masking: rates, the 80/10/10 split, specials never chosen, whole words, determinism."""
+
+import numpy as np
+import pytest
+
+from mlm_flax.masking import MaskingSpec, mask_tokens
+
+SPECIALS = (0, 1, 2, 3, 4, 5, 6)  # pad unk bos eos [MASK] [CLS] [SEP]
+MASK, CLS, SEP, VOCAB = 4, 5, 6, 300
+
+
+def _sequences(n, length=128, seed=0):
+    rng = np.random.default_rng(seed)
+    seqs = rng.integers(7, VOCAB, (n, length)).astype(np.int32)
+    seqs[:, 0] = CLS
+    for s in seqs:
+        s[rng.integers(1, length, 3)] = SEP  # document ends inside the sequence
+        s[length - rng.integers(0, 40) :] = 0  # padding tail of varying length
+    return seqs
+
+
+def _spec(**kw):
+    return MaskingSpec(mask_id=MASK, vocab_size=VOCAB, special_ids=SPECIALS, max_predictions=128, **kw)
+
+
+def test_rates_split_and_specials():
+    seqs = _sequences(1500)
+    spec = _spec()
+    chosen_total = candidates_total = 0
+    outcome = {"mask": 0, "random": 0, "kept": 0}
+    for i, tokens in enumerate(seqs):
+        out = mask_tokens(tokens, np.random.default_rng([7, i]), spec)
+        n = int(out["mask_weights"].sum())
+        pos, targets = out["positions"][:n], out["targets"][:n]
+        candidates = ~np.isin(tokens, SPECIALS)
+        candidates_total += candidates.sum()
+        chosen_total += n
+        assert candidates[pos].all(), "a special or padding token was chosen"
+        np.testing.assert_array_equal(targets, tokens[pos])
+        unchosen = np.ones(len(tokens), bool)
+        unchosen[pos] = False
+        np.testing.assert_array_equal(out["inputs"][unchosen], tokens[unchosen])  # only chosen tokens change
+        new = out["inputs"][pos]
+        outcome["mask"] += int((new == MASK).sum())
+        outcome["kept"] += int((new == targets).sum())
+        outcome["random"] += int(((new != MASK) & (new != targets)).sum())
+        assert not np.isin(new[new != MASK], SPECIALS).any()  # random replacements are ordinary tokens
+    assert chosen_total / candidates_total == pytest.approx(0.15, abs=0.003)
+    total = sum(outcome.values())
+    # A random replacement equals the original with probability 1/293: counted as kept.
+    assert outcome["mask"] / total == pytest.approx(0.8, abs=0.015)
+    assert outcome["random"] / total == pytest.approx(0.1, abs=0.01)
+    assert outcome["kept"] / total == pytest.approx(0.1, abs=0.01)
+
+
+def test_max_predictions_caps_and_fills_with_zero_weight():
+    tokens = _sequences(1)[0]
+    out = mask_tokens(tokens, np.random.default_rng(0), MaskingSpec(MASK, VOCAB, SPECIALS, max_predictions=5))
+    np.testing.assert_array_equal(out["mask_weights"], np.ones(5))
+    out = mask_tokens(np.array([CLS, 9, 10, SEP, 0, 0]), np.random.default_rng(0), _spec())
+    assert out["mask_weights"].sum() == 1  # at least one token of a short sequence
+    assert out["positions"][0] in (1, 2)
+    out = mask_tokens(np.array([CLS, SEP, 0, 0]), np.random.default_rng(0), _spec())
+    assert out["mask_weights"].sum() == 0  # nothing maskable: nothing chosen
+
+
+def test_whole_word_masking_chooses_whole_words():
+    rng = np.random.default_rng(1)
+    word_starts = rng.random(VOCAB) < 0.4
+    spec = _spec(word_starts=word_starts)
+    for i, tokens in enumerate(_sequences(200, seed=3)):
+        out = mask_tokens(tokens, np.random.default_rng(i), spec)
+        chosen = np.zeros(len(tokens), bool)
+        chosen[out["positions"][: int(out["mask_weights"].sum())]] = True
+        candidates = ~np.isin(tokens, SPECIALS)
+        for j in range(1, len(tokens)):
+            continues_word = candidates[j] and candidates[j - 1] and not word_starts[tokens[j]]
+            if continues_word:
+                assert chosen[j] == chosen[j - 1], f"word split at {j}"
+        assert chosen.sum() <= max(1, round(0.15 * candidates.sum()))
+
+
+def test_same_seed_same_masks_and_new_seed_new_masks():
+    tokens = _sequences(1)[0]
+    a = mask_tokens(tokens, np.random.default_rng([0, 5]), _spec())
+    b = mask_tokens(tokens, np.random.default_rng([0, 5]), _spec())
+    c = mask_tokens(tokens, np.random.default_rng([0, 6]), _spec())
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert not np.array_equal(a["positions"], c["positions"])
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [(dict(rate=0.0), "mask_rate"), (dict(mask_fraction=0.95, random_fraction=0.1), "mask_token_fraction")],
+)
+def test_bad_masking_fields_are_named(kw, field):
+    with pytest.raises(ValueError, match=field):
+        _spec(**kw)
