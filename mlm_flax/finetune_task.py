@@ -84,8 +84,12 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
     spec = glue.task_spec(config.data.task)
 
     @functools.cache
+    def tokenizer_path() -> Path:
+        return pretrained_run(config)[0] / TOKENIZER_FILE
+
+    @functools.cache
     def tokenizer() -> SentencePieceTokenizer:
-        return SentencePieceTokenizer.load(pretrained_run(config)[0] / TOKENIZER_FILE)
+        return SentencePieceTokenizer.load(tokenizer_path())
 
     @functools.cache
     def backbone() -> tuple[nnx.State, int]:
@@ -97,7 +101,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         ids = mlm_pipeline.special_ids(tok)
         backbone()  # a missing or mismatched checkpoint fails here, before the workdir is touched
         d = config.data
-        key_parts = (d.task, d.source, d.dir, d.valid_size, Path(pretrained_run(config)[0] / TOKENIZER_FILE))
+        key_parts = (d.task, d.source, d.dir, d.valid_size, tokenizer_path())
         key = data_lib.source_key(*key_parts, config.model.max_length)
         paths = {
             split: Path(d.cache_dir) / f"{d.task}-{split}-{key}.array_record"
@@ -149,6 +153,6 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         eval_splits=glue.eval_splits(config.data.task),
         prepare=prepare,
         batch_spec=batch_spec,
-        artifacts=lambda: {TOKENIZER_FILE: pretrained_run(config)[0] / TOKENIZER_FILE},
+        artifacts=lambda: {TOKENIZER_FILE: tokenizer_path()},
         warm_start=warm_start,
     )

@@ -64,20 +64,15 @@ def _corpus_key(config: ml_collections.ConfigDict) -> tuple:
         if files[0] not in present:
             mlm_data.text_splits(d.dir, d.documents, d.holdout_fraction)  # raises, naming the missing file
         return ("text", d.documents, d.holdout_fraction, *present)
-    if d.source in ("wiki_sample", "kjv"):
-        wheel = mlm_data.WIKI_WHEEL if d.source == "wiki_sample" else mlm_data.BIBLE_WHEEL
-        return (d.source, wheel, d.holdout_fraction)
+    if d.source in mlm_data.OFFLINE_CORPORA:
+        return (d.source, mlm_data.OFFLINE_CORPORA[d.source][0], d.holdout_fraction)
     if d.source == "tfds":
         return ("tfds", d.tfds_name, d.tfds_text_field, d.tfds_max_documents)
     raise ValueError(f"config field data.source={d.source!r} is unknown; valid: wiki_sample, kjv, text, tfds")
 
 
-@functools.lru_cache(maxsize=4)
-def _offline_splits(source: str, wheel_cache: str, fraction: float) -> dict[str, list[str]]:
-    docs = (
-        mlm_data.wiki_sample_documents(wheel_cache) if source == "wiki_sample" else mlm_data.kjv_documents(wheel_cache)
-    )
-    return mlm_data.holdout_split(docs, fraction)
+# Parsing the Wikipedia XML takes seconds: once per process, not once per split.
+_offline_splits = functools.lru_cache(maxsize=4)(mlm_data.offline_splits)
 
 
 def load_documents(config: ml_collections.ConfigDict, split: str) -> list[str]:
@@ -213,7 +208,7 @@ def unigram_perplexity(train_records: Path, eval_records: Path, spec: MaskingSpe
     The baseline an MLM must beat: masked targets are a uniform sample of maskable tokens, so a model that
     ignores context can at best reach this.
     """
-    ordinary = spec.ordinary_ids()
+    ordinary = spec.ordinary_ids
     train = np.load(train_records.with_suffix(".counts.npy"))[ordinary] + 1.0
     held_out = np.load(eval_records.with_suffix(".counts.npy"))[ordinary]
     log_p = np.log(train / train.sum())

@@ -11,6 +11,7 @@ computes the vocabulary projection only where it is needed. Whole-word masking c
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -37,7 +38,9 @@ class MaskingSpec:
         if self.max_predictions < 1:
             raise ValueError(f"data.max_predictions={self.max_predictions} must be at least 1")
 
+    @functools.cached_property
     def ordinary_ids(self) -> np.ndarray:
+        """Ids a random replacement is drawn from (computed once: masking runs per example)."""
         ids = np.ones((self.vocab_size,), bool)
         ids[list(self.special_ids)] = False
         return np.flatnonzero(ids)
@@ -77,7 +80,7 @@ def mask_tokens(tokens: np.ndarray, rng: np.random.Generator, spec: MaskingSpec)
     to_mask = action < spec.mask_fraction
     to_random = (action >= spec.mask_fraction) & (action < spec.mask_fraction + spec.random_fraction)
     inputs[chosen[to_mask]] = spec.mask_id
-    inputs[chosen[to_random]] = rng.choice(spec.ordinary_ids(), size=int(to_random.sum()))
+    inputs[chosen[to_random]] = rng.choice(spec.ordinary_ids, size=int(to_random.sum()))
     n = len(chosen)
     positions[:n], targets[:n], weights[:n] = chosen, tokens[chosen], 1.0
     return {"inputs": inputs, "positions": positions, "targets": targets, "mask_weights": weights}
