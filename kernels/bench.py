@@ -90,10 +90,25 @@ def _time(fn, args, repeats: int) -> float:
     return statistics.median(times)
 
 
-def run_case(case: Case, repeats: int) -> dict:
+def _reference_case(case: Case) -> Case:
+    """What a case's accuracy is checked against: the blocked XLA impl (softmax: XLA) in fp32."""
+    return dataclasses.replace(case, impl="xla", dtype="float32")
+
+
+def _rel_err(got, ref) -> float:
+    """‖got − ref‖ / ‖ref‖ over a pytree, in float32; NaN anywhere gives NaN (never passes a bound)."""
+    pairs = zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True)
+    num = sum(jnp.sum((a.astype(jnp.float32) - b) ** 2) for a, b in pairs)
+    den = sum(jnp.sum(b**2) for b in jax.tree.leaves(ref))
+    return float(jnp.sqrt(num / den))
+
+
+def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0) -> dict:
+    """Times one case; with `check`, also its relative error against `_reference_case` (output, gradients)."""
     shape = (case.batch, case.length, case.heads, case.head_dim)
-    keys = jax.random.split(jax.random.key(0), 3)
-    q, k, v = (jax.random.normal(key, shape, jnp.float32).astype(case.dtype) for key in keys)
+    keys = jax.random.split(jax.random.key(seed), 4)  # fresh inputs per case: a kernel must be right on any
+    q, k, v = (jax.random.normal(key, shape, jnp.float32).astype(case.dtype) for key in keys[:3])
+    cotangent = jax.random.normal(keys[3], shape, jnp.float32)
     fn = _fn(case)
     fwd = jax.jit(fn)
 
@@ -102,6 +117,11 @@ def run_case(case: Case, repeats: int) -> dict:
 
     fwd_bwd = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
     result = dataclasses.asdict(case)
+    if check:
+        try:
+            result.update(_check_case(case, fn, (q, k, v), cotangent))
+        except Exception as e:
+            result["check_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
     peak, hbm = _peak(case.dtype)
     for name, f, mult in (("forward", fwd, 1.0), ("forward_backward", fwd_bwd, 3.5)):
         try:
@@ -121,6 +141,19 @@ def run_case(case: Case, repeats: int) -> dict:
             bound = tensors * case.batch * case.length * case.heads * case.head_dim * itemsize / (hbm * 1e12)
             result[f"{name}_x_hbm_bound"] = seconds / bound
     return result
+
+
+def _check_case(case: Case, fn, args, cotangent) -> dict:
+    ref_fn = _fn(_reference_case(case))
+
+    def vjp(f, q, k, v):
+        out, pull = jax.vjp(f, q, k, v)
+        return out, pull(cotangent.astype(out.dtype))
+
+    with jax.default_matmul_precision("highest"):
+        ref_out, ref_grads = jax.jit(lambda *a: vjp(ref_fn, *a))(*(x.astype(jnp.float32) for x in args))
+    out, grads = jax.jit(lambda *a: vjp(fn, *a))(*args)
+    return {"forward_rel_err": _rel_err(out, ref_out), "grad_rel_err": _rel_err(grads, ref_grads)}
 
 
 def default_cases(backend: str, args) -> list[Case]:
@@ -184,6 +217,12 @@ def write_svg(results: list[dict], path: Path, title: str) -> None:
     path.write_text("\n".join(parts))
 
 
+def _err_text(r: dict) -> str:
+    if "forward_rel_err" in r:
+        return f", rel err fwd {r['forward_rel_err']:.1e} grad {r['grad_rel_err']:.1e}"
+    return f", check failed: {r['check_error']}" if "check_error" in r else ""
+
+
 def _csv(kind):
     return lambda s: [kind(x) for x in s.split(",") if x]
 
@@ -205,17 +244,15 @@ def main(argv=None) -> Path:
     p.add_argument("--linear_impls", type=_csv(str), default=None)
     p.add_argument("--repeats", type=int, default=10 if accel else 3)
     p.add_argument("--out", type=Path, default=Path("benchmarks"))
+    p.add_argument(
+        "--check",
+        type=lambda s: s.lower() == "true",
+        default=accel,
+        help="also measure each case's relative error against the fp32 XLA impl at highest precision",
+    )
     args = p.parse_args(argv)
     cases = default_cases(backend, args)
     device = jax.devices()[0]
-    results = []
-    for i, case in enumerate(cases, 1):
-        r = run_case(case, args.repeats)
-        results.append(r)
-        fwd = f"{r['forward_ms']:.2f} ms" if "forward_ms" in r else r.get("forward_error", "?")
-        both = f"{r['forward_backward_ms']:.2f} ms" if "forward_backward_ms" in r else r.get("forward_backward_error")
-        print(f"[{i}/{len(cases)}] {case.op}/{case.impl} B{case.batch} H{case.heads} T{case.length} D{case.head_dim} "
-              f"{case.dtype}{' causal' if case.causal else ''}: fwd {fwd}, fwd+bwd {both}", flush=True)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     name = device_name()
     path = args.out / f"kernels-{name}.json"
@@ -223,9 +260,19 @@ def main(argv=None) -> Path:
         "device": {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()},
         "jax_version": jax.__version__,
         "flop_convention": "attention fwd 4BHT^2D (causal 2BHT^2D), bwd 2.5x fwd; linear fwd 4BHTmd",
-        "results": results,
+        "accuracy": "rel_err = ||out - ref|| / ||ref||, ref = impl 'xla' on fp32 inputs at highest precision",
+        "results": [],
     }
-    path.write_text(json.dumps(payload, indent=1))
+    results = payload["results"]
+    for i, case in enumerate(cases, 1):
+        r = run_case(case, args.repeats, check=args.check, seed=i)
+        results.append(r)
+        path.write_text(json.dumps(payload, indent=1))  # after every case: a cut-off sweep keeps what it measured
+        fwd = f"{r['forward_ms']:.2f} ms" if "forward_ms" in r else r.get("forward_error", "?")
+        both = f"{r['forward_backward_ms']:.2f} ms" if "forward_backward_ms" in r else r.get("forward_backward_error")
+        print(f"[{i}/{len(cases)}] {case.op}/{case.impl} B{case.batch} H{case.heads} T{case.length} D{case.head_dim} "
+              f"{case.dtype}{' causal' if case.causal else ''}: fwd {fwd}, fwd+bwd {both}{_err_text(r)}",
+              flush=True)  # fmt: skip
     write_svg(results, args.out / f"kernels-{name}.svg", f"{device.device_kind}")
     print(f"wrote {path}")
     return path

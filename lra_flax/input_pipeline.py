@@ -1,15 +1,18 @@
-"""LRA release files → cached ArrayRecord examples → Grain batches, and the classification task built on them.
+"""What every LRA task shares: reading release files, byte tokens, cached examples, the classification task.
 
-TSV errors name the file and line. Inputs longer than `model.max_length` are an error unless
-`data.truncate` is set. Caches are keyed by the source file (size, mtime), the vocabulary and the
-length settings, so a changed input never reuses a stale cache.
+A task module (`lra_flax/tasks/NAME.py`) turns its source files into rows of token ids and a label; this
+module caches those rows as ArrayRecord examples (`inputs` — or `inputs1`, `inputs2` for a pair task — as
+unpadded uint16 ids, and `targets`) and builds the `zoo.training.Task` that pads them to
+`model.max_length` on the fly. File errors name the file and line. Caches are keyed by their sources
+(name, size, mtime) and every setting that changes the examples, so a changed input never reuses a
+stale cache, and are written atomically, so a failed run never leaves a half-written one.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import jax
@@ -21,30 +24,95 @@ from zoo.training import data as data_lib
 
 DataFormatError = data_lib.DataFormatError
 
+# Bytes as tokens (LRA's ByteTextEncoder): byte b is id b + 1, id 0 is padding.
+BYTE_VOCAB_SIZE = 257
 
-def read_tsv(path: str | os.PathLike, header: Sequence[str]) -> Iterator[tuple[int, list[str]]]:
-    """Yields (line number, fields) for each data line of an LRA TSV whose first line is `header`."""
+
+def byte_ids(text: bytes) -> np.ndarray:
+    """UTF-8 (or any) bytes → ids 1..256 as uint16."""
+    return np.frombuffer(text, np.uint8).astype(np.uint16) + 1
+
+
+def ids_to_bytes(ids: np.ndarray) -> bytes:
+    """The inverse of `byte_ids`; padding (0) is dropped."""
+    ids = np.asarray(ids)
+    return (ids[ids > 0] - 1).astype(np.uint8).tobytes()
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """Strict UTF-8: a text that is not is an error naming `where` and the line of the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataFormatError(f"{where}:{line}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
+
+
+def read_tsv(
+    path: str | os.PathLike, header: Sequence[str] | None, *, num_fields: int | None = None
+) -> Iterator[tuple[int, list[str]]]:
+    """Yields (line number, fields) for each data line of a TSV; `header` is its first line, or None for none."""
     path = Path(path)
-    with path.open(newline="") as f:
-        for line_no, line in enumerate(f, start=1):
-            fields = line.rstrip("\r\n").split("\t")
-            if line_no == 1:
+    num_fields = len(header) if header is not None else num_fields
+    if num_fields is None:
+        raise ValueError("read_tsv needs a header or num_fields")
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            line = decode_utf8(raw, f"{path}:{line_no}").rstrip("\r\n")
+            fields = line.split("\t")
+            if line_no == 1 and header is not None:
                 if fields != list(header):
                     expected = "\t".join(header)
-                    raise DataFormatError(f"{path}:1: expected header {expected!r}, got {line.rstrip()!r}")
+                    raise DataFormatError(f"{path}:1: expected header {expected!r}, got {line!r}")
                 continue
             if line.strip() == "":
                 continue
-            if len(fields) != len(header):
+            if len(fields) != num_fields:
+                names = f" ({', '.join(header)})" if header is not None else ""
                 raise DataFormatError(
-                    f"{path}:{line_no}: expected {len(header)} tab-separated fields "
-                    f"({', '.join(header)}), got {len(fields)}"
+                    f"{path}:{line_no}: expected {num_fields} tab-separated fields{names}, got {len(fields)}"
                 )
             yield line_no, fields
 
 
-def _cache_path(source: Path, *parts: object) -> Path:
-    return source.parent / "cache" / f"{source.stem}-{data_lib.source_key(source, *parts)}.array_record"
+def parse_label(text: str, num_classes: int, where: str) -> int:
+    """A class id written as an integer or a whole float ("1", "1.0"); anything else names `where`."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value.is_integer() or not 0 <= value < num_classes:
+        raise DataFormatError(f"{where}: label {text!r} is not a class id in [0, {num_classes})")
+    return int(value)
+
+
+def fit_length(ids: Sequence[int] | np.ndarray, max_length: int, truncate: bool, where: str) -> np.ndarray:
+    """Ids as uint16, cut to `max_length` when `truncate`, else an error naming `where` if longer."""
+    ids = np.asarray(ids, np.uint16)
+    if len(ids) > max_length:
+        if not truncate:
+            raise DataFormatError(
+                f"{where}: input has {len(ids)} tokens, more than model.max_length={max_length}; "
+                "raise model.max_length or set data.truncate=True to cut long inputs"
+            )
+        ids = ids[:max_length]
+    return ids
+
+
+def cache_path(directory: str | os.PathLike, name: str, *key: object) -> Path:
+    """`directory/cache/NAME-<hash of key>.array_record`; `Path` parts of the key contribute size and mtime."""
+    return Path(directory) / "cache" / f"{name}-{data_lib.source_key(*key)}.array_record"
+
+
+def cache_examples(cache: Path, examples: Callable[[], Iterable[dict]], what: str) -> Path:
+    """Writes `examples()` to `cache` unless it exists; an empty result is an error naming `what`."""
+    if cache.exists():
+        return cache
+    count = data_lib.write_records(cache, examples())
+    if count == 0:
+        cache.unlink()
+        raise DataFormatError(f"{what}: no examples")
+    return cache
 
 
 def cache_classification_split(
@@ -56,10 +124,7 @@ def cache_classification_split(
     max_length: int,
     truncate: bool,
 ) -> Path:
-    """Tokenises a `Source\\tTarget` TSV into fixed-length examples {inputs [max_length], targets}."""
-    cache = _cache_path(tsv, tuple(vocab), num_classes, max_length, truncate)
-    if cache.exists():
-        return cache
+    """Caches a `Source\\tTarget` TSV (ListOps' release format) as {inputs, targets} examples."""
 
     def examples():
         for line_no, (source, target) in read_tsv(tsv, ("Source", "Target")):
@@ -67,24 +132,30 @@ def cache_classification_split(
                 ids = encode(source)
             except KeyError as e:
                 raise DataFormatError(f"{tsv}:{line_no}: {e.args[0]}") from None
-            if not target.strip().lstrip("-").isdigit() or not 0 <= int(target) < num_classes:
-                raise DataFormatError(f"{tsv}:{line_no}: target {target!r} is not a class id in [0, {num_classes})")
-            if len(ids) > max_length:
-                if not truncate:
-                    raise DataFormatError(
-                        f"{tsv}:{line_no}: input has {len(ids)} tokens, more than model.max_length={max_length}; "
-                        "raise model.max_length or set data.truncate=True to cut long inputs"
-                    )
-                ids = ids[:max_length]
-            inputs = np.zeros((max_length,), np.int32)
-            inputs[: len(ids)] = ids
-            yield {"inputs": inputs, "targets": np.int32(int(target))}
+            label = parse_label(target, num_classes, f"{tsv}:{line_no}")
+            yield {"inputs": fit_length(ids, max_length, truncate, f"{tsv}:{line_no}"), "targets": np.int32(label)}
 
-    count = data_lib.write_records(cache, examples())
-    if count == 0:
-        cache.unlink()
-        raise DataFormatError(f"{tsv}: no examples")
-    return cache
+    cache = cache_path(tsv.parent, tsv.stem, tsv, tuple(vocab), num_classes, max_length, truncate)
+    return cache_examples(cache, examples, str(tsv))
+
+
+def majority_rate(records_path: str | os.PathLike) -> float:
+    """Share of the most frequent label in a cached split (the accuracy of always guessing it)."""
+    ds = data_lib.read_records(records_path)
+    counts = np.bincount([int(ds[i]["targets"]) for i in range(len(ds))])
+    return float(counts.max() / max(counts.sum(), 1))
+
+
+def _pad_to(max_length: int, fields: Sequence[str]):
+    def pad(ex: dict) -> dict:
+        out = dict(ex)
+        for name in fields:
+            ids = np.zeros((max_length,), np.int32)
+            ids[: len(ex[name])] = ex[name]
+            out[name] = ids
+        return out
+
+    return pad
 
 
 def classification_task(
@@ -94,33 +165,44 @@ def classification_task(
     vocab_size: int,
     num_classes: int,
     model_cls,
+    input_fields: Sequence[str] = ("inputs",),
+    final_results: Callable[[dict], dict] | None = None,
 ) -> Task:
-    """A Task over cached {inputs, targets} splits `train`, `valid`, `test`; `prepare` makes them (once)."""
+    """A Task over cached splits `train`, `valid`, `test`; `prepare` makes them (once).
+
+    The model is called with one token array per name in `input_fields` (two for a pair task), each
+    padded to `model.max_length`.
+    """
     eval_batch = config.train.eval_batch_size or config.train.batch_size
     prepare = functools.cache(prepare)
+    pad = _pad_to(config.model.max_length, input_fields)
 
     def build_model(rngs):
         return model_cls(config.model, vocab_size=vocab_size, num_classes=num_classes, rngs=rngs)
 
     def train_batches():
         records = data_lib.read_records(prepare()["train"])
-        return data_lib.train_batches(records, global_batch=config.train.batch_size, seed=config.seed)
+        return data_lib.train_batches(records, global_batch=config.train.batch_size, seed=config.seed, transform=pad)
 
     def eval_batches(split):
-        return data_lib.eval_batches(data_lib.read_records(prepare()[split]), global_batch=eval_batch)
+        return data_lib.eval_batches(data_lib.read_records(prepare()[split]), global_batch=eval_batch, transform=pad)
 
     def batch_spec(batch: int):
-        return {
-            "inputs": jax.ShapeDtypeStruct((batch, config.model.max_length), np.int32),
-            "targets": jax.ShapeDtypeStruct((batch,), np.int32),
-            "weights": jax.ShapeDtypeStruct((batch,), np.float32),
-        }
+        spec = {name: jax.ShapeDtypeStruct((batch, config.model.max_length), np.int32) for name in input_fields}
+        spec["targets"] = jax.ShapeDtypeStruct((batch,), np.int32)
+        spec["weights"] = jax.ShapeDtypeStruct((batch,), np.float32)
+        return spec
+
+    def count_tokens(batch):
+        return sum(int(np.count_nonzero(batch[name])) for name in input_fields)
 
     return Task(
         build_model=build_model,
         train_batches=train_batches,
         eval_batches=eval_batches,
-        loss_fn=classification_loss(config.train.label_smoothing),
+        loss_fn=classification_loss(config.train.label_smoothing, input_fields=tuple(input_fields)),
+        count_tokens=count_tokens,
         prepare=prepare,
         batch_spec=batch_spec,
+        final_results=final_results or (lambda results: {}),
     )

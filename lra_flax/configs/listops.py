@@ -24,19 +24,16 @@ from __future__ import annotations
 
 import ml_collections
 
+from lra_flax.configs.common import base_config, check_preset, lra_code_train
 from zoo.models import model_config
-from zoo.training import mesh_config, train_config
+from zoo.training import train_config
 
 PRESETS = ("demo", "lra_code", "paper")
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown ListOps preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    config = ml_collections.ConfigDict()
-    config.task = "listops"
-    config.seed = 0
-    config.mesh = mesh_config()
+    check_preset(preset, PRESETS, "ListOps")
+    config = base_config("listops")
     config.data = ml_collections.ConfigDict(
         {
             "dir": "data/listops",
@@ -79,18 +76,6 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             mixer="relu", num_layers=layers, d_model=512, num_heads=8, mlp_dim=mlp, max_length=2000, dropout=0.1
         )
         config.data.truncate = True  # the LRA pipeline cuts at max_length
-        config.train = train_config(
-            steps=5000,
-            batch_size=32,
-            learning_rate=0.05,
-            schedule="rsqrt",
-            warmup_steps=1000,
-            weight_decay=0.1,
-            b2=0.98,
-            eps=1e-9,
-            log_every=100,
-            eval_every=1000,
-            checkpoint_every=1000,
-        )
+        config.train = lra_code_train(steps=5000, warmup_steps=1000)
     config.lock()
     return config

@@ -1,5 +1,5 @@
-"""LRA tasks by config name: each maps a config to a `zoo.training.Task`."""
+"""LRA tasks by config name: each module maps a config to a `zoo.training.Task` (`make_task`)."""
 
-from lra_flax.tasks import listops
+from lra_flax.tasks import listops, retrieval, text
 
-TASKS = {"listops": listops.make_task}
+TASKS = {"listops": listops.make_task, "text": text.make_task, "retrieval": retrieval.make_task}

@@ -16,12 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import ml_collections
-import numpy as np
 
 from lra_flax import input_pipeline
 from zoo.models import SequenceClassifier
 from zoo.training import Task
-from zoo.training import data as data_lib
 from zoo.training.distributed import first_process_then_others
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -214,13 +212,6 @@ def ensure_data(data: ml_collections.ConfigDict) -> Path:
     return data_dir
 
 
-def majority_rate(records_path: str | os.PathLike) -> float:
-    """Share of the most frequent label in a cached split (the accuracy of always guessing it)."""
-    ds = data_lib.read_records(records_path)
-    counts = np.bincount([int(ds[i]["targets"]) for i in range(len(ds))], minlength=NUM_CLASSES)
-    return float(counts.max() / max(counts.sum(), 1))
-
-
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     """Generates data.dir if needed and caches every split; process 0 first, the others after it."""
 
@@ -251,4 +242,4 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
     )
 
 
-__all__ = ["VOCAB", "encode", "evaluate_tree", "generate", "majority_rate", "make_task", "write_dataset"]
+__all__ = ["VOCAB", "encode", "evaluate_tree", "generate", "make_task", "write_dataset"]

@@ -7,6 +7,10 @@ import pytest
 
 import kernels
 
+# fp32 bound: exact fp32 arithmetic in interpret mode on the CPU; on an accelerator the kernels' fp32 dots
+# run on the matrix units (TF32 on NVIDIA, bf16 passes on TPU), whose relative error sits near 1e-3.
+F32_TOL = 2e-5 if jax.default_backend() == "cpu" else 5e-3
+
 
 def _inputs(t=45, m=12, d=6, dtype=jnp.float32):
     k0, k1, k2 = jax.random.split(jax.random.key(0), 3)
@@ -32,11 +36,11 @@ def test_pallas_matches_reference(causal, dtype, t, chunk):
     (_, ref), ref_grads = grad(f32(phi_q), f32(phi_k), f32(v), "reference")
     (_, out), grads = jax.jit(grad, static_argnums=3)(phi_q, phi_k, v, "pallas")
     chex.assert_type(out, dtype)
-    tol = 2e-5 if dtype == jnp.float32 else 3e-2
+    tol = F32_TOL if dtype == jnp.float32 else 3e-2
     chex.assert_trees_all_close(f32(out), ref, atol=tol, rtol=tol)
     for name, g, r in zip(("dphi_q", "dphi_k", "dv"), grads, ref_grads, strict=True):
         err = float(jnp.max(jnp.abs(f32(g) - r))) / (float(jnp.max(jnp.abs(r))) + 1e-6)
-        assert err < (2e-5 if dtype == jnp.float32 else 4e-2), f"{name}: relative error {err:.2e}"
+        assert err < (F32_TOL if dtype == jnp.float32 else 4e-2), f"{name}: relative error {err:.2e}"
 
 
 @pytest.mark.parametrize("causal", [False, True])

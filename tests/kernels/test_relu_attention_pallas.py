@@ -8,6 +8,10 @@ import pytest
 import kernels
 from kernels.relu_attention_pallas import PallasBlockSizes, _num_k_blocks
 
+# fp32 bound: exact fp32 arithmetic in interpret mode on the CPU; on an accelerator the kernels' fp32 dots
+# run on the matrix units (TF32 on NVIDIA, bf16 passes on TPU), whose relative error sits near 1e-3.
+F32_TOL = 2e-5 if jax.default_backend() == "cpu" else 5e-3
+
 SMALL = PallasBlockSizes(block_q=16, block_k=16, block_q_bwd=16, block_k_bwd=16)
 
 
@@ -46,13 +50,13 @@ def test_pallas_matches_reference_outputs_and_gradients(causal, dtype, t, d, row
     (_, ref_out), ref_grads = grad(f32(q), f32(k), f32(v), gamma, "reference")
     (_, out), grads = jax.jit(grad, static_argnums=4)(q, k, v, gamma, "pallas")
     chex.assert_type(out, dtype)
-    tol = 2e-5 if dtype == jnp.float32 else 3e-2
+    tol = F32_TOL if dtype == jnp.float32 else 3e-2
     real = mask[:, :, None, None]
     chex.assert_trees_all_close(jnp.where(real, f32(out), 0), jnp.where(real, ref_out, 0), atol=tol, rtol=tol)
     for name, g, r in zip(("dq", "dk", "dv", "dgamma"), grads, ref_grads, strict=True):
         scale = float(jnp.max(jnp.abs(r))) + 1e-6
         err = float(jnp.max(jnp.abs(f32(g) - r))) / scale
-        assert err < (2e-5 if dtype == jnp.float32 else 4e-2), f"{name}: relative error {err:.2e}"
+        assert err < (F32_TOL if dtype == jnp.float32 else 4e-2), f"{name}: relative error {err:.2e}"
 
 
 def test_padded_keys_do_not_matter_and_causal_cannot_see_the_future():

@@ -73,7 +73,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
 
 @pytest.mark.slow
 def test_demo_preset_learns_above_majority_class(tmp_path):
-    from lra_flax.tasks import listops
+    from lra_flax.input_pipeline import majority_rate
 
     workdir = tmp_path / "demo"
     # The demo preset, shortened: fewer examples and steps, same model and data distribution.
@@ -91,7 +91,7 @@ def test_demo_preset_learns_above_majority_class(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((workdir / "results.json").read_text())
     cache = next((tmp_path / "data" / "cache").glob("basic_test-*.array_record"))
-    majority = listops.majority_rate(cache)
+    majority = majority_rate(cache)
     assert results["test_accuracy"] > majority + 0.05, (results, majority)
     for name in ("config.json", "metrics.jsonl", "results.json"):
         assert (workdir / name).exists()

@@ -12,14 +12,15 @@ import optax
 from flax import nnx
 
 
-def classification_loss(label_smoothing: float = 0.0):
-    """Cross-entropy on `batch['inputs']` → `batch['targets']`, weighted by `batch['weights']`.
+def classification_loss(label_smoothing: float = 0.0, input_fields: tuple[str, ...] = ("inputs",)):
+    """Cross-entropy of `model(*batch[input_fields])` against `batch['targets']`, weighted by `batch['weights']`.
 
-    Label smoothing applies in training only; evaluation reports the plain cross-entropy.
+    Label smoothing applies in training only; evaluation reports the plain cross-entropy. A pair task
+    (e.g. LRA Retrieval) names two input fields.
     """
 
     def loss_fn(model: nnx.Module, batch: dict, rngs: nnx.Rngs | None, train: bool):
-        logits = model(batch["inputs"], rngs=rngs)
+        logits = model(*(batch[name] for name in input_fields), rngs=rngs)
         num_classes = logits.shape[-1]
         targets = jax.nn.one_hot(batch["targets"], num_classes)
         if train and label_smoothing:
