@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lra_flax import input_pipeline
+from lra_flax.configs import listops as listops_config
 from lra_flax.tasks import listops
 from zoo.training import data as data_lib
 
@@ -105,16 +106,26 @@ def test_cached_split_round_trips(tmp_path):
     tsv = _write(tmp_path / "basic_train.tsv", "Source\tTarget\n( ( [MAX 2 ) 9 ) ]\t9\n( ( [MIN 2 ) 9 ) ]\t2\n")
     ds = data_lib.read_records(_cache(tsv))
     assert len(ds) == 2
-    np.testing.assert_array_equal(ds[0]["inputs"][:4], listops.encode("[MAX 2 9 ]"))
-    assert ds[0]["inputs"].shape == (20,) and (ds[0]["inputs"][4:] == 0).all()
+    # Stored unpadded (uint16); the task pads every example to model.max_length when it reads it.
+    np.testing.assert_array_equal(ds[0]["inputs"], listops.encode("[MAX 2 9 ]"))
+    assert ds[0]["inputs"].dtype == np.uint16
     assert int(ds[1]["targets"]) == 2
+    config = listops_config.get_config("demo")
+    config.model.max_length, config.train.eval_batch_size = 20, 4
+    task = input_pipeline.classification_task(
+        config, lambda: {"test": _cache(tsv)}, vocab_size=len(listops.VOCAB), num_classes=10, model_cls=None
+    )
+    batch = next(iter(task.eval_batches("test")))
+    assert batch["inputs"].shape == (4, 20) and batch["inputs"].dtype == np.int32
+    np.testing.assert_array_equal(batch["inputs"][1, :5], [*listops.encode("[MIN 2 9 ]"), 0])
+    np.testing.assert_array_equal(batch["weights"], [1, 1, 0, 0])
 
 
 @pytest.mark.parametrize(
     "body, message",
     [
         ("( ( [MAX 2 ) 9 ) ]\t9\nonly-one-field\n", r"basic_train.tsv:3: expected 2 tab-separated fields"),
-        ("( ( [MAX 2 ) 9 ) ]\t12\n", r"basic_train.tsv:2: target '12' is not a class id"),
+        ("( ( [MAX 2 ) 9 ) ]\t12\n", r"basic_train.tsv:2: label '12' is not a class id"),
         ("( ( [MAXX 2 ) 9 ) ]\t9\n", r"basic_train.tsv:2: unknown ListOps token '\[MAXX'"),
     ],
 )
