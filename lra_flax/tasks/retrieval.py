@@ -146,21 +146,12 @@ def read_pairs(path: str | os.PathLike, *, max_doc_bytes: int):
 
 def ensure_data(data: ml_collections.ConfigDict) -> Path:
     """data.dir with the three TSVs, written there from the Bible first when it has none and data.generate is set."""
-    data_dir = Path(data.dir)
-    missing = [f for f in SPLIT_FILES.values() if not (data_dir / f).exists()]
-    if not missing:
-        return data_dir
-    present = [f for f in SPLIT_FILES.values() if (data_dir / f).exists()]
-    if present:
-        raise FileNotFoundError(f"data.dir={data_dir} has {present} but not {missing}")
-    if not data.generate:
-        raise FileNotFoundError(
-            f"data.dir={data_dir} has no Retrieval TSVs ({', '.join(SPLIT_FILES.values())}); point it at the LRA "
-            "release folder (lra_release/tsv_data) or set data.generate=True for the offline Bible pairs"
-        )
-    print(f"writing Bible cross-reference pairs into {data_dir} (seed {data.generator.seed})", flush=True)
-    write_bible_pairs(data_dir, wheel_cache=data.wheel_cache, **data.generator.to_dict())
-    return data_dir
+
+    def generate(data_dir):
+        print(f"writing Bible cross-reference pairs into {data_dir} (seed {data.generator.seed})", flush=True)
+        write_bible_pairs(data_dir, wheel_cache=data.wheel_cache, **data.generator.to_dict())
+
+    return input_pipeline.ensure_split_files(data, SPLIT_FILES, what="Retrieval TSVs", generate=generate)
 
 
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:

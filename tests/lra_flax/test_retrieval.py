@@ -118,7 +118,7 @@ def test_prepare_caches_pairs_of_byte_ids(tmp_path):
     assert set(ex) == {"inputs1", "inputs2", "targets"} and len(ex["inputs1"]) == 12
     assert input_pipeline.ids_to_bytes(ex["inputs1"]).startswith(b"book ")
     config.data.update(dir=str(tmp_path / "empty"), generate=False)
-    with pytest.raises(FileNotFoundError, match="has no Retrieval TSVs.*set data.generate=True"):
+    with pytest.raises(FileNotFoundError, match="has no Retrieval TSVs.*or set data.generate=True"):
         retrieval.prepare(config)
 
 
