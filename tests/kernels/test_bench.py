@@ -24,3 +24,13 @@ def test_flop_convention():
     full = bench.Case("relu", "xla", 2, 3, 1024, 64, "bfloat16", False)
     assert bench.flops(causal) == 2 * 2 * 3 * 1024**2 * 64
     assert bench.flops(full) == 2 * bench.flops(causal)
+
+
+def test_accuracy_check_compares_each_impl_with_the_fp32_xla_impl(tmp_path):
+    args = ["--lengths=64", "--repeats=1", "--tokens=64", "--heads=2", "--ops=relu,linear", f"--out={tmp_path}"]
+    path = bench.main([*args, "--relu_impls=pallas", "--linear_impls=pallas", "--check=true"])
+    results = json.loads(path.read_text())["results"]
+    assert len(results) == 2
+    for r in results:  # interpret-mode kernels in fp32: agreement to rounding
+        assert r["forward_rel_err"] < 1e-5 and r["grad_rel_err"] < 1e-5, r
+    assert not bench._rel_err([bench.jnp.full(3, bench.jnp.nan)], [bench.jnp.ones(3)]) < 1  # NaN never passes a bound
