@@ -320,24 +320,51 @@ def seed_paddle(
     return Snake(pivot=pivot, angle=angle, last_mask=paddle_mask, image=np.maximum(canvas, line), tip=tail)
 
 
-def next_paddle_candidates(
-    pivot: Sequence[int], angle: float, radius: int, taken: np.ndarray, continuity: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Pixels on the circle of `radius` around `pivot`, their directions and cumulative sampling weights."""
-    height, width = taken.shape
-    step = 360.0 / (2 * radius * np.pi)  # one pixel of arc
+@functools.lru_cache(maxsize=64)
+def _circle_offsets(radius: int) -> np.ndarray:
+    """Whole-pixel offsets of the circle of `radius`, sampled one pixel of arc apart, unique, sorted (y, x)."""
+    step = 360.0 / (2 * radius * np.pi)
     theta = np.arange(0, 360, step) * np.pi / 180
-    ys, xs = pivot[0] + radius * np.sin(theta), pivot[1] + radius * np.cos(theta)
-    inside = (ys < height) & (ys >= 0) & (xs < width) & (xs >= 0)
-    coords = np.stack([ys, xs], axis=1).astype(int)[inside]
+    # The published code truncates pivot + offset; for the in-canvas (non-negative) points that is
+    # pivot + floor(offset), so the offsets can be computed once.
+    offsets = np.unique(np.floor(np.stack([radius * np.sin(theta), radius * np.cos(theta)], axis=1)), axis=0)
+    offsets = offsets.astype(int)
+    offsets.flags.writeable = False
+    return offsets
+
+
+@functools.lru_cache(maxsize=64)
+def _disk_offsets(radius: int) -> np.ndarray:
+    offsets = np.argwhere(disk(radius)) - radius
+    offsets.flags.writeable = False
+    return offsets
+
+
+def dilated_at(mask: np.ndarray, coords: np.ndarray, radius: int) -> np.ndarray:
+    """`dilate(mask, disk(radius))` read at `coords` only (the same values, without dilating everything)."""
+    points = coords[:, None, :] + _disk_offsets(radius)[None]
+    inside = (points >= 0).all(-1) & (points[..., 0] < mask.shape[0]) & (points[..., 1] < mask.shape[1])
+    values = mask[np.clip(points[..., 0], 0, mask.shape[0] - 1), np.clip(points[..., 1], 0, mask.shape[1] - 1)]
+    return np.where(inside, values, 0.0).max(axis=1)
+
+
+def next_paddle_candidates(
+    pivot: Sequence[int], angle: float, radius: int, mask: np.ndarray, margin: int, continuity: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Pixels on the circle of `radius` around `pivot`, their directions and cumulative sampling weights.
+
+    A pixel's weight is (1 − the mask dilated by a disk of `margin`) · cos(min(|turn| · continuity, π/2))².
+    """
+    coords = np.asarray(pivot) + _circle_offsets(radius)
+    inside = (coords >= 0).all(axis=1) & (coords[:, 0] < mask.shape[0]) & (coords[:, 1] < mask.shape[1])
+    coords = coords[inside]
     if len(coords) == 0:
         return None
-    coords = np.unique(coords, axis=0)
     offsets = coords - np.asarray(pivot)
     directions = np.arctan2(offsets[:, 0], offsets[:, 1])
     turn = np.abs(directions - angle)
     turn = np.minimum(np.minimum(turn, 2 * np.pi - turn) * continuity, 0.5 * np.pi)
-    weights = (1 - taken[coords[:, 0], coords[:, 1]]) * np.maximum(np.cos(turn), 0) ** 2
+    weights = (1 - dilated_at(mask, coords, margin)) * np.maximum(np.cos(turn), 0) ** 2
     total = weights.sum()
     if total < 1e-4:
         return None
@@ -355,9 +382,7 @@ def extend(
     """The snake one paddle longer and the mask with its previous paddle added; None at a dead end."""
     length = params.paddle_length
     pivot = translate(snake.pivot, snake.angle, length + 2 * margin)
-    candidates = next_paddle_candidates(
-        pivot, snake.angle, length + margin, dilate(mask, disk(margin)), params.continuity
-    )
+    candidates = next_paddle_candidates(pivot, snake.angle, length + margin, mask, margin, params.continuity)
     if candidates is None:
         return None
     coords, directions, cmf = candidates
