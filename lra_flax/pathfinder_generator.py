@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import multiprocessing
 import os
@@ -40,6 +41,7 @@ from PIL import Image, ImageDraw
 from scipy import ndimage
 
 DIFFICULTIES = {"easy": 6, "intermediate": 9, "hard": 14}  # contour length (paddles per target snake)
+GENERATOR_RECORD = "generator.json"  # written beside metadata/ in a generated folder: the settings
 DIFFICULTY_DIRS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9", "hard": "curv_contour_length_14"}
 
 
@@ -604,6 +606,15 @@ def write_dataset(
         raise ValueError(f"num_images={num_images} and images_per_batch={images_per_batch} must be positive")
     out = Path(output_dir)
     (out / "metadata").mkdir(parents=True, exist_ok=True)
+    settings = {"generator": "lra_flax.pathfinder_generator", "seed": seed, "num_images": num_images}
+    settings["images_per_batch"] = images_per_batch
+    settings["params"] = dataclasses.asdict(params)
+    recorded = out / GENERATOR_RECORD
+    if recorded.exists() and json.loads(recorded.read_text()) != json.loads(json.dumps(settings)):
+        raise ValueError(
+            f"{out} holds images generated with other settings ({recorded}); use a new output_dir or delete it"
+        )
+    recorded.write_text(json.dumps(settings, indent=1) + "\n")
     jobs = []
     for batch, start in enumerate(range(0, num_images, images_per_batch)):
         if not (out / "metadata" / f"{batch}.npy").exists():

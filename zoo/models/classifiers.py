@@ -8,6 +8,7 @@ import ml_collections
 from flax import nnx
 
 from zoo.layers import ClassificationHead, TokenEmbedding, add_positions, compute_dtype
+from zoo.layers.embeddings import LearnedPositions
 from zoo.layers.heads import pool
 from zoo.models.encoder import Encoder
 
@@ -15,30 +16,37 @@ PAD_ID = 0
 
 
 class SequenceEncoder(nnx.Module):
-    """tokens → [CLS] + embeddings + positions → encoder → pooled `[batch, d_model]`. Id 0 is padding.
+    """tokens → [CLS] + embeddings + positions → encoder → pooled `[batch, d_model]`.
 
-    `cfg.max_length` counts input tokens (without [CLS]).
+    `cfg.pad_id` is the padding id (0 for text; -1 for pixels, where 0 is black and every token is real).
+    `cfg.max_length` counts input tokens (without [CLS]); `cfg.positional="learned"` learns one vector per
+    position, [CLS] included.
     """
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
         self.max_length, self.pooling, self.positional = cfg.max_length, cfg.pooling, cfg.positional
+        self.pad_id = cfg.get("pad_id", PAD_ID)
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
         self.cls = nnx.Param(jnp.zeros((cfg.d_model,), jnp.float32)) if cfg.pooling == "cls" else None
         extra = 1 if cfg.pooling == "cls" else 0
         self.encoder = Encoder(cfg, max_length=cfg.max_length + extra, rngs=rngs)
+        self.positions = (
+            LearnedPositions(cfg.max_length + extra, cfg.d_model, rngs=rngs) if cfg.positional == "learned" else None
+        )
         self.dropout = nnx.Dropout(cfg.dropout)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         if tokens.shape[1] > self.max_length:
             raise ValueError(f"input length {tokens.shape[1]} exceeds model.max_length={self.max_length}")
-        mask = tokens != PAD_ID
+        mask = tokens != self.pad_id
         x = self.embed(tokens)
         if self.cls is not None:
             cls = jnp.broadcast_to(self.cls[...].astype(x.dtype), (x.shape[0], 1, x.shape[2]))
             x = jnp.concatenate([cls, x], axis=1)
             mask = jnp.concatenate([jnp.ones((x.shape[0], 1), bool), mask], axis=1)
-        x = add_positions(x, self.positional)  # after [CLS], as LRA does, so [CLS] is not all-zero
+        # after [CLS], as LRA does, so [CLS] is not all-zero
+        x = self.positions(x) if self.positions is not None else add_positions(x, self.positional)
         x = self.encoder(self.dropout(x, rngs=rngs), mask=mask, rngs=rngs)
         return pool(x, mask, self.pooling)
 

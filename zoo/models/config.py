@@ -23,6 +23,7 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
             "ffn": "relu",  # see zoo.layers.ffn.FFN_KINDS; "none" for gMLP-style blocks
             "positional": "sinusoidal",
             "pooling": "cls",
+            "pad_id": 0,  # the token id that is padding (masked out); -1: none (pixel tasks, every id is real)
             "dtype": "float32",  # compute dtype; parameters stay float32
             "mixer_options": mixers.options_config(),
         }

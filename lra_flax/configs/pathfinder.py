@@ -1,0 +1,104 @@
+"""LRA Pathfinder (32×32, 1,024 tokens) and Path-X (128×128, 16,384 tokens): are the markers joined?
+
+Presets (after the colon):
+
+  demo        4,000 pathfinder32 "hard" images generated into data/lra-pathfinder (the published algorithm
+              with LRA's parameters, all CPU cores), a 1-layer d 32 encoder, mean pooling, 300 steps.
+                lra-train --config=lra_flax/configs/pathfinder.py:demo --workdir=runs/pathfinder-demo
+              Hardware: 2 CPU cores, about 5 minutes of training after ~5 minutes of generation. Expected:
+              near the 50% majority rate — Pathfinder stays at chance for many models for thousands of steps;
+              see README for the measured figure.
+  lra_code    The LRA code's setting (SPEC §3): 4 layers, d 32, 4 heads, MLP 32, dropout 0.2, mean pooling,
+              batch 512, 62,400 steps (200 epochs of 160k), AdamW lr 1e-3 cosine, weight decay 0. Data:
+              LRA's release (data.dir = lra_release) or 200k generated images.
+                lra-train --config=lra_flax/configs/pathfinder.py:lra_code --workdir=runs/pathfinder \\
+                  --config.data.dir=/path/to/lra_release --config.data.generate=False
+              Hardware: one GPU or TPU host. Expected: about 71% with softmax attention (LRA paper 71.40).
+  pathx       Path-X: pathfinder128 hard, 1 layer, d 32, 2 heads, MLP 32, mean pooling, batch 64, grad clip 1.0,
+              16,384 tokens. Softmax attention's T×T scores are 1 GiB per head and example at fp32.
+                lra-train --config=lra_flax/configs/pathfinder.py:pathx --workdir=runs/pathx \\
+                  --config.model.mixer=linear --config.data.dir=/path/to/lra_release --config.data.generate=False
+              Every model in the LRA paper failed Path-X (50%); S5 reaches 98.58.
+  pathx_demo  Path-X on a CPU: 64 generated images (~7 s each) and a few training steps of a linear mixer.
+
+Override any field with --config.a.b=value; unknown fields are errors.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from lra_flax.configs.common import base_config, check_preset
+from lra_flax.configs.image import pixel_model
+from zoo.training import train_config
+
+PRESETS = ("demo", "lra_code", "pathx", "pathx_demo")
+
+
+def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
+    check_preset(preset, PRESETS, "Pathfinder")
+    config = base_config("pathfinder")
+    resolution = 128 if preset.startswith("pathx") else 32
+    config.data = ml_collections.ConfigDict(
+        {
+            "dir": "data/lra-pathfinder",  # holds pathfinder<res>/<difficulty dir>/ (an lra_release folder works)
+            "resolution": resolution,  # 32: Pathfinder; 128: Path-X
+            "difficulty": "hard",  # easy | intermediate | hard (LRA's)
+            "generate": True,  # generate data.num_images images there when the folder has no metadata
+            "num_images": {"demo": 4000, "lra_code": 200000, "pathx": 200000, "pathx_demo": 64}[preset],
+            "seed": 0,
+            "workers": 0,  # generator processes; 0: all cores
+            "cache_dir": "data/lra-pathfinder",  # cached examples go under cache/ there
+        }
+    )
+    if preset in ("demo", "lra_code"):
+        demo = preset == "demo"
+        config.model = pixel_model(
+            mixer="relu",
+            num_layers=1 if demo else 4,
+            d_model=32,
+            num_heads=4,
+            mlp_dim=32,
+            max_length=1024,
+            dropout=0.0 if demo else 0.2,
+            pooling="mean",
+        )
+        config.train = train_config(
+            steps=300 if demo else 62400,
+            batch_size=32 if demo else 512,
+            learning_rate=2e-3 if demo else 1e-3,
+            schedule="cosine",
+            warmup_steps=30 if demo else 312,
+            weight_decay=0.0,
+            log_every=50 if demo else 100,
+            eval_every=0 if demo else 1000,
+            checkpoint_every=150 if demo else 1000,
+            eval_batch_size=256 if demo else 0,
+        )
+    else:
+        demo = preset == "pathx_demo"
+        config.model = pixel_model(
+            mixer="linear" if demo else "relu",
+            num_layers=1,
+            d_model=32,
+            num_heads=2,
+            mlp_dim=32,
+            max_length=128 * 128,
+            dropout=0.0,
+            pooling="mean",
+        )
+        config.train = train_config(
+            steps=5 if demo else 62400,
+            batch_size=8 if demo else 64,
+            learning_rate=1e-3,
+            schedule="cosine",
+            warmup_steps=1 if demo else 312,
+            weight_decay=0.0,
+            grad_clip_norm=1.0,
+            log_every=1 if demo else 100,
+            eval_every=0 if demo else 1000,
+            checkpoint_every=5 if demo else 1000,
+            eval_batch_size=8 if demo else 0,
+        )
+    config.lock()
+    return config

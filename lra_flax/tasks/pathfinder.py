@@ -1,0 +1,163 @@
+"""LRA Pathfinder and Path-X: are the two markers joined by one dashed contour? (SPEC §3)
+
+Images (32×32 for Pathfinder, 128×128 = 16,384 tokens for Path-X) are read row by row, one token per grey
+value 0..255, no padding id (`model.pad_id = -1`; black is a real token).
+
+Files: LRA's release layout under data.dir — `pathfinder{32,128}/<difficulty dir>/metadata/<batch>.npy` (text
+lines `imgs/<batch> sample_<i>.png <i> <label> …`) and the PNGs they name; difficulty dirs `curv_baseline`
+(easy), `curv_contour_length_9` (intermediate), `curv_contour_length_14` (hard, LRA's). A downloaded
+`lra_release` folder works as data.dir as it is. When the difficulty folder has no metadata and
+`data.generate` is set, `data.num_images` images are generated there first (`lra_flax.pathfinder_generator`,
+the published algorithm with LRA's parameters; `lra-data pathfinder` does the same by hand).
+
+Splits as LRA: the examples in metadata order (batches by number, lines in order), 80% train, 10% valid, 10%
+test. Empty image files are skipped, as LRA's pipeline does; a metadata line naming a missing file, a label
+other than 0/1, or a PNG that does not decode is an error naming the file (and line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from lra_flax import input_pipeline, pathfinder_generator
+from lra_flax.input_pipeline import DataFormatError
+from lra_flax.tasks.image import PIXEL_VOCAB_SIZE, check_pixel_model
+from zoo.models import SequenceClassifier
+from zoo.training import Task
+from zoo.training.distributed import first_process_then_others
+
+NUM_CLASSES = 2
+SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
+
+Example = tuple[str, Path, int]  # (metadata file:line, image path, label)
+
+
+def dataset_dir(root: str | os.PathLike, resolution: int, difficulty: str) -> Path:
+    """`root/pathfinder<resolution>/<difficulty dir>` (LRA's release layout)."""
+    if difficulty not in pathfinder_generator.DIFFICULTY_DIRS:
+        raise ValueError(f"difficulty={difficulty!r}; valid: {', '.join(pathfinder_generator.DIFFICULTY_DIRS)}")
+    return Path(root) / f"pathfinder{resolution}" / pathfinder_generator.DIFFICULTY_DIRS[difficulty]
+
+
+def _batch_number(path: Path) -> tuple[int, str]:
+    return (int(path.stem), "") if path.stem.isdigit() else (1 << 62, path.stem)
+
+
+def read_metadata(directory: str | os.PathLike) -> list[Example]:
+    """Every example the metadata files of one difficulty folder name, in order; empty images skipped."""
+    directory = Path(directory)
+    files = sorted((directory / "metadata").glob("*.npy"), key=_batch_number)
+    if not files:
+        raise FileNotFoundError(f"{directory} has no metadata/*.npy (LRA's Pathfinder release layout)")
+    examples = []
+    for meta in files:
+        try:
+            text = meta.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise DataFormatError(f"{meta}: not a text metadata file (LRA's are text lines despite .npy)") from None
+        for line_no, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            where = f"{meta}:{line_no}"
+            fields = line.split()
+            if len(fields) < 4:
+                raise DataFormatError(f"{where}: expected 'imgs/<batch> sample_<i>.png <i> <label> …', got {line!r}")
+            image = directory / fields[0] / fields[1]
+            if not image.exists():
+                raise DataFormatError(f"{where}: names {image}, which does not exist")
+            if image.stat().st_size == 0:
+                continue  # LRA skips empty images
+            examples.append((where, image, input_pipeline.parse_label(fields[3], NUM_CLASSES, where)))
+    return examples
+
+
+def read_png(path: Path, resolution: int) -> np.ndarray:
+    """An 8-bit greyscale PNG of resolution² pixels as uint8; anything else names the file."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+            pixels = np.asarray(image.convert("L") if image.mode != "L" else image)
+    except (OSError, UnidentifiedImageError, SyntaxError) as e:
+        raise DataFormatError(f"{path}: not a readable PNG ({e})") from None
+    if pixels.shape != (resolution, resolution):
+        raise DataFormatError(f"{path}: image is {pixels.shape}, expected {resolution}×{resolution}")
+    return pixels
+
+
+def split_examples(examples: list[Example]) -> dict[str, list[Example]]:
+    """LRA's split: first 80% train, next 10% valid, last 10% test."""
+    n = len(examples)
+    a, b = int(SPLIT_FRACTIONS[0] * n), int((SPLIT_FRACTIONS[0] + SPLIT_FRACTIONS[1]) * n)
+    return {"train": examples[:a], "valid": examples[a:b], "test": examples[b:]}
+
+
+def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
+    """Generates (if asked) and caches the splits as pixel tokens; process 0 first."""
+    data, resolution = config.data, config.data.resolution
+    check_pixel_model(config.model, resolution * resolution)
+    directory = dataset_dir(data.dir, resolution, data.difficulty)
+
+    def work():
+        if not (directory / "metadata").is_dir() or not any((directory / "metadata").glob("*.npy")):
+            if not data.generate:
+                raise FileNotFoundError(
+                    f"{directory} has no metadata/*.npy: point data.dir at LRA's release (lra_release) or set "
+                    "data.generate=True"
+                )
+            params = pathfinder_generator.lra_params(resolution, data.difficulty)
+            stats = pathfinder_generator.write_dataset(
+                directory, params, num_images=data.num_images, seed=data.seed, workers=data.workers or None
+            )
+            print(f"generated {stats['images']} images at {stats['images_per_s']:.1f} images/s", flush=True)
+        splits = split_examples(read_metadata(directory))
+        metadata = sorted((directory / "metadata").glob("*.npy"), key=_batch_number)
+        key = (str(directory.resolve()), *metadata, resolution, "pixels-v1")
+        caches = {}
+        for split, examples in splits.items():
+            if not examples:
+                raise DataFormatError(
+                    f"{directory}: the {split} split is empty ({len(splits['train'])} train examples)"
+                )
+
+            def rows(examples=examples):
+                for where, path, label in examples:
+                    del where
+                    yield {
+                        "inputs": read_png(path, resolution).reshape(-1).astype(np.uint16),
+                        "targets": np.int32(label),
+                    }
+
+            cache = input_pipeline.cache_path(data.cache_dir, f"pathfinder{resolution}-{data.difficulty}-{split}", *key)
+            caches[split] = input_pipeline.cache_examples(cache, rows, f"{directory} {split}")
+        return caches
+
+    return first_process_then_others("lra-pathfinder-data", work)
+
+
+def make_task(config: ml_collections.ConfigDict) -> Task:
+    def final_results(results):
+        directory = dataset_dir(config.data.dir, config.data.resolution, config.data.difficulty)
+        record = directory / pathfinder_generator.GENERATOR_RECORD
+        if record.exists():
+            settings = json.loads(record.read_text())
+            note = f"generated here: {settings['num_images']} images, seed {settings['seed']} (LRA's parameters)"
+            return {"data_note": note}
+        return {}
+
+    return input_pipeline.classification_task(
+        config,
+        lambda: prepare(config),
+        vocab_size=PIXEL_VOCAB_SIZE,
+        num_classes=NUM_CLASSES,
+        model_cls=SequenceClassifier,
+        final_results=final_results,
+    )
+
+
+__all__ = ["dataset_dir", "make_task", "read_metadata", "read_png", "split_examples"]
