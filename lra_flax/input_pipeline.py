@@ -217,8 +217,10 @@ def classification_task(
         spec["weights"] = jax.ShapeDtypeStruct((batch,), np.float32)
         return spec
 
+    pad_id = config.model.get("pad_id", 0)  # pixel tasks: -1, every token counts
+
     def count_tokens(batch):
-        return sum(int(np.count_nonzero(batch[name])) for name in input_fields)
+        return sum(int(np.count_nonzero(batch[name] != pad_id)) for name in input_fields)
 
     return Task(
         build_model=build_model,
