@@ -125,3 +125,12 @@ def test_reader_errors_name_the_file(tmp_path):
         pathfinder.read_png(folder / "imgs" / "0" / "sample_1.png", 128)
     with pytest.raises(FileNotFoundError, match="no metadata"):
         pathfinder.read_metadata(tmp_path / "nowhere")
+
+
+@pytest.mark.slow
+def test_example_figure_is_written(tmp_path):
+    from lra_flax import pathfinder_figure
+
+    out = pathfinder_figure.draw(tmp_path / "examples.png", per_label=1, seed=0)
+    with Image.open(out) as figure:
+        assert figure.format == "PNG" and figure.size[0] > 200 and figure.size[1] > 400
