@@ -134,3 +134,21 @@ def test_example_figure_is_written(tmp_path):
     out = pathfinder_figure.draw(tmp_path / "examples.png", per_label=1, seed=0)
     with Image.open(out) as figure:
         assert figure.format == "PNG" and figure.size[0] > 200 and figure.size[1] > 400
+
+
+def test_lra_data_pathfinder_writes_the_release_layout_that_the_reader_reads(tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "lra_flax.data_cli", "pathfinder", f"--output_dir={tmp_path}", "--num_images=4"]
+    run = subprocess.run([*cmd, "--images_per_batch=3", "--workers=1"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "4 images in" in run.stdout and "images/s" in run.stdout
+    examples = pathfinder.read_metadata(tmp_path / "pathfinder32" / "curv_contour_length_14")
+    assert [label for _, _, label in examples] == [0, 1, 0, 1]
+    assert [path.relative_to(tmp_path).as_posix().split("/", 2)[2] for _, path, _ in examples] == [
+        "imgs/0/sample_0.png",
+        "imgs/0/sample_1.png",
+        "imgs/0/sample_2.png",
+        "imgs/1/sample_0.png",
+    ]
