@@ -23,8 +23,8 @@ _PER_LABEL = flags.DEFINE_integer("per_label", 3, "Images of each label per reso
 _SEED = flags.DEFINE_integer("seed", 0, "Generator seed.")
 
 
-def draw(output: str | Path, *, per_label: int = 3, seed: int = 0) -> Path:
-    rows = [(32, 1), (32, 0), (128, 1), (128, 0)]
+def draw(output: str | Path, *, per_label: int = 3, seed: int = 0, resolutions: tuple[int, ...] = (32, 128)) -> Path:
+    rows = [(resolution, label) for resolution in resolutions for label in (1, 0)]
     fig, axes = plt.subplots(len(rows), per_label, figsize=(2.2 * per_label, 2.3 * len(rows)), squeeze=False)
     for row, (resolution, label) in enumerate(rows):
         params = gen.lra_params(resolution, "hard")
