@@ -1,0 +1,376 @@
+"""`lra-compare`: run a sweep of LRA cells (task × mixer variant × seed) and tabulate accuracy.
+
+    lra-compare --config=lra_flax/configs/compare.py:demo --workdir=runs/compare         # run what is missing
+    lra-compare --config=lra_flax/configs/compare.py:demo --workdir=runs/compare --cells # list cells, run nothing
+    lra-compare ... --shard=1/3        # this process runs every third cell (several machines, one workdir)
+    lra-compare ... --report_only      # rebuild results.{md,csv,json} and the figure from finished cells
+
+Each cell is an ordinary `lra-train` run in `WORKDIR/cells/<task>/<variant>/seed<k>` (its own config.json,
+checkpoints, metrics and results.json), started as a subprocess so that a crash or an out-of-memory error
+in one cell cannot take the sweep down. A finished cell (results.json) is skipped; an interrupted one
+resumes from its checkpoint; a failed one is recorded in `failed.json` with its reason and retried only
+with --retry_failed. So a sweep can be stopped, re-run, or extended with more seeds or variants at any time.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import ml_collections
+
+from zoo.training.config import flatten_config
+from zoo.training.distributed import PREEMPTED_EXIT_CODE
+
+FAILED = "failed.json"
+RESULTS = "results.json"
+
+# Published accuracies (%) on the LRA tasks (SPEC §1.4, §3): rows shown beside the sweep's own.
+PUBLISHED = {
+    "LRA paper: Transformer": {
+        "listops": 36.37,
+        "text": 64.27,
+        "retrieval": 57.46,
+        "image": 42.44,
+        "pathfinder": 71.40,
+        "pathx": None,
+    },
+    "LRA paper: Linear Trans.": {
+        "listops": 16.13,
+        "text": 65.90,
+        "retrieval": 53.09,
+        "image": 42.34,
+        "pathfinder": 75.30,
+    },
+    "LRA paper: Performer": {"listops": 18.01, "text": 65.40, "retrieval": 53.82, "image": 42.77, "pathfinder": 77.05},
+    "kernel paper: linear kernel": {"text": 65.77, "retrieval": 73.51, "listops": 18.54},
+    "kernel paper: 2×GLU": {"text": 65.99, "retrieval": 73.36, "listops": 18.42},
+    "kernel paper: 3×AOGLU": {"text": 66.06, "retrieval": 72.57, "listops": 18.45},
+}
+TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    task: str  # the sweep's task label
+    config_spec: str  # "module:preset" under lra_flax/configs
+    variant: str
+    mixer: str
+    options: tuple[tuple[str, object], ...]
+    seed: int
+    overrides: tuple[tuple[str, object], ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}/{self.variant}/seed{self.seed}"
+
+    def workdir(self, root: Path) -> Path:
+        return root / "cells" / self.task / self.variant / f"seed{self.seed}"
+
+    def train_command(self, root: Path) -> list[str]:
+        module, _, preset = self.config_spec.partition(":")
+        cmd = [sys.executable, "-m", "lra_flax", f"--config=lra_flax/configs/{module}.py:{preset}"]
+        cmd += [f"--workdir={self.workdir(root)}", f"--config.model.mixer={self.mixer}", f"--config.seed={self.seed}"]
+        cmd += [f"--config.model.mixer_options.{self.mixer}.{k}={v}" for k, v in self.options]
+        cmd += [f"--config.{k}={v}" for k, v in self.overrides]
+        return cmd
+
+
+def _items(node) -> tuple[tuple[str, object], ...]:
+    """A (nested) dict of overrides as sorted ("a.b", value) pairs."""
+    if node is None:
+        return ()
+    data = node.to_dict() if isinstance(node, ml_collections.ConfigDict) else dict(node)
+    return tuple(sorted(flatten_config(data).items()))
+
+
+def cells(config: ml_collections.ConfigDict) -> list[Cell]:
+    """Every cell of the sweep, in a fixed order (task, variant, seed) that --shard splits."""
+    out = []
+    for task, spec in config.tasks.items():
+        if ":" not in spec:
+            raise ValueError(f"config field tasks.{task}={spec!r} must be 'config_module:preset'")
+        task_overrides = _items(config.task_overrides.get(task)) if "task_overrides" in config else ()
+        for name, variant in config.variants.items():
+            for seed in config.seeds:
+                out.append(
+                    Cell(
+                        task=task,
+                        config_spec=spec,
+                        variant=name,
+                        mixer=variant.mixer,
+                        options=_items(variant.get("options")),
+                        seed=int(seed),
+                        overrides=tuple(sorted(_items(config.overrides) + task_overrides)),
+                    )
+                )
+    return out
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """ "i/n" with 1 <= i <= n."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard={text!r} must be i/n, e.g. 1/4") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"--shard={text!r}: need 1 <= i <= n")
+    return i, n
+
+
+def shard(all_cells: Sequence[Cell], i: int, n: int) -> list[Cell]:
+    """Cells k with k mod n == i − 1: every cell in exactly one of the n shards."""
+    return [c for k, c in enumerate(all_cells) if k % n == i - 1]
+
+
+def state(cell: Cell, root: Path) -> str:
+    workdir = cell.workdir(root)
+    if (workdir / RESULTS).exists():
+        return "done"
+    if (workdir / FAILED).exists():
+        return "failed"
+    if (workdir / "checkpoints").exists():
+        return "started"
+    return "to do"
+
+
+def _reason(log_tail: str, returncode: int) -> str:
+    lines = [line for line in log_tail.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() or "Error" in line]
+    return (errors[-1] if errors else lines[-1] if lines else f"exit status {returncode}").strip()[:500]
+
+
+def run_cell(cell: Cell, root: Path, *, env: dict | None = None) -> str:
+    """Runs (or resumes) one cell; returns "done", "failed" or "preempted" (stopped by a signal or a
+    preemption: re-running resumes it). Output goes to the cell's train.log."""
+    workdir = cell.workdir(root)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / FAILED).unlink(missing_ok=True)
+    with (workdir / "train.log").open("a") as log:
+        log.write(f"$ {' '.join(cell.train_command(root))}\n")
+        log.flush()
+        proc = subprocess.run(
+            cell.train_command(root), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    if proc.returncode == 0 and (workdir / RESULTS).exists():
+        return "done"
+    if proc.returncode == PREEMPTED_EXIT_CODE or proc.returncode < 0:
+        return "preempted"  # stopped from outside (preemption, a signal): not the cell's fault, resume later
+    tail = (workdir / "train.log").read_text()[-4000:]
+    record = {
+        "returncode": proc.returncode,
+        "reason": _reason(tail, proc.returncode),
+        "command": cell.train_command(root),
+    }
+    tmp = workdir / (FAILED + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, workdir / FAILED)
+    return "failed"
+
+
+def run_sweep(
+    config: ml_collections.ConfigDict,
+    root: str | os.PathLike,
+    *,
+    shard_spec: str = "1/1",
+    retry_failed: bool = False,
+    env: dict | None = None,
+) -> dict[str, int]:
+    """Runs this shard's unfinished cells in order, one progress line each; returns counts by outcome."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    mine = shard(cells(config), *parse_shard(shard_spec))
+    todo = [c for c in mine if state(c, root) in ("to do", "started") or (retry_failed and state(c, root) == "failed")]
+    counts = {"done": 0, "failed": 0, "skipped": len(mine) - len(todo)}
+    start = time.perf_counter()
+    print(f"lra-compare: {len(mine)} cells in shard {shard_spec}, {len(todo)} to run", flush=True)
+    for k, cell in enumerate(todo, start=1):
+        cell_start = time.perf_counter()
+        outcome = run_cell(cell, root, env=env)
+        if outcome == "preempted":
+            print(f"lra-compare: {cell.name} was stopped from outside; run the same command to resume", flush=True)
+            counts["preempted"] = 1
+            break
+        counts[outcome] += 1
+        elapsed = time.perf_counter() - start
+        remaining = elapsed / k * (len(todo) - k)
+        detail = ""
+        if outcome == "done":
+            result = json.loads((cell.workdir(root) / RESULTS).read_text())
+            detail = f"test accuracy {100 * result.get('test_accuracy', float('nan')):.1f}%"
+        else:
+            detail = json.loads((cell.workdir(root) / FAILED).read_text())["reason"]
+        print(
+            f"[{k}/{len(todo)}] {cell.name}: {outcome} in {time.perf_counter() - cell_start:.0f}s ({detail}); "
+            f"elapsed {elapsed / 60:.1f} min, about {remaining / 60:.1f} min to go",
+            flush=True,
+        )
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------
+# Report
+# ----------------------------------------------------------------------------------------------
+
+
+def collect(config: ml_collections.ConfigDict, root: str | os.PathLike) -> list[dict]:
+    """One row per cell: its identity, state, every metric of results.json (or the failure reason)."""
+    root = Path(root)
+    rows = []
+    for cell in cells(config):
+        workdir = cell.workdir(root)
+        row = {
+            "task": cell.task,
+            "config": cell.config_spec,
+            "variant": cell.variant,
+            "mixer": cell.mixer,
+            "options": json.dumps(dict(cell.options), sort_keys=True),
+            "seed": cell.seed,
+            "state": state(cell, root),
+            "workdir": str(workdir),
+        }
+        if row["state"] == "done":
+            row.update(json.loads((workdir / RESULTS).read_text()))
+        elif row["state"] == "failed":
+            row["reason"] = json.loads((workdir / FAILED).read_text())["reason"]
+        rows.append(row)
+    return rows
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return mean, std
+
+
+def accuracy_table(config: ml_collections.ConfigDict, rows: list[dict]) -> str:
+    """Markdown, the LRA paper's Table 1 shape: variants × tasks (mean ± std over seeds, n), best in bold."""
+    tasks = [t for t in TASK_ORDER if t in config.tasks] + [t for t in config.tasks if t not in TASK_ORDER]
+    stats: dict[tuple[str, str], tuple[float, float, int] | str] = {}
+    for variant in config.variants:
+        for task in tasks:
+            cell_rows = [r for r in rows if r["variant"] == variant and r["task"] == task]
+            accs = [100 * r["test_accuracy"] for r in cell_rows if r["state"] == "done"]
+            if accs:
+                stats[variant, task] = (*mean_std(accs), len(accs))
+            elif any(r["state"] == "failed" for r in cell_rows):
+                stats[variant, task] = "failed"
+    best = {}
+    for task in tasks:
+        means = [s[0] for (v, t), s in stats.items() if t == task and not isinstance(s, str)]
+        best[task] = max(means) if means else None
+
+    def fmt(variant, task):
+        s = stats.get((variant, task))
+        if s is None:
+            return "—"
+        if isinstance(s, str):
+            return s
+        text = f"{s[0]:.1f} ± {s[1]:.1f} (n={s[2]})"
+        return f"**{text}**" if best[task] is not None and s[0] == best[task] and len(config.variants) > 1 else text
+
+    lines = ["| variant | " + " | ".join(tasks) + " | average |", "|---" * (len(tasks) + 2) + "|"]
+    for variant in config.variants:
+        means = [stats[variant, t][0] for t in tasks if isinstance(stats.get((variant, t)), tuple)]
+        average = f"{sum(means) / len(means):.1f}" if len(means) == len(tasks) else "—"
+        lines.append(f"| {variant} | " + " | ".join(fmt(variant, t) for t in tasks) + f" | {average} |")
+    for name, numbers in PUBLISHED.items():
+        if not any(numbers.get(t) is not None for t in tasks):
+            continue
+        cells_text = [f"{numbers[t]:.2f}" if numbers.get(t) is not None else "—" for t in tasks]
+        lines.append(f"| *{name} (published)* | " + " | ".join(cells_text) + " | |")
+    presets = sorted({spec for spec in config.tasks.values()})
+    notes = [
+        "",
+        "Cells: test accuracy (%), mean ± sample std over seeds, n = finished seeds; best mean per task in bold.",
+        f"Presets: {', '.join(presets)}.",
+    ]
+    if any(spec.endswith(":demo") or spec.endswith("_demo") for spec in presets):
+        notes.append(
+            "Demo presets are CPU-sized runs on offline data, not the published settings: the published rows are "
+            "not comparable with them."
+        )
+    return "\n".join(lines + notes)
+
+
+def write_report(config: ml_collections.ConfigDict, root: str | os.PathLike) -> dict[str, Path]:
+    """results.md, results.csv, results.json and accuracy.png in the sweep workdir (atomically each)."""
+    root = Path(root)
+    rows = collect(config, root)
+    counts = {s: sum(r["state"] == s for r in rows) for s in ("done", "failed", "started", "to do")}
+    md = [f"# lra-compare: {config.get('preset', 'sweep')}", "", "## Accuracy", "", accuracy_table(config, rows)]
+    md += ["", f"Cells: {len(rows)} — " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)]
+    failed = [r for r in rows if r["state"] == "failed"]
+    if failed:
+        md += ["", "## Failed cells", ""] + [
+            f"- {r['task']}/{r['variant']}/seed{r['seed']}: {r['reason']}" for r in failed
+        ]
+    keys = sorted({k for r in rows for k in r})
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=keys)
+    writer.writeheader()
+    writer.writerows(rows)
+    paths = {
+        "md": _write(root / "results.md", "\n".join(md) + "\n"),
+        "csv": _write(root / "results.csv", buffer.getvalue()),
+        "json": _write(root / "results.json", json.dumps({"config": config.to_dict(), "cells": rows}, indent=1) + "\n"),
+    }
+    paths["accuracy_png"] = accuracy_figure(config, rows, root / "accuracy.png")
+    return paths
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def accuracy_figure(config: ml_collections.ConfigDict, rows: list[dict], path: Path) -> Path:
+    """Grouped bars: test accuracy per task, one bar per variant (mean, with the seed std as error bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [t for t in TASK_ORDER if t in config.tasks] + [t for t in config.tasks if t not in TASK_ORDER]
+    variants = list(config.variants)
+    width = 0.8 / max(len(variants), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks)), 3.6))
+    for i, variant in enumerate(variants):
+        means, stds = [], []
+        for task in tasks:
+            accs = [
+                100 * r["test_accuracy"]
+                for r in rows
+                if r["task"] == task and r["variant"] == variant and r["state"] == "done"
+            ]
+            mean, std = mean_std(accs) if accs else (float("nan"), 0.0)
+            means.append(mean)
+            stds.append(std)
+        xs = [t + (i - (len(variants) - 1) / 2) * width for t in range(len(tasks))]
+        ax.bar(xs, means, width, yerr=stds, label=variant, capsize=2)
+    ax.set_xticks(range(len(tasks)), tasks)
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"lra-compare {config.get('preset', '')}: mean ± std over seeds")
+    ax.legend(fontsize=7, ncol=min(len(variants), 4))
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+__all__ = ["Cell", "accuracy_table", "cells", "collect", "run_sweep", "shard", "write_report"]

@@ -1,0 +1,52 @@
+"""`lra-compare`: the command line of `lra_flax.compare` (see there)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from lra_flax import compare
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Sweep config (lra_flax/configs/compare.py:PRESET).")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory: cells/ and the reports.")
+_CELLS = flags.DEFINE_bool("cells", False, "List the cells and their state; run nothing.")
+_SHARD = flags.DEFINE_string("shard", "1/1", "Run only shard i of n (cell k belongs to shard k mod n + 1).")
+_RETRY = flags.DEFINE_bool("retry_failed", False, "Run failed cells again.")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the reports from finished cells.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    config, root = _CONFIG.value, _WORKDIR.value
+    try:
+        all_cells = compare.cells(config)
+        if _CELLS.value:
+            i, n = compare.parse_shard(_SHARD.value)
+            for cell in compare.shard(all_cells, i, n):
+                print(f"{compare.state(cell, Path(root)):8}  {cell.name}  ({cell.config_spec})")
+            return
+        counts = (
+            {}
+            if _REPORT_ONLY.value
+            else compare.run_sweep(config, root, shard_spec=_SHARD.value, retry_failed=_RETRY.value)
+        )
+    except ValueError as e:
+        print(f"lra-compare: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    paths = compare.write_report(config, root)
+    print("\n".join(f"{name}: {path}" for name, path in paths.items()))
+    if counts.get("preempted"):
+        sys.exit(compare.PREEMPTED_EXIT_CODE)
+
+
+def run() -> None:
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

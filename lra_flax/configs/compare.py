@@ -1,0 +1,86 @@
+"""`lra-compare` sweeps: which LRA tasks, which mixer variants, which seeds (lra_flax/compare.py runs them).
+
+Presets (after the colon):
+
+  demo          Every LRA task's CPU demo preset × softmax, relu, relu_l, linear (elu1, favor, glu), gmlp
+                × 2 seeds.
+                  lra-compare --config=lra_flax/configs/compare.py:demo --workdir=runs/compare
+                Hardware: 2 CPU cores; each cell is one `make demo-*` sized run (3–10 minutes).
+  kernel_paper  The kernel paper's rows (linear kernel, 1×/2× GLU, orthogonal linear, 1×/2× OGLU, 3× AOGLU,
+                and softmax) on Text, Retrieval and ListOps with the LRA code's settings, 5 seeds.
+                Hardware: GPU or TPU hosts; split with --shard=i/n.
+  lra           The LRA code's settings on all six tasks for softmax, relu, linear (elu1, favor) and gmlp.
+
+A task entry is `label: "config_module:preset"` (Path-X is `pathfinder:pathx`); a variant is a mixer name and
+its option overrides; `overrides` apply to every cell and `task_overrides.<task>` to that task's cells,
+nested as the task config is ({"train": {"steps": 10}} is --config.train.steps=10 on lra-train).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+PRESETS = ("demo", "kernel_paper", "lra")
+
+DEMO_TASKS = {
+    "listops": "listops:demo",
+    "text": "text:demo",
+    "retrieval": "retrieval:demo",
+    "image": "image:demo",
+    "pathfinder": "pathfinder:demo",
+}
+LRA_TASKS = {
+    "listops": "listops:lra_code",
+    "text": "text:lra_code",
+    "retrieval": "retrieval:lra_code",
+    "image": "image:lra_code",
+    "pathfinder": "pathfinder:lra_code",
+    "pathx": "pathfinder:pathx",
+}
+
+
+def variant(mixer: str, **options) -> dict:
+    return {"mixer": mixer, "options": options}
+
+
+MAIN_VARIANTS = {
+    "softmax": variant("softmax"),
+    "relu": variant("relu"),
+    "relu_l": variant("relu_l"),
+    "linear_elu1": variant("linear", feature_map="elu1"),
+    "linear_favor": variant("linear", feature_map="favor"),
+    "linear_glu": variant("linear", feature_map="glu"),
+    "gmlp": variant("gmlp"),
+}
+KERNEL_PAPER_VARIANTS = {
+    "softmax": variant("softmax"),
+    "linear_kernel": variant("linear", feature_map="softplus", kernel_depth=1),
+    "glu_1x": variant("linear", feature_map="glu", kernel_depth=1),
+    "glu_2x": variant("linear", feature_map="glu", kernel_depth=2),
+    "orth_linear": variant("linear", feature_map="orth_softplus", kernel_depth=1),
+    "oglu_1x": variant("linear", feature_map="oglu", kernel_depth=1),
+    "oglu_2x": variant("linear", feature_map="oglu", kernel_depth=2),
+    "aoglu_3x": variant("linear", feature_map="aoglu", kernel_depth=3),
+}
+
+
+def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown compare preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    if preset == "demo":
+        tasks, variants, seeds = DEMO_TASKS, MAIN_VARIANTS, [0, 1]
+    elif preset == "kernel_paper":
+        tasks = {name: LRA_TASKS[name] for name in ("text", "retrieval", "listops")}
+        variants, seeds = KERNEL_PAPER_VARIANTS, [0, 1, 2, 3, 4]
+    else:
+        tasks = LRA_TASKS
+        variants = {k: MAIN_VARIANTS[k] for k in ("softmax", "relu", "linear_elu1", "linear_favor", "gmlp")}
+        seeds = [0]
+    config = ml_collections.ConfigDict()
+    config.preset = preset
+    config.tasks = dict(tasks)
+    config.variants = {name: dict(v) for name, v in variants.items()}
+    config.seeds = list(seeds)
+    config.overrides = {}
+    config.task_overrides = {name: {} for name in tasks}
+    return config
