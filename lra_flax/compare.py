@@ -218,6 +218,155 @@ def run_sweep(
 
 
 # ----------------------------------------------------------------------------------------------
+# Efficiency (the LRA paper's Table 2 shape): measured steps/s and memory per mixer and length
+# ----------------------------------------------------------------------------------------------
+
+OUT_OF_MEMORY_SIGNS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "MemoryError", "Cannot allocate")
+
+
+def efficiency_entries(config: ml_collections.ConfigDict) -> list[tuple[str, int]]:
+    eff = config.get("efficiency")
+    if eff is None or not eff.lengths:
+        return []
+    return [(variant, int(length)) for variant in config.variants for length in eff.lengths]
+
+
+def efficiency_path(root: Path, variant: str, length: int) -> Path:
+    return root / "efficiency" / variant / f"L{length}.json"
+
+
+def efficiency_command(config: ml_collections.ConfigDict, variant: str, length: int, output: Path) -> list[str]:
+    eff, v = config.efficiency, config.variants[variant]
+    module, _, preset = eff.task.partition(":")
+    cmd = [sys.executable, "-m", "lra_flax.efficiency", f"--config=lra_flax/configs/{module}.py:{preset}"]
+    cmd += [f"--config.model.max_length={length}", f"--config.model.mixer={v.mixer}", f"--output={output}"]
+    cmd += [f"--config.model.mixer_options.{v.mixer}.{k}={val}" for k, val in _items(v.get("options"))]
+    cmd += [f"--config.{k}={val}" for k, val in _items(eff.get("overrides"))]
+    return [*cmd, f"--steps={eff.steps}", f"--warmup={eff.warmup}"]
+
+
+def run_efficiency(config: ml_collections.ConfigDict, root: str | os.PathLike, *, env: dict | None = None) -> int:
+    """Measures every (variant, length) not yet measured, each in its own process; returns how many ran."""
+    root, ran = Path(root), 0
+    entries = efficiency_entries(config)
+    for k, (variant, length) in enumerate(entries, start=1):
+        path = efficiency_path(root, variant, length)
+        if path.exists():
+            continue
+        start = time.perf_counter()
+        cmd = efficiency_command(config, variant, length, path)
+        try:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=config.efficiency.timeout_s,
+                env={**os.environ, **(env or {})},
+            )
+            output = proc.stdout + proc.stderr
+            returncode = proc.returncode
+        except subprocess.TimeoutExpired:
+            output, returncode = "", None
+        if not path.exists():
+            if returncode is None:
+                error = f"timed out after {config.efficiency.timeout_s}s"
+            elif returncode == -9 or any(sign in output for sign in OUT_OF_MEMORY_SIGNS):
+                error = "out of memory"
+            else:
+                error = _reason(output, returncode)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write(path, json.dumps({"mixer": config.variants[variant].mixer, "length": length, "error": error}) + "\n")
+        ran += 1
+        result = json.loads(path.read_text())
+        what = result.get("error") or f"{result['steps_per_s']:.3g} steps/s, {result['memory_bytes'] / 2**20:,.0f} MiB"
+        print(
+            f"[efficiency {k}/{len(entries)}] {variant} at {length}: {what} ({time.perf_counter() - start:.0f}s)",
+            flush=True,
+        )
+    return ran
+
+
+def collect_efficiency(config: ml_collections.ConfigDict, root: Path) -> list[dict]:
+    rows = []
+    for variant, length in efficiency_entries(config):
+        path = efficiency_path(root, variant, length)
+        if path.exists():
+            rows.append({"variant": variant, **json.loads(path.read_text()), "length": length})
+    return rows
+
+
+def efficiency_table(config: ml_collections.ConfigDict, rows: list[dict], baseline: str = "softmax") -> str:
+    """Markdown: per variant and length, steps/s and memory, each also as a ratio to the baseline variant."""
+    lengths = [int(x) for x in config.efficiency.lengths]
+    by = {(r["variant"], r["length"]): r for r in rows}
+    header = "| variant | " + " | ".join(
+        f"{L:,}: steps/s (×{baseline}) | {L:,}: memory MiB (×{baseline})" for L in lengths
+    )
+    lines = [header + " |", "|---" * (1 + 2 * len(lengths)) + "|"]
+
+    def ratio(value, base):
+        return f" (×{value / base:.2f})" if base else ""
+
+    for variant in config.variants:
+        cells_text = []
+        for L in lengths:
+            r, b = by.get((variant, L)), by.get((baseline, L))
+            if r is None:
+                cells_text += ["—", "—"]
+            elif "error" in r:
+                shown = r["error"] if r["error"] == "out of memory" or r["error"].startswith("timed out") else "failed"
+                cells_text += [shown, shown]
+            else:
+                base_ok = b is not None and "error" not in b
+                cells_text.append(
+                    f"{r['steps_per_s']:.3g}" + (ratio(r["steps_per_s"], b["steps_per_s"]) if base_ok else "")
+                )
+                mem = r["memory_bytes"] / 2**20
+                cells_text.append(f"{mem:,.0f}" + (ratio(r["memory_bytes"], b["memory_bytes"]) if base_ok else ""))
+        lines.append(f"| {variant} | " + " | ".join(cells_text) + " |")
+    sources = sorted({r["memory_source"] for r in rows if "memory_source" in r})
+    devices = sorted({r["device"] for r in rows if "device" in r})
+    batch = sorted({r["batch_size"] for r in rows if "batch_size" in r})
+    lines += [
+        "",
+        f"Task {config.efficiency.task}, batch {', '.join(map(str, batch))}, {config.efficiency.steps} timed train "
+        f"steps after compilation and {config.efficiency.warmup} warm-up; device {', '.join(devices)}; memory: "
+        f"{'; '.join(sources) or '—'}.",
+    ]
+    return "\n".join(lines)
+
+
+def efficiency_figure(config: ml_collections.ConfigDict, rows: list[dict], path: Path) -> Path:
+    """steps/s and memory against length, log axes, one line per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for variant in config.variants:
+        points = sorted((r["length"], r) for r in rows if r["variant"] == variant and "error" not in r)
+        if not points:
+            continue
+        xs = [p[0] for p in points]
+        axes[0].plot(xs, [p[1]["steps_per_s"] for p in points], marker="o", label=variant)
+        axes[1].plot(xs, [p[1]["memory_bytes"] / 2**20 for p in points], marker="o", label=variant)
+    for ax, label in zip(axes, ("train steps/s", "memory (MiB)"), strict=True):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"lra-compare efficiency: {config.efficiency.task}")
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
 # Report
 # ----------------------------------------------------------------------------------------------
 
@@ -309,8 +458,13 @@ def write_report(config: ml_collections.ConfigDict, root: str | os.PathLike) -> 
     root = Path(root)
     rows = collect(config, root)
     counts = {s: sum(r["state"] == s for r in rows) for s in ("done", "failed", "started", "to do")}
-    md = [f"# lra-compare: {config.get('preset', 'sweep')}", "", "## Accuracy", "", accuracy_table(config, rows)]
-    md += ["", f"Cells: {len(rows)} — " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)]
+    md = [f"# lra-compare: {config.get('preset', 'sweep')}"]
+    if rows:
+        md += ["", "## Accuracy", "", accuracy_table(config, rows)]
+        md += ["", f"Cells: {len(rows)} — " + ", ".join(f"{k} {v}" for k, v in counts.items() if v)]
+    efficiency_rows = collect_efficiency(config, root) if efficiency_entries(config) else []
+    if efficiency_rows:
+        md += ["", "## Efficiency", "", efficiency_table(config, efficiency_rows)]
     failed = [r for r in rows if r["state"] == "failed"]
     if failed:
         md += ["", "## Failed cells", ""] + [
@@ -324,9 +478,15 @@ def write_report(config: ml_collections.ConfigDict, root: str | os.PathLike) -> 
     paths = {
         "md": _write(root / "results.md", "\n".join(md) + "\n"),
         "csv": _write(root / "results.csv", buffer.getvalue()),
-        "json": _write(root / "results.json", json.dumps({"config": config.to_dict(), "cells": rows}, indent=1) + "\n"),
+        "json": _write(
+            root / "results.json",
+            json.dumps({"config": config.to_dict(), "cells": rows, "efficiency": efficiency_rows}, indent=1) + "\n",
+        ),
     }
-    paths["accuracy_png"] = accuracy_figure(config, rows, root / "accuracy.png")
+    if len(config.tasks):
+        paths["accuracy_png"] = accuracy_figure(config, rows, root / "accuracy.png")
+    if efficiency_rows:
+        paths["efficiency_png"] = efficiency_figure(config, efficiency_rows, root / "efficiency.png")
     return paths
 
 

@@ -30,11 +30,11 @@ def main(argv: list[str]) -> None:
             for cell in compare.shard(all_cells, i, n):
                 print(f"{compare.state(cell, Path(root)):8}  {cell.name}  ({cell.config_spec})")
             return
-        counts = (
-            {}
-            if _REPORT_ONLY.value
-            else compare.run_sweep(config, root, shard_spec=_SHARD.value, retry_failed=_RETRY.value)
-        )
+        counts = {}
+        if not _REPORT_ONLY.value:
+            counts = compare.run_sweep(config, root, shard_spec=_SHARD.value, retry_failed=_RETRY.value)
+            if _SHARD.value == "1/1" and not counts.get("preempted"):
+                compare.run_efficiency(config, root)  # one machine only: timings on a shared host would mislead
     except ValueError as e:
         print(f"lra-compare: error: {e}", file=sys.stderr)
         sys.exit(2)

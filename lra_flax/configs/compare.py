@@ -10,6 +10,10 @@ Presets (after the colon):
                 and softmax) on Text, Retrieval and ListOps with the LRA code's settings, 5 seeds.
                 Hardware: GPU or TPU hosts; split with --shard=i/n.
   lra           The LRA code's settings on all six tasks for softmax, relu, linear (elu1, favor) and gmlp.
+  efficiency    The efficiency table alone: Text `lra_code` (batch 32) at 1K–16K for every main variant.
+
+Efficiency: `efficiency.task` at each of `efficiency.lengths`, every variant, `efficiency.steps` timed train
+steps in a process of its own (out of memory there is recorded as such); demo: the Text demo model at 1K–4K.
 
 A task entry is `label: "config_module:preset"` (Path-X is `pathfinder:pathx`); a variant is a mixer name and
 its option overrides; `overrides` apply to every cell and `task_overrides.<task>` to that task's cells,
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import ml_collections
 
-PRESETS = ("demo", "kernel_paper", "lra")
+PRESETS = ("demo", "kernel_paper", "lra", "efficiency")
 
 DEMO_TASKS = {
     "listops": "listops:demo",
@@ -67,8 +71,15 @@ KERNEL_PAPER_VARIANTS = {
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     if preset not in PRESETS:
         raise ValueError(f"unknown compare preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    # The efficiency table: real train steps at each length (empty lengths: none).
+    efficiency = {"task": "text:lra_code", "lengths": [], "steps": 3, "warmup": 1, "timeout_s": 1800, "overrides": {}}
     if preset == "demo":
         tasks, variants, seeds = DEMO_TASKS, MAIN_VARIANTS, [0, 1]
+        # 2 CPU cores: the Text demo model (2 layers, d 64) at 1K–4K bytes, batch 4.
+        efficiency.update(task="text:demo", lengths=[1000, 2000, 3000, 4000], overrides={"train": {"batch_size": 4}})
+    elif preset == "efficiency":
+        tasks, variants, seeds = {}, MAIN_VARIANTS, []
+        efficiency.update(lengths=[1000, 2000, 3000, 4000, 8000, 16000])
     elif preset == "kernel_paper":
         tasks = {name: LRA_TASKS[name] for name in ("text", "retrieval", "listops")}
         variants, seeds = KERNEL_PAPER_VARIANTS, [0, 1, 2, 3, 4]
@@ -83,4 +94,5 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     config.seeds = list(seeds)
     config.overrides = {}
     config.task_overrides = {name: {} for name in tasks}
+    config.efficiency = efficiency
     return config

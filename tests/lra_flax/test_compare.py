@@ -114,3 +114,44 @@ def test_cells_flag_lists_states_without_running(tmp_path):
     total = len(compare.cells(compare_configs.get_config("demo")))
     assert len(lines) == len(range(1, total, 5)) and all(line.startswith("to do") for line in lines)
     assert not (tmp_path / "cells").exists()
+
+
+def test_efficiency_table_ratios_and_out_of_memory():
+    config = _sweep(
+        "unused", {"softmax": {"mixer": "softmax"}, "linear": {"mixer": "linear"}, "relu": {"mixer": "relu"}}
+    )
+    config.efficiency = {"task": "text:demo", "lengths": [1000, 4000], "steps": 3, "warmup": 1, "timeout_s": 60}
+    base = {"memory_source": "compiled step's memory analysis", "device": "cpu", "batch_size": 4}
+    rows = [
+        {"variant": "softmax", "length": 1000, "steps_per_s": 2.0, "memory_bytes": 400 * 2**20, **base},
+        {"variant": "linear", "length": 1000, "steps_per_s": 3.0, "memory_bytes": 100 * 2**20, **base},
+        {"variant": "softmax", "length": 4000, "error": "out of memory"},
+        {"variant": "linear", "length": 4000, "steps_per_s": 1.0, "memory_bytes": 300 * 2**20, **base},
+        {"variant": "relu", "length": 4000, "error": "lra-efficiency: error: something else"},
+    ]
+    table = compare.efficiency_table(config, rows)
+    assert "| linear | 3 (×1.50) | 100 (×0.25) | 1 | 300 |" in table
+    assert "| softmax | 2 (×1.00) | 400 (×1.00) | out of memory | out of memory |" in table
+    assert "| relu | — | — | failed | failed |" in table
+    assert "compiled step's memory analysis" in table and "batch 4" in table
+
+
+@pytest.mark.slow
+def test_efficiency_entries_are_measured_once_each_in_their_own_process(tmp_path):
+    config = _sweep("unused", {"softmax": {"mixer": "softmax"}, "linear": {"mixer": "linear"}})
+    config.tasks = {}
+    config.efficiency = {
+        "task": "text:demo",
+        "lengths": [64],
+        "steps": 2,
+        "warmup": 1,
+        "timeout_s": 300,
+        "overrides": {"train": {"batch_size": 2}, "model": {"num_layers": 1}},
+    }
+    assert compare.run_efficiency(config, tmp_path) == 2
+    assert compare.run_efficiency(config, tmp_path) == 0  # measured entries are kept
+    rows = compare.collect_efficiency(config, tmp_path)
+    assert {r["variant"] for r in rows} == {"softmax", "linear"}
+    assert all(r["steps_per_s"] > 0 and r["memory_bytes"] > 0 and r["length"] == 64 for r in rows)
+    paths = compare.write_report(config, tmp_path)
+    assert "## Efficiency" in paths["md"].read_text() and paths["efficiency_png"].exists()

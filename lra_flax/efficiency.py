@@ -1,0 +1,71 @@
+"""One efficiency measurement of `lra-compare`: steps/s and peak memory of an LRA config at one length.
+
+    python -m lra_flax.efficiency --config=lra_flax/configs/text.py:lra_code --config.model.max_length=4000 \\
+        --config.model.mixer=linear --steps=3 --output=out.json
+
+Runs in its own process (lra-compare starts one per entry) so that running out of memory ends this
+process, not the sweep: lra-compare then records the entry as "out of memory".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jax
+from absl import app, flags
+from ml_collections import config_flags
+
+from lra_flax.input_pipeline import BYTE_VOCAB_SIZE
+from lra_flax.tasks import TASKS, image, listops, pathfinder, retrieval, text
+from zoo.training import cli, throughput
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file with a preset after ':'.", lock_config=True)
+_STEPS = flags.DEFINE_integer("steps", 3, "Timed train steps (after compilation and warm-up).")
+_WARMUP = flags.DEFINE_integer("warmup", 1, "Untimed steps after compilation.")
+_OUTPUT = flags.DEFINE_string("output", None, "Where to write the JSON result (also printed).")
+flags.mark_flags_as_required(["config"])
+
+# Token vocabulary and classes of each task's model (the synthetic batch draws ids and labels from them).
+VOCAB_AND_CLASSES = {
+    "listops": (len(listops.VOCAB), listops.NUM_CLASSES),
+    "text": (BYTE_VOCAB_SIZE, text.NUM_CLASSES),
+    "retrieval": (BYTE_VOCAB_SIZE, retrieval.NUM_CLASSES),
+    "image": (image.PIXEL_VOCAB_SIZE, image.NUM_CLASSES),
+    "pathfinder": (image.PIXEL_VOCAB_SIZE, pathfinder.NUM_CLASSES),
+}
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    config = _CONFIG.value
+    task = TASKS[config.task](config)
+    vocab, classes = VOCAB_AND_CLASSES[config.task]
+    result = throughput.measure(
+        config, task, vocab_size=vocab, num_classes=classes, steps=_STEPS.value, warmup=_WARMUP.value
+    )
+    result.update(
+        mixer=config.model.mixer,
+        length=config.model.max_length,
+        batch_size=config.train.batch_size,
+        steps=_STEPS.value,
+        device=str(jax.devices()[0].device_kind),
+    )
+    text = json.dumps(result, indent=1, sort_keys=True)
+    print(text)
+    if _OUTPUT.value:
+        out = Path(_OUTPUT.value)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(text + "\n")
+        os.replace(tmp, out)
+
+
+def run() -> None:
+    cli.run(main, "lra-efficiency")
+
+
+if __name__ == "__main__":
+    run()

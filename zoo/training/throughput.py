@@ -1,0 +1,82 @@
+"""Measured training cost of a config: steps/s of real train steps and peak memory per device.
+
+Used by `lra-compare`'s efficiency table. The step is the one `train_and_evaluate` runs (same model, loss,
+optimiser, sharding) on a synthetic batch of `task.batch_spec`'s shapes; it is compiled, run `warmup` times,
+then timed over `steps` calls with the result blocked on. Memory is the device's peak allocation where the
+backend reports one (GPU, TPU: `memory_stats()["peak_bytes_in_use"]`), else the compiled step's memory
+analysis (arguments + outputs + temporaries − aliased, the CPU case); `memory_source` says which.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from zoo.training import mesh as mesh_lib
+from zoo.training.state import create_train_state, state_builder
+from zoo.training.steps import make_train_step
+
+
+def synthetic_batch(spec: dict, vocab_size: int, num_classes: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random token ids in [1, vocab), random labels, unit weights, for every array of a batch spec."""
+    rng = np.random.default_rng(seed)
+    batch = {}
+    for name, s in spec.items():
+        if name == "targets":
+            batch[name] = rng.integers(0, num_classes, s.shape).astype(s.dtype)
+        elif name == "weights":
+            batch[name] = np.ones(s.shape, s.dtype)
+        else:
+            batch[name] = rng.integers(1, vocab_size, s.shape).astype(s.dtype)
+    return batch
+
+
+def measure(
+    config: ml_collections.ConfigDict,
+    task,
+    *,
+    vocab_size: int,
+    num_classes: int,
+    steps: int = 5,
+    warmup: int = 1,
+) -> dict[str, float | str]:
+    """{"steps_per_s", "memory_bytes", "memory_source", "compile_s"} of `config.train.batch_size` steps."""
+    mesh = mesh_lib.make_mesh(config.mesh)
+    graphdef, state, state_sharding = create_train_state(
+        state_builder(task.build_model, config.train, config.seed), mesh
+    )
+    step = make_train_step(
+        graphdef,
+        task.loss_fn,
+        accum_steps=config.train.grad_accum_steps,
+        state_sharding=state_sharding,
+        batch_sharding=mesh_lib.batch_sharding(mesh),
+        replicated=mesh_lib.replicated(mesh),
+    )
+    batch = mesh_lib.put_batch(synthetic_batch(task.batch_spec(config.train.batch_size), vocab_size, num_classes), mesh)
+    key = jax.random.key(0)
+    start = time.perf_counter()
+    compiled = step.lower(state, batch, key).compile()
+    compile_s = time.perf_counter() - start
+    for _ in range(warmup):
+        state, sums = compiled(state, batch, key)
+    jax.block_until_ready(sums)
+    start = time.perf_counter()
+    for _ in range(steps):
+        state, sums = compiled(state, batch, key)
+    jax.block_until_ready((state, sums))
+    seconds = time.perf_counter() - start
+    if not np.isfinite(float(jnp.asarray(sums["loss"]))):
+        raise FloatingPointError("the loss of the timed steps is not finite")
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        memory, source = float(stats["peak_bytes_in_use"]), "device peak allocation"
+    else:
+        a = compiled.memory_analysis()
+        memory = float(a.argument_size_in_bytes + a.output_size_in_bytes + a.temp_size_in_bytes - a.alias_size_in_bytes)
+        source = "compiled step's memory analysis"
+    return {"steps_per_s": steps / seconds, "memory_bytes": memory, "memory_source": source, "compile_s": compile_s}
