@@ -117,6 +117,9 @@ def test_prepare_caches_pairs_of_byte_ids(tmp_path):
     ex = data_lib.read_records(splits["train"])[0]
     assert set(ex) == {"inputs1", "inputs2", "targets"} and len(ex["inputs1"]) == 12
     assert input_pipeline.ids_to_bytes(ex["inputs1"]).startswith(b"book ")
+    # The note about the data follows the files, not the flag that once wrote them.
+    config.data.generate = False
+    assert "not the AAN citation pairs" in retrieval.make_task(config).final_results({})["data_note"]
     config.data.update(dir=str(tmp_path / "empty"), generate=False)
     with pytest.raises(FileNotFoundError, match="has no Retrieval TSVs.*or set data.generate=True"):
         retrieval.prepare(config)
