@@ -39,6 +39,8 @@ def test_image_trains_on_idx_files_and_says_which_data(tmp_path, mixer):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["train_steps_run"] == 4 and 0 <= results["test_accuracy"] <= 1
     assert results["data_source"] == "idx" and "not CIFAR-10" in results["data_note"]
+    # Training time excludes the final evaluation, which is reported on its own.
+    assert results["train_wall_time_s"] > 0 and results["eval_wall_time_s"] > 0
 
 
 @pytest.mark.slow

@@ -223,13 +223,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
         preemption.close()
         progress.close()
 
+    train_seconds = watch.elapsed()  # the loop alone (compilation, periodic evals, checkpoints included)
     results: dict[str, float | str] = {"steps": float(train_cfg.steps)}
     for split in task.eval_splits:
         metrics = evaluate_split(state, split, final=True)
         writer.write(train_cfg.steps, split, _numbers(metrics))
         progress.log(train_cfg.steps, split, _numbers(metrics))
         results.update({f"{split}_{k}": v for k, v in metrics.items()})
-    results["train_wall_time_s"] = watch.elapsed()
+    results["train_wall_time_s"] = train_seconds
+    results["eval_wall_time_s"] = watch.elapsed() - train_seconds  # the final evaluation of every split
     results["train_steps_run"] = float(train_cfg.steps - start_step)
     results.update(task.final_results(results))
     if is_writer:
