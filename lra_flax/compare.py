@@ -453,6 +453,62 @@ def accuracy_table(config: ml_collections.ConfigDict, rows: list[dict]) -> str:
     return "\n".join(lines + notes)
 
 
+def bubble_points(config: ml_collections.ConfigDict, rows: list[dict], efficiency_rows: list[dict]) -> list[dict]:
+    """Per variant: average accuracy over the tasks (all finished), and speed and memory relative to softmax at
+    the longest length where both were measured — the LRA paper's Figure 3."""
+    tasks = list(config.tasks)
+    measured = {(r["variant"], r["length"]): r for r in efficiency_rows if "error" not in r}
+    lengths = sorted({L for (v, L) in measured if v == "softmax"}, reverse=True)
+    points = []
+    for variant in config.variants:
+        accs = []
+        for task in tasks:
+            done = [
+                100 * r["test_accuracy"]
+                for r in rows
+                if r["variant"] == variant and r["task"] == task and r["state"] == "done"
+            ]
+            if done:
+                accs.append(sum(done) / len(done))
+        length = next((L for L in lengths if (variant, L) in measured), None)
+        if len(accs) != len(tasks) or not tasks or length is None:
+            continue
+        r, base = measured[variant, length], measured["softmax", length]
+        points.append(
+            {
+                "variant": variant,
+                "average_accuracy": sum(accs) / len(accs),
+                "speed_vs_softmax": r["steps_per_s"] / base["steps_per_s"],
+                "memory_mib": r["memory_bytes"] / 2**20,
+                "length": length,
+            }
+        )
+    return points
+
+
+def bubble_figure(config: ml_collections.ConfigDict, points: list[dict], path: Path) -> Path:
+    """x = steps/s relative to softmax, y = average LRA accuracy, bubble area ∝ memory."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    biggest = max(p["memory_mib"] for p in points)
+    for p in points:
+        ax.scatter(p["speed_vs_softmax"], p["average_accuracy"], s=2000 * p["memory_mib"] / biggest, alpha=0.5)
+        ax.annotate(p["variant"], (p["speed_vs_softmax"], p["average_accuracy"]), fontsize=8, ha="center")
+    ax.set_xlabel(f"train steps/s relative to softmax (length {points[0]['length']:,})")
+    ax.set_ylabel("average test accuracy over tasks (%)")
+    ax.set_title(f"lra-compare {config.get('preset', '')}: accuracy, speed, memory (bubble area)")
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
 def write_report(config: ml_collections.ConfigDict, root: str | os.PathLike) -> dict[str, Path]:
     """results.md, results.csv, results.json and accuracy.png in the sweep workdir (atomically each)."""
     root = Path(root)
@@ -487,6 +543,9 @@ def write_report(config: ml_collections.ConfigDict, root: str | os.PathLike) -> 
         paths["accuracy_png"] = accuracy_figure(config, rows, root / "accuracy.png")
     if efficiency_rows:
         paths["efficiency_png"] = efficiency_figure(config, efficiency_rows, root / "efficiency.png")
+    points = bubble_points(config, rows, efficiency_rows)
+    if points:
+        paths["bubble_png"] = bubble_figure(config, points, root / "bubble.png")
     return paths
 
 

@@ -155,3 +155,23 @@ def test_efficiency_entries_are_measured_once_each_in_their_own_process(tmp_path
     assert all(r["steps_per_s"] > 0 and r["memory_bytes"] > 0 and r["length"] == 64 for r in rows)
     paths = compare.write_report(config, tmp_path)
     assert "## Efficiency" in paths["md"].read_text() and paths["efficiency_png"].exists()
+
+
+def test_bubble_points_need_every_task_and_softmax_at_the_same_length(tmp_path):
+    config = _sweep("unused", {"softmax": {"mixer": "softmax"}, "linear": {"mixer": "linear"}})
+    config.tasks = {"listops": "listops:demo", "text": "text:demo"}
+    rows = [
+        {"variant": v, "task": t, "state": "done", "test_accuracy": acc}
+        for v, t, acc in [("softmax", "listops", 0.3), ("softmax", "text", 0.6), ("linear", "listops", 0.2)]
+    ]
+    eff = [
+        {"variant": "softmax", "length": 4000, "steps_per_s": 1.0, "memory_bytes": 800 * 2**20},
+        {"variant": "linear", "length": 4000, "steps_per_s": 4.0, "memory_bytes": 100 * 2**20},
+    ]
+    points = compare.bubble_points(config, rows, eff)
+    assert [p["variant"] for p in points] == ["softmax"]  # linear has no Text result yet
+    rows.append({"variant": "linear", "task": "text", "state": "done", "test_accuracy": 0.5})
+    points = {p["variant"]: p for p in compare.bubble_points(config, rows, eff)}
+    assert points["linear"]["speed_vs_softmax"] == 4.0 and abs(points["linear"]["average_accuracy"] - 35.0) < 1e-9
+    assert points["softmax"]["memory_mib"] == 800
+    assert compare.bubble_figure(config, list(points.values()), tmp_path / "bubble.png").stat().st_size > 1000
