@@ -11,6 +11,9 @@ Presets (after the colon):
                 Hardware: GPU or TPU hosts; split with --shard=i/n.
   lra           The LRA code's settings on all six tasks for softmax, relu, linear (elu1, favor) and gmlp.
   efficiency    The efficiency table alone: Text `lra_code` (batch 32) at 1K–16K for every main variant.
+  efficiency_cpu  The demo's efficiency table for softmax, relu and linear only (2 CPU cores, ~5 minutes):
+                  lra-compare --config=lra_flax/configs/compare.py:efficiency_cpu --workdir=runs/efficiency-cpu
+                  Expected at 4K: linear ≥ 3× softmax's steps/s at ≤ 0.25× its memory; relu faster than softmax.
 
 Efficiency: `efficiency.task` at each of `efficiency.lengths`, every variant, `efficiency.steps` timed train
 steps in a process of its own (out of memory there is recorded as such); demo: the Text demo model at 1K–4K.
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import ml_collections
 
-PRESETS = ("demo", "kernel_paper", "lra", "efficiency")
+PRESETS = ("demo", "kernel_paper", "lra", "efficiency", "efficiency_cpu")
 
 DEMO_TASKS = {
     "listops": "listops:demo",
@@ -80,6 +83,10 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     elif preset == "efficiency":
         tasks, variants, seeds = {}, MAIN_VARIANTS, []
         efficiency.update(lengths=[1000, 2000, 3000, 4000, 8000, 16000])
+    elif preset == "efficiency_cpu":
+        tasks, seeds = {}, []
+        variants = {k: MAIN_VARIANTS[k] for k in ("softmax", "relu", "linear_elu1")}
+        efficiency.update(task="text:demo", lengths=[1000, 2000, 3000, 4000], overrides={"train": {"batch_size": 4}})
     elif preset == "kernel_paper":
         tasks = {name: LRA_TASKS[name] for name in ("text", "retrieval", "listops")}
         variants, seeds = KERNEL_PAPER_VARIANTS, [0, 1, 2, 3, 4]
