@@ -28,6 +28,7 @@ from pathlib import Path
 
 import ml_collections
 
+from zoo.plots import pyplot, save_figure
 from zoo.training.config import flatten_config
 from zoo.training.distributed import PREEMPTED_EXIT_CODE
 
@@ -171,9 +172,7 @@ def run_cell(cell: Cell, root: Path, *, env: dict | None = None) -> str:
         "reason": _reason(tail, proc.returncode),
         "command": cell.train_command(root),
     }
-    tmp = workdir / (FAILED + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, workdir / FAILED)
+    _write(workdir / FAILED, json.dumps(record, indent=1) + "\n")
     return "failed"
 
 
@@ -189,7 +188,8 @@ def run_sweep(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     mine = shard(cells(config), *parse_shard(shard_spec))
-    todo = [c for c in mine if state(c, root) in ("to do", "started") or (retry_failed and state(c, root) == "failed")]
+    runnable = ("to do", "started", "failed") if retry_failed else ("to do", "started")
+    todo = [c for c in mine if state(c, root) in runnable]
     counts = {"done": 0, "failed": 0, "skipped": len(mine) - len(todo)}
     start = time.perf_counter()
     print(f"lra-compare: {len(mine)} cells in shard {shard_spec}, {len(todo)} to run", flush=True)
@@ -338,10 +338,7 @@ def efficiency_table(config: ml_collections.ConfigDict, rows: list[dict], baseli
 
 def efficiency_figure(config: ml_collections.ConfigDict, rows: list[dict], path: Path) -> Path:
     """steps/s and memory against length, log axes, one line per variant."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for variant in config.variants:
@@ -359,11 +356,7 @@ def efficiency_figure(config: ml_collections.ConfigDict, rows: list[dict], path:
     axes[0].legend(fontsize=7)
     fig.suptitle(f"lra-compare efficiency: {config.efficiency.task}")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -488,10 +481,7 @@ def bubble_points(config: ml_collections.ConfigDict, rows: list[dict], efficienc
 
 def bubble_figure(config: ml_collections.ConfigDict, points: list[dict], path: Path) -> Path:
     """x = steps/s relative to softmax, y = average LRA accuracy, bubble area ∝ memory."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     biggest = max(p["memory_mib"] for p in points)
@@ -502,11 +492,7 @@ def bubble_figure(config: ml_collections.ConfigDict, points: list[dict], path: P
     ax.set_ylabel("average test accuracy over tasks (%)")
     ax.set_title(f"lra-compare {config.get('preset', '')}: accuracy, speed, memory (bubble area)")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)
 
 
 def write_report(config: ml_collections.ConfigDict, root: str | os.PathLike) -> dict[str, Path]:
@@ -558,10 +544,7 @@ def _write(path: Path, text: str) -> Path:
 
 def accuracy_figure(config: ml_collections.ConfigDict, rows: list[dict], path: Path) -> Path:
     """Grouped bars: test accuracy per task, one bar per variant (mean, with the seed std as error bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tasks = [t for t in TASK_ORDER if t in config.tasks] + [t for t in config.tasks if t not in TASK_ORDER]
     variants = list(config.variants)
@@ -585,11 +568,7 @@ def accuracy_figure(config: ml_collections.ConfigDict, rows: list[dict], path: P
     ax.set_title(f"lra-compare {config.get('preset', '')}: mean ± std over seeds")
     ax.legend(fontsize=7, ncol=min(len(variants), 4))
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)
 
 
 __all__ = ["Cell", "accuracy_table", "cells", "collect", "run_sweep", "shard", "write_report"]

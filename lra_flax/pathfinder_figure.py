@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from absl import app, flags
 
 from lra_flax import pathfinder_generator as gen
+from zoo.plots import pyplot, save_figure
 
 _OUTPUT = flags.DEFINE_string("output", "benchmarks/pathfinder/examples.png", "Where to write the PNG.")
 _PER_LABEL = flags.DEFINE_integer("per_label", 3, "Images of each label per resolution.")
@@ -24,6 +21,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Generator seed.")
 
 
 def draw(output: str | Path, *, per_label: int = 3, seed: int = 0, resolutions: tuple[int, ...] = (32, 128)) -> Path:
+    plt = pyplot()
     rows = [(resolution, label) for resolution in resolutions for label in (1, 0)]
     fig, axes = plt.subplots(len(rows), per_label, figsize=(2.2 * per_label, 2.3 * len(rows)), squeeze=False)
     for row, (resolution, label) in enumerate(rows):
@@ -40,11 +38,7 @@ def draw(output: str | Path, *, per_label: int = 3, seed: int = 0, resolutions: 
                 ax.set_ylabel(f"{name}\n{'joined (1)' if label else 'not joined (0)'}", fontsize=9)
     fig.suptitle(f"Generated Pathfinder images, LRA's 'hard' parameters (contour length 14), seed {seed}", fontsize=10)
     fig.tight_layout()
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=110)
-    plt.close(fig)
-    return output
+    return save_figure(fig, output)
 
 
 def main(argv: list[str]) -> None:

@@ -14,6 +14,7 @@ from mlm_flax import glue
 from mlm_flax.task import TOKENIZER_FILE
 from zoo.mixers.sgu import SpatialGatingMixer, toeplitz_score
 from zoo.models import MaskedLM, TextClassifier
+from zoo.plots import pyplot, save_figure
 from zoo.text import SentencePieceTokenizer
 from zoo.training.state import restore_model
 
@@ -48,11 +49,7 @@ def spatial_weights(model) -> list[tuple[int, np.ndarray]]:
 
 def plot_spatial_weights(weights: list[tuple[int, np.ndarray]], path: str | os.PathLike, title: str) -> Path:
     """One panel per layer, each with its own symmetric colour scale; written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     cols = min(len(weights), 6)
     rows = math.ceil(len(weights) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.7 * rows + 0.4), squeeze=False)
@@ -67,12 +64,7 @@ def plot_spatial_weights(weights: list[tuple[int, np.ndarray]], path: str | os.P
         ax.set_yticks([])
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(path.stem + f".tmp{os.getpid()}" + path.suffix)
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)
 
 
 def inspect(workdir: str | os.PathLike, step: int | None = None, output: str | os.PathLike | None = None) -> dict:
