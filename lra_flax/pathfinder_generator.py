@@ -215,6 +215,13 @@ def draw_disk(shape: tuple[int, int], centre: Sequence[int], radius: float, aa: 
     return np.asarray(Image.fromarray(bytescale(blown)).resize(shape[::-1], Image.Resampling.LANCZOS)) / 255.0
 
 
+def with_border(mask: np.ndarray, width: int) -> np.ndarray:
+    """A copy of `mask` with its outer `width` pixels set to 1 (taken)."""
+    out = mask.copy()
+    out[:width], out[-width:], out[:, :width], out[:, -width:] = 1, 1, 1, 1
+    return out
+
+
 def free_pixels(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rows, cols) where a mask is below 0.3 (a pixel counts as taken from 0.3 up)."""
     return np.nonzero(np.ceil(mask - 0.3) == 0)
@@ -276,9 +283,7 @@ def no_room(mask: np.ndarray, params: PathfinderParams, margin: int, border: int
     """
     if len(free_pixels(mask)[0]) / mask.size < 0.01:
         return True
-    bordered = mask.copy()
-    bordered[:border], bordered[-border:], bordered[:, :border], bordered[:, -border:] = 1, 1, 1, 1
-    return len(free_pixels(dilate(bordered, _common_element(params, margin)))[0]) == 0
+    return len(free_pixels(dilate(with_border(mask, border), _common_element(params, margin)))[0]) == 0
 
 
 def _pick(rng: np.random.Generator, values: Sequence[float]) -> float:
@@ -300,8 +305,7 @@ def seed_paddle(
     length, shape = params.paddle_length, mask.shape
     if stop_below is not None and len(free_pixels(mask)[0]) / mask.size < stop_below:
         return None  # the canvas is full
-    bordered = mask.copy()
-    bordered[:border], bordered[-border:], bordered[:, :border], bordered[:, -border:] = 1, 1, 1, 1
+    bordered = with_border(mask, border)
     for _ in range(params.max_paddle_retrials + 1):
         angle = random_angle(rng)
         if _blind_seed_angle(angle, params, margin):
@@ -406,8 +410,7 @@ def two_targets(
     shape = (size, size)
     contrasts = list(params.snake_contrasts) * 2
     rng.shuffle(contrasts)
-    mask = np.zeros(shape, np.float32)
-    mask[:pad], mask[-pad:], mask[:, :pad], mask[:, -pad:] = 1, 1, 1, 1
+    mask = with_border(np.zeros(shape, np.float32), pad)
     blank = np.zeros(shape, np.float32)
 
     first = seed_paddle(  # the first target's tail at least 2 × seed_distance from the border

@@ -173,9 +173,9 @@ def read_cifar10_dir(root: str | os.PathLike) -> dict[str, Images]:
 
 def read_tfds_cifar10(split: str, data_dir: str | None) -> Images:
     ds = data_lib.open_tfds("cifar10", split, data_dir, alternative="data.source='offline'")
-    images = np.stack([np.asarray(ds[i]["image"]) for i in range(len(ds))])
-    labels = np.array([int(ds[i]["label"]) for i in range(len(ds))])
-    return to_grey(images), labels
+    examples = [ds[i] for i in range(len(ds))]  # each record decoded once
+    images = np.stack([np.asarray(ex["image"]) for ex in examples])
+    return to_grey(images), np.array([int(ex["label"]) for ex in examples])
 
 
 def read_mnist_5k(path: str | os.PathLike) -> Images:

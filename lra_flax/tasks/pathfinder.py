@@ -49,10 +49,15 @@ def _batch_number(path: Path) -> tuple[int, str]:
     return (int(path.stem), "") if path.stem.isdigit() else (1 << 62, path.stem)
 
 
+def metadata_files(directory: Path) -> list[Path]:
+    """`directory/metadata/*.npy` in batch order (numeric names first); empty when there are none."""
+    return sorted((Path(directory) / "metadata").glob("*.npy"), key=_batch_number)
+
+
 def read_metadata(directory: str | os.PathLike) -> list[Example]:
     """Every example the metadata files of one difficulty folder name, in order; empty images skipped."""
     directory = Path(directory)
-    files = sorted((directory / "metadata").glob("*.npy"), key=_batch_number)
+    files = metadata_files(directory)
     if not files:
         raise FileNotFoundError(f"{directory} has no metadata/*.npy (LRA's Pathfinder release layout)")
     examples = []
@@ -104,7 +109,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     directory = dataset_dir(data.dir, resolution, data.difficulty)
 
     def work():
-        if not (directory / "metadata").is_dir() or not any((directory / "metadata").glob("*.npy")):
+        if not metadata_files(directory):
             if not data.generate:
                 raise FileNotFoundError(
                     f"{directory} has no metadata/*.npy: point data.dir at LRA's release (lra_release) or set "
@@ -116,8 +121,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
             )
             print(f"generated {stats['images']} images at {stats['images_per_s']:.1f} images/s", flush=True)
         splits = split_examples(read_metadata(directory))
-        metadata = sorted((directory / "metadata").glob("*.npy"), key=_batch_number)
-        key = (str(directory.resolve()), *metadata, resolution, "pixels-v1")
+        key = (str(directory.resolve()), *metadata_files(directory), resolution, "pixels-v1")
         caches = {}
         for split, examples in splits.items():
             if not examples:
@@ -126,8 +130,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
                 )
 
             def rows(examples=examples):
-                for where, path, label in examples:
-                    del where
+                for _, path, label in examples:
                     yield {
                         "inputs": read_png(path, resolution).reshape(-1).astype(np.uint16),
                         "targets": np.int32(label),
