@@ -3,10 +3,16 @@
 This package imports only jax, so its tests and benchmarks run on any machine with jax installed.
 """
 
-from kernels.linear_attention import linear_attention, linear_attention_init_state, linear_attention_step
+from kernels.linear_attention import (
+    EPS_MODES,
+    linear_attention,
+    linear_attention_init_state,
+    linear_attention_step,
+)
 from kernels.relu_attention import relu_attention, relu_attention_row_stats, visible_key_counts
 
 __all__ = [
+    "EPS_MODES",
     "linear_attention",
     "linear_attention_init_state",
     "linear_attention_step",

@@ -1,9 +1,15 @@
 """Linear attention with a feature map φ (SPEC §1.4), given φ(q) and φ(k).
 
-    h_i = φ(q_i)ᵀ S_i / (φ(q_i)ᵀ z_i + ε),   S_i = Σ_j m_ij φ(k_j) v_jᵀ,   z_i = Σ_j m_ij φ(k_j)
+    h_i = φ(q_i)ᵀ S_i / stab(φ(q_i)ᵀ z_i),   S_i = Σ_j m_ij φ(k_j) v_jᵀ,   z_i = Σ_j m_ij φ(k_j)
 
 m_ij: key j is real (key mask) and, when causal, j ≤ i. Padded keys have φ(k_j) zeroed, so they add
 nothing to S or z (the original LRA code forgot this).
+
+The denominator's ε, two conventions (`eps_mode`):
+  "add"    stab(x) = x + ε everywhere (Katharopoulos et al.'s fast-transformers). Harmless when φ is
+           O(1) (elu+1, softplus): the denominator is ≥ T·min φ ≫ ε.
+  "guard"  stab(x) = x + 2ε only where |x| ≤ ε (Performer's FAVOR+ code). FAVOR+'s stabilisers scale φ by
+           exp(−max), so its denominators can be ~ε: adding ε there pulls outputs towards 0.
 
 Implementations:
   "reference"  dense fp32 definition through the T×T matrix φ(Q)φ(K)ᵀ (for tests).
@@ -24,7 +30,15 @@ import jax.numpy as jnp
 from jax import lax
 
 IMPLS = ("auto", "reference", "xla", "pallas")
+EPS_MODES = ("add", "guard")
 DEFAULT_CHUNK = 64
+
+
+def stabilise_denominator(den: jax.Array, eps: float, eps_mode: str) -> jax.Array:
+    """The normaliser with ε applied by `eps_mode` (module docstring); its derivative is 1 either way."""
+    if eps_mode == "add":
+        return den + eps
+    return den + jnp.where(jnp.abs(den) <= eps, 2 * eps, 0.0).astype(den.dtype)
 
 
 def _check(phi_q, phi_k, v, key_mask, causal):
@@ -50,7 +64,7 @@ def _mask_keys(phi_k, key_mask):
     return jnp.where(key_mask[:, :, None, None], phi_k, jnp.zeros((), phi_k.dtype))
 
 
-def _reference(phi_q, phi_k, v, causal, eps):
+def _reference(phi_q, phi_k, v, causal, eps, eps_mode):
     f32 = jnp.float32
     a = jnp.einsum("bqhm,bkhm->bhqk", phi_q.astype(f32), phi_k.astype(f32), precision=lax.Precision.HIGHEST)
     if causal:
@@ -58,7 +72,7 @@ def _reference(phi_q, phi_k, v, causal, eps):
         a = jnp.where(jnp.tril(jnp.ones((t, t), bool)), a, 0.0)
     num = jnp.einsum("bhqk,bkhd->bqhd", a, v.astype(f32), precision=lax.Precision.HIGHEST)
     den = a.sum(-1).transpose(0, 2, 1)[..., None]
-    return (num / (den + eps)).astype(v.dtype)
+    return (num / stabilise_denominator(den, eps, eps_mode)).astype(v.dtype)
 
 
 def _with_ones(v):
@@ -66,20 +80,20 @@ def _with_ones(v):
     return jnp.concatenate([v, jnp.ones((*v.shape[:-1], 1), v.dtype)], axis=-1)
 
 
-def _split_num_den(acc, eps, dtype):
-    return (acc[..., :-1] / (acc[..., -1:] + eps)).astype(dtype)
+def _split_num_den(acc, eps, eps_mode, dtype):
+    return (acc[..., :-1] / stabilise_denominator(acc[..., -1:], eps, eps_mode)).astype(dtype)
 
 
-def _xla_noncausal(phi_q, phi_k, v, eps):
+def _xla_noncausal(phi_q, phi_k, v, eps, eps_mode):
     va = _with_ones(v)
     if jax.default_backend() == "cpu":  # XLA:CPU has no bf16 x bf16 -> f32 dot for this contraction
         phi_k, va = phi_k.astype(jnp.float32), va.astype(jnp.float32)
     state = jnp.einsum("bkhm,bkhd->bhmd", phi_k, va, preferred_element_type=jnp.float32)
     acc = jnp.einsum("bqhm,bhmd->bqhd", phi_q.astype(jnp.float32), state)
-    return _split_num_den(acc, eps, v.dtype)
+    return _split_num_den(acc, eps, eps_mode, v.dtype)
 
 
-def _xla_causal(phi_q, phi_k, v, eps, chunk):
+def _xla_causal(phi_q, phi_k, v, eps, eps_mode, chunk):
     b, t, h, m = phi_q.shape
     c = min(chunk, t)
     n = -(-t // c)
@@ -106,7 +120,7 @@ def _xla_causal(phi_q, phi_k, v, eps, chunk):
     state0 = jnp.zeros((b, h, m, va.shape[-1]), jnp.float32)
     _, acc = lax.scan(body, state0, (chunks(phi_q), chunks(phi_k), chunks(va)))
     acc = acc.transpose(1, 0, 3, 2, 4).reshape(b, n * c, h, va.shape[-1])[:, :t]
-    return _split_num_den(acc, eps, v.dtype)
+    return _split_num_den(acc, eps, eps_mode, v.dtype)
 
 
 def linear_attention(
@@ -117,27 +131,31 @@ def linear_attention(
     causal: bool = False,
     key_mask: jax.Array | None = None,
     eps: float = 1e-6,
+    eps_mode: str = "add",
     impl: str = "auto",
     chunk_size: int | None = None,
 ) -> jax.Array:
     """Linear attention over positive features. phi_q, phi_k: `[batch, length, heads, m]`; v: `[..., d_v]`.
 
-    Returns v's shape and dtype. `chunk_size` is the causal chunk length for impl="xla" (default 64).
+    Returns v's shape and dtype. `eps_mode`: how ε enters the denominator (module docstring).
+    `chunk_size` is the causal chunk length for impl="xla" (default 64).
     """
     _check(phi_q, phi_k, v, key_mask, causal)
     if impl not in IMPLS:
         raise ValueError(f"unknown linear_attention impl {impl!r}; valid: {', '.join(IMPLS)}")
+    if eps_mode not in EPS_MODES:
+        raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
     phi_k = _mask_keys(phi_k, key_mask)
     if impl == "reference":
-        return _reference(phi_q, phi_k, v, causal, eps)
+        return _reference(phi_q, phi_k, v, causal, eps, eps_mode)
     if impl == "pallas":
         from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
 
         sizes = LinearBlockSizes(chunk=chunk_size) if chunk_size else None
-        return linear_attention_pallas(phi_q, phi_k, v, causal=causal, eps=eps, block_sizes=sizes)
+        return linear_attention_pallas(phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes)
     if not causal:
-        return _xla_noncausal(phi_q, phi_k, v, eps)
-    return _xla_causal(phi_q, phi_k, v, eps, chunk_size or DEFAULT_CHUNK)
+        return _xla_noncausal(phi_q, phi_k, v, eps, eps_mode)
+    return _xla_causal(phi_q, phi_k, v, eps, eps_mode, chunk_size or DEFAULT_CHUNK)
 
 
 def linear_attention_init_state(
@@ -158,6 +176,7 @@ def linear_attention_step(
     *,
     key_mask: jax.Array | None = None,
     eps: float = 1e-6,
+    eps_mode: str = "add",
 ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
     """One causal token: adds φ(k) vᵀ and φ(k) to (S, z), then reads out φ(q). Inputs `[batch, heads, dim]`.
 
@@ -172,4 +191,4 @@ def linear_attention_step(
     qf = phi_q.astype(jnp.float32)
     num = jnp.einsum("bhm,bhmd->bhd", qf, s)
     den = jnp.einsum("bhm,bhm->bh", qf, z)[..., None]
-    return (s, z), (num / (den + eps)).astype(v.dtype)
+    return (s, z), (num / stabilise_denominator(den, eps, eps_mode)).astype(v.dtype)

@@ -3,9 +3,10 @@
 One program per (batch, head) walks the sequence in chunks of C, carrying the fp32 state S (m × d_v)
 and z (m) in registers/VMEM; inside a chunk the causal part is a masked C×C product:
 
-    acc_c = φq_c S + tril(φq_c φk_cᵀ) v_c,   den_c = φq_c z + rowsum(tril(φq_c φk_cᵀ)),   out = acc/(den+ε)
+    acc_c = φq_c S + tril(φq_c φk_cᵀ) v_c,   den_c = φq_c z + rowsum(tril(φq_c φk_cᵀ)),   out = acc/stab(den)
 
-Backward, with g = dO/(den+ε) and h = −(dO·out)/(den+ε) per row (computed outside, O(T)):
+(stab: ε added by the chosen `eps_mode`, see kernels/linear_attention.py.) Backward, with g = dO/stab(den)
+and h = −(dO·out)/stab(den) per row (computed outside, O(T); stab has slope 1):
 
     dφq_i = S_i g_i + z_i h_i                         (forward scan, same state as the forward pass)
     dφk_j = R_j v_j + r_j,  dv_j = R_jᵀ φk_j          (reverse scan: R_j = Σ_{i≥j} φq_i g_iᵀ, r_j = Σ_{i≥j} φq_i h_i)
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from kernels.linear_attention import stabilise_denominator
 from kernels.relu_attention_pallas import _compiler_params, _round_up
 
 
@@ -63,7 +65,7 @@ def _initial_state(k_ref, v_ref, chunk, causal):
     return lax.fori_loop(0, t // chunk, totals, init)
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, causal):
+def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, eps_mode, causal):
     n = q_ref.shape[0] // chunk
     mask = _tril(chunk) if causal else None
 
@@ -80,7 +82,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, causal):
             num = num + _dot(scores.astype(v.dtype), v, 1, 0)
             den = den + jnp.sum(scores, axis=1)
             s, z = _advance(s, z, k, v)
-        o_ref[pl.ds(start, chunk), :] = (num / (den + eps)[:, None]).astype(o_ref.dtype)
+        o_ref[pl.ds(start, chunk), :] = (num / stabilise_denominator(den, eps, eps_mode)[:, None]).astype(o_ref.dtype)
         den_ref[pl.ds(start, chunk)] = den
         return s, z
 
@@ -174,10 +176,10 @@ def _call(kernel, ins, out_shapes, out_specs, in_specs, sizes, backend, interpre
     )(*ins)
 
 
-def _forward(q, k, v, causal, eps, sizes, backend, interpret):
+def _forward(q, k, v, causal, eps, eps_mode, sizes, backend, interpret):
     b, h, t, m = q.shape
     dv = v.shape[-1]
-    kernel = functools.partial(_fwd_kernel, chunk=sizes.chunk, eps=eps, causal=causal)
+    kernel = functools.partial(_fwd_kernel, chunk=sizes.chunk, eps=eps, eps_mode=eps_mode, causal=causal)
     out, den = _call(
         kernel,
         (q, k, v),
@@ -193,21 +195,21 @@ def _forward(q, k, v, causal, eps, sizes, backend, interpret):
     return out, den
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
-def _attend(q, k, v, causal, eps, sizes, backend, interpret):
-    return _forward(q, k, v, causal, eps, sizes, backend, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
+def _attend(q, k, v, causal, eps, eps_mode, sizes, backend, interpret):
+    return _forward(q, k, v, causal, eps, eps_mode, sizes, backend, interpret)[0]
 
 
-def _attend_fwd(q, k, v, causal, eps, sizes, backend, interpret):
-    out, den = _forward(q, k, v, causal, eps, sizes, backend, interpret)
+def _attend_fwd(q, k, v, causal, eps, eps_mode, sizes, backend, interpret):
+    out, den = _forward(q, k, v, causal, eps, eps_mode, sizes, backend, interpret)
     return out, (q, k, v, out, den)
 
 
-def _attend_bwd(causal, eps, sizes, backend, interpret, residuals, d_out):
+def _attend_bwd(causal, eps, eps_mode, sizes, backend, interpret, residuals, d_out):
     q, k, v, out, den = residuals
     t, m = q.shape[2:]
     dv_dim = v.shape[-1]
-    inv = 1.0 / (den + eps)
+    inv = 1.0 / stabilise_denominator(den, eps, eps_mode)
     g = d_out.astype(jnp.float32) * inv[..., None]
     h_coef = -jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1) * inv
     dq = _call(
@@ -247,6 +249,7 @@ def linear_attention_pallas(
     *,
     causal: bool,
     eps: float,
+    eps_mode: str = "add",
     block_sizes: LinearBlockSizes | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
@@ -263,6 +266,6 @@ def linear_attention_pallas(
         x = jnp.pad(x, ((0, 0), (0, t_pad - t), (0, 0), (0, dim_pad - x.shape[-1])))
         return x.transpose(0, 2, 1, 3)
 
-    out = _attend(head_major(phi_q, m_pad), head_major(phi_k, m_pad), head_major(v, dv_pad), causal, eps, sizes,
-                  backend, interpret)  # fmt: skip
+    out = _attend(head_major(phi_q, m_pad), head_major(phi_k, m_pad), head_major(v, dv_pad), causal, eps,
+                  eps_mode, sizes, backend, interpret)  # fmt: skip
     return out.transpose(0, 2, 1, 3)[:, :t, :, :dv]

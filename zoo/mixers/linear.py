@@ -11,6 +11,9 @@ Feature maps φ (applied head-wise, the same φ for queries and keys, weights `[
   aoglu          as oglu with a low-rank gate σ((x A) B), rank r = d/4 by default
 `kernel_depth` = k stacks k trainable kernels: the inner ones use the identity in place of Softplus,
 the last is positive. The orthogonality regulariser is sown as `AuxLoss` in training.
+
+`eps_mode` "auto" follows each feature map's reference code: "guard" (ε only where the denominator is
+below it, Performer) for favor, "add" (den + ε, fast-transformers) for the rest (kernels/linear_attention.py).
 """
 
 from __future__ import annotations
@@ -165,6 +168,11 @@ class LinearAttention(MultiHeadMixer):
         super().__init__(cfg, rngs=rngs)
         self.feature_map = FeatureMap(cfg, self.num_heads, self.head_dim, rngs=rngs)
         self.eps, self.impl, self.chunk_size = cfg.eps, cfg.impl, cfg.chunk_size
+        if cfg.eps_mode not in ("auto", *kernels.EPS_MODES):
+            raise ValueError(
+                f"mixer 'linear': unknown eps_mode {cfg.eps_mode!r}; valid: auto, {', '.join(kernels.EPS_MODES)}"
+            )
+        self.eps_mode = cfg.eps_mode if cfg.eps_mode != "auto" else ("guard" if cfg.feature_map == "favor" else "add")
         self.orth_loss_weight = cfg.orth_loss_weight if cfg.feature_map in _ORTHOGONAL else 0.0
         self.deterministic = False
 
@@ -178,7 +186,15 @@ class LinearAttention(MultiHeadMixer):
     def attend(self, q, k, v, mask, causal):
         phi_q, phi_k = self._features(q, k, mask, causal)
         return kernels.linear_attention(
-            phi_q, phi_k, v, causal=causal, key_mask=mask, eps=self.eps, impl=self.impl, chunk_size=self.chunk_size
+            phi_q,
+            phi_k,
+            v,
+            causal=causal,
+            key_mask=mask,
+            eps=self.eps,
+            eps_mode=self.eps_mode,
+            impl=self.impl,
+            chunk_size=self.chunk_size,
         )
 
     def init_cache(self, batch: int, max_length: int) -> dict:
@@ -191,7 +207,7 @@ class LinearAttention(MultiHeadMixer):
         q, k, v = (self._split(proj(x)) for proj in (self.query, self.key, self.value))
         phi_q, phi_k = self._features(q, k, None, True)
         (s, z), o = kernels.linear_attention_step(
-            (cache["s"], cache["z"]), phi_q[:, 0], phi_k[:, 0], v[:, 0], eps=self.eps
+            (cache["s"], cache["z"]), phi_q[:, 0], phi_k[:, 0], v[:, 0], eps=self.eps, eps_mode=self.eps_mode
         )
         y = self.out(self.combine(o.reshape(x.shape[0], 1, -1)))
         return y, {"s": s, "z": z, "index": cache["index"] + 1}
@@ -206,6 +222,7 @@ def _options() -> dict:
         "gate_rank": 0,  # aoglu: rank r of the gate; 0 means head_dim // 4
         "orth_loss_weight": 0.1,  # λ of the orthogonality regulariser (authors' later code)
         "eps": 1e-6,
+        "eps_mode": "auto",  # how ε enters the denominator: auto = the feature map's reference convention
         "chunk_size": 64,
         "impl": "auto",
     }

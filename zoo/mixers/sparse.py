@@ -13,24 +13,64 @@ from zoo.mixers.attention import MultiHeadMixer
 from zoo.mixers.registry import register
 
 _MASKED = -1e9  # finite, so the sort-based formulas stay finite; never in the support
+_FLOOR = -1e4  # shifted scores are clipped here (anything below −2 is outside the support anyway)
 
 
-def sparsemax(x: jax.Array, axis: int = -1) -> jax.Array:
-    """Euclidean projection of each row onto the probability simplex."""
+def _rows_last(x: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
+    """x as float32 with `axis` last and each row's max subtracted (both maps are shift-invariant, and
+    float32 loses the support at large offsets otherwise); a row with no finite entry becomes zeros, and
+    the returned flag marks it so that its output can be zeroed (it attends to nothing)."""
     x = jnp.moveaxis(x.astype(jnp.float32), axis, -1)
+    row_max = jnp.max(x, axis=-1, keepdims=True)
+    empty = ~jnp.isfinite(row_max)
+    shifted = x - jnp.where(empty, 0.0, jax.lax.stop_gradient(row_max))
+    # Entries more than 2 below the row max are outside both supports; a floor keeps −inf out of the sums.
+    return jnp.where(empty, 0.0, jnp.maximum(shifted, _FLOOR)), empty
+
+
+def _sparsemax_forward(x: jax.Array) -> jax.Array:
+    """Sparsemax over the last axis of a shifted, finite-max row (sorting, Martins & Astudillo 2016)."""
     z = jnp.flip(jnp.sort(x, axis=-1), axis=-1)
     k = jnp.arange(1, x.shape[-1] + 1, dtype=jnp.float32)
     cumsum = jnp.cumsum(z, axis=-1)
     support = (1.0 + k * z) > cumsum
-    k_star = jnp.sum(support, axis=-1, keepdims=True)
-    tau = (jnp.take_along_axis(cumsum, k_star.astype(jnp.int32) - 1, axis=-1) - 1.0) / k_star
-    return jnp.moveaxis(jnp.maximum(x - tau, 0.0), -1, axis)
+    k_star = jnp.maximum(jnp.sum(support, axis=-1, keepdims=True), 1)
+    tau = (jnp.take_along_axis(cumsum, k_star - 1, axis=-1) - 1.0) / k_star
+    return jnp.maximum(x - tau, 0.0)
+
+
+@jax.custom_vjp
+def _sparsemax_last(x: jax.Array) -> jax.Array:
+    return _sparsemax_forward(x)
+
+
+def _sparsemax_fwd(x):
+    p = _sparsemax_forward(x)
+    return p, p
+
+
+def _sparsemax_bwd(p, g):
+    # Jacobian diag(s) − s sᵀ/|S| with S = {p > 0}: entries at a tie (x_i = τ, p_i = 0) are outside the
+    # support, so every column sums to 0 (autodiff through `maximum` would split ½/½ there).
+    support = (p > 0).astype(g.dtype)
+    mean = jnp.sum(g * support, axis=-1, keepdims=True) / jnp.maximum(jnp.sum(support, -1, keepdims=True), 1.0)
+    return (support * (g - mean),)
+
+
+_sparsemax_last.defvjp(_sparsemax_fwd, _sparsemax_bwd)
+
+
+def sparsemax(x: jax.Array, axis: int = -1) -> jax.Array:
+    """Euclidean projection of each row onto the probability simplex; −inf entries are never in the
+    support and a row of only −inf gives zeros. Float32 out."""
+    x, empty = _rows_last(x, axis)
+    return jnp.moveaxis(jnp.where(empty, 0.0, _sparsemax_last(x)), -1, axis)
 
 
 def entmax15(x: jax.Array, axis: int = -1) -> jax.Array:
-    """Exact 1.5-entmax: p_i = [x_i/2 − τ]_+², Σ p = 1, by sorting."""
-    x = jnp.moveaxis(x.astype(jnp.float32), axis, -1) / 2.0
-    x = x - jnp.max(x, axis=-1, keepdims=True)
+    """Exact 1.5-entmax: p_i = [x_i/2 − τ]_+², Σ p = 1, by sorting; −inf rows as in `sparsemax`."""
+    x, empty = _rows_last(x, axis)
+    x = x / 2.0
     z = jnp.flip(jnp.sort(x, axis=-1), axis=-1)
     k = jnp.arange(1, x.shape[-1] + 1, dtype=jnp.float32)
     mean = jnp.cumsum(z, axis=-1) / k
@@ -40,8 +80,8 @@ def entmax15(x: jax.Array, axis: int = -1) -> jax.Array:
     positive = delta > 0
     tau = mean - jnp.where(positive, jnp.sqrt(jnp.where(positive, delta, 1.0)), 0.0)
     k_star = jnp.sum(tau <= z, axis=-1, keepdims=True)
-    tau_star = jnp.take_along_axis(tau, k_star - 1, axis=-1)
-    return jnp.moveaxis(jnp.maximum(x - tau_star, 0.0) ** 2, -1, axis)
+    tau_star = jnp.take_along_axis(tau, jnp.maximum(k_star, 1) - 1, axis=-1)
+    return jnp.moveaxis(jnp.where(empty, 0.0, jnp.maximum(x - tau_star, 0.0) ** 2), -1, axis)
 
 
 def _visibility(mask, tq, tk, batch, causal):
