@@ -61,14 +61,24 @@ def encoder_config(arch: str, size: str) -> ml_collections.ConfigDict:
             d_model=d,
             num_heads=s["heads"],
             mlp_dim=s["mlp"],
+            layer_norm_eps=1e-12,  # BERT's TensorFlow code (and its tanh GELU, the default)
             **common,
         )
         if arch == "bert_relpos":
             cfg.mixer_options.softmax.relative_buckets = 32
             cfg.mixer_options.softmax.relative_max_distance = s["length"]
         return cfg
+    # The gMLP paper gives neither; these are g-mlp-pytorch's (PyTorch's LayerNorm ε, exact erf GELU).
     cfg = model_config(
-        mixer=arch, ffn="none", positional="none", d_model=s["d"], num_heads=1, mlp_dim=s["d_ffn"], **common
+        mixer=arch,
+        ffn="none",
+        positional="none",
+        d_model=s["d"],
+        num_heads=1,
+        mlp_dim=s["d_ffn"],
+        layer_norm_eps=1e-5,
+        gelu_approximate=False,
+        **common,
     )
     cfg.mixer_options[arch].d_ffn = s["d_ffn"]
     if arch == "amlp" and size == "tiny":

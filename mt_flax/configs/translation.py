@@ -117,7 +117,15 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     else:
         config.data.update(source="text", dir="data/iwslt14.tokenized.de-en", tokenizer="pretokenized", vocab_size=0)
         config.model = model_config(
-            mixer="relu", num_layers=6, d_model=512, num_heads=4, mlp_dim=1024, max_length=256, dropout=0.3
+            mixer="relu",
+            num_layers=6,
+            d_model=512,
+            num_heads=4,
+            mlp_dim=1024,
+            max_length=256,
+            dropout=0.3,
+            layer_norm_eps=1e-5,  # fairseq's (PyTorch's) LayerNorm
+            tie_embeddings="decoder",  # the recipe's --share-decoder-input-output-embed
         )
         # fairseq's inverse_sqrt peaks at 5e-4 after 4k steps; "rsqrt" peaks at learning_rate / √warmup.
         config.train = train_config(

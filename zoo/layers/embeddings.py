@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,6 +53,12 @@ class TokenEmbedding(nnx.Module):
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
         return self.embed(tokens).astype(self.dtype)
+
+    def attend(self, h: jax.Array) -> jax.Array:
+        """Tied output logits h · Eᵀ / √d `[..., vocab]`. The table is N(0, 1), so 1/√d keeps logits O(1)
+        at initialisation — fairseq's N(0, d^−½) table with √d-scaled inputs, the scale moved to the output."""
+        table = self.embed.embedding[...]
+        return jnp.einsum("...d,vd->...v", h, table.astype(h.dtype)) * (1.0 / math.sqrt(table.shape[-1]))
 
 
 class LearnedPositions(nnx.Module):

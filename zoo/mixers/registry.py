@@ -9,7 +9,14 @@ import ml_collections
 from flax import nnx
 
 # Fields every mixer takes from the model config; the rest are the mixer's own options.
-SHARED_FIELDS = {"d_model": 256, "num_heads": 4, "max_length": 512, "dtype": "float32"}
+SHARED_FIELDS = {
+    "d_model": 256,
+    "num_heads": 4,
+    "max_length": 512,
+    "dtype": "float32",
+    "layer_norm_eps": 1e-6,
+    "gelu_approximate": True,
+}
 
 
 @dataclasses.dataclass(frozen=True)

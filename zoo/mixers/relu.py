@@ -80,14 +80,15 @@ class ReLUPerLength(MultiHeadMixer):
 class RMSNormGate(nnx.Module):
     """ReLA's output stabiliser on merged heads: g ⊙ RMSNorm(o) ⊙ σ(w ⊙ o), g initialised to ones."""
 
-    def __init__(self, d: int, *, dtype):
+    def __init__(self, d: int, *, eps: float, dtype):
+        self.eps = eps
         self.scale = nnx.Param(jnp.ones((d,), jnp.float32))
         self.gate = nnx.Param(jnp.ones((d,), jnp.float32))
         self.dtype = dtype
 
     def __call__(self, o: jax.Array) -> jax.Array:
         of = o.astype(jnp.float32)
-        normed = of * jax.lax.rsqrt(jnp.mean(of * of, axis=-1, keepdims=True) + 1e-6)
+        normed = of * jax.lax.rsqrt(jnp.mean(of * of, axis=-1, keepdims=True) + self.eps)
         return (self.scale[...] * normed * jax.nn.sigmoid(self.gate[...] * of)).astype(self.dtype)
 
 
@@ -97,7 +98,7 @@ class ReLA(MultiHeadMixer):
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
         self.impl = cfg.impl
-        self.gate = RMSNormGate(cfg.d_model, dtype=self.dtype)
+        self.gate = RMSNormGate(cfg.d_model, eps=cfg.rms_norm_eps, dtype=self.dtype)
 
     def attend(self, q, k, v, mask, causal):
         return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, row_scale="none", impl=self.impl)
@@ -120,4 +121,5 @@ def _relu_options() -> dict:
 
 register("relu", ReLUAttention, _relu_options)
 register("relu_l", ReLUPerLength, lambda: {"impl": "auto"})
-register("rela", ReLA, lambda: {"impl": "auto"})
+# RMSNorm ε 1e-8 as in the ReLA reference code (Zhang, Titov & Sennrich); the paper does not give it.
+register("rela", ReLA, lambda: {"impl": "auto", "rms_norm_eps": 1e-8})

@@ -24,8 +24,8 @@ from zoo.mixers.registry import register
 class TinyAttention(nnx.Module):
     """aMLP's `Dense(3·d_attn) → softmax(q kᵀ/√d_attn) v → Dense(d_out)`, one head."""
 
-    def __init__(self, d_in: int, d_attn: int, d_out: int, *, dtype, rngs: nnx.Rngs):
-        self.qkv = nnx.Linear(d_in, 3 * d_attn, dtype=dtype, rngs=rngs)
+    def __init__(self, d_in: int, d_attn: int, d_out: int, *, qkv_bias: bool, dtype, rngs: nnx.Rngs):
+        self.qkv = nnx.Linear(d_in, 3 * d_attn, use_bias=qkv_bias, dtype=dtype, rngs=rngs)
         self.out = nnx.Linear(d_attn, d_out, dtype=dtype, rngs=rngs)
         self.d_attn = d_attn
 
@@ -59,7 +59,8 @@ class SpatialGatingMixer(nnx.Module):
         self.name, self.max_length, self.toeplitz = cfg.name, n, cfg.toeplitz
         self.dtype = dtype = compute_dtype(cfg.dtype)
         self.proj_in = dense(d, d_ffn, ("embed", "mlp"), dtype=dtype, rngs=rngs)
-        self.gate_norm = nnx.LayerNorm(d_ffn // 2, dtype=dtype, rngs=rngs)
+        self.gate_norm = nnx.LayerNorm(d_ffn // 2, epsilon=cfg.layer_norm_eps, dtype=dtype, rngs=rngs)
+        self.gelu_approximate = cfg.gelu_approximate
         self.proj_out = dense(d_ffn // 2, d, ("mlp", "embed"), dtype=dtype, rngs=rngs)
         # Near-zero W (U(±init_scale/n)) and b = 1: the gate starts at ≈ 1 and the block acts as an FFN.
         bound = cfg.spatial_init_scale / n
@@ -67,7 +68,9 @@ class SpatialGatingMixer(nnx.Module):
         self.spatial = nnx.Param(jax.random.uniform(rngs.params(), shape, jnp.float32, -bound, bound))
         self.spatial_bias = nnx.Param(jnp.ones((n,), jnp.float32))
         self.tiny_attention = (
-            TinyAttention(d, cfg.tiny_attention_dim, d_ffn // 2, dtype=dtype, rngs=rngs)
+            TinyAttention(
+                d, cfg.tiny_attention_dim, d_ffn // 2, qkv_bias=cfg.tiny_attention_bias, dtype=dtype, rngs=rngs
+            )
             if cfg.tiny_attention_dim
             else None
         )
@@ -87,7 +90,7 @@ class SpatialGatingMixer(nnx.Module):
         return jnp.tril(w) if causal else w
 
     def _split_gate(self, x):
-        z = jax.nn.gelu(self.proj_in(x))
+        z = jax.nn.gelu(self.proj_in(x), approximate=self.gelu_approximate)
         z1, z2 = jnp.split(z, 2, axis=-1)
         return z1, self.gate_norm(z2)
 
@@ -137,6 +140,7 @@ def _gmlp_options() -> dict:
         "toeplitz": False,
         "spatial_init_scale": 1e-3,
         "tiny_attention_dim": 0,  # 0 for gMLP
+        "tiny_attention_bias": False,  # the qkv projection's bias: none in g-mlp-pytorch (the paper is silent)
     }
 
 

@@ -16,7 +16,8 @@ class Block(nnx.Module):
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int, cross: bool, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
-        self.mixer_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+        eps = cfg.layer_norm_eps
+        self.mixer_norm = nnx.LayerNorm(cfg.d_model, epsilon=eps, dtype=dtype, rngs=rngs)
         self.mixer = mixers.build(mixer_config(cfg, max_length=max_length), rngs=rngs)
         # NNX: each optional sub-module is assigned once (a module or None), never None then a module.
         cross_mixer = mixers.build(mixer_config(cfg, name=cfg.cross_mixer), rngs=rngs) if cross else None
@@ -26,11 +27,20 @@ class Block(nnx.Module):
                 "cross-attention; choose an attention-type mixer"
             )
         self.cross = cross_mixer
-        self.cross_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs) if cross else None
+        self.cross_norm = nnx.LayerNorm(cfg.d_model, epsilon=eps, dtype=dtype, rngs=rngs) if cross else None
         has_ffn = cfg.ffn != "none"
-        self.ffn_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs) if has_ffn else None
+        self.ffn_norm = nnx.LayerNorm(cfg.d_model, epsilon=eps, dtype=dtype, rngs=rngs) if has_ffn else None
         self.ffn = (
-            FeedForward(cfg.d_model, cfg.mlp_dim, kind=cfg.ffn, dropout=cfg.dropout, dtype=dtype, rngs=rngs)
+            FeedForward(
+                cfg.d_model,
+                cfg.mlp_dim,
+                kind=cfg.ffn,
+                dropout=cfg.dropout,
+                layer_norm_eps=eps,
+                gelu_approximate=cfg.gelu_approximate,
+                dtype=dtype,
+                rngs=rngs,
+            )
             if has_ffn
             else None
         )

@@ -25,6 +25,13 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
             "pooling": "cls",
             "pad_id": 0,  # the token id that is padding (masked out); -1: none (pixel tasks, every id is real)
             "dtype": "float32",  # compute dtype; parameters stay float32
+            # Conventions that differ between reference implementations (README "Conventions"): flax's and
+            # the LRA code's LayerNorm ε 1e-6 (PyTorch's is 1e-5, BERT's 1e-12), and GELU's tanh form (jax's
+            # and BERT's; PyTorch's nn.GELU and g-mlp-pytorch use the exact erf form: False).
+            "layer_norm_eps": 1e-6,
+            "gelu_approximate": True,
+            # Generative models: none | decoder (output projection = target embedding) | all (+ source).
+            "tie_embeddings": "none",
             "mixer_options": mixers.options_config(),
         }
     )
@@ -40,5 +47,6 @@ def mixer_config(
     cfg = mixers.default_config(name)  # raises, listing valid names, for an unknown mixer
     cfg.update(model.mixer_options[name])
     cfg.d_model, cfg.num_heads, cfg.dtype = model.d_model, model.num_heads, model.dtype
+    cfg.layer_norm_eps, cfg.gelu_approximate = model.layer_norm_eps, model.gelu_approximate
     cfg.max_length = model.max_length if max_length is None else max_length
     return cfg

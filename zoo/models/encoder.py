@@ -25,7 +25,9 @@ class Encoder(nnx.Module):
         max_length = cfg.max_length if max_length is None else max_length
         num_layers = cfg.num_layers if num_layers is None else num_layers
         self.blocks = nnx.List([Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)])
-        self.final_norm = nnx.LayerNorm(cfg.d_model, dtype=compute_dtype(cfg.dtype), rngs=rngs)
+        self.final_norm = nnx.LayerNorm(
+            cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=compute_dtype(cfg.dtype), rngs=rngs
+        )
 
     def __call__(
         self,

@@ -7,8 +7,6 @@ copies from a pretraining checkpoint: `MaskedLM` and `TextClassifier` both hold 
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -60,10 +58,9 @@ class MaskedLM(nnx.Module):
         dtype = compute_dtype(cfg.dtype)
         self.backbone = TextEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
         self.transform = dense(cfg.d_model, cfg.d_model, ("embed", "mlp"), dtype=dtype, rngs=rngs)
-        self.transform_norm = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+        self.transform_norm = nnx.LayerNorm(cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=dtype, rngs=rngs)
+        self.gelu_approximate = cfg.gelu_approximate
         self.output_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
-        # Embeddings are N(0, 1); dividing the tied logits by √d keeps them O(1) at initialisation.
-        self.logit_scale = 1.0 / math.sqrt(cfg.d_model)
 
     def __call__(
         self, tokens: jax.Array, *, positions: jax.Array | None = None, rngs: nnx.Rngs | None = None
@@ -71,10 +68,8 @@ class MaskedLM(nnx.Module):
         h = self.backbone(tokens, rngs=rngs)
         if positions is not None:
             h = jnp.take_along_axis(h, positions[..., None], axis=1)
-        h = self.transform_norm(jax.nn.gelu(self.transform(h)))
-        table = self.backbone.embed.embed.embedding[...]
-        logits = jnp.einsum("btd,vd->btv", h, table.astype(h.dtype)) * self.logit_scale
-        return logits.astype(jnp.float32) + self.output_bias[...]
+        h = self.transform_norm(jax.nn.gelu(self.transform(h), approximate=self.gelu_approximate))
+        return self.backbone.embed.attend(h).astype(jnp.float32) + self.output_bias[...]
 
 
 class TextClassifier(nnx.Module):

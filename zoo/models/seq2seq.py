@@ -26,21 +26,40 @@ def _positions_at(x: jax.Array, index: jax.Array, kind: str, max_length: int) ->
     return x + row[None].astype(x.dtype)
 
 
+TIE_EMBEDDINGS = ("none", "decoder", "all")
+
+
+def _check_tie(cfg: ml_collections.ConfigDict, choices: tuple[str, ...]) -> str:
+    tie = cfg.get("tie_embeddings", "none")
+    if tie not in choices:
+        raise ValueError(f"model.tie_embeddings={tie!r} is not valid for this model; valid: {', '.join(choices)}")
+    return tie
+
+
 class CausalLM(nnx.Module):
-    """tokens `[batch, length]` → next-token logits `[batch, length, vocab]` (float32)."""
+    """tokens `[batch, length]` → next-token logits `[batch, length, vocab]` (float32).
+
+    model.tie_embeddings "decoder" (or "all"): the output projection is the input embedding table.
+    """
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
+        tie = _check_tie(cfg, TIE_EMBEDDINGS)
         self.positional, self.max_length = cfg.positional, cfg.max_length
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
         self.decoder = Decoder(cfg, rngs=rngs)
-        self.logits = dense(cfg.d_model, vocab_size, ("embed", "vocab"), dtype=dtype, rngs=rngs)
+        self.logits = (
+            None if tie != "none" else dense(cfg.d_model, vocab_size, ("embed", "vocab"), dtype=dtype, rngs=rngs)
+        )
         self.dropout = nnx.Dropout(cfg.dropout)
+
+    def _project(self, x: jax.Array) -> jax.Array:
+        return (self.embed.attend(x) if self.logits is None else self.logits(x)).astype(jnp.float32)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         x = add_positions(self.embed(tokens), self.positional)
         x = self.decoder(self.dropout(x, rngs=rngs), mask=tokens != PAD_ID, rngs=rngs)
-        return self.logits(x).astype(jnp.float32)
+        return self._project(x)
 
     def init_cache(self, batch: int, max_length: int | None = None) -> dict:
         max_length = self.max_length if max_length is None else max_length
@@ -50,21 +69,40 @@ class CausalLM(nnx.Module):
         """token `[batch, 1]` at position cache["index"] → (logits `[batch, 1, vocab]`, cache)."""
         x = _positions_at(self.embed(token), cache["index"], self.positional, self.max_length)
         x, layers = self.decoder.decode(x, cache["layers"])
-        return self.logits(x).astype(jnp.float32), {"layers": layers, "index": cache["index"] + 1}
+        return self._project(x), {"layers": layers, "index": cache["index"] + 1}
 
 
 class EncoderDecoder(nnx.Module):
-    """(source, target prefix) → logits; the decoder cross-attends through `model.cross_mixer`."""
+    """(source, target prefix) → logits; the decoder cross-attends through `model.cross_mixer`.
+
+    model.tie_embeddings (fairseq's flags): "decoder" = the target embedding is also the output projection
+    (--share-decoder-input-output-embed); "all" = source, target and output share one table
+    (--share-all-embeddings, needs one joint vocabulary).
+    """
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, src_vocab: int, tgt_vocab: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
+        tie = _check_tie(cfg, TIE_EMBEDDINGS)
+        if tie == "all" and src_vocab != tgt_vocab:
+            raise ValueError(
+                f"model.tie_embeddings='all' needs one joint vocabulary; got {src_vocab} source and {tgt_vocab} "
+                "target tokens"
+            )
         self.positional, self.max_length = cfg.positional, cfg.max_length
-        self.src_embed = TokenEmbedding(src_vocab, cfg.d_model, dtype=dtype, rngs=rngs)
         self.tgt_embed = TokenEmbedding(tgt_vocab, cfg.d_model, dtype=dtype, rngs=rngs)
+        # "all": one module referenced twice (NNX keeps shared references: one parameter, summed gradients).
+        self.src_embed = (
+            self.tgt_embed if tie == "all" else TokenEmbedding(src_vocab, cfg.d_model, dtype=dtype, rngs=rngs)
+        )
         self.encoder = Encoder(cfg, rngs=rngs)
         self.decoder = Decoder(cfg, num_layers=cfg.num_decoder_layers or cfg.num_layers, cross=True, rngs=rngs)
-        self.logits = dense(cfg.d_model, tgt_vocab, ("embed", "vocab"), dtype=dtype, rngs=rngs)
+        self.logits = (
+            None if tie != "none" else dense(cfg.d_model, tgt_vocab, ("embed", "vocab"), dtype=dtype, rngs=rngs)
+        )
         self.dropout = nnx.Dropout(cfg.dropout)
+
+    def _project(self, y: jax.Array) -> jax.Array:
+        return (self.tgt_embed.attend(y) if self.logits is None else self.logits(y)).astype(jnp.float32)
 
     def encode(self, src: jax.Array, *, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, jax.Array]:
         mask = src != PAD_ID
@@ -77,7 +115,7 @@ class EncoderDecoder(nnx.Module):
         y = self.decoder(
             self.dropout(y, rngs=rngs), mask=tgt_in != PAD_ID, context=enc, context_mask=src_mask, rngs=rngs
         )
-        return self.logits(y).astype(jnp.float32)
+        return self._project(y)
 
     def init_cache(self, batch: int, max_length: int | None = None) -> dict:
         max_length = self.max_length if max_length is None else max_length
@@ -91,4 +129,4 @@ class EncoderDecoder(nnx.Module):
         """token `[batch, 1]` → (logits `[batch, 1, vocab]`, cache); pass `context_kv` to skip re-projecting enc."""
         x = _positions_at(self.tgt_embed(token), cache["index"], self.positional, self.max_length)
         x, layers = self.decoder.decode(x, cache["layers"], context=enc, context_mask=src_mask, context_kv=context_kv)
-        return self.logits(x).astype(jnp.float32), {"layers": layers, "index": cache["index"] + 1}
+        return self._project(x), {"layers": layers, "index": cache["index"] + 1}

@@ -32,6 +32,7 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
             "steps": 1000,
             "batch_size": 32,  # global batch, split over processes and the data × fsdp mesh axes
             "eval_batch_size": 0,  # 0: same as batch_size
+            "eval_max_batches": 0,  # evaluate only the first N batches of each split (quick sweeps); 0: all
             "learning_rate": 1e-3,
             "schedule": "cosine",
             "warmup_steps": 100,

@@ -7,6 +7,7 @@ translation and MLM behave the same: same workdir layout, same resume rules, sam
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -86,11 +87,15 @@ def _add(acc: dict, new: dict) -> dict:
     return {k: acc[k] + v for k, v in new.items()} if acc else dict(new)
 
 
-def evaluate(eval_step, state, batches: Iterable[dict], mesh) -> dict[str, float]:
+def evaluate(eval_step, state, batches: Iterable[dict], mesh, *, max_batches: int = 0) -> dict[str, float]:
+    """Mean metrics over `batches` (the first `max_batches` of them when > 0) and `examples`, their count."""
     total: dict = {}
-    for batch in batches:  # sums stay on device: one host transfer at the end, not one per batch
-        total = _add(total, eval_step(state, mesh_lib.put_batch(batch, mesh)))
-    return summarise(_to_host(total)) if total else {}
+    for batch in itertools.islice(batches, max_batches or None):
+        total = _add(total, eval_step(state, mesh_lib.put_batch(batch, mesh)))  # sums stay on device
+    if not total:
+        return {}
+    sums = _to_host(total)
+    return {**summarise(sums), "examples": sums.get("count", 0.0)}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, task: Task) -> dict[str, float]:
@@ -136,7 +141,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     schedule = make_schedule(train_cfg)
 
     def evaluate_split(state, split: str, final: bool) -> dict[str, float]:
-        metrics = evaluate(eval_step, state, task.eval_batches(split), mesh)
+        metrics = evaluate(eval_step, state, task.eval_batches(split), mesh, max_batches=train_cfg.eval_max_batches)
         if task.generate_eval is not None:
             model = nnx.merge(graphdef, state)[0]
             model.eval()
