@@ -438,6 +438,23 @@ def accuracy_table(config: ml_collections.ConfigDict, rows: list[dict]) -> str:
         "Cells: test accuracy (%), mean ± sample std over seeds, n = finished seeds; best mean per task in bold.",
         f"Presets: {', '.join(presets)}.",
     ]
+    changed = {t: _items(config.task_overrides.get(t)) for t in tasks if "task_overrides" in config}
+    changed = {t: items + _items(config.get("overrides")) for t, items in changed.items()}
+    if any(changed.values()):
+        notes.append(
+            "Sweep overrides of the presets: "
+            + "; ".join(f"{t}: " + ", ".join(f"{k}={v}" for k, v in items) for t, items in changed.items() if items)
+            + "."
+        )
+    examples = {
+        t: sorted({int(r["test_examples"]) for r in rows if r["task"] == t and "test_examples" in r}) for t in tasks
+    }
+    if any(examples.values()):
+        notes.append(
+            "Test examples per cell: "
+            + ", ".join(f"{t} {'/'.join(map(str, n))}" for t, n in examples.items() if n)
+            + " (train.eval_max_batches > 0 evaluates the first batches of a split only)."
+        )
     if any(spec.endswith(":demo") or spec.endswith("_demo") for spec in presets):
         notes.append(
             "Demo presets are CPU-sized runs on offline data, not the published settings: the published rows are "

@@ -15,6 +15,7 @@ from zoo.training import ConfigMismatchError, classification_loss, make_schedule
 from zoo.training import data as data_lib
 from zoo.training import mesh as mesh_lib
 from zoo.training.config import check_resume_config, write_config
+from zoo.training.loop import evaluate
 from zoo.training.optim import make_optimizer
 from zoo.training.steps import make_eval_step, make_train_step
 
@@ -276,3 +277,21 @@ def test_a_mesh_that_does_not_fit_fails_before_writing_the_workdir(tmp_path):
     with pytest.raises(ValueError, match=r"does not divide 1 devices"):
         train_and_evaluate(config, tmp_path / "run", task)
     assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_stops_after_max_batches_and_counts_examples():
+    mesh = mesh_lib.make_mesh(mesh_config())
+    pulled = []
+
+    def batches():
+        for i in range(10):
+            pulled.append(i)
+            yield {"x": np.full((4,), i, np.float32)}
+
+    def step(state, batch):
+        return {"count": jnp.float32(4.0), "correct": jnp.sum(batch["x"] > 1).astype(jnp.float32)}
+
+    limited = evaluate(step, None, batches(), mesh, max_batches=3)
+    assert limited == {"accuracy": 4 / 12, "examples": 12.0} and pulled == [0, 1, 2]
+    pulled.clear()
+    assert evaluate(step, None, batches(), mesh)["examples"] == 40.0 and len(pulled) == 10
