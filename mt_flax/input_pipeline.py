@@ -3,7 +3,7 @@
 An example is {"src": ids + [EOS], "tgt": ids + [EOS]} for a sentence pair or, with data.doc_length > 0,
 for a document of consecutive sentences (see `data.build_documents`). A batch holds examples of one
 length bucket padded to the bucket length, with as many rows as fit in data.max_tokens (rounded down to
-a multiple of train.batch_size, so it splits over processes, mesh shards and micro-batches); rows that
+a multiple of data.row_multiple, so it splits over processes, mesh shards and micro-batches); rows that
 fill a bucket's last batch have weight 0. The batch order is a seeded shuffle per epoch, the same for any
 number of processes, and the Grain iterator over it is checkpointed with the run.
 """
@@ -220,7 +220,7 @@ def make_batch(records, length: int, indices: np.ndarray) -> dict[str, np.ndarra
 
 
 def _process_rows(indices: np.ndarray) -> np.ndarray:
-    return indices[data_lib.process_rows(len(indices), "rows per batch (a multiple of train.batch_size)")]
+    return indices[data_lib.process_rows(len(indices), "rows per batch (a multiple of data.row_multiple)")]
 
 
 def train_batches(records_path: Path, config: ml_collections.ConfigDict) -> grain.IterDataset:
@@ -228,7 +228,7 @@ def train_batches(records_path: Path, config: ml_collections.ConfigDict) -> grai
     records = data_lib.read_records(records_path)
     lengths = np.load(records_path.with_suffix(".lengths.npy"))
     kw = dict(
-        max_length=config.model.max_length, max_tokens=config.data.max_tokens, row_multiple=config.train.batch_size
+        max_length=config.model.max_length, max_tokens=config.data.max_tokens, row_multiple=config.data.row_multiple
     )
     per_epoch = len(batch_plan(lengths, seed=None, **kw))
     plan = functools.lru_cache(maxsize=2)(lambda epoch: batch_plan(lengths, seed=config.seed, epoch=epoch, **kw))
@@ -250,7 +250,7 @@ def eval_batches(records_path: Path, config: ml_collections.ConfigDict):
         lengths,
         max_length=config.model.max_length,
         max_tokens=config.data.max_tokens,
-        row_multiple=config.train.batch_size,
+        row_multiple=config.data.row_multiple,
         seed=None,
     )
     for length, indices in plan:

@@ -92,9 +92,13 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         return scores
 
     def batch_spec(batch: int):
-        shape = (batch, config.model.max_length)
+        # A token-sized batch: at max_length it holds the fewest rows and the most tokens per row.
+        rows = batch or pipeline.rows_for(
+            config.model.max_length, max_tokens=config.data.max_tokens, row_multiple=config.data.row_multiple
+        )
+        shape = (rows, config.model.max_length)
         spec = {k: jax.ShapeDtypeStruct(shape, np.int32) for k in ("src", "tgt_in", "tgt_out")}
-        return {**spec, "weights": jax.ShapeDtypeStruct((batch,), np.float32)}
+        return {**spec, "weights": jax.ShapeDtypeStruct((rows,), np.float32)}
 
     return Task(
         build_model=lambda rngs: build_model(config, tokenizer()[0].vocab_size, rngs),
@@ -107,6 +111,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         artifacts=lambda: {tokenizer_file_name(tokenizer()[1]): tokenizer()[1]},
         generate_eval=generate_eval,
         final_results=final_results,
+        row_multiple=config.data.row_multiple,
     )
 
 

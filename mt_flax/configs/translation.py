@@ -63,9 +63,11 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             "vocab_size": 8000,
             "doc_length": 0,  # > 0: document-level examples of at most this many tokens
             "too_long": "filter",  # filter (dropped, counted in the log) | error
-            # Tokens per global batch (source or target, padded). Rows per batch are a multiple of
-            # train.batch_size, which must divide over processes, data × fsdp shards and accumulation steps.
+            # Tokens per global batch (source or target, padded): batches are sized in tokens, so
+            # train.batch_size is 0. Rows per batch are a multiple of data.row_multiple, which must divide
+            # over processes, data × fsdp shards and accumulation steps.
             "max_tokens": 4096,
+            "row_multiple": 8,
         }
     )
     config.decode = ml_collections.ConfigDict(
@@ -86,7 +88,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         )
         config.train = train_config(
             steps=400,
-            batch_size=8,
+            batch_size=0,  # batches by data.max_tokens
             learning_rate=2e-3,
             schedule="cosine",
             warmup_steps=60,
@@ -104,7 +106,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         )
         config.train = train_config(
             steps=300,
-            batch_size=8,
+            batch_size=0,  # batches by data.max_tokens
             learning_rate=3e-3,
             schedule="cosine",
             warmup_steps=50,
@@ -130,7 +132,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         # fairseq's inverse_sqrt peaks at 5e-4 after 4k steps; "rsqrt" peaks at learning_rate / √warmup.
         config.train = train_config(
             steps=50000,
-            batch_size=8,
+            batch_size=0,  # batches by data.max_tokens
             learning_rate=5e-4 * math.sqrt(4000),
             schedule="rsqrt",
             warmup_steps=4000,

@@ -51,33 +51,59 @@ def test_a_cell_is_an_ordinary_lra_train_command(tmp_path):
 
 
 @pytest.mark.slow
-def test_tiny_sweep_records_failures_resumes_after_a_kill_and_tables_match_the_cells(tmp_path):
+def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path):
+    # ListOps and Pathfinder (both generated offline, in seconds) × softmax, FAVOR+ and a variant that cannot
+    # be built × 2 seeds, plus the efficiency table at one length: both tables and all three figures.
     variants = {
         "softmax": {"mixer": "softmax", "options": {}},
         "favor": {"mixer": "linear", "options": {"feature_map": "favor", "num_features": 16}},
         "broken": {"mixer": "linear", "options": {"feature_map": "nonsense"}},
     }
     full = _sweep(tmp_path / "data", variants)
+    full.tasks["pathfinder"] = "pathfinder:demo"
+    pf_data = {"dir": str(tmp_path / "pf"), "cache_dir": str(tmp_path / "pf"), "num_images": 40, "workers": 1}
+    full.task_overrides["pathfinder"] = {"data": pf_data, "train": {"eval_batch_size": 4}}
+    full.efficiency = {
+        "task": "text:demo",
+        "lengths": [64],
+        "steps": 2,
+        "warmup": 1,
+        "timeout_s": 300,
+        "overrides": {"train": {"batch_size": 2}, "model": {"num_layers": 1, "d_model": 16, "mlp_dim": 16}},
+    }
     counts = compare.run_sweep(full, tmp_path / "full")
-    assert counts == {"done": 4, "failed": 2, "skipped": 0}
+    assert counts == {"done": 8, "failed": 4, "skipped": 0}  # the failures did not stop the sweep
+    assert compare.run_efficiency(full, tmp_path / "full") == 3
+    assert compare.run_efficiency(full, tmp_path / "full") == 0  # measured entries are kept
+    eff = compare.collect_efficiency(full, tmp_path / "full")
+    assert {r["variant"] for r in eff if "error" not in r} == {"softmax", "favor"}
+    assert all(r["steps_per_s"] > 0 and r["memory_bytes"] > 0 for r in eff if "error" not in r)
     paths = compare.write_report(full, tmp_path / "full")
     md = paths["md"].read_text()
-    assert "| broken | failed |" in md and "unknown feature_map 'nonsense'" in md
-    assert paths["accuracy_png"].stat().st_size > 1000
+    assert "| variant | listops | pathfinder | average |" in md and "## Efficiency" in md
+    assert "| broken | failed | failed |" in md and "unknown feature_map 'nonsense'" in md
+    for figure in ("accuracy_png", "efficiency_png", "bubble_png"):
+        assert paths[figure].stat().st_size > 1000, figure
+    rows = json.loads(paths["json"].read_text())["cells"]
+    assert len(rows) == 12 and {r["state"] for r in rows} == {"done", "failed"}
 
     # The table's mean ± std is what the cells' results.json files say.
-    for variant in ("softmax", "favor"):
-        accs = [
-            100
-            * json.loads((tmp_path / "full" / "cells" / "listops" / variant / f"seed{s}" / "results.json").read_text())[
-                "test_accuracy"
+    for task in ("listops", "pathfinder"):
+        for variant in ("softmax", "favor"):
+            accs = [
+                100
+                * json.loads((tmp_path / "full/cells" / task / variant / f"seed{s}/results.json").read_text())[
+                    "test_accuracy"
+                ]
+                for s in (0, 1)
             ]
-            for s in (0, 1)
-        ]
-        mean, std = compare.mean_std(accs)
-        assert re.search(rf"\| {variant} \| (\*\*)?{mean:.1f} ± {std:.1f} \(n=2\)", md), md
+            mean, std = compare.mean_std(accs)
+            row = next(line for line in md.splitlines() if line.startswith(f"| {variant} |"))
+            assert re.search(
+                rf"(\*\*)?{mean:.1f} ± {std:.1f} \(n=2\)", row.split("|")[{"listops": 2, "pathfinder": 3}[task]]
+            )
 
-    # Killed mid-cell (SIGKILL at step 2), then re-run: the same results as the uninterrupted sweep.
+    # Killed mid-cell (SIGKILL at step 3), then re-run: the same results as the uninterrupted sweep.
     resumed = _sweep(tmp_path / "data", {"favor": variants["favor"]})
     stopped = compare.run_sweep(resumed, tmp_path / "resumed", env={"ZOO_TEST_KILL_AFTER_STEP": "3"})
     assert stopped.get("preempted") == 1 and stopped["done"] == 0
@@ -134,27 +160,6 @@ def test_efficiency_table_ratios_and_out_of_memory():
     assert "| softmax | 2 (×1.00) | 400 (×1.00) | out of memory | out of memory |" in table
     assert "| relu | — | — | failed | failed |" in table
     assert "compiled step's memory analysis" in table and "batch 4" in table
-
-
-@pytest.mark.slow
-def test_efficiency_entries_are_measured_once_each_in_their_own_process(tmp_path):
-    config = _sweep("unused", {"softmax": {"mixer": "softmax"}, "linear": {"mixer": "linear"}})
-    config.tasks = {}
-    config.efficiency = {
-        "task": "text:demo",
-        "lengths": [64],
-        "steps": 2,
-        "warmup": 1,
-        "timeout_s": 300,
-        "overrides": {"train": {"batch_size": 2}, "model": {"num_layers": 1}},
-    }
-    assert compare.run_efficiency(config, tmp_path) == 2
-    assert compare.run_efficiency(config, tmp_path) == 0  # measured entries are kept
-    rows = compare.collect_efficiency(config, tmp_path)
-    assert {r["variant"] for r in rows} == {"softmax", "linear"}
-    assert all(r["steps_per_s"] > 0 and r["memory_bytes"] > 0 and r["length"] == 64 for r in rows)
-    paths = compare.write_report(config, tmp_path)
-    assert "## Efficiency" in paths["md"].read_text() and paths["efficiency_png"].exists()
 
 
 def test_bubble_points_need_every_task_and_softmax_at_the_same_length(tmp_path):

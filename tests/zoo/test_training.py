@@ -15,7 +15,7 @@ from zoo.training import ConfigMismatchError, classification_loss, make_schedule
 from zoo.training import data as data_lib
 from zoo.training import mesh as mesh_lib
 from zoo.training.config import check_resume_config, write_config
-from zoo.training.loop import evaluate
+from zoo.training.loop import Task, check_batch_rows, evaluate
 from zoo.training.optim import make_optimizer
 from zoo.training.steps import make_eval_step, make_train_step
 
@@ -295,3 +295,16 @@ def test_evaluate_stops_after_max_batches_and_counts_examples():
     assert limited == {"accuracy": 4 / 12, "examples": 12.0} and pulled == [0, 1, 2]
     pulled.clear()
     assert evaluate(step, None, batches(), mesh)["examples"] == 40.0 and len(pulled) == 10
+
+
+def test_train_batch_size_has_one_meaning_and_token_batched_tasks_use_row_multiple():
+    fixed = Task(build_model=None, train_batches=None, eval_batches=None, loss_fn=None)
+    by_tokens = Task(build_model=None, train_batches=None, eval_batches=None, loss_fn=None, row_multiple=6)
+    assert check_batch_rows(train_config(batch_size=32), fixed) == (32, "train.batch_size")
+    assert check_batch_rows(train_config(batch_size=0, grad_accum_steps=2), by_tokens) == (6, "data.row_multiple")
+    with pytest.raises(ValueError, match=r"train.batch_size=0 must be at least 1"):
+        check_batch_rows(train_config(batch_size=0), fixed)
+    with pytest.raises(ValueError, match=r"train.batch_size=8: this task batches by tokens .*leave train.batch_size"):
+        check_batch_rows(train_config(batch_size=8), by_tokens)
+    with pytest.raises(ValueError, match=r"data.row_multiple=6 is not divisible by train.grad_accum_steps=4"):
+        check_batch_rows(train_config(batch_size=0, grad_accum_steps=4), by_tokens)

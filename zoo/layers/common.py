@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 class AuxLoss(nnx.Intermediate):
@@ -15,9 +15,9 @@ class AuxLoss(nnx.Intermediate):
 def compute_dtype(name: str):
     """The compute dtype for a config string; parameters always stay float32."""
     try:
-        return _DTYPES[name]
+        return DTYPES[name]
     except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(_DTYPES)}") from None
+        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}") from None
 
 
 def logical(initializer, *axes: str | None):

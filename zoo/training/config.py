@@ -30,7 +30,9 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
     cfg = ml_collections.ConfigDict(
         {
             "steps": 1000,
-            "batch_size": 32,  # global batch, split over processes and the data × fsdp mesh axes
+            # Examples per global batch, split over processes and the data × fsdp mesh axes. 0 for tasks that
+            # batch by tokens (translation: data.max_tokens, rows a multiple of data.row_multiple).
+            "batch_size": 32,
             "eval_batch_size": 0,  # 0: same as batch_size
             "eval_max_batches": 0,  # evaluate only the first N batches of each split (quick sweeps); 0: all
             "learning_rate": 1e-3,

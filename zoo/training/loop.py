@@ -30,6 +30,7 @@ from zoo.training.metrics import MetricWriter, Progress, Stopwatch, summarise
 from zoo.training.optim import make_schedule
 from zoo.training.state import abstract_state, create_train_state, state_builder
 from zoo.training.steps import LossFn, make_eval_step, make_train_step
+from zoo.training.validate import validate_config
 
 # Fault injection for tests: SIGKILL (a crash) or SIGTERM (a preemption notice) to this process after
 # the given step completes.
@@ -47,6 +48,9 @@ class Task:
     loss_fn:       (model, batch, rngs, train) → (objective sum, metric sums); see `zoo.training.losses`.
     count_tokens:  batch → number of real input tokens (for tokens/s).
     eval_splits:   splits evaluated during training (first one) and at the end (all).
+    row_multiple:  0 for fixed batches of train.batch_size examples; > 0 for tasks that batch by tokens
+                   (translation: data.max_tokens), whose batches hold a varying number of rows, always a
+                   multiple of this; train.batch_size must then be 0.
     prepare:       () → {split: cached example file}; generates/caches data (process 0 first). Called
                    before anything is written to the workdir, so bad data leaves it untouched. Cached.
     batch_spec:    global batch size → {field: ShapeDtypeStruct}, for planning without data.
@@ -72,6 +76,7 @@ class Task:
     generate_eval: Callable[[nnx.Module, str, Path | None], dict[str, float | str]] | None = None
     final_results: Callable[[dict], dict] = lambda results: {}
     warm_start: Callable[[nnx.State], nnx.State] | None = None
+    row_multiple: int = 0
 
 
 def _to_host(tree) -> dict[str, float]:
@@ -98,6 +103,27 @@ def evaluate(eval_step, state, batches: Iterable[dict], mesh, *, max_batches: in
     return {**summarise(sums), "examples": sums.get("count", 0.0)}
 
 
+def check_batch_rows(train_cfg: ml_collections.ConfigDict, task: Task) -> tuple[int, str]:
+    """(rows that every batch is a multiple of, the config field that sets them); errors name the field.
+
+    train.batch_size has one meaning everywhere: examples per global batch. Token-batched tasks set it to
+    0 and size their batches in tokens, in rows that are a multiple of `task.row_multiple`."""
+    if task.row_multiple:
+        if train_cfg.batch_size:
+            raise ValueError(
+                f"train.batch_size={train_cfg.batch_size}: this task batches by tokens (data.max_tokens per "
+                "batch, rows a multiple of data.row_multiple); leave train.batch_size at 0"
+            )
+        rows, field = task.row_multiple, "data.row_multiple"
+    else:
+        rows, field = train_cfg.batch_size, "train.batch_size"
+    if rows < 1:
+        raise ValueError(f"{field}={rows} must be at least 1")
+    if rows % train_cfg.grad_accum_steps:
+        raise ValueError(f"{field}={rows} is not divisible by train.grad_accum_steps={train_cfg.grad_accum_steps}")
+    return rows, field
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, task: Task) -> dict[str, float]:
     """Trains `task` for `config.train.steps`, resuming from `workdir` when it holds a checkpoint.
 
@@ -107,17 +133,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     workdir = Path(workdir)
     train_cfg = config.train
     is_writer = jax.process_index() == 0
-    if train_cfg.batch_size % train_cfg.grad_accum_steps:
-        raise ValueError(
-            f"train.batch_size={train_cfg.batch_size} is not divisible by "
-            f"train.grad_accum_steps={train_cfg.grad_accum_steps}"
-        )
     # Every check that can fail on a bad config runs before anything is written to the workdir.
+    validate_config(config)
+    rows, field = check_batch_rows(train_cfg, task)
     check_resume_config(config, workdir)
     mesh = mesh_lib.make_mesh(config.mesh)
-    if (train_cfg.batch_size // train_cfg.grad_accum_steps) % mesh_lib.batch_shards(mesh):
+    if (rows // train_cfg.grad_accum_steps) % mesh_lib.batch_shards(mesh):
         raise ValueError(
-            f"train.batch_size / grad_accum_steps = {train_cfg.batch_size // train_cfg.grad_accum_steps} "
+            f"{field} / train.grad_accum_steps = {rows // train_cfg.grad_accum_steps} "
             f"is not divisible by the {mesh_lib.batch_shards(mesh)} data × fsdp shards"
         )
     build = state_builder(task.build_model, train_cfg, config.seed)

@@ -19,6 +19,7 @@ from flax import nnx
 from zoo.training import mesh as mesh_lib
 from zoo.training.state import abstract_state, state_builder
 from zoo.training.steps import make_train_step
+from zoo.training.validate import validate_config
 
 
 def _device_bytes(state, shardings) -> int:
@@ -32,6 +33,7 @@ def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
     """Per-device bytes of parameters, optimiser state, batch and the compiled step's temporaries."""
     if task.batch_spec is None:
         raise ValueError("this task does not describe its batches (Task.batch_spec), so it cannot be planned")
+    validate_config(config)
     mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, abstract = abstract_state(state_builder(task.build_model, config.train, config.seed))
     sharding = mesh_lib.state_shardings(abstract, mesh)

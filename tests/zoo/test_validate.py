@@ -1,0 +1,92 @@
+"""The config validation pass: every numeric field out of range and every bad enum is an error naming the
+field, raised before anything touches the workdir; every shipped preset passes."""
+
+import importlib
+import re
+
+import pytest
+
+from lra_flax.configs import listops
+from lra_flax.tasks import listops as listops_task
+from zoo.training.loop import train_and_evaluate
+from zoo.training.validate import MODEL_RULES, OPTION_RULES, TRAIN_RULES, config_problems
+
+CANDIDATES = (-5, 2, 0, -5.0, 2.0, 0.0, float("nan"), "bogus")
+
+
+def _bad_value(current, rule):
+    """A value of the field's own type that the rule rejects (ConfigDict keeps types)."""
+    ok, _ = rule
+    kind = float if isinstance(current, float) else type(current)
+    for value in CANDIDATES:
+        if isinstance(value, kind) and not isinstance(value, bool) and not ok(value):
+            return value
+    return None
+
+
+def _cases():
+    config = listops.get_config("demo")
+    cases = []
+    for section, rules in (("train", TRAIN_RULES), ("model", MODEL_RULES)):
+        for name, rule in rules.items():
+            if name in config[section] and _bad_value(config[section][name], rule) is not None:
+                cases.append(f"{section}.{name}")
+    for mixer, options in config.model.mixer_options.items():
+        for name, rule in OPTION_RULES.items():
+            if name in options and _bad_value(options[name], rule) is not None:
+                cases.append(f"model.mixer_options.{mixer}.{name}")
+    return cases
+
+
+CASES = _cases()
+
+
+def test_the_cases_cover_every_numeric_train_field():
+    assert {c.split(".")[1] for c in CASES if c.startswith("train.")} == set(TRAIN_RULES)
+    assert len([c for c in CASES if c.startswith("model.mixer_options.")]) > 20
+
+
+@pytest.mark.parametrize("path", CASES)
+def test_an_out_of_range_field_is_named_and_the_workdir_untouched(path, tmp_path):
+    config = listops.get_config("demo")
+    *parents, leaf = path.split(".")
+    node = config
+    for part in parents:
+        node = node[part]
+    bad = _bad_value(node[leaf], ({**TRAIN_RULES, **MODEL_RULES, **OPTION_RULES}[leaf]))
+    node[leaf] = bad
+    workdir = tmp_path / "run"
+    with pytest.raises(ValueError, match=re.escape(f"{path}={bad!r}")):
+        train_and_evaluate(config, workdir, listops_task.make_task(config))
+    assert not workdir.exists()
+
+
+def test_an_inactive_mixers_bad_option_is_reported():
+    config = listops.get_config("demo")
+    config.model.mixer = "softmax"
+    config.model.mixer_options.linear.feature_map = "bogus"
+    config.model.mixer_options.linear.eps_mode = "sometimes"  # one problem per mixer: the first found
+    problems = config_problems(config)
+    assert problems == ["model.mixer_options.linear: mixer 'linear': unknown feature_map 'bogus'; valid: " + _MAPS]
+
+
+_MAPS = "elu1, relu, favor, softplus, orth_softplus, glu, oglu, aoglu"
+
+
+def test_every_problem_is_reported_at_once():
+    config = listops.get_config("demo")
+    config.train.steps, config.train.learning_rate, config.model.dropout = -5, -1.0, 2.0
+    problems = config_problems(config)
+    assert problems[:2] == ["train.steps=-5 must be an integer ≥ 1", "train.learning_rate=-1.0 must be a number > 0"]
+    assert "model.dropout=2.0 must be in [0, 1)" in problems
+
+
+@pytest.mark.parametrize(
+    "module",
+    [f"lra_flax.configs.{t}" for t in ("listops", "text", "retrieval", "image", "pathfinder")]
+    + ["mt_flax.configs.translation", "mlm_flax.configs.pretrain"],
+)
+def test_every_shipped_preset_validates(module):
+    mod = importlib.import_module(module)
+    for preset in mod.PRESETS:
+        assert config_problems(mod.get_config(preset)) == [], preset
