@@ -24,8 +24,9 @@ def _sweep(data_dir, variants, seeds=(0, 1)):
     config.tasks = {"listops": "listops:demo"}
     config.variants = variants
     config.seeds = list(seeds)
-    config.overrides = {**TINY, "data": {**TINY["data"], "dir": str(data_dir)}}
-    config.task_overrides = {"listops": {"train": {"eval_batch_size": 8}}}
+    config.overrides = {"model": TINY["model"], "train": TINY["train"]}
+    listops_data = {**TINY["data"], "dir": str(data_dir)}
+    config.task_overrides = {"listops": {"data": listops_data, "train": {"eval_batch_size": 8}}}
     return config
 
 
