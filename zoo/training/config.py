@@ -29,7 +29,7 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
     """
     cfg = ml_collections.ConfigDict(
         {
-            "steps": 1000,
+            "steps": 1000,  # 0: no training, evaluate the initialised model
             # Examples per global batch, split over processes and the data × fsdp mesh axes. 0 for tasks that
             # batch by tokens (translation: data.max_tokens, rows a multiple of data.row_multiple).
             "batch_size": 32,

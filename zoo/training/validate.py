@@ -2,7 +2,7 @@
 
 Every numeric field of `train`, `model` and `mesh` is checked against its range, every enum against its
 values, and every mixer's options — the inactive mixers' too, so that a typo set today does not wait for
-the day that mixer is chosen. All problems are reported at once, one line each, naming the field.
+the day that mixer is chosen. All problems are reported at once, each naming its field.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _integer(low) -> _Rule:
 
 
 TRAIN_RULES: dict[str, _Rule] = {
-    "steps": _integer(1),
+    "steps": _integer(0),  # 0 evaluates the initialised model only (the MLM demo's "untrained" row)
     "batch_size": _integer(0),  # 0 only for token-batched tasks (the loop checks which)
     "eval_batch_size": _integer(0),
     "eval_max_batches": _integer(0),
@@ -140,7 +140,7 @@ def config_problems(config: ml_collections.ConfigDict) -> list[str]:
         model = config.model
         problems += _check(model, MODEL_RULES, "model")
         if not problems and model.mixer not in mixers.names():
-            problems.append(f"model.mixer={model.mixer!r} is not a mixer; valid: {', '.join(mixers.names())}")
+            problems.append(f"model.mixer: unknown mixer {model.mixer!r}; valid mixers: {', '.join(mixers.names())}")
         if not problems:
             problems += _mixer_problems(model)
     return problems
@@ -150,9 +150,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError listing every problem (see `config_problems`); warns about legal oddities."""
     problems = config_problems(config)
     if problems:
-        raise ValueError("invalid config:\n  " + "\n  ".join(problems))
+        raise ValueError("invalid config: " + "; ".join(problems))  # one line: CLIs print errors as one
     train = config.get("train")
-    if train is not None and train.warmup_steps > train.steps:
+    if train is not None and 0 < train.steps < train.warmup_steps:
         logging.warning(
             "train.warmup_steps=%d exceeds train.steps=%d: the learning rate never finishes warming up",
             train.warmup_steps,
