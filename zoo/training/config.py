@@ -34,7 +34,9 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
             # batch by tokens (translation: data.max_tokens, rows a multiple of data.row_multiple).
             "batch_size": 32,
             "eval_batch_size": 0,  # 0: same as batch_size
-            "eval_max_batches": 0,  # evaluate only the first N batches of each split (quick sweeps); 0: all
+            # Evaluate only the first N batches of each split (quick sweeps); 0: all. A prefix is a fair sample
+            # only where the split is in random order (LRA Text's splits are grouped by label: never cap them).
+            "eval_max_batches": 0,
             "learning_rate": 1e-3,
             "schedule": "cosine",
             "warmup_steps": 100,
