@@ -438,8 +438,8 @@ def accuracy_table(config: ml_collections.ConfigDict, rows: list[dict]) -> str:
         "Cells: test accuracy (%), mean ± sample std over seeds, n = finished seeds; best mean per task in bold.",
         f"Presets: {', '.join(presets)}.",
     ]
-    changed = {t: _items(config.task_overrides.get(t)) for t in tasks if "task_overrides" in config}
-    changed = {t: items + _items(config.get("overrides")) for t, items in changed.items()}
+    merged = {cell.task: cell.overrides for cell in cells(config)}  # the sweep's and the task's overrides
+    changed = {t: merged.get(t, ()) for t in tasks}
     if any(changed.values()):
         notes.append(
             "Sweep overrides of the presets: "

@@ -14,12 +14,15 @@ import ml_collections
 from absl import logging
 from flax import nnx
 
+from kernels.linear_attention import IMPLS as LINEAR_IMPLS
+from kernels.relu_attention import IMPLS as RELU_IMPLS
 from zoo import mixers
 from zoo.layers.common import DTYPES
 from zoo.layers.embeddings import POSITIONAL
 from zoo.layers.ffn import FFN_KINDS
 from zoo.layers.heads import POOLINGS
 from zoo.models.config import mixer_config
+from zoo.models.seq2seq import TIE_EMBEDDINGS
 
 _Rule = tuple[Callable[[object], bool], str]
 
@@ -83,11 +86,11 @@ MODEL_RULES: dict[str, _Rule] = {
     "dtype": _one_of(*DTYPES),
     "layer_norm_eps": _above(0),
     "gelu_approximate": _one_of(True, False),
-    "tie_embeddings": _one_of("none", "decoder", "all"),
+    "tie_embeddings": _one_of(*TIE_EMBEDDINGS),
 }
 # Mixer options by name (the same name means the same thing in every mixer that has it).
 OPTION_RULES: dict[str, _Rule] = {
-    "impl": _one_of("auto", "reference", "xla", "pallas"),
+    "impl": _one_of(*dict.fromkeys(RELU_IMPLS + LINEAR_IMPLS)),  # the kernels' own lists
     "eps": _above(0),
     "rms_norm_eps": _above(0),
     "gamma_init": _above(0),
