@@ -47,6 +47,7 @@ class Case:
     head_dim: int
     dtype: str
     causal: bool
+    blocks: str = ""  # Pallas block sizes "bq,bk,bq_bwd,bk_bwd,warps,stages" (relu) or "chunk,warps,stages" (linear)
 
 
 def device_name() -> str:
@@ -69,13 +70,29 @@ def flops(case: Case) -> float:
     return (2.0 if case.causal else 4.0) * b * h * t * t * d
 
 
-def _fn(case: Case):
+def block_sizes(case: Case):
+    """The Pallas block-size dataclass a case names (None: the kernel's default for the backend)."""
+    if not case.blocks:
+        return None
+    n = [int(x) for x in case.blocks.split(",")]
     if case.op == "relu":
-        return lambda q, k, v: relu_attention(q, k, v, causal=case.causal, impl=case.impl)
+        from kernels.relu_attention_pallas import PallasBlockSizes
+
+        return PallasBlockSizes(*n[:4], num_warps=n[4] if len(n) > 4 else None, num_stages=n[5] if len(n) > 5 else 2)
+    from kernels.linear_attention_pallas import LinearBlockSizes
+
+    return LinearBlockSizes(n[0], num_warps=n[1] if len(n) > 1 else None, num_stages=n[2] if len(n) > 2 else 2)
+
+
+def _fn(case: Case):
+    sizes = block_sizes(case)
+    if case.op == "relu":
+        return lambda q, k, v: relu_attention(q, k, v, causal=case.causal, impl=case.impl, pallas_block_sizes=sizes)
     if case.op == "linear":
         return lambda q, k, v: linear_attention(
-            jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=case.causal, impl=case.impl, chunk_size=64
-        )
+            jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=case.causal, impl=case.impl, chunk_size=64,
+            pallas_block_sizes=sizes,
+        )  # fmt: skip
     implementation = "cudnn" if case.impl == "cudnn" else "xla"
     return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=case.causal, implementation=implementation)
 
@@ -92,7 +109,7 @@ def _time(fn, args, repeats: int) -> float:
 
 def _reference_case(case: Case) -> Case:
     """What a case's accuracy is checked against: the blocked XLA impl (softmax: XLA) in fp32."""
-    return dataclasses.replace(case, impl="xla", dtype="float32")
+    return dataclasses.replace(case, impl="xla", dtype="float32", blocks="")
 
 
 def _rel_err(got, ref) -> float:
@@ -103,7 +120,7 @@ def _rel_err(got, ref) -> float:
     return float(jnp.sqrt(num / den))
 
 
-def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0) -> dict:
+def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0, check_max_length: int = 1 << 30) -> dict:
     """Times one case; with `check`, also its relative error against `_reference_case` (output, gradients)."""
     shape = (case.batch, case.length, case.heads, case.head_dim)
     keys = jax.random.split(jax.random.key(seed), 4)  # fresh inputs per case: a kernel must be right on any
@@ -117,7 +134,7 @@ def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0) -> di
 
     fwd_bwd = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
     result = dataclasses.asdict(case)
-    if check:
+    if check and case.length <= check_max_length:
         try:
             result.update(_check_case(case, fn, (q, k, v), cotangent))
         except Exception as e:
@@ -125,8 +142,9 @@ def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0) -> di
     peak, hbm = _peak(case.dtype)
     for name, f, mult in (("forward", fwd, 1.0), ("forward_backward", fwd_bwd, 3.5)):
         try:
-            seconds = _time(f, (q, k, v), repeats)
-            memory = f.lower(q, k, v).compile().memory_analysis()
+            compiled = f.lower(q, k, v).compile()  # once: timed and asked for its memory
+            seconds = _time(compiled, (q, k, v), repeats)
+            memory = compiled.memory_analysis()
         except Exception as e:
             result[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
             continue
@@ -163,8 +181,9 @@ def default_cases(backend: str, args) -> list[Case]:
         "linear": args.linear_impls or (["xla", "pallas"] if backend != "cpu" else ["xla"]),
         "softmax": ["cudnn"] if backend == "gpu" else ["xla"],
     }
+    blocks = {"relu": args.relu_blocks or [""], "linear": args.linear_blocks or [""], "softmax": [""]}
     for op in args.ops:
-        for impl in impls[op]:
+        for impl, block in ((i, b) for i in impls[op] for b in (blocks[op] if i == "pallas" else [""])):
             for t in args.lengths:
                 for d in args.head_dims:
                     for dtype in args.dtypes:
@@ -172,7 +191,7 @@ def default_cases(backend: str, args) -> list[Case]:
                             if impl == "cudnn" and dtype == "float32":
                                 continue  # cuDNN flash attention takes half precision only
                             batch = max(1, args.tokens // t)
-                            cases.append(Case(op, impl, batch, args.heads, t, d, dtype, causal))
+                            cases.append(Case(op, impl, batch, args.heads, t, d, dtype, causal, block))
     return cases
 
 
@@ -242,6 +261,18 @@ def main(argv=None) -> Path:
     p.add_argument("--tokens", type=int, default=65536 if accel else 2048, help="batch = tokens // length")
     p.add_argument("--relu_impls", type=_csv(str), default=None)
     p.add_argument("--linear_impls", type=_csv(str), default=None)
+    p.add_argument(
+        "--relu_blocks",
+        type=lambda s: s.split(";"),
+        default=None,
+        help='Pallas ReLU block sizes to compare, "bq,bk,bq_bwd,bk_bwd,warps,stages;..."',
+    )
+    p.add_argument(
+        "--linear_blocks",
+        type=lambda s: s.split(";"),
+        default=None,
+        help='Pallas linear block sizes to compare, "chunk,warps,stages;..."',
+    )
     p.add_argument("--repeats", type=int, default=10 if accel else 3)
     p.add_argument("--out", type=Path, default=Path("benchmarks"))
     p.add_argument(
@@ -250,6 +281,7 @@ def main(argv=None) -> Path:
         default=accel,
         help="also measure each case's relative error against the fp32 XLA impl at highest precision",
     )
+    p.add_argument("--check_max_length", type=int, default=8192, help="check only cases up to this length")
     args = p.parse_args(argv)
     cases = default_cases(backend, args)
     device = jax.devices()[0]
@@ -265,12 +297,13 @@ def main(argv=None) -> Path:
     }
     results = payload["results"]
     for i, case in enumerate(cases, 1):
-        r = run_case(case, args.repeats, check=args.check, seed=i)
+        r = run_case(case, args.repeats, check=args.check, seed=i, check_max_length=args.check_max_length)
         results.append(r)
         path.write_text(json.dumps(payload, indent=1))  # after every case: a cut-off sweep keeps what it measured
         fwd = f"{r['forward_ms']:.2f} ms" if "forward_ms" in r else r.get("forward_error", "?")
         both = f"{r['forward_backward_ms']:.2f} ms" if "forward_backward_ms" in r else r.get("forward_backward_error")
-        print(f"[{i}/{len(cases)}] {case.op}/{case.impl} B{case.batch} H{case.heads} T{case.length} D{case.head_dim} "
+        impl = f"{case.impl}[{case.blocks}]" if case.blocks else case.impl
+        print(f"[{i}/{len(cases)}] {case.op}/{impl} B{case.batch} H{case.heads} T{case.length} D{case.head_dim} "
               f"{case.dtype}{' causal' if case.causal else ''}: fwd {fwd}, fwd+bwd {both}{_err_text(r)}",
               flush=True)  # fmt: skip
     write_svg(results, args.out / f"kernels-{name}.svg", f"{device.device_kind}")

@@ -134,11 +134,13 @@ def linear_attention(
     eps_mode: str = "add",
     impl: str = "auto",
     chunk_size: int | None = None,
+    pallas_block_sizes=None,
 ) -> jax.Array:
     """Linear attention over positive features. phi_q, phi_k: `[batch, length, heads, m]`; v: `[..., d_v]`.
 
     Returns v's shape and dtype. `eps_mode`: how ε enters the denominator (module docstring).
-    `chunk_size` is the causal chunk length for impl="xla" (default 64).
+    `chunk_size` is the causal chunk length for impl="xla" (default 64) and "pallas";
+    `pallas_block_sizes` (a LinearBlockSizes) overrides it for "pallas".
     """
     _check(phi_q, phi_k, v, key_mask, causal)
     if impl not in IMPLS:
@@ -151,7 +153,7 @@ def linear_attention(
     if impl == "pallas":
         from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
 
-        sizes = LinearBlockSizes(chunk=chunk_size) if chunk_size else None
+        sizes = pallas_block_sizes or (LinearBlockSizes(chunk=chunk_size) if chunk_size else None)
         return linear_attention_pallas(phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes)
     if not causal:
         return _xla_noncausal(phi_q, phi_k, v, eps, eps_mode)

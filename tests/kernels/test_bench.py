@@ -8,7 +8,8 @@ from kernels import bench
 def test_bench_writes_results_with_the_device_named(tmp_path):
     path = bench.main(["--lengths=64,128", "--repeats=1", "--tokens=128", "--heads=2", f"--out={tmp_path}"])
     payload = json.loads(path.read_text())
-    assert payload["device"]["platform"] == "cpu" and path.name == "kernels-cpu.json"
+    assert payload["device"]["platform"] == bench.jax.default_backend()
+    assert path.name == f"kernels-{bench.device_name()}.json"
     results = payload["results"]
     assert {(r["op"], r["length"]) for r in results} == {
         (op, t) for op in ("relu", "linear", "softmax") for t in (64, 128)
@@ -16,7 +17,7 @@ def test_bench_writes_results_with_the_device_named(tmp_path):
     for r in results:
         assert r["forward_ms"] > 0 and r["forward_backward_ms"] > 0 and r["forward_tflops"] > 0
         assert r["forward_temp_mib"] is not None
-    assert (tmp_path / "kernels-cpu.svg").read_text().startswith("<svg")
+    assert (tmp_path / f"kernels-{bench.device_name()}.svg").read_text().startswith("<svg")
 
 
 def test_flop_convention():
@@ -34,3 +35,28 @@ def test_accuracy_check_compares_each_impl_with_the_fp32_xla_impl(tmp_path):
     for r in results:  # interpret-mode kernels in fp32: agreement to rounding
         assert r["forward_rel_err"] < 1e-5 and r["grad_rel_err"] < 1e-5, r
     assert not bench._rel_err([bench.jnp.full(3, bench.jnp.nan)], [bench.jnp.ones(3)]) < 1  # NaN never passes a bound
+
+
+def test_block_size_variants_are_separate_cases_and_reach_the_kernels(tmp_path):
+    args = ["--lengths=64", "--repeats=1", "--tokens=64", "--heads=2", "--ops=relu,linear", f"--out={tmp_path}"]
+    blocks = ["--relu_blocks=16,16,16,16;32,16,16,32,4,3", "--linear_blocks=16;32,4"]
+    path = bench.main([*args, "--relu_impls=pallas", "--linear_impls=pallas", "--check=true", *blocks])
+    results = json.loads(path.read_text())["results"]
+    assert [(r["op"], r["blocks"]) for r in results] == [
+        ("relu", "16,16,16,16"),
+        ("relu", "32,16,16,32,4,3"),
+        ("linear", "16"),
+        ("linear", "32,4"),
+    ]
+    for r in results:  # every variant computes the same function
+        assert r["forward_rel_err"] < 1e-5 and r["grad_rel_err"] < 1e-5, r
+    relu = bench.block_sizes(bench.Case("relu", "pallas", 1, 1, 64, 64, "float32", True, "32,16,16,32,4,3"))
+    assert (relu.block_q, relu.block_k, relu.block_q_bwd, relu.block_k_bwd, relu.num_warps, relu.num_stages) == (
+        32,
+        16,
+        16,
+        32,
+        4,
+        3,
+    )
+    assert bench.block_sizes(bench.Case("linear", "pallas", 1, 1, 64, 64, "float32", True, "32,4")).chunk == 32

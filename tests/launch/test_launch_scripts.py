@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ["launch/gpu_node.sh", "launch/tpu_pod.sh", "launch/slurm.sbatch", "launch/common.sh"]
+SCRIPTS = [
+    "launch/gpu_node.sh",
+    "launch/tpu_pod.sh",
+    "launch/slurm.sbatch",
+    "launch/common.sh",
+    "benchmarks/gpu/session.sh",
+]
 
 
 def _bash(*args, env=None):

@@ -63,8 +63,8 @@ def measure(
     compiled = step.lower(state, batch, key).compile()
     compile_s = time.perf_counter() - start
     for _ in range(warmup):
-        state, sums = compiled(state, batch, key)
-    jax.block_until_ready(sums)
+        state, _ = compiled(state, batch, key)
+    jax.block_until_ready(state)  # warmup may be 0
     start = time.perf_counter()
     for _ in range(steps):
         state, sums = compiled(state, batch, key)
