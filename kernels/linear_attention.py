@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_non_negative
+
 IMPLS = ("auto", "reference", "xla", "pallas")
 EPS_MODES = ("add", "guard")
 DEFAULT_CHUNK = 64
@@ -42,10 +44,14 @@ def stabilise_denominator(den: jax.Array, eps: float, eps_mode: str) -> jax.Arra
 
 
 def _check(phi_q, phi_k, v, key_mask, causal):
+    check_causal(causal)
+    check_key_mask(key_mask)
     if phi_q.ndim != 4 or phi_k.ndim != 4 or v.ndim != 4:
         raise ValueError(
             f"phi_q, phi_k, v must be [batch, length, heads, dim]; got shapes {phi_q.shape}, {phi_k.shape}, {v.shape}"
         )
+    check_floating(phi_q=phi_q, phi_k=phi_k, v=v)
+    check_lengths(query_length=phi_q.shape[1], key_length=phi_k.shape[1], feature_dim=phi_q.shape[-1])
     if phi_k.shape[:3] != v.shape[:3]:
         raise ValueError(f"phi_k shape {phi_k.shape} does not match v shape {v.shape} (batch, length, heads)")
     if phi_q.shape[0] != phi_k.shape[0] or phi_q.shape[2:] != phi_k.shape[2:]:
@@ -136,7 +142,10 @@ def linear_attention(
     chunk_size: int | None = None,
     pallas_block_sizes=None,
 ) -> jax.Array:
-    """Linear attention over positive features. phi_q, phi_k: `[batch, length, heads, m]`; v: `[..., d_v]`.
+    """Linear attention over non-negative features. phi_q, phi_k: `[batch, length, heads, m]`; v: `[..., d_v]`.
+
+    φ must be non-negative (elu+1, softplus, FAVOR+'s exp features): with negative features the
+    denominator can reach 0 and the output is meaningless. "reference" checks it on concrete inputs.
 
     Returns v's shape and dtype. `eps_mode`: how ε enters the denominator (module docstring).
     `chunk_size` is the causal chunk length for impl="xla" (default 64) and "pallas";
@@ -148,7 +157,9 @@ def linear_attention(
     if eps_mode not in EPS_MODES:
         raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
     phi_k = _mask_keys(phi_k, key_mask)
-    if impl == "reference":
+    if impl == "reference":  # the definition: φ must be non-negative (checked here, where it is cheap)
+        check_non_negative("phi_q", phi_q)
+        check_non_negative("phi_k", phi_k)
         return _reference(phi_q, phi_k, v, causal, eps, eps_mode)
     if impl == "pallas":
         from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_positive
+
 IMPLS = ("auto", "reference", "xla", "pallas")
 
 
@@ -78,13 +80,17 @@ def _visible(key_mask: jax.Array, q_pos: jax.Array, k_pos: jax.Array, causal: bo
 
 
 def _check_inputs(q, k, v, key_mask, gamma, causal, row_scale="sqrt_half"):
+    check_causal(causal)
+    check_key_mask(key_mask)
     if row_scale not in ROW_SCALES:
         raise ValueError(f"unknown row_scale {row_scale!r}; valid: {', '.join(ROW_SCALES)}")
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
             f"q, k, v must be [batch, length, heads, head_dim]; got shapes {q.shape}, {k.shape}, {v.shape}"
         )
+    check_floating(q=q, k=k, v=v)
     b, tq, h, d = q.shape
+    check_lengths(query_length=tq, key_length=k.shape[1], head_dim=d)
     if k.shape[0] != b or k.shape[2] != h or k.shape[3] != d:
         raise ValueError(f"k shape {k.shape} does not match q shape {q.shape} (batch, heads, head_dim)")
     if v.shape[:3] != k.shape[:3]:
@@ -96,6 +102,7 @@ def _check_inputs(q, k, v, key_mask, gamma, causal, row_scale="sqrt_half"):
     gshape = jnp.shape(gamma)
     if gshape not in ((), (1,), (h,)):
         raise ValueError(f"gamma must be a scalar or have shape [heads]=({h},), got {gshape}")
+    check_positive("gamma", gamma)
 
 
 def _prepare(q, k, key_mask, gamma):

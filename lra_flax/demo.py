@@ -43,7 +43,7 @@ def main(argv: list[str]) -> None:
         ("majority-class rate (test)", f"{100 * majority:.1f}%"),
         ("test loss", f"{results['test_loss']:.3f}"),
         ("valid accuracy", f"{100 * results['valid_accuracy']:.1f}%"),
-        ("train steps/s", f"{results['train_steps_run'] / max(results['train_wall_time_s'], 1e-9):.2f}"),
+        ("train steps/s", f"{results['train_steps_run'] / max(results['train_wall_time_this_run_s'], 1e-9):.2f}"),
         ("wall time (data + train + eval)", f"{wall:.0f} s"),
         ("workdir", workdir),
     ]

@@ -38,7 +38,7 @@ def main(argv: list[str]) -> None:
         ("test perplexity, trained", f"{results['test_perplexity']:.1f}"),
         ("unigram perplexity (no context)", f"{results['unigram_perplexity']:.1f}"),
         ("test masked-token accuracy", f"{100 * results['test_accuracy']:.1f}%"),
-        ("train steps/s", f"{results['train_steps_run'] / max(results['train_wall_time_s'], 1e-9):.2f}"),
+        ("train steps/s", f"{results['train_steps_run'] / max(results['train_wall_time_this_run_s'], 1e-9):.2f}"),
     ]
     if _ARCH.value in ("gmlp", "amlp"):
         report = sgu_analysis.inspect(_WORKDIR.value)

@@ -50,12 +50,19 @@ def _results(workdir):
     return {k: v for k, v in r.items() if k.startswith(("test_", "valid_"))}
 
 
-@pytest.mark.slow
-def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
-    data = tmp_path / "data"
-    flags = _tiny(data)
-    full = _train(tmp_path / "full", flags)
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(flags, workdir) of one uninterrupted tiny run that the resume tests compare with."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    flags = _tiny(root / "data")
+    full = _train(root / "full", flags)
     assert full.returncode == 0, full.stderr[-3000:]
+    return flags, root / "full"
+
+
+@pytest.mark.slow
+def test_resume_after_kill_equals_uninterrupted_run(tmp_path, uninterrupted):
+    flags, full_dir = uninterrupted
 
     # Killed (SIGKILL) after step 6: checkpoint 4 exists, steps 5-6 and their log lines are redone.
     killed = _train(tmp_path / "resumed", flags, env={"ZOO_TEST_KILL_AFTER_STEP": "6"})
@@ -65,10 +72,55 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
 
     resumed = _train(tmp_path / "resumed", flags)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads((tmp_path / "resumed" / "results.json").read_text())["train_steps_run"] < 12
-    assert _metrics(tmp_path / "resumed") == _metrics(tmp_path / "full")
-    assert _results(tmp_path / "resumed") == _results(tmp_path / "full")
-    assert len([m for m in _metrics(tmp_path / "full") if m["split"] == "train"]) == 4
+    results = json.loads((tmp_path / "resumed" / "results.json").read_text())
+    assert results["train_steps_run"] == 8 and results["resumed_at_step"] == 4
+    assert results["train_wall_time_s"] > results["train_wall_time_this_run_s"] > 0  # earlier run's time kept
+    assert _metrics(tmp_path / "resumed") == _metrics(full_dir)
+    assert _results(tmp_path / "resumed") == _results(full_dir)
+    assert len([m for m in _metrics(full_dir) if m["split"] == "train"]) == 4
+
+
+@pytest.mark.slow
+def test_kill_during_final_evaluation_then_rerun_equals_uninterrupted_and_a_finished_rerun_changes_nothing(
+    tmp_path, uninterrupted
+):
+    flags, full_dir = uninterrupted
+    workdir = tmp_path / "run"
+    # Killed after the final validation line was written, before the test split: the re-run redoes the
+    # final evaluation without a second validation line.
+    killed = _train(workdir, flags, env={"ZOO_TEST_KILL_AFTER_FINAL_EVAL": "valid"})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert [m["split"] for m in _metrics(workdir) if m["step"] == 12] == ["train", "valid"]
+    assert not (workdir / "results.json").exists()
+    rerun = _train(workdir, flags)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert _metrics(workdir) == _metrics(full_dir)
+    assert _results(workdir) == _results(full_dir)
+
+    before = _snapshot(workdir)
+    again = _train(workdir, flags)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already finished 12 steps; results.json is unchanged" in again.stdout
+    assert _snapshot(workdir) == before  # every file, to the byte
+
+
+@pytest.mark.slow
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, uninterrupted):
+    flags, full_dir = uninterrupted
+    workdir = tmp_path / "run"
+    killed = _train(workdir, flags, env={"ZOO_TEST_KILL_AFTER_STEP": "10"})  # checkpoints 4 and 8
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    state_file = next(p for p in (workdir / "checkpoints" / "8" / "state" / "d").iterdir())
+    state_file.write_bytes(state_file.read_bytes()[:40])  # truncated
+
+    resumed = _train(workdir, flags)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = [line for line in resumed.stdout.splitlines() if "does not restore" in line]
+    assert len(lines) == 1 and lines[0].startswith("checkpoint step 8 does not restore"), resumed.stdout[-2000:]
+    assert (workdir / "checkpoints_broken" / "8" / "state" / "d" / state_file.name).exists()  # kept aside
+    assert "resumed from" in resumed.stdout and "at step 4" in resumed.stdout
+    assert _metrics(workdir) == _metrics(full_dir)
+    assert _results(workdir) == _results(full_dir)
 
 
 @pytest.mark.slow
@@ -152,3 +204,11 @@ def test_lra_data_cli_writes_release_format(tmp_path):
         assert (tmp_path / name).read_text().startswith("Source\tTarget\n")
     bad = subprocess.run([*cmd[:5], "--min_length=60", "--max_length=50"], capture_output=True, text=True)
     assert bad.returncode != 0 and "min_length + 1 < max_length" in bad.stderr
+
+
+def test_eval_batch_not_divisible_over_devices_is_refused_before_the_workdir(tmp_path):
+    flags = _tiny(tmp_path / "data", **{"train.eval_batch_size": 3})
+    run = _train(tmp_path / "run", [*flags, "--fake_cpu_devices=2"])
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "train.eval_batch_size=3 is not divisible by the 2 data × fsdp shards" in run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "run").exists()

@@ -192,3 +192,15 @@ def test_classifier_rejects_inputs_longer_than_max_length():
     assert model(jnp.ones((2, 8), jnp.int32)).shape == (2, 3)
     with pytest.raises(ValueError, match="input length 9 exceeds model.max_length=8"):
         model(jnp.ones((2, 9), jnp.int32))
+
+
+@pytest.mark.parametrize("name", mixers.names())
+def test_wrong_input_is_an_error_naming_the_mixer_and_shape(name):
+    mixer = _mixer(name)
+    with pytest.raises(ValueError, match=rf"mixer '{name}'.*d_model={D}\], got shape \(2, 12, 16\)"):
+        mixer(_x()[..., :16])
+    with pytest.raises(ValueError, match=rf"mixer '{name}'.*floating-point, got dtype int32"):
+        mixer(_x().astype(jnp.int32))
+    with pytest.raises(ValueError, match=rf"mixer '{name}'.*mask must be bool"):
+        mixer(_x(), mask=MASK.astype(jnp.float32))
+    assert mixer(_x(), mask=MASK).shape == (B, T, D)

@@ -163,7 +163,21 @@ def test_resume_config_check_names_the_field_and_writes_nothing(tmp_path):
         check_resume_config(changed, tmp_path)
     assert (tmp_path / "config.json").read_text() == before
     longer = _cfg()
-    longer.train.steps = 5000  # allowed: train longer
+    longer.train.steps = 5000  # the cosine schedule decays to 0 at train.steps: the steps run would differ
+    with pytest.raises(
+        ConfigMismatchError, match=r"train.steps 1000 -> 5000 cannot change on resume with the 'cosine'"
+    ):
+        check_resume_config(longer, tmp_path)
+    assert (tmp_path / "config.json").read_text() == before
+
+
+@pytest.mark.parametrize("schedule", ["rsqrt", "constant"])
+def test_resume_may_train_longer_where_the_schedule_allows_and_change_eval_batch(tmp_path, schedule):
+    first = _cfg()
+    first.train.schedule = schedule
+    write_config(first, tmp_path)
+    longer = _cfg()
+    longer.train.update(schedule=schedule, steps=5000, eval_batch_size=7, log_every=3)
     check_resume_config(longer, tmp_path)
     write_config(longer, tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["train"]["steps"] == 5000

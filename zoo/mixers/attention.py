@@ -14,6 +14,7 @@ import ml_collections
 from flax import nnx
 
 from zoo.layers.common import compute_dtype, dense
+from zoo.mixers.inputs import check_mixer_input
 
 
 class MultiHeadMixer(nnx.Module):
@@ -62,6 +63,10 @@ class MultiHeadMixer(nnx.Module):
             raise ValueError(f"mixer {self.name!r} has no causal form")
         if context is not None and causal:
             raise ValueError(f"mixer {self.name!r}: cross-attention cannot be causal")
+        d_model = self.num_heads * self.head_dim
+        check_mixer_input(self.name, x, d_model, mask if context is None and context_kv is None else None)
+        if context is not None:
+            check_mixer_input(self.name, context, d_model, context_mask, what="context")
         q = self._split(self.query(x))
         if context_kv is not None:
             k, v, source_mask = context_kv["k"], context_kv["v"], context_mask

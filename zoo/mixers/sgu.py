@@ -18,6 +18,7 @@ import numpy as np
 from flax import nnx
 
 from zoo.layers.common import compute_dtype, dense
+from zoo.mixers.inputs import check_mixer_input
 from zoo.mixers.registry import register
 
 
@@ -97,6 +98,7 @@ class SpatialGatingMixer(nnx.Module):
     def __call__(self, x, *, mask=None, causal=False, context=None, context_mask=None):
         if context is not None:
             raise ValueError(f"mixer {self.name!r} mixes only within a sequence; it cannot be used as cross-attention")
+        check_mixer_input(self.name, x, self.proj_in.in_features, mask)
         length = x.shape[1]
         w = self.spatial_matrix(length, causal)
         z1, z2 = self._split_gate(x)

@@ -1,15 +1,42 @@
 """Orbax checkpoints of one run: train state, Grain iterator state and a JSON record (step, RNG, metrics).
 
 Orbax writes each step to a temporary directory and renames it when complete, so an interrupted save
-never replaces a good checkpoint. The trainer refuses to save a state whose loss is not finite.
+never replaces a good checkpoint. The trainer refuses to save a state whose loss is not finite. A step
+that does not restore (a file deleted, truncated or altered on disk) is moved aside into
+`<checkpoints>_broken/`, never deleted, and the previous step is tried (`restore_latest`).
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import grain
+import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
+
+class NoCheckpointRestores(RuntimeError):
+    """Every checkpoint step in the directory failed to restore (each one was moved aside)."""
+
+
+def _first_line(e: BaseException, limit: int = 300) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text[:limit]}"
+
+
+def _check_json_files(step_dir: Path) -> None:
+    """The step's JSON items must parse; Orbax's own error does not say which file is broken."""
+    for path in [step_dir / "meta" / "metadata", *sorted((step_dir / "data").glob("*.json"))]:
+        try:
+            json.loads(path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path} is missing") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is not valid JSON ({e})") from None
 
 
 class Checkpointer:
@@ -27,6 +54,52 @@ class Checkpointer:
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
+
+    @property
+    def broken_directory(self) -> Path:
+        directory = Path(self.manager.directory)
+        return directory.with_name(directory.name + "_broken")
+
+    def _move_aside(self, step: int) -> Path:
+        """Moves step `step` into `broken_directory` (a suffix keeps earlier ones) and forgets it."""
+        target = self.broken_directory / str(step)
+        if jax.process_index() == 0:
+            self.broken_directory.mkdir(parents=True, exist_ok=True)
+            n = 1
+            while target.exists():
+                target, n = self.broken_directory / f"{step}.{n}", n + 1
+            os.replace(Path(self.manager.directory) / str(step), target)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"checkpoint-move-aside-{step}")
+        self.manager.reload()
+        return target
+
+    def restore_latest(
+        self, abstract_state, data_iterator, *, report: Callable[[str], None] = print
+    ) -> tuple[int, object, dict] | None:
+        """(step, state, meta) of the newest step that restores, or None when there is no checkpoint.
+
+        A step that fails is reported in one line (step, file or error) and moved aside, never deleted;
+        then the step before it is tried. Raises NoCheckpointRestores when steps existed and none restored.
+        """
+        tried = []
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                _check_json_files(Path(self.manager.directory) / str(step))
+                state, meta = self.restore(step, abstract_state, data_iterator)
+                if int(meta.get("step", -1)) != step:
+                    raise ValueError(f"its meta record says step {meta.get('step')!r}")
+                return step, state, meta
+            except Exception as e:  # any failure of this step: keep it aside and try the previous one
+                moved = self._move_aside(step)
+                tried.append(step)
+                report(f"checkpoint step {step} does not restore ({_first_line(e)}); moved it to {moved}")
+        if tried:
+            raise NoCheckpointRestores(
+                f"no checkpoint in {self.manager.directory} restores (steps {', '.join(map(str, tried))}, moved to "
+                f"{self.broken_directory}); run the same command again to start from step 0"
+            )
+        return None
 
     def save(self, step: int, state, data_iterator, meta: dict) -> None:
         self.manager.save(

@@ -19,6 +19,7 @@ import ml_collections
 from absl import app, flags, logging
 
 from zoo.training import distributed, memory
+from zoo.training.checkpoints import NoCheckpointRestores
 from zoo.training.loop import train_and_evaluate
 
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs.")
@@ -31,7 +32,7 @@ _FAKE_DEVICES = flags.DEFINE_integer("fake_cpu_devices", 0, "Simulate this many 
 
 # Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run): one clear
 # line and exit status 2, no traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError)
+USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError, NoCheckpointRestores)
 # Another process of a multi-process run died: this one stops at once with this status.
 LOST_PEER_EXIT_CODE = 3
 

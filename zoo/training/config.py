@@ -10,8 +10,17 @@ import ml_collections
 
 # Fields that may change when a run is resumed: they alter when things happen, not what is computed.
 RESUMABLE_FIELDS = frozenset(
-    {"train.steps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints"}
+    {
+        "train.steps",  # except with the cosine schedule, which decays to 0 at train.steps (check_resume_config)
+        "train.log_every",
+        "train.eval_every",
+        "train.checkpoint_every",
+        "train.keep_checkpoints",
+        "train.eval_batch_size",  # evaluation means are over examples, whatever the batch
+    }
 )
+# Schedules whose learning rate at a step depends on train.steps: extending such a run changes its past.
+STEP_DEPENDENT_SCHEDULES = frozenset({"cosine"})
 
 
 class ConfigMismatchError(ValueError):
@@ -92,6 +101,13 @@ def check_resume_config(config: ml_collections.ConfigDict, workdir: Path) -> Non
             for k in sorted(set(old) | set(new))
             if k not in RESUMABLE_FIELDS and old.get(k, missing) != new.get(k, missing)
         ]
+        if old.get("train.steps") != new.get("train.steps") and new.get("train.schedule") in STEP_DEPENDENT_SCHEDULES:
+            raise ConfigMismatchError(
+                f"{path}: train.steps {old.get('train.steps')} -> {new.get('train.steps')} cannot change on resume "
+                f"with the {new.get('train.schedule')!r} schedule, which decays to 0 at train.steps: the steps already "
+                "run would differ from a fresh run of the new length. Use a new --workdir. Nothing in the workdir "
+                "was changed."
+            )
         if changed:
             lines = "\n".join(f"  {k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in changed)
             raise ConfigMismatchError(

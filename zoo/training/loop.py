@@ -36,6 +36,8 @@ from zoo.training.validate import validate_config
 # the given step completes.
 _KILL_AFTER_STEP_ENV = "ZOO_TEST_KILL_AFTER_STEP"
 _SIGTERM_AFTER_STEP_ENV = "ZOO_TEST_SIGTERM_AFTER_STEP"
+# SIGKILL after the final evaluation of this split has been logged (a crash during the final evaluation).
+_KILL_AFTER_FINAL_EVAL_ENV = "ZOO_TEST_KILL_AFTER_FINAL_EVAL"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +105,18 @@ def evaluate(eval_step, state, batches: Iterable[dict], mesh, *, max_batches: in
     return {**summarise(sums), "examples": sums.get("count", 0.0)}
 
 
+def _finished_results(workdir: Path, restored_step: int, steps: int) -> dict | None:
+    """results.json of a workdir whose training and final evaluation are complete, else None."""
+    path = workdir / "results.json"
+    if restored_step != steps or not path.exists():
+        return None
+    try:
+        results = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None  # written atomically, so only a hand-edited file gets here: evaluate again
+    return results if results.get("steps") == float(steps) else None
+
+
 def check_batch_rows(train_cfg: ml_collections.ConfigDict, task: Task) -> tuple[int, str]:
     """(rows that every batch is a multiple of, the config field that sets them); errors name the field.
 
@@ -143,6 +157,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
             f"{field} / train.grad_accum_steps = {rows // train_cfg.grad_accum_steps} "
             f"is not divisible by the {mesh_lib.batch_shards(mesh)} data × fsdp shards"
         )
+    eval_rows = train_cfg.eval_batch_size or rows
+    if not task.row_multiple and eval_rows % mesh_lib.batch_shards(mesh):
+        raise ValueError(
+            f"train.eval_batch_size={eval_rows} is not divisible by the {mesh_lib.batch_shards(mesh)} data × fsdp "
+            "shards (0 means train.batch_size)"
+        )
     build = state_builder(task.build_model, train_cfg, config.seed)
     abstract_state(build)
     task.prepare()
@@ -176,19 +196,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     data_iter = iter(task.train_batches())
     checkpointer = Checkpointer(workdir / "checkpoints", max_to_keep=train_cfg.keep_checkpoints)
     start_step, pending = 0, {}
-    latest = checkpointer.latest_step()
-    if latest is None and task.warm_start is not None:
+    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, state_sharding)
+    # The newest step that restores; broken ones are moved aside with a line each (never deleted).
+    restored = checkpointer.restore_latest(abstract, data_iter, report=lambda line: print(line, flush=True))
+    if restored is None and task.warm_start is not None:
         state = jax.device_put(task.warm_start(state), state_sharding)
-    if latest is not None:
-        abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, state_sharding)
-        state, meta = checkpointer.restore(latest, abstract, data_iter)
-        start_step = int(meta["step"])
+    earlier_seconds = 0.0  # training time of earlier runs of this workdir, up to the restored checkpoint
+    if restored is not None:
+        start_step, state, meta = restored
         pending = {k: jnp.float32(v) for k, v in meta["pending_metrics"].items()}
         rng = jax.random.wrap_key_data(jnp.asarray(meta["rng"], jnp.uint32))
+        earlier_seconds = float(meta.get("train_seconds", 0.0))
+        finished = _finished_results(workdir, start_step, train_cfg.steps)
+        if finished is not None:  # re-running a finished workdir changes nothing
+            checkpointer.close()
+            if is_writer:
+                print(f"{workdir} already finished {train_cfg.steps} steps; results.json is unchanged", flush=True)
+            return finished
         if is_writer:
             print(f"resumed from {workdir / 'checkpoints'} at step {start_step}", flush=True)
 
-    writer = MetricWriter(workdir, resume_step=start_step, enabled=is_writer)
+    writer = MetricWriter(workdir, resume_step=start_step, final_step=train_cfg.steps, enabled=is_writer)
     progress = Progress(train_cfg.steps, start_step, enabled=is_writer)
     watch = Stopwatch()
     kill_after = int(os.environ.get(_KILL_AFTER_STEP_ENV, "-1"))
@@ -205,7 +233,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
                 f"loss is not finite ({loss}) at step {step}; refusing to checkpoint it. "
                 f"The last good checkpoint (step {checkpointer.latest_step()}) is kept in {workdir / 'checkpoints'}."
             )
-        meta = {"step": step, "rng": np.asarray(jax.random.key_data(rng)).tolist(), "pending_metrics": pending_host}
+        meta = {
+            "step": step,
+            "rng": np.asarray(jax.random.key_data(rng)).tolist(),
+            "pending_metrics": pending_host,
+            "train_seconds": earlier_seconds + watch.elapsed(),
+        }
         checkpointer.save(step, state, data_iter, meta)
 
     # Whatever stops the loop (an error, Ctrl-C), saves already under way are completed: a good
@@ -258,8 +291,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
         writer.write(train_cfg.steps, split, _numbers(metrics))
         progress.log(train_cfg.steps, split, _numbers(metrics))
         results.update({f"{split}_{k}": v for k, v in metrics.items()})
-    results["train_wall_time_s"] = train_seconds
+        if os.environ.get(_KILL_AFTER_FINAL_EVAL_ENV) == split:
+            os.kill(os.getpid(), signal.SIGKILL)
+    # Training time over every run of this workdir up to the last checkpoint, plus this run's; this run's alone.
+    results["train_wall_time_s"] = earlier_seconds + train_seconds
+    results["train_wall_time_this_run_s"] = train_seconds
     results["eval_wall_time_s"] = watch.elapsed() - train_seconds  # the final evaluation of every split
+    results["resumed_at_step"] = float(start_step)
     results["train_steps_run"] = float(train_cfg.steps - start_step)
     results.update(task.final_results(results))
     if is_writer:

@@ -31,18 +31,25 @@ def summarise(sums: dict[str, float]) -> dict[str, float]:
 class MetricWriter:
     """Appends one JSON object per logged step and split; mirrors scalars to TensorBoard.
 
-    `resume_step` drops lines past that step (they belong to steps the resumed run redoes).
-    Only the writing process (process 0) touches files.
+    `resume_step` drops lines past that step (they belong to steps the resumed run redoes), and when it is
+    `final_step` also the evaluation lines at it: the final evaluation follows the last checkpoint, so a run
+    stopped during it redoes it. Only the writing process (process 0) touches files.
     """
 
-    def __init__(self, workdir: str | Path, *, resume_step: int, enabled: bool = True):
+    def __init__(self, workdir: str | Path, *, resume_step: int, final_step: int | None = None, enabled: bool = True):
         self.enabled = enabled
         self.path = Path(workdir) / "metrics.jsonl"
         self.tb = None
         if not enabled:
             return
+
+        def keep(record: dict) -> bool:
+            if record["step"] == resume_step == final_step:
+                return record["split"] == "train"
+            return record["step"] <= resume_step
+
         if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
+            kept = [line for line in self.path.read_text().splitlines() if keep(json.loads(line))]
             tmp = self.path.with_suffix(".jsonl.tmp")
             tmp.write_text("".join(line + "\n" for line in kept))
             os.replace(tmp, self.path)

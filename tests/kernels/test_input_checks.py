@@ -1,0 +1,74 @@
+"""Bad inputs to the attention ops are errors that name the argument, in every impl (issue: silently
+accepted int32 inputs, float masks, causal="no", γ ≤ 0, T = 0 and negative features)."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import kernels
+
+IMPLS = ["reference", "xla", "pallas"]
+
+
+def _qkv(t=8, dtype=jnp.float32):
+    x = jax.random.uniform(jax.random.key(0), (1, t, 2, 16)).astype(dtype)
+    return x, x + 0.5, x - 0.5
+
+
+def _relu(impl, q, k, v, **kw):
+    return kernels.relu_attention(q, k, v, impl=impl, **kw)
+
+
+def _linear(impl, q, k, v, **kw):
+    return kernels.linear_attention(q, k, v, impl=impl, **kw)
+
+
+BAD = {
+    "integer inputs": (dict(), lambda q, k, v: (q.astype(jnp.int32), k, v), r"q must be a floating-point array"),
+    "float mask": (dict(key_mask=jnp.ones((1, 8), jnp.float32)), None, r"key_mask must be a bool array"),
+    "causal as a string": (dict(causal="no"), None, r"causal must be a bool, got 'no'"),
+    "empty sequence": (dict(), lambda q, k, v: (q[:, :0], k[:, :0], v[:, :0]), r"query_length is 0"),
+}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("kind", sorted(BAD))
+@pytest.mark.parametrize("op", [_relu, _linear])
+def test_bad_input_names_the_argument(op, kind, impl):
+    kwargs, transform, message = BAD[kind]
+    q, k, v = _qkv()
+    if transform is not None:
+        q, k, v = transform(q, k, v)
+    if op is _linear and kind == "integer inputs":
+        message = message.replace("q must", "phi_q must")
+    with pytest.raises(ValueError, match=message):
+        op(impl, q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("gamma", [0.0, -1.0, jnp.array([1.0, -0.5])])
+def test_relu_gamma_must_be_positive(impl, gamma):
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="gamma must be positive"):
+        kernels.relu_attention(q, k, v, gamma=gamma, impl=impl)
+
+
+def test_gamma_is_not_checked_inside_jit():
+    # A traced γ (a model parameter) cannot be checked without a host round trip: the op still runs.
+    q, k, v = _qkv()
+    out = jax.jit(lambda g: kernels.relu_attention(q, k, v, gamma=g, impl="xla"))(jnp.array([1.0, 2.0]))
+    assert out.shape == v.shape
+
+
+def test_reference_linear_attention_refuses_negative_features():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"phi_k must be non-negative .* minimum -0\.4"):
+        kernels.linear_attention(q, k - 1.0, v, impl="reference")
+
+
+def test_good_inputs_still_pass_in_every_impl():
+    q, k, v = _qkv()
+    mask = jnp.array([[True] * 6 + [False] * 2])
+    for impl in IMPLS:
+        assert kernels.relu_attention(q, k, v, key_mask=mask, causal=True, gamma=0.5, impl=impl).shape == v.shape
+        assert kernels.linear_attention(q, k, v, key_mask=mask, causal=True, impl=impl).shape == v.shape
