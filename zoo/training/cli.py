@@ -4,6 +4,7 @@ Flags added to every task CLI:
   --coordinator_address, --num_processes, --process_id   several processes (see `distributed.initialize`)
   --heartbeat_timeout_s   how long the others wait for a vanished process before failing
   --fake_cpu_devices=N    run on N simulated CPU devices (memory planning, sharding tests)
+  --debug                 show an error's full traceback instead of one line
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ _HEARTBEAT = flags.DEFINE_integer(
     "heartbeat_timeout_s", 100, "Seconds without a heartbeat after which a multi-process run fails."
 )
 _FAKE_DEVICES = flags.DEFINE_integer("fake_cpu_devices", 0, "Simulate this many CPU devices (0: real devices).")
+_DEBUG = flags.DEFINE_bool("debug", False, "Show an error's full traceback instead of one line.")
 
 # Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run): one clear
 # line and exit status 2, no traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError, NoCheckpointRestores)
+# I/O failures (OSError: a missing or unreadable file, a full disk) are reported the same way.
+USER_ERRORS = (ValueError, OSError, FloatingPointError, NoCheckpointRestores)
 # Another process of a multi-process run died: this one stops at once with this status.
 LOST_PEER_EXIT_CODE = 3
 
@@ -63,12 +66,36 @@ def unknown_override(argv: Sequence[str], flag: str = "config") -> str | None:
     return None
 
 
+def config_file_problem(argv: Sequence[str], flag: str = "config") -> str | None:
+    """An error message when `--config=FILE[:preset]` names a file that does not exist, else None."""
+    for arg in argv:
+        if arg.startswith(f"--{flag}="):
+            path = arg.split("=", 1)[1].split(":", 1)[0]
+            if path and not os.path.isfile(path):
+                return f"--{flag}: no config file {path!r} (relative paths start at {os.getcwd()})"
+    return None
+
+
+def show_command_flags(main: Callable, *modules: str) -> None:
+    """Makes `--help` list the command's own flags and this module's (absl lists only the main module's)."""
+    by_module = flags.FLAGS.flags_by_module_dict()
+    for module in (main.__module__, __name__, *modules):
+        for flag in by_module.get(module, []):
+            flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+    main_module = sys.modules.get("__main__")
+    if main_module is not None and not getattr(main_module, "__doc__", None):
+        main_module.__doc__ = sys.modules[main.__module__].__doc__  # the usage text absl prints first
+
+
 def run(main: Callable[[list[str]], None], prog: str) -> None:
     """`app.run(main)` with checked overrides, distributed start-up and WARNING-level library logs."""
-    message = unknown_override(sys.argv[1:])
+    message = unknown_override(sys.argv[1:]) or config_file_problem(sys.argv[1:])
     if message:
         print(f"{prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
+    show_command_flags(main)
+    if any(arg in ("--help", "-h", "-?", "--helpshort") for arg in sys.argv[1:]):
+        app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)  # absl's own --help exits with status 1
 
     def wrapped(argv):
         if not flags.FLAGS["verbosity"].present:
@@ -88,7 +115,9 @@ def run(main: Callable[[list[str]], None], prog: str) -> None:
             print(f"{prog}: {e}", file=sys.stderr)
             sys.exit(distributed.PREEMPTED_EXIT_CODE)
         except USER_ERRORS as e:
-            print(f"{prog}: error: {e}", file=sys.stderr)
+            if _DEBUG.value:
+                raise
+            print(f"{prog}: error: {' '.join(str(e).split()) if isinstance(e, OSError) else e}", file=sys.stderr)
             sys.exit(2)
         except jax.errors.JaxRuntimeError as e:
             if jax.process_count() == 1:

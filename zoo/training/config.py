@@ -117,6 +117,24 @@ def check_resume_config(config: ml_collections.ConfigDict, workdir: Path) -> Non
             )
 
 
+def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
+    """Raises a one-line ValueError when `path` cannot be a directory this process writes into."""
+    path = os.path.abspath(path)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"{flag}={path} exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{flag}={path} is not writable")
+        return
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"{flag}={path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag}={path} cannot be created: {parent} is not writable")
+
+
 def write_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
     """Writes workdir/config.json atomically (call `check_resume_config` first)."""
     path = Path(workdir) / "config.json"

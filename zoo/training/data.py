@@ -26,6 +26,28 @@ class DataFormatError(ValueError):
     """A malformed or unusable input file; the message names the file (and line, where there is one)."""
 
 
+def decode_utf8(data: bytes, where: str) -> str:
+    """Strict UTF-8: a text that is not is an error naming `where` and the line of the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataFormatError(f"{where}:{line}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
+
+
+def utf8_lines(data: bytes, where: str) -> list[str]:
+    """The lines of UTF-8 bytes without their line ends (\\n or \\r\\n); bad bytes name `where` and the line."""
+    lines = decode_utf8(data, where).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def read_utf8_lines(path: str | os.PathLike) -> list[str]:
+    """`utf8_lines` of a file."""
+    return utf8_lines(Path(path).read_bytes(), str(path))
+
+
 def source_key(*parts: object) -> str:
     """A short hash of cache inputs; a `Path` part contributes its name, size and mtime (a changed file re-caches)."""
     items = []

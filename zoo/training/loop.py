@@ -24,7 +24,7 @@ from flax import nnx
 
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
-from zoo.training.config import check_resume_config, write_config
+from zoo.training.config import check_output_dir, check_resume_config, write_config
 from zoo.training.distributed import Preempted, PreemptionWatcher
 from zoo.training.metrics import MetricWriter, Progress, Stopwatch, summarise
 from zoo.training.optim import make_schedule
@@ -148,6 +148,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     train_cfg = config.train
     is_writer = jax.process_index() == 0
     # Every check that can fail on a bad config runs before anything is written to the workdir.
+    check_output_dir(workdir, "--workdir")
     validate_config(config)
     rows, field = check_batch_rows(train_cfg, task)
     check_resume_config(config, workdir)

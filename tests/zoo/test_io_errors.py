@@ -1,0 +1,90 @@
+"""I/O problems are one line naming the path and the problem, exit status 2, before any work; --help lists
+each command's own flags; --debug shows the traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from zoo.training.config import check_output_dir
+from zoo.training.data import DataFormatError, read_utf8_lines
+
+
+def _cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_output_dir_checks(tmp_path, monkeypatch):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match=rf"--workdir={a_file} exists and is not a directory"):
+        check_output_dir(a_file, "--workdir")
+    with pytest.raises(ValueError, match=rf"--workdir={a_file}/run/deeper: {a_file} is a file, not a directory"):
+        check_output_dir(a_file / "run" / "deeper", "--workdir")
+    check_output_dir(tmp_path / "new" / "run", "--workdir")  # creatable
+    check_output_dir(tmp_path, "--workdir")  # exists, writable
+    assert not (tmp_path / "new").exists()  # a check, not a mkdir
+    # Not writable (root bypasses permissions, so the answer of os.access is what is set here).
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(ValueError, match=rf"--workdir={tmp_path} is not writable"):
+        check_output_dir(tmp_path, "--workdir")
+    with pytest.raises(ValueError, match=rf"cannot be created: {tmp_path} is not writable"):
+        check_output_dir(tmp_path / "new", "--workdir")
+
+
+def test_utf8_lines_name_file_and_line(tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_bytes(b"one\r\ntwo\n\nfa\xe7ade\n")
+    with pytest.raises(DataFormatError, match=rf"{path}:4: not valid UTF-8"):
+        read_utf8_lines(path)
+    path.write_bytes(b"one\r\ntwo\n\nfour")
+    assert read_utf8_lines(path) == ["one", "two", "", "four"]
+
+
+LISTOPS = "--config=lra_flax/configs/listops.py:demo"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["lra_flax", LISTOPS, "--workdir={file}"], "--workdir={file} exists and is not a directory"),
+        (["lra_flax", LISTOPS, "--workdir={file}/run"], "{file} is a file, not a directory"),
+        (["lra_flax", "--config=lra_flax/configs/nope.py:demo", "--workdir={tmp}/run"], "no config file 'lra_flax/co"),
+        (["lra_flax.data_cli", "listops", "--output_dir={file}"], "--output_dir={file} exists and is not a directory"),
+        (["mt_flax.data_cli", "bible", "--output_dir={file}/out"], "{file} is a file, not a directory"),
+        (["mlm_flax.data_cli", "kjv", "--output_dir={file}"], "--output_dir={file} exists and is not a directory"),
+    ],
+)
+def test_cli_io_errors_are_one_line_and_exit_2(tmp_path, args, message):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    run = _cli(*(a.format(file=a_file, tmp=tmp_path) for a in args))
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert message.format(file=a_file) in run.stderr and "Traceback" not in run.stderr
+    assert len([line for line in run.stderr.splitlines() if "error:" in line]) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    run = _cli("lra_flax", LISTOPS, f"--workdir={a_file}", "--debug")
+    assert run.returncode != 0 and "Traceback" in run.stderr and "exists and is not a directory" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "module, own_flags",
+    [
+        ("lra_flax", ["--config", "--workdir", "--plan_memory", "--debug", "--num_processes"]),
+        ("mt_flax.translate", ["--workdir", "--input", "--output", "--beam_size", "--length_penalty"]),
+        ("mlm_flax.data_cli", ["--output_dir", "--wheel_cache", "--holdout_fraction"]),
+        ("lra_flax.data_cli", ["--output_dir", "--num_train", "--resolution", "--difficulty"]),
+    ],
+)
+def test_help_lists_the_commands_own_flags(module, own_flags):
+    run = _cli(module, "--help")
+    assert run.returncode == 0, run.stderr[-2000:]
+    for flag in own_flags:  # booleans read --[no]name
+        assert f"{flag}:" in run.stdout or flag.replace("--", "--[no]") + ":" in run.stdout, (flag, run.stdout[:2000])
+    assert "--helpfull" not in run.stdout.split("flags:")[0]  # the usage text comes first, from the docstring
