@@ -124,7 +124,7 @@ def cache_examples(cache: Path, examples: Callable[[], Iterable[dict]], what: st
     """Writes `examples()` to `cache` unless it exists; an empty result is an error naming `what`."""
     if cache.exists():
         return cache
-    count = data_lib.write_records(cache, examples())
+    count = data_lib.write_records(cache, examples(), progress=f"caching {what}")
     if count == 0:
         cache.unlink()
         raise DataFormatError(f"{what}: no examples")

@@ -122,7 +122,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
                 }
                 for texts, label in splits[split]
             )
-            data_lib.write_records(path, records)
+            data_lib.write_records(path, records, progress=f"caching {path.name}")
         return paths
 
     def warm_start(state: nnx.State) -> nnx.State:

@@ -152,7 +152,7 @@ def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokeni
             np.add.at(counts, seq, 1)
             yield {"tokens": seq}
 
-    n = data_lib.write_records(path, sequences())
+    n = data_lib.write_records(path, sequences(), progress=f"caching {path.name}")
     if n == 0:
         path.unlink()
         raise DataFormatError(f"the {split} split of data.source={d.source!r} has no tokens")

@@ -141,7 +141,7 @@ def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokeni
             refs.append(ex.pop("ref"))
             yield ex
 
-    data_lib.write_records(path, examples())
+    data_lib.write_records(path, examples(), progress=f"caching {split}")
     if stats["filtered"]:
         msg = f"{split}: dropped {stats['filtered']} of {len(corpus)} sentence pairs longer than allowed"
         logging.warning(msg)

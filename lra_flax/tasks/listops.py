@@ -19,6 +19,7 @@ import ml_collections
 
 from lra_flax import input_pipeline
 from zoo.models import SequenceClassifier
+from zoo.progress import WorkProgress
 from zoo.training import Task
 from zoo.training.distributed import first_process_then_others
 
@@ -106,6 +107,7 @@ def generate(
     max_length: int = 2000,
     max_depth: int = 10,
     max_args: int = 10,
+    progress: bool = False,
 ) -> list[tuple[str, int]]:
     """`num_examples` distinct (source, label) pairs with min_length < length < max_length, in generation order."""
     if min_length + 1 >= max_length:
@@ -115,6 +117,7 @@ def generate(
     rng = random.Random(seed)
     seen: dict[str, int] = {}
     attempts = 0
+    bar = WorkProgress("generating ListOps", total=num_examples, unit="examples") if progress else None
     while len(seen) < num_examples:
         attempts += 1
         if attempts > 1000 * num_examples + 100000:
@@ -127,6 +130,10 @@ def generate(
             source = to_string(tree)
             if source not in seen:
                 seen[source] = evaluate_tree(tree)
+                if bar is not None:
+                    bar.update()
+    if bar is not None:
+        bar.close()
     return list(seen.items())
 
 
@@ -160,6 +167,7 @@ def write_dataset(
         max_length=max_length,
         max_depth=max_depth,
         max_args=max_args,
+        progress=True,
     )
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,8 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 from flax import serialization
 
+from zoo.progress import WorkProgress
+
 Example = dict[str, np.ndarray]
 
 
@@ -76,19 +78,31 @@ def open_tfds(name: str, split: str, data_dir: str | None, alternative: str):
         ) from None
 
 
-def write_records(path: str | os.PathLike, examples: Iterable[Example]) -> int:
-    """Writes examples to an ArrayRecord file atomically (a temporary file, then a rename); returns the count."""
+def write_records(path: str | os.PathLike, examples: Iterable[Example], *, progress: str | None = None) -> int:
+    """Writes examples to an ArrayRecord file atomically (a temporary file, then a rename); returns the count.
+
+    A failure part-way (a bad line in the source, a full disk) removes the temporary file. `progress` names
+    the work for a progress bar / periodic log line (examples/s)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     writer = ArrayRecordWriter(str(tmp), "group_size:1")
     count = 0
+    bar = WorkProgress(progress, unit="examples") if progress else None
     try:
         for ex in examples:
             writer.write(serialization.msgpack_serialize(ex))
             count += 1
-    finally:
+            if bar is not None:
+                bar.update()
         writer.close()
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
     os.replace(tmp, path)
     return count
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -247,7 +248,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
     try:
         for step in range(start_step, train_cfg.steps):
             batch = next(data_iter)
+            if step == start_step and is_writer:
+                print("compiling the train step (the first step waits for it)...", flush=True)
+                compile_start = time.perf_counter()
             state, sums = train_step(state, mesh_lib.put_batch(batch, mesh), rng)
+            if step == start_step and is_writer:
+                jax.block_until_ready(sums)  # once per run: the compile time is worth a host sync
+                print(f"first train step done in {time.perf_counter() - compile_start:.1f} s (compilation included)",
+                      flush=True)  # fmt: skip
             watch.tick(task.count_tokens(batch) * jax.process_count())
             pending = _add(pending, sums)  # stays on device: no host sync per step
             progress.update()

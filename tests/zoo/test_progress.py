@@ -1,0 +1,36 @@
+"""Long work shows progress with a rate; a failed cache write leaves no temporary file behind."""
+
+import io
+
+import numpy as np
+import pytest
+
+from lra_flax.tasks import listops
+from zoo.progress import WorkProgress
+from zoo.training import data as data_lib
+
+
+def test_log_lines_carry_count_total_and_rate_when_not_a_terminal():
+    stream = io.StringIO()
+    with WorkProgress("caching test", total=4, unit="examples", every_s=0.0, stream=stream) as bar:
+        for _ in range(4):
+            bar.update()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 5  # one per update (every 0 s) and the closing line
+    assert lines[-1].startswith("caching test: 4/4 examples in ") and "examples/s" in lines[-1]
+    assert lines[0].startswith("caching test: 1/4 examples") and "s left" in lines[0]
+
+
+def test_listops_generation_reports_progress(tmp_path, capsys):
+    listops.write_dataset(tmp_path, num_train=20, num_valid=2, num_test=2, seed=0, min_length=5, max_length=60)
+    assert "generating ListOps: 24/24 examples" in capsys.readouterr().err
+
+
+def test_failed_cache_write_removes_its_temporary_file(tmp_path):
+    def examples():
+        yield {"inputs": np.zeros(3, np.int32)}
+        raise ValueError("data.tsv:2: bad line")
+
+    with pytest.raises(ValueError, match="data.tsv:2: bad line"):
+        data_lib.write_records(tmp_path / "cache" / "split.array_record", examples(), progress="caching split")
+    assert list((tmp_path / "cache").iterdir()) == []
