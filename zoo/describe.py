@@ -18,6 +18,7 @@ from absl import app, flags
 from flax import nnx
 from ml_collections import config_flags
 
+from zoo.mixers.softmax import softmax_implementation
 from zoo.models import Encoder
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "A task config with a `model` section.", lock_config=False)
@@ -54,7 +55,26 @@ def describe(model_cfg: ml_collections.ConfigDict) -> str:
     lines.append(f"  {'total':<12} {n:>12,}")
     lines.append(f"  {'softmax':<12} {base:>12,}  (same encoder with softmax attention)")
     lines.append(f"  extra parameters vs softmax: {n - base:+,} ({100 * (n - base) / base:+.2f}%)")
+    if model_cfg.mixer == "softmax":
+        lines.append(f"  softmax attention on this machine: {softmax_attention_path(model_cfg, jax.default_backend())}")
     return "\n".join(lines)
+
+
+def softmax_attention_path(model_cfg: ml_collections.ConfigDict, backend: str) -> str:
+    """Which implementation the softmax mixer of `model_cfg` uses on `backend`, and why."""
+    options = model_cfg.mixer_options.softmax
+    head_dim = model_cfg.d_model // model_cfg.num_heads
+    impl = softmax_implementation(
+        options.implementation, backend, model_cfg.dtype, head_dim, options.relative_buckets > 0
+    )
+    if impl == "cudnn":
+        return f"cuDNN flash attention ({backend}, {model_cfg.dtype}, head dim {head_dim}; decoding steps: XLA)"
+    if options.implementation == "xla":
+        return "XLA (implementation=xla)"
+    return (
+        f"XLA: cuDNN needs a GPU, bfloat16/float16, head dim ≤ 128 and a multiple of 8, no position bias "
+        f"(here: {backend}, {model_cfg.dtype}, head dim {head_dim}, relative_buckets={options.relative_buckets})"
+    )
 
 
 def main(argv: list[str]) -> None:

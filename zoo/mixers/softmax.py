@@ -1,7 +1,14 @@
-"""Softmax attention, the baseline (SPEC §1.1), through `jax.nn.dot_product_attention` (cuDNN on GPU).
+"""Softmax attention, the baseline (SPEC §1.1), through `jax.nn.dot_product_attention`.
 
 Option `relative_buckets` > 0 adds T5's learned relative position bias (one scalar per head and
 log-spaced distance bucket) to the scores: the "BERT + rel pos" baseline of the gMLP paper (SPEC §1.5).
+
+Option `implementation`: "xla" (materialises the T×T scores), "cudnn" (cuDNN flash attention: GPU, bf16 or
+fp16, head dim ≤ 128 and a multiple of 8, no position bias) or "auto" (the default: cuDNN where those hold
+and there is more than one query, XLA otherwise; `zoo.describe` says which). On the cuDNN path a key mask is
+passed as per-example key lengths, which is exact for padding at the end of the sequence — the padding every
+task here makes (`inputs != pad_id` with trailing pads; the decoding cache's visible prefix). A mask with
+holes needs implementation="xla".
 """
 
 from __future__ import annotations
@@ -39,9 +46,38 @@ def relative_position_buckets(
     return (buckets + np.where(n < exact, n, large)).astype(np.int32)
 
 
+IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+
+
+def softmax_implementation(option: str, backend: str, dtype, head_dim: int, has_bias: bool) -> str:
+    """What `implementation=option` runs on `backend` for these inputs: "xla" or "cudnn"."""
+    if option not in IMPLEMENTATIONS:
+        raise ValueError(f"softmax implementation={option!r} is unknown; valid: {', '.join(IMPLEMENTATIONS)}")
+    if option != "auto":
+        return option
+    cudnn_ok = (
+        backend == "gpu"
+        and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+        and head_dim <= 128
+        and head_dim % 8 == 0
+        and not has_bias
+    )
+    return "cudnn" if cudnn_ok else "xla"
+
+
+def attend_with_key_lengths(q, k, v, mask, causal: bool, *, implementation: str) -> jax.Array:
+    """Attention with the key mask given as per-example lengths (exact for trailing padding)."""
+    lengths = None if mask is None else jnp.sum(mask, axis=-1, dtype=jnp.int32)
+    return jax.nn.dot_product_attention(
+        q, k, v, key_value_seq_lengths=lengths, is_causal=causal, implementation=implementation
+    )
+
+
 class SoftmaxAttention(MultiHeadMixer):
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
+        self.implementation = cfg.implementation
+        softmax_implementation(self.implementation, "cpu", jnp.float32, self.head_dim, False)  # a known name
         self.relative_buckets, self.relative_max_distance = cfg.relative_buckets, cfg.relative_max_distance
         if self.relative_buckets and self.relative_buckets < 4:
             raise ValueError(f"mixer {cfg.name!r}: relative_buckets={self.relative_buckets} must be 0 (off) or ≥ 4")
@@ -67,9 +103,14 @@ class SoftmaxAttention(MultiHeadMixer):
         )
 
     def attend(self, q, k, v, mask, causal):
+        impl = softmax_implementation(
+            self.implementation, jax.default_backend(), q.dtype, q.shape[-1], self.relative_bias is not None
+        )
+        if impl == "cudnn" and (q.shape[1] > 1 or self.implementation == "cudnn"):
+            return attend_with_key_lengths(q, k, v, mask, causal, implementation="cudnn")
         bias_mask = None if mask is None else mask[:, None, None, :]
         bias = None if self.relative_bias is None else self.position_bias(q.shape[1], causal).astype(q.dtype)
-        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=bias_mask, is_causal=causal)
+        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=bias_mask, is_causal=causal, implementation="xla")
 
     def init_cache(self, batch: int, max_length: int) -> dict:
         if self.relative_bias is not None:
@@ -83,6 +124,7 @@ def _options() -> dict:
     return {
         "relative_buckets": 0,  # 0: no position bias; T5 uses 32
         "relative_max_distance": 128,  # distances beyond this share the last bucket
+        "implementation": "auto",  # auto | xla | cudnn (module docstring)
     }
 
 
