@@ -12,7 +12,8 @@ Implementations:
   "reference"  dense fp32 definition (materialises the T×T matrix; for tests).
   "xla"        blocked over keys with a `lax.scan`; the T×T matrix is never built, forward or
                backward (custom VJP that recomputes scores per key block).
-  "pallas"     the tiled kernels of `relu_attention_pallas` (interpret mode on CPU).
+  "pallas"     tiled kernels: `relu_attention_tpu` (Mosaic) for TPU, `relu_attention_pallas` (Triton) for
+               GPU; interpret mode on CPU.
   "auto"       "xla" on every backend for now: the Pallas kernels are checked against the reference
                in interpret mode only, and `auto` switches to them per backend once a benchmark on that
                hardware shows them correct and faster (kernels/bench.py).
@@ -261,6 +262,8 @@ def relu_attention(
     row_scale: str = "sqrt_half",
     block_sizes: XlaBlockSizes | None = None,
     pallas_block_sizes=None,
+    pallas_backend: str | None = None,
+    pallas_interpret: bool | None = None,
 ) -> jax.Array:
     """ReLU attention (SPEC §1.2). q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
 
@@ -269,7 +272,12 @@ def relu_attention(
       gamma: scalar or `[heads]`, the per-head temperature γ_h (positive).
       row_scale: "sqrt_half" divides row i by √(n_i/2) (ReLUFormer); "count" by n_i (ReLU/L);
         "none" by 1 (ReLA, and ReLUFormer's non-converging ablation).
-      block_sizes: key-block length for impl="xla"; pallas_block_sizes: a PallasBlockSizes for "pallas".
+      block_sizes: key-block length for impl="xla"; pallas_block_sizes: a PallasBlockSizes ("pallas" on GPU
+        or in interpret mode) or a TpuBlockSizes ("pallas" for TPU).
+      pallas_backend: the platform the "pallas" kernels are built for — "tpu" (Mosaic TPU kernels,
+        `relu_attention_tpu`), "gpu" (Triton) — default: the running backend's. Lowering for another
+        platform than the running one (e.g. `jax.export(..., platforms=["tpu"])` on a CPU) needs it.
+      pallas_interpret: run the kernels in Pallas interpret mode (default: on a CPU backend).
     """
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
@@ -277,11 +285,22 @@ def relu_attention(
     if impl == "reference":
         return _reference(q, k, v, key_mask, gamma_h, causal, row_scale)
     if impl == "pallas":
-        from kernels.relu_attention_pallas import relu_attention_pallas
-
         counts = visible_key_counts(key_mask, causal=causal, q_length=q.shape[1])
         factor = _row_factor(counts, gamma_h, row_scale)  # differentiable: dγ flows through it
-        return relu_attention_pallas(q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes)
+        backend = pallas_backend or jax.default_backend()
+        interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
+        if backend == "tpu":
+            from kernels.relu_attention_tpu import relu_attention_tpu
+
+            return relu_attention_tpu(
+                q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes, interpret=interpret
+            )
+        from kernels.relu_attention_pallas import relu_attention_pallas
+
+        return relu_attention_pallas(
+            q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes, backend=backend,
+            interpret=interpret,
+        )  # fmt: skip
     block_k = (block_sizes or XlaBlockSizes()).block_k
     return _xla(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
 

@@ -272,6 +272,7 @@ def relu_attention_pallas(
     *,
     causal: bool,
     block_sizes: PallasBlockSizes | None = None,
+    backend: str | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
     """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j via the Pallas kernels.
@@ -279,8 +280,8 @@ def relu_attention_pallas(
     q, k, v: `[batch, length, heads, dim]`; key_mask `[batch, key_length]` bool; factor
     `[batch, heads, q_length]` float32 (the row scale, differentiable: dγ flows through it).
     """
-    backend = jax.default_backend()
-    interpret = backend == "cpu" if interpret is None else interpret
+    backend = backend or jax.default_backend()  # the platform to build for (lowering for another is allowed)
+    interpret = jax.default_backend() == "cpu" if interpret is None else interpret
     _, tq, _, d = q.shape
     tk, dv_dim = k.shape[1], v.shape[-1]
     sizes = block_sizes or PallasBlockSizes.for_backend(backend, d)
