@@ -16,8 +16,9 @@ Implementations:
   "xla"        non-causal: two einsums. Causal: chunkwise — an fp32 state (S | z) carried across chunks
                by `lax.scan`, the intra-chunk part a masked C×C product; a ones column appended to v
                gives S and z from one matmul. Memory O(T·C) forward and backward.
-  "pallas"     `linear_attention_pallas`: one program per (batch, head) scanning chunks, custom VJP
-               with a forward scan for dφ(q) and a reverse scan for dφ(k), dv (interpret mode on CPU).
+  "pallas"     one program per (batch, head) scanning chunks, custom VJP with a forward scan for dφ(q)
+               and a reverse scan for dφ(k), dv: `linear_attention_tpu` (Mosaic) for TPU,
+               `linear_attention_pallas` (Triton) for GPU; interpret mode on CPU.
   "auto"       "xla" on every backend until a benchmark on the hardware shows the kernel faster.
 
 `linear_attention_step` advances the causal state by one token: O(1) memory per generated token.
@@ -141,6 +142,8 @@ def linear_attention(
     impl: str = "auto",
     chunk_size: int | None = None,
     pallas_block_sizes=None,
+    pallas_backend: str | None = None,
+    pallas_interpret: bool | None = None,
 ) -> jax.Array:
     """Linear attention over non-negative features. phi_q, phi_k: `[batch, length, heads, m]`; v: `[..., d_v]`.
 
@@ -149,7 +152,9 @@ def linear_attention(
 
     Returns v's shape and dtype. `eps_mode`: how ε enters the denominator (module docstring).
     `chunk_size` is the causal chunk length for impl="xla" (default 64) and "pallas";
-    `pallas_block_sizes` (a LinearBlockSizes) overrides it for "pallas".
+    `pallas_block_sizes` (a LinearBlockSizes, or a TpuChunkSizes for TPU) overrides it for "pallas".
+    `pallas_backend` ("tpu": the Mosaic kernels of `linear_attention_tpu`; "gpu": Triton; default: the
+    running backend's) and `pallas_interpret` (default: on a CPU backend) as for `relu_attention`.
     """
     _check(phi_q, phi_k, v, key_mask, causal)
     if impl not in IMPLS:
@@ -162,10 +167,22 @@ def linear_attention(
         check_non_negative("phi_k", phi_k)
         return _reference(phi_q, phi_k, v, causal, eps, eps_mode)
     if impl == "pallas":
+        backend = pallas_backend or jax.default_backend()
+        interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
+        if backend == "tpu":
+            from kernels.linear_attention_tpu import linear_attention_tpu
+
+            return linear_attention_tpu(
+                phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=pallas_block_sizes,
+                interpret=interpret,
+            )  # fmt: skip
         from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
 
         sizes = pallas_block_sizes or (LinearBlockSizes(chunk=chunk_size) if chunk_size else None)
-        return linear_attention_pallas(phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes)
+        return linear_attention_pallas(
+            phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, backend=backend,
+            interpret=interpret,
+        )  # fmt: skip
     if not causal:
         return _xla_noncausal(phi_q, phi_k, v, eps, eps_mode)
     return _xla_causal(phi_q, phi_k, v, eps, eps_mode, chunk_size or DEFAULT_CHUNK)

@@ -170,7 +170,7 @@ def _call(kernel, ins, out_shapes, out_specs, in_specs, sizes, backend, interpre
         in_specs=in_specs,
         out_specs=out_specs,
         out_shape=out_shapes,
-        compiler_params=_compiler_params(backend, sizes, head_dim, 2),
+        compiler_params=_compiler_params(backend, sizes, head_dim),
         interpret=interpret,
         name=name,
     )(*ins)
@@ -251,11 +251,12 @@ def linear_attention_pallas(
     eps: float,
     eps_mode: str = "add",
     block_sizes: LinearBlockSizes | None = None,
+    backend: str | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
     """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`."""
-    backend = jax.default_backend()
-    interpret = backend == "cpu" if interpret is None else interpret
+    backend = backend or jax.default_backend()  # the platform to build for (lowering for another is allowed)
+    interpret = jax.default_backend() == "cpu" if interpret is None else interpret
     sizes = block_sizes or LinearBlockSizes()
     t = phi_q.shape[1]
     m, dv = phi_q.shape[-1], v.shape[-1]

@@ -10,9 +10,9 @@ skips query blocks wholly below it). Backward recomputes scores per tile:
 
 and dγ = −Σ_i factor_i Σ_j p_ij dP_ij / γ from a per-row sum the dq kernel also emits.
 
-Inputs of any length and head dim are padded inside (keys masked, head dim to a power of two). The
-kernels use the portable `pl.pallas_call` form: Triton on GPU, Mosaic on TPU, and `interpret=True`
-on CPU (tests).
+Inputs of any length and head dim are padded inside (keys masked, head dim to a power of two). These
+are the GPU kernels (Triton through `pl.pallas_call`; `interpret=True` on CPU for tests); TPU has its own
+Mosaic kernels in `relu_attention_tpu`, laid out for its (8, 128) tiles.
 """
 
 from __future__ import annotations
@@ -44,21 +44,19 @@ class PallasBlockSizes:
             # H100, bf16, D 128, T 4096 causal (benchmarks/kernels-gpu-nvidia_h100_80gb_hbm3.json, "blocks"): 4 warps
             # and 3 stages took forward 5.63 → 3.50 ms and forward+backward 21.9 → 12.5 ms against 8 warps, 2 stages.
             return cls(block_q=64, block_k=64, block_q_bwd=64, block_k_bwd=64, num_warps=4, num_stages=3)
-        if backend == "tpu":  # Mosaic TPU tiles are (8, 128)-aligned
-            return cls(block_q=128, block_k=128, block_q_bwd=128, block_k_bwd=128)
         return cls(block_q=32, block_k=32, block_q_bwd=32, block_k_bwd=32)  # interpret mode: small is fast
 
 
-def _compiler_params(backend: str, sizes: PallasBlockSizes, head_dim: int, dims: int):
+def _compiler_params(backend: str, sizes: PallasBlockSizes, head_dim: int):
     if backend == "gpu":
         from jax.experimental.pallas import triton as plgpu
 
         warps = sizes.num_warps or (4 if head_dim <= 64 else 8)
         return plgpu.CompilerParams(num_warps=warps, num_stages=sizes.num_stages)
     if backend == "tpu":
-        from jax.experimental.pallas import tpu as pltpu
-
-        return pltpu.CompilerParams(dimension_semantics=("parallel",) * dims)
+        raise ValueError(
+            "these are the GPU (Triton) kernels; TPU has its own in relu_attention_tpu / linear_attention_tpu"
+        )
     return None
 
 
@@ -131,7 +129,7 @@ def _forward(q, k, v, valid, factor, causal, scale, sizes, backend, interpret):
         ],
         out_specs=_specs_q(bq, v.shape[-1]),
         out_shape=jax.ShapeDtypeStruct((*q.shape[:3], v.shape[-1]), v.dtype),
-        compiler_params=_compiler_params(backend, sizes, d, 3),
+        compiler_params=_compiler_params(backend, sizes, d),
         interpret=interpret,
         name="relu_attention_fwd",
     )(q, k, v, valid, factor)
@@ -200,7 +198,7 @@ def _backward(q, k, v, valid, factor, do, causal, scale, sizes, backend, interpr
     b, h, tq, d = q.shape
     tk, dv_dim = k.shape[2], v.shape[-1]
     bq, bk = sizes.block_q_bwd, sizes.block_k_bwd
-    params = _compiler_params(backend, sizes, d, 3)
+    params = _compiler_params(backend, sizes, d)
     dq, pdp = pl.pallas_call(
         functools.partial(_dq_kernel, block_q=bq, block_k=bk, scale=scale, causal=causal),
         grid=(tq // bq, b, h),

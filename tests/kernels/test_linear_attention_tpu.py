@@ -1,0 +1,108 @@
+"""The Mosaic TPU linear-attention kernels: equal to "reference" in interpret mode (outputs and every gradient,
+the normaliser's path into dφ(k) included), and lowered for TPU by cross-platform export on this CPU; the
+Triton kernels' CUDA lowering is checked the same way."""
+
+import re
+
+import chex
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import export
+
+import kernels
+from kernels.linear_attention_tpu import TpuChunkSizes
+
+CASES = [
+    # (causal, dtype, length, m, d_v, chunk, eps_mode): ragged lengths, widths that are not 128.
+    (True, jnp.float32, 45, 12, 6, 128, "add"),
+    (False, jnp.float32, 45, 12, 6, 128, "add"),
+    (True, jnp.float32, 300, 16, 24, 128, "add"),
+    (True, jnp.float32, 300, 64, 64, 256, "guard"),
+    (False, jnp.bfloat16, 260, 32, 64, 128, "add"),
+    (True, jnp.bfloat16, 260, 32, 64, 128, "guard"),
+]
+
+
+@pytest.mark.parametrize("causal, dtype, t, m, d, chunk, eps_mode", CASES)
+def test_interpret_mode_matches_reference(causal, dtype, t, m, d, chunk, eps_mode):
+    k0, k1, k2, k3 = jax.random.split(jax.random.key(t + m), 4)
+    phi_q = jax.nn.softplus(jax.random.normal(k0, (2, t, 2, m))).astype(dtype)
+    phi_k = jax.nn.softplus(jax.random.normal(k1, (2, t, 2, m))).astype(dtype)
+    v = jax.random.normal(k2, (2, t, 2, d)).astype(dtype)
+    mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])
+    w = jax.random.normal(k3, v.shape)
+    f32 = lambda x: x.astype(jnp.float32)
+
+    def loss(a, b, c, impl):
+        extra = {}
+        if impl == "pallas":
+            extra = dict(pallas_backend="tpu", pallas_interpret=True, pallas_block_sizes=TpuChunkSizes(chunk))
+        out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, impl=impl, eps_mode=eps_mode, **extra)
+        return jnp.sum(f32(out) * w), out
+
+    grad = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)
+    (_, ref), ref_grads = grad(f32(phi_q), f32(phi_k), f32(v), "reference")
+    (_, out), grads = jax.jit(grad, static_argnums=3)(phi_q, phi_k, v, "pallas")
+    chex.assert_type(out, dtype)
+    chex.assert_shape(out, v.shape)
+    tol = 2e-5 if dtype == jnp.float32 else 3e-2
+    chex.assert_trees_all_close(f32(out), ref, atol=tol, rtol=tol)
+    for name, g, r in zip(("dphi_q", "dphi_k", "dv"), grads, ref_grads, strict=True):
+        err = float(jnp.max(jnp.abs(f32(g) - r))) / (float(jnp.max(jnp.abs(r))) + 1e-6)
+        assert err < (tol if dtype == jnp.float32 else 4e-2), f"{name}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_dk_through_the_normaliser(causal):
+    # v = 1: the output is 1 − ε/(den+ε), so φ(k) reaches the loss only through z (the r term).
+    k0, k1 = jax.random.split(jax.random.key(3))
+    phi_q = jax.nn.softplus(jax.random.normal(k0, (1, 40, 2, 8)))
+    phi_k = jax.nn.softplus(jax.random.normal(k1, (1, 40, 2, 8)))
+    ones = jnp.ones((1, 40, 2, 4))
+
+    def f(phi_k, impl, **extra):
+        out = kernels.linear_attention(phi_q, phi_k, ones, causal=causal, eps=1.0, impl=impl, **extra)
+        return jnp.sum(out)
+
+    ref = jax.grad(f)(phi_k, "reference")
+    got = jax.grad(f)(phi_k, "pallas", pallas_backend="tpu", pallas_interpret=True)
+    assert float(jnp.abs(ref).max()) > 1e-4
+    chex.assert_trees_all_close(got, ref, atol=1e-6, rtol=1e-4)
+
+
+def test_chunk_must_be_a_lane_multiple():
+    with pytest.raises(ValueError, match=r"TpuChunkSizes.chunk=64 must be a positive multiple of 128"):
+        TpuChunkSizes(64)
+
+
+KERNEL_CALLS = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
+KERNELS = {  # the gradient needs the forward's output and denominator too
+    ("tpu", False): ["linear_attention_fwd_tpu"],
+    ("tpu", True): ["linear_attention_fwd_tpu", "linear_attention_bwd_dq_tpu", "linear_attention_bwd_dkdv_tpu"],
+    ("cuda", False): ["linear_attention_fwd"],
+    ("cuda", True): ["linear_attention_fwd", "linear_attention_bwd_dq", "linear_attention_bwd_dkdv"],
+}
+
+
+@pytest.mark.parametrize("platform", ["tpu", "cuda"])
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("t, d", [(1024, 64), (1000, 128), (16384, 128)])
+def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, t, d):
+    backend = {"tpu": "tpu", "cuda": "gpu"}[platform]
+
+    def attend(a, b, c):
+        return kernels.linear_attention(a, b, c, causal=causal, impl="pallas", pallas_backend=backend,
+                                        pallas_interpret=False)  # fmt: skip
+
+    fn = attend
+    if grad:
+        fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
+    x = jax.ShapeDtypeStruct((2, t, 4, d), dtype)
+    unchecked = [export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]  # expected for kernels
+    text = export.export(jax.jit(fn), platforms=[platform], disabled_checks=unchecked)(x, x, x).mlir_module()
+    expected = KERNELS[platform, grad]
+    assert text.count(KERNEL_CALLS[platform]) == len(expected)
+    assert set(expected) <= set(re.findall(r"linear_attention_\w+", text))
