@@ -67,5 +67,6 @@ def get_config(preset: str = "polarity") -> ml_collections.ConfigDict:
             steps=20_000 if task == "mnli" else 6_000, batch_size=32, learning_rate=5e-5, schedule="cosine",
             warmup_steps=500, weight_decay=0.01, log_every=100, eval_every=1000, checkpoint_every=1000,
         )  # fmt: skip
+    config.train.weight_decay_mask = "no_norm_or_bias"  # BERT's fine-tuning optimiser, as in pre-training
     config.lock()
     return config

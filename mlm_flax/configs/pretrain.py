@@ -142,5 +142,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             steps=125_000, batch_size=2048, learning_rate=6e-4, schedule="cosine", warmup_steps=10_000,
             weight_decay=0.01, b2=0.98, eps=1e-6, log_every=100, eval_every=5000, checkpoint_every=2500,
         )  # fmt: skip
+    # BERT's AdamWeightDecay: no decay of LayerNorm parameters and biases (the gMLP paper follows BERT's recipe).
+    config.train.weight_decay_mask = "no_norm_or_bias"
     config.lock()
     return config

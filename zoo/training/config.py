@@ -50,6 +50,7 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
             "schedule": "cosine",
             "warmup_steps": 100,
             "weight_decay": 0.1,
+            "weight_decay_mask": "all",  # all | no_norm_or_bias (BERT); never γ or the SGU bias (zoo.training.optim)
             "b1": 0.9,
             "b2": 0.98,
             "eps": 1e-9,

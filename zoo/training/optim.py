@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
@@ -26,12 +27,57 @@ def make_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
     raise ValueError(f"config field train.schedule={train.schedule!r} is unknown; valid: {', '.join(SCHEDULES)}")
 
 
+# train.weight_decay_mask: which parameters AdamW decays.
+#   "all"              every parameter (the LRA code; fairseq) but those below;
+#   "no_norm_or_bias"  also not LayerNorm/RMSNorm parameters nor biases (BERT's AdamWeightDecay, which
+#                      excludes names containing "LayerNorm", "layer_norm" or "bias").
+# Never decayed: ReLUFormer's per-head temperature (log γ) and the SGU's spatial bias (initialised to 1 on
+# purpose): decay would pull them to γ = 1 / a zero gate whatever the data says.
+WEIGHT_DECAY_MASKS = ("all", "no_norm_or_bias")
+NEVER_DECAYED = frozenset({"log_gamma", "spatial_bias"})
+
+
+def _key_name(key) -> str:
+    return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
+
+
+def decays(path: tuple[str, ...], mask: str) -> bool:
+    """Whether the parameter at `path` (module names down to the parameter's) is decayed under `mask`."""
+    if mask not in WEIGHT_DECAY_MASKS:
+        raise ValueError(
+            f"config field train.weight_decay_mask={mask!r} is unknown; valid: {', '.join(WEIGHT_DECAY_MASKS)}"
+        )
+    name = path[-1]
+    if name in NEVER_DECAYED:
+        return False
+    if mask == "no_norm_or_bias":
+        in_norm = any("norm" in part.lower() for part in path[:-1]) or name == "scale"
+        return not (in_norm or "bias" in name)
+    return True
+
+
+def weight_decay_mask(mask: str):
+    """optax's `mask` argument: parameters → a tree of bools (True = decay)."""
+
+    def leaf_path(path) -> tuple[str, ...]:
+        names = tuple(map(_key_name, path))
+        return names[:-1] if names and names[-1] == "value" else names  # an nnx Variable's value attribute
+
+    def tree(params):
+        return jax.tree_util.tree_map_with_path(lambda path, _: decays(leaf_path(path), mask), params)
+
+    return tree
+
+
 def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransformation:
     """AdamW with optional global-norm clipping; the learning rate follows `make_schedule`."""
     chain = []
     if train.grad_clip_norm:
         chain.append(optax.clip_by_global_norm(train.grad_clip_norm))
     chain.append(
-        optax.adamw(make_schedule(train), b1=train.b1, b2=train.b2, eps=train.eps, weight_decay=train.weight_decay)
-    )
+        optax.adamw(
+            make_schedule(train), b1=train.b1, b2=train.b2, eps=train.eps, weight_decay=train.weight_decay,
+            mask=weight_decay_mask(train.weight_decay_mask),
+        )
+    )  # fmt: skip
     return optax.chain(*chain)

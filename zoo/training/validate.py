@@ -60,6 +60,7 @@ TRAIN_RULES: dict[str, _Rule] = {
     "schedule": _one_of("rsqrt", "cosine", "constant"),
     "warmup_steps": _integer(0),
     "weight_decay": _at_least(0),
+    "weight_decay_mask": _one_of("all", "no_norm_or_bias"),
     "b1": _in_range(0, 1),
     "b2": _in_range(0, 1),
     "eps": _above(0),
