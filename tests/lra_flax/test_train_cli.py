@@ -9,7 +9,7 @@ import sys
 import pytest
 
 CONFIG = "lra_flax/configs/listops.py:demo"
-TIMING = {"steps_per_sec", "tokens_per_sec"}
+TIMING = {"steps_per_sec", "tokens_per_sec", "input_wait_fraction"}
 
 
 def _tiny(data_dir, **extra):
@@ -152,6 +152,7 @@ def test_demo_preset_learns_above_majority_class(tmp_path):
     assert list((workdir / "tensorboard").iterdir())
     line = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
     assert {"step", "split", "loss", "accuracy", "learning_rate", "steps_per_sec", "tokens_per_sec"} <= set(line)
+    assert 0 <= line["input_wait_fraction"] <= 1
 
 
 def _snapshot(workdir):
@@ -214,3 +215,14 @@ def test_eval_batch_not_divisible_over_devices_is_refused_before_the_workdir(tmp
     assert run.returncode == 2, run.stderr[-2000:]
     assert "train.eval_batch_size=3 is not divisible by the 2 data × fsdp shards" in run.stderr
     assert "Traceback" not in run.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_profile_steps_write_a_trace(tmp_path):
+    flags = _tiny(tmp_path / "data", **{"train.steps": 4, "train.eval_every": 0, "train.checkpoint_every": 4})
+    run = _train(tmp_path / "run", [*flags, "--profile_steps=2,3"])
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "profile of steps 2-3 written to" in run.stdout
+    assert list((tmp_path / "run" / "profile").rglob("*.xplane.pb"))
+    bad = _train(tmp_path / "bad", [*flags, "--profile_steps=3,2"])
+    assert bad.returncode == 2 and "--profile_steps='3,2' needs 1 <= FIRST <= LAST" in bad.stderr

@@ -5,6 +5,7 @@ Flags added to every task CLI:
   --heartbeat_timeout_s   how long the others wait for a vanished process before failing
   --fake_cpu_devices=N    run on N simulated CPU devices (memory planning, sharding tests)
   --debug                 show an error's full traceback instead of one line
+  --profile_steps=F,L     a jax.profiler trace of train steps F..L in WORKDIR/profile
 """
 
 from __future__ import annotations
@@ -31,6 +32,23 @@ _HEARTBEAT = flags.DEFINE_integer(
 )
 _FAKE_DEVICES = flags.DEFINE_integer("fake_cpu_devices", 0, "Simulate this many CPU devices (0: real devices).")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show an error's full traceback instead of one line.")
+_PROFILE_STEPS = flags.DEFINE_string(
+    "profile_steps", None, "FIRST,LAST: write a jax.profiler trace of these train steps (1-based) to WORKDIR/profile."
+)
+
+
+def parse_profile_steps(value: str | None) -> tuple[int, int] | None:
+    """ "FIRST,LAST" → (first, last), 1 ≤ first ≤ last; None stays None."""
+    if not value:
+        return None
+    try:
+        first, last = (int(x) for x in value.split(","))
+    except ValueError:
+        raise ValueError(f"--profile_steps={value!r} must be FIRST,LAST (two step numbers)") from None
+    if not 1 <= first <= last:
+        raise ValueError(f"--profile_steps={value!r} needs 1 <= FIRST <= LAST")
+    return first, last
+
 
 # Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run): one clear
 # line and exit status 2, no traceback.
@@ -143,7 +161,8 @@ def train_or_plan(config: ml_collections.ConfigDict, workdir: str | None, task, 
         return
     if not workdir:
         raise app.UsageError("--workdir is required")
-    print(json.dumps(train_and_evaluate(config, workdir, task), indent=2, sort_keys=True))
+    profile = parse_profile_steps(_PROFILE_STEPS.value)
+    print(json.dumps(train_and_evaluate(config, workdir, task, profile_steps=profile), indent=2, sort_keys=True))
 
 
 def print_table(title: str, rows: Sequence[tuple[str, str]]) -> None:

@@ -139,11 +139,18 @@ def check_batch_rows(train_cfg: ml_collections.ConfigDict, task: Task) -> tuple[
     return rows, field
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, task: Task) -> dict[str, float]:
+def train_and_evaluate(
+    config: ml_collections.ConfigDict,
+    workdir: str | Path,
+    task: Task,
+    *,
+    profile_steps: tuple[int, int] | None = None,
+) -> dict[str, float]:
     """Trains `task` for `config.train.steps`, resuming from `workdir` when it holds a checkpoint.
 
     Writes config.json, metrics.jsonl, TensorBoard events, checkpoints/ and results.json in `workdir`
-    and returns the results dict.
+    and returns the results dict. `profile_steps=(first, last)` records a `jax.profiler` trace of those
+    train steps into workdir/profile (TensorBoard's profile plugin or Perfetto read it).
     """
     workdir = Path(workdir)
     train_cfg = config.train
@@ -243,11 +250,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
         }
         checkpointer.save(step, state, data_iter, meta)
 
+    tracing = False
     # Whatever stops the loop (an error, Ctrl-C), saves already under way are completed: a good
     # checkpoint is never abandoned half-written.
     try:
         for step in range(start_step, train_cfg.steps):
+            if profile_steps is not None and step + 1 == profile_steps[0] and is_writer:
+                jax.profiler.start_trace(str(workdir / "profile"))
+                tracing = True
+            wait_start = time.perf_counter()
             batch = next(data_iter)
+            watch.waited(time.perf_counter() - wait_start)
             if step == start_step and is_writer:
                 print("compiling the train step (the first step waits for it)...", flush=True)
                 compile_start = time.perf_counter()
@@ -260,6 +273,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
             pending = _add(pending, sums)  # stays on device: no host sync per step
             progress.update()
             done = step + 1
+            if tracing and done == profile_steps[1]:  # (a run resumed past the first step records nothing)
+                tracing = False
+                jax.block_until_ready(state)
+                jax.profiler.stop_trace()
+                print(f"profile of steps {profile_steps[0]}-{profile_steps[1]} written to {workdir / 'profile'}")
             if done % train_cfg.log_every == 0 or done == train_cfg.steps:
                 metrics = summarise(_to_host(pending))
                 if not np.isfinite(metrics["loss"]):
@@ -289,6 +307,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path, t
             if done == sigterm_after:
                 os.kill(os.getpid(), signal.SIGTERM)
     finally:
+        if tracing:
+            jax.profiler.stop_trace()
         checkpointer.wait()
         preemption.close()
         progress.close()

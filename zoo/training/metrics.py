@@ -111,16 +111,27 @@ class Stopwatch:
         self.start = self.last = time.perf_counter()
         self.steps = 0
         self.tokens = 0
+        self.waiting = 0.0
 
     def tick(self, tokens: int) -> None:
         self.steps += 1
         self.tokens += tokens
 
+    def waited(self, seconds: float) -> None:
+        """Time spent waiting for the next input batch (the rest is the step and the loop's own work)."""
+        self.waiting += seconds
+
     def rates(self) -> dict[str, float]:
+        """Throughput since the last call, and the share of that wall time spent waiting for input: near 1
+        the run is input-bound (more data workers, a cache), near 0 it is compute-bound."""
         now = time.perf_counter()
         dt = max(now - self.last, 1e-9)
-        out = {"steps_per_sec": self.steps / dt, "tokens_per_sec": self.tokens / dt}
-        self.last, self.steps, self.tokens = now, 0, 0
+        out = {
+            "steps_per_sec": self.steps / dt,
+            "tokens_per_sec": self.tokens / dt,
+            "input_wait_fraction": min(self.waiting / dt, 1.0),
+        }
+        self.last, self.steps, self.tokens, self.waiting = now, 0, 0, 0.0
         return out
 
     def elapsed(self) -> float:
