@@ -25,6 +25,9 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
             "pooling": "cls",
             "pad_id": 0,  # the token id that is padding (masked out); -1: none (pixel tasks, every id is real)
             "dtype": "float32",  # compute dtype; parameters stay float32
+            # Rematerialisation of each block in the backward pass: none | full (keep only block inputs) |
+            # dots (keep matmul outputs without batch dims, recompute the rest: jax's dots_with_no_batch_dims).
+            "remat": "none",
             # Conventions that differ between reference implementations (README "Conventions"): flax's and
             # the LRA code's LayerNorm ε 1e-6 (PyTorch's is 1e-5, BERT's 1e-12), and GELU's tanh form (jax's
             # and BERT's; PyTorch's nn.GELU and g-mlp-pytorch use the exact erf form: False).

@@ -9,6 +9,17 @@ from flax import nnx
 from zoo.layers import compute_dtype
 from zoo.models.blocks import Block
 
+REMAT = ("none", "full", "dots")
+
+
+def remat_policy(name: str):
+    """None for no rematerialisation, else (name, jax checkpoint policy) — a static pair, not a pytree leaf."""
+    if name not in REMAT:
+        raise ValueError(f"config field model.remat={name!r} is unknown; valid: {', '.join(REMAT)}")
+    if name == "none":
+        return None
+    return (name, None if name == "full" else jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+
 
 class Encoder(nnx.Module):
     """Blocks and a final LayerNorm over `[batch, length, d_model]` inputs."""
@@ -25,6 +36,7 @@ class Encoder(nnx.Module):
         max_length = cfg.max_length if max_length is None else max_length
         num_layers = cfg.num_layers if num_layers is None else num_layers
         self.blocks = nnx.List([Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)])
+        self.remat = remat_policy(cfg.remat)
         self.final_norm = nnx.LayerNorm(
             cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=compute_dtype(cfg.dtype), rngs=rngs
         )
@@ -39,8 +51,13 @@ class Encoder(nnx.Module):
         context_mask: jax.Array | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
+        def apply(block, x, mask, context, context_mask, rngs):
+            return block(x, mask=mask, causal=causal, context=context, context_mask=context_mask, rngs=rngs)
+
+        if self.remat is not None:  # activations inside a block are recomputed in the backward pass
+            apply = nnx.remat(apply, policy=self.remat[1])
         for block in self.blocks:
-            x = block(x, mask=mask, causal=causal, context=context, context_mask=context_mask, rngs=rngs)
+            x = apply(block, x, mask, context, context_mask, rngs)
         return self.final_norm(x)
 
 

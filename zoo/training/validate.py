@@ -22,6 +22,7 @@ from zoo.layers.embeddings import POSITIONAL
 from zoo.layers.ffn import FFN_KINDS
 from zoo.layers.heads import POOLINGS
 from zoo.models.config import mixer_config
+from zoo.models.encoder import REMAT
 from zoo.models.seq2seq import TIE_EMBEDDINGS
 
 _Rule = tuple[Callable[[object], bool], str]
@@ -85,6 +86,7 @@ MODEL_RULES: dict[str, _Rule] = {
     "pooling": _one_of(*POOLINGS),
     "pad_id": _integer(-1),
     "dtype": _one_of(*DTYPES),
+    "remat": _one_of(*REMAT),
     "layer_norm_eps": _above(0),
     "gelu_approximate": _one_of(True, False),
     "tie_embeddings": _one_of(*TIE_EMBEDDINGS),
