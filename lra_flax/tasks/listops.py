@@ -160,6 +160,10 @@ def write_dataset(
     max_args: int = 10,
 ) -> dict[str, Path]:
     """Generates all splits at once (distinct across splits, as LRA) and writes the three TSVs."""
+    sizes = {"num_train": num_train, "num_valid": num_valid, "num_test": num_test}
+    empty = [f"{name}={n}" for name, n in sizes.items() if n < 1]
+    if empty:
+        raise ValueError(f"ListOps split sizes must be at least 1: {', '.join(empty)}")
     rows = generate(
         num_train + num_valid + num_test,
         seed=seed,

@@ -148,3 +148,15 @@ def test_input_longer_than_max_length_errors_unless_truncating(tmp_path):
         _cache(tsv, max_length=4)
     ds = data_lib.read_records(_cache(tsv, max_length=4, truncate=True))
     np.testing.assert_array_equal(ds[0]["inputs"], listops.encode("[SM 1 2 3"))
+
+
+def test_empty_split_is_refused_before_writing(tmp_path):
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "lra_flax.data_cli", "listops", f"--output_dir={tmp_path / 'out'}", "--num_train=-5"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2 and "ListOps split sizes must be at least 1: num_train=-5" in run.stderr
+    assert not (tmp_path / "out").exists()
