@@ -157,7 +157,7 @@ def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokeni
         path.unlink()
         raise DataFormatError(f"the {split} split of data.source={d.source!r} has no tokens")
     counts[PAD_ID] = 0
-    np.save(counts_path, counts)
+    data_lib.atomic_save_npy(counts_path, counts)  # whole or not at all: "cached?" checks that it exists
     return path
 
 

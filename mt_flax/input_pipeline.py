@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 
 from mt_flax import data as mt_data
+from zoo.files import atomic_write_bytes
 from zoo.text import BOS_ID, EOS_ID, PAD_ID, SentencePieceTokenizer, WordTokenizer, load_tokenizer, train_sentencepiece
 from zoo.training import data as data_lib
 from zoo.training.data import DataFormatError
@@ -149,8 +150,9 @@ def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokeni
     if not lengths:
         path.unlink()
         raise DataFormatError(f"{corpus.origin}: the {split} split has no usable examples after filtering")
-    np.save(lengths_path, np.asarray(lengths, np.int32))
-    path.with_suffix(".refs.txt").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    # Side files whole or not at all, so "cached?" (records and both side files exist) is never fooled.
+    data_lib.atomic_save_npy(lengths_path, np.asarray(lengths, np.int32))
+    atomic_write_bytes(path.with_suffix(".refs.txt"), "".join(r + "\n" for r in refs).encode("utf-8"))
     return path
 
 

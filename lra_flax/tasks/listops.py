@@ -21,7 +21,6 @@ from lra_flax import input_pipeline
 from zoo.models import SequenceClassifier
 from zoo.progress import WorkProgress
 from zoo.training import Task
-from zoo.training.distributed import first_process_then_others
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
@@ -218,7 +217,7 @@ def ensure_data(data: ml_collections.ConfigDict) -> Path:
 
 
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
-    """Generates data.dir if needed and caches every split; process 0 first, the others after it."""
+    """Generates data.dir if needed and caches every split (the loop runs it on process 0 first)."""
 
     def work():
         data_dir = ensure_data(config.data)
@@ -234,7 +233,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
             for split in SPLIT_FILES
         }
 
-    return first_process_then_others("listops-data", work)
+    return work()
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:

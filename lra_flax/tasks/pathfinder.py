@@ -30,7 +30,6 @@ from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.image import PIXEL_VOCAB_SIZE, check_pixel_model
 from zoo.models import SequenceClassifier
 from zoo.training import Task
-from zoo.training.distributed import first_process_then_others
 
 NUM_CLASSES = 2
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
@@ -103,7 +102,7 @@ def split_examples(examples: list[Example]) -> dict[str, list[Example]]:
 
 
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
-    """Generates (if asked) and caches the splits as pixel tokens; process 0 first."""
+    """Generates (if asked) and caches the splits as pixel tokens (the loop runs it on process 0 first)."""
     data, resolution = config.data, config.data.resolution
     check_pixel_model(config.model, resolution * resolution)
     directory = dataset_dir(data.dir, resolution, data.difficulty)
@@ -140,7 +139,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
             caches[split] = input_pipeline.cache_examples(cache, rows, f"{directory} {split}")
         return caches
 
-    return first_process_then_others("lra-pathfinder-data", work)
+    return work()
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:

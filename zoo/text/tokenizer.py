@@ -17,6 +17,8 @@ from typing import Protocol
 import numpy as np
 import sentencepiece as spm
 
+from zoo.files import atomic_write_bytes
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 _SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 
@@ -82,7 +84,7 @@ class SentencePieceTokenizer:
     def save(self, path: str | os.PathLike) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(self.proto)
+        atomic_write_bytes(path, self.proto)
         return path
 
 
@@ -178,7 +180,7 @@ class WordTokenizer:
     def save(self, path: str | os.PathLike) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(p + "\n" for p in self.pieces), encoding="utf-8")
+        atomic_write_bytes(path, "".join(p + "\n" for p in self.pieces).encode("utf-8"))
         return path
 
 

@@ -9,6 +9,7 @@ reads rows [p·B/P, (p+1)·B/P) of every global batch of B, so results do not de
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 from flax import serialization
 
+from zoo.files import atomic_write_bytes
 from zoo.progress import WorkProgress
 
 Example = dict[str, np.ndarray]
@@ -76,6 +78,12 @@ def open_tfds(name: str, split: str, data_dir: str | None, alternative: str):
             f"TFDS dataset {name!r} split {split!r} is not available ({type(e).__name__}: {e}); prepare it "
             f"with TensorFlow installed (pip install '.[tf]'; tfds build) or use {alternative}"
         ) from None
+
+
+def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def write_records(path: str | os.PathLike, examples: Iterable[Example], *, progress: str | None = None) -> int:

@@ -26,7 +26,7 @@ from flax import nnx
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
 from zoo.training.config import check_output_dir, check_resume_config, write_config
-from zoo.training.distributed import Preempted, PreemptionWatcher
+from zoo.training.distributed import Preempted, PreemptionWatcher, first_process_then_others
 from zoo.training.metrics import MetricWriter, Progress, Stopwatch, summarise
 from zoo.training.optim import make_schedule
 from zoo.training.state import abstract_state, create_train_state, state_builder
@@ -174,7 +174,9 @@ def train_and_evaluate(
         )
     build = state_builder(task.build_model, train_cfg, config.seed)
     abstract_state(build)
-    task.prepare()
+    # Data generation, tokenizer training and caching: process 0 alone first, the others after it (they find
+    # the files made), so several processes never write the same file.
+    first_process_then_others("prepare-data", task.prepare)
     if is_writer:
         write_config(config, workdir)
         for name, source in task.artifacts().items():
