@@ -28,7 +28,7 @@ from zoo.training.losses import classification_loss
 from zoo.training.state import restore_model
 
 # Model fields that do not change parameter shapes (fine-tuning may set them differently).
-_SHAPE_FREE_FIELDS = ("dropout", "pooling", "dtype")
+_SHAPE_FREE_FIELDS = ("dropout", "pooling", "dtype", "remat")
 
 
 def pretrained_run(config: ml_collections.ConfigDict) -> tuple[Path, dict]:

@@ -13,7 +13,7 @@ import numpy as np
 from mlm_flax import glue
 from mlm_flax.task import TOKENIZER_FILE
 from zoo.mixers.sgu import SpatialGatingMixer, toeplitz_score
-from zoo.models import MaskedLM, TextClassifier
+from zoo.models import MaskedLM, TextClassifier, stored_model_config
 from zoo.plots import pyplot, save_figure
 from zoo.text import SentencePieceTokenizer
 from zoo.training.state import restore_model
@@ -26,6 +26,7 @@ def load_model(workdir: str | os.PathLike, step: int | None = None):
         if not (workdir / name).is_file():
             raise FileNotFoundError(f"{workdir} has no {name}: not an mlm-train or mlm-finetune workdir")
     config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
+    config.model = stored_model_config(config.model.to_dict())
     vocab = SentencePieceTokenizer.load(workdir / TOKENIZER_FILE).vocab_size
     if config.task == "mlm":
         build = lambda rngs: MaskedLM(config.model, vocab_size=vocab, rngs=rngs)

@@ -17,6 +17,7 @@ import numpy as np
 from absl import app, flags
 
 from mt_flax.task import build_model, translate_ids
+from zoo.models import stored_model_config
 from zoo.text import EOS_ID, load_tokenizer
 from zoo.training import cli
 from zoo.training.config import check_output_dir
@@ -39,6 +40,7 @@ def load_run(workdir: str | Path, step: int | None = None):
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} does not exist: --workdir must be an mt-train run directory")
     config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+    config.model = stored_model_config(config.model.to_dict())
     tok_path = next((workdir / n for n in ("spm.model", "vocab.txt") if (workdir / n).exists()), None)
     if tok_path is None:
         raise FileNotFoundError(f"{workdir} has no tokenizer (spm.model or vocab.txt)")

@@ -75,3 +75,14 @@ def test_describe_counts_every_parameter_and_compares_with_softmax():
     assert counts["block_0"]["mixer"] == 4 * (32 * 32 + 32) + extra_per_layer
     text = describe.describe(cfg)
     assert "extra parameters vs softmax: +1,024" in text
+
+
+def test_a_stored_model_config_from_before_a_new_field_still_builds():
+    from zoo.models import stored_model_config
+
+    old = models.model_config(mixer="relu", num_layers=1, d_model=32, num_heads=4, max_length=16).to_dict()
+    del old["remat"]  # written before model.remat existed
+    del old["mixer_options"]["relu"]["gamma_init"]
+    cfg = stored_model_config(old)
+    assert cfg.remat == "none" and cfg.d_model == 32 and cfg.mixer_options.relu.gamma_init == 1.0
+    models.Encoder(cfg, rngs=nnx.Rngs(0))

@@ -2,7 +2,7 @@
 
 from zoo.models.blocks import Block
 from zoo.models.classifiers import DualEncoder, SequenceClassifier, SequenceEncoder
-from zoo.models.config import mixer_config, model_config
+from zoo.models.config import mixer_config, model_config, stored_model_config
 from zoo.models.encoder import Decoder, Encoder
 from zoo.models.masked_lm import MaskedLM, TextClassifier, TextEncoder
 from zoo.models.seq2seq import CausalLM, EncoderDecoder
@@ -21,4 +21,5 @@ __all__ = [
     "TextEncoder",
     "mixer_config",
     "model_config",
+    "stored_model_config",
 ]

@@ -53,3 +53,13 @@ def mixer_config(
     cfg.layer_norm_eps, cfg.gelu_approximate = model.layer_norm_eps, model.gelu_approximate
     cfg.max_length = model.max_length if max_length is None else max_length
     return cfg
+
+
+def stored_model_config(stored: dict) -> ml_collections.ConfigDict:
+    """The model section of a workdir's config.json, with fields added since it was written at their defaults.
+
+    New model fields default to the computation older runs did (e.g. `remat="none"`), so a checkpoint made
+    before them still loads (`mt-translate`, `mlm-inspect`, `mlm-finetune`)."""
+    cfg = model_config()
+    cfg.update(stored)
+    return cfg
