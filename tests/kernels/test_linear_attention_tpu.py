@@ -2,16 +2,14 @@
 the normaliser's path into dφ(k) included), and lowered for TPU by cross-platform export on this CPU; the
 Triton kernels' CUDA lowering is checked the same way."""
 
-import re
-
 import chex
 import jax
 import jax.numpy as jnp
 import pytest
-from jax import export
 
 import kernels
 from kernels.linear_attention_tpu import TpuChunkSizes
+from tests.kernels.lowering import BACKEND, PLATFORMS, SHAPES, lowered_kernels
 
 CASES = [
     # (causal, dtype, length, m, d_v, chunk, eps_mode): ragged lengths, widths that are not 128.
@@ -76,7 +74,6 @@ def test_chunk_must_be_a_lane_multiple():
         TpuChunkSizes(64)
 
 
-KERNEL_CALLS = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
 KERNELS = {  # the gradient needs the forward's output and denominator too
     ("tpu", False): ["linear_attention_fwd_tpu"],
     ("tpu", True): ["linear_attention_fwd_tpu", "linear_attention_bwd_dq_tpu", "linear_attention_bwd_dkdv_tpu"],
@@ -85,24 +82,17 @@ KERNELS = {  # the gradient needs the forward's output and denominator too
 }
 
 
-@pytest.mark.parametrize("platform", ["tpu", "cuda"])
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("t, d", [(1024, 64), (1000, 128), (16384, 128)])
+@pytest.mark.parametrize("t, d", SHAPES)
 def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, t, d):
-    backend = {"tpu": "tpu", "cuda": "gpu"}[platform]
-
     def attend(a, b, c):
-        return kernels.linear_attention(a, b, c, causal=causal, impl="pallas", pallas_backend=backend,
-                                        pallas_interpret=False)  # fmt: skip
+        return kernels.linear_attention(
+            a, b, c, causal=causal, impl="pallas", pallas_backend=BACKEND[platform], pallas_interpret=False
+        )
 
-    fn = attend
-    if grad:
-        fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
-    x = jax.ShapeDtypeStruct((2, t, 4, d), dtype)
-    unchecked = [export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]  # expected for kernels
-    text = export.export(jax.jit(fn), platforms=[platform], disabled_checks=unchecked)(x, x, x).mlir_module()
+    calls, names, _ = lowered_kernels(attend, platform, (2, t, 4, d), dtype, grad=grad, prefix="linear_attention_")
     expected = KERNELS[platform, grad]
-    assert text.count(KERNEL_CALLS[platform]) == len(expected)
-    assert set(expected) <= set(re.findall(r"linear_attention_\w+", text))
+    assert calls == len(expected) and set(expected) <= names, names

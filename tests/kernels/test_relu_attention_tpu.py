@@ -2,16 +2,14 @@
 γ included), and lowered for TPU by cross-platform export on this CPU — kernels, not an XLA fallback. The
 Triton kernels' CUDA lowering is checked the same way."""
 
-import re
-
 import chex
 import jax
 import jax.numpy as jnp
 import pytest
-from jax import export
 
 import kernels
 from kernels.relu_attention_tpu import TpuBlockSizes
+from tests.kernels.lowering import BACKEND, PLATFORMS, SHAPES, lowered_kernels
 
 CASES = [
     # (causal, dtype, length, head_dim, row_scale, block sizes): ragged lengths, head dims that are not 128.
@@ -62,25 +60,6 @@ def test_block_sizes_must_be_lane_multiples():
         TpuBlockSizes(block_k=64)
 
 
-def _export(platform, causal, dtype, t, d, grad):
-    backend = {"tpu": "tpu", "cuda": "gpu"}[platform]
-
-    def attend(q, k, v, m):
-        return kernels.relu_attention(
-            q, k, v, causal=causal, key_mask=m, impl="pallas", pallas_backend=backend, pallas_interpret=False
-        )
-
-    fn = attend
-    if grad:
-        fn = jax.grad(lambda q, k, v, m: jnp.sum(attend(q, k, v, m).astype(jnp.float32)), argnums=(0, 1, 2))
-    x = jax.ShapeDtypeStruct((2, t, 4, d), dtype)
-    mask = jax.ShapeDtypeStruct((2, t), jnp.bool_)
-    # The kernels' custom-call targets are not on export's list of stable ones: expected, so unchecked.
-    unchecked = [export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
-    return export.export(jax.jit(fn), platforms=[platform], disabled_checks=unchecked)(x, x, x, mask).mlir_module()
-
-
-KERNEL_CALLS = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
 KERNELS = {
     ("tpu", False): ["relu_attention_fwd_tpu"],
     ("tpu", True): ["relu_attention_bwd_dq_tpu", "relu_attention_bwd_dkdv_tpu"],
@@ -89,16 +68,22 @@ KERNELS = {
 }
 
 
-@pytest.mark.parametrize("platform", ["tpu", "cuda"])
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("t, d", [(1024, 64), (1000, 128), (16384, 128)])
+@pytest.mark.parametrize("t, d", SHAPES)
 def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, t, d):
-    text = _export(platform, causal, dtype, t, d, grad)
+    mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])  # padding masked in the kernels
+
+    def attend(q, k, v):
+        return kernels.relu_attention(
+            q, k, v, causal=causal, key_mask=mask, impl="pallas", pallas_backend=BACKEND[platform],
+            pallas_interpret=False,
+        )  # fmt: skip
+
+    calls, names, text = lowered_kernels(attend, platform, (2, t, 4, d), dtype, grad=grad, prefix="relu_attention_")
     expected = KERNELS[platform, grad]
-    assert text.count(KERNEL_CALLS[platform]) == len(expected)
-    names = set(re.findall(r"relu_attention_\w+", text))
-    assert set(expected) <= names, names
+    assert calls == len(expected) and set(expected) <= names, names
     # Nothing of the attention itself left to XLA: no dot products outside the kernels.
     assert "stablehlo.dot_general" not in text

@@ -1,0 +1,24 @@
+"""Cross-platform lowering on this CPU: `jax.export` for TPU (Mosaic) or CUDA (Triton), and what to look for."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+from jax import export
+
+PLATFORMS = ("tpu", "cuda")
+BACKEND = {"tpu": "tpu", "cuda": "gpu"}  # the kernels' `pallas_backend` for each export platform
+KERNEL_CALL = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
+SHAPES = [(1024, 64), (1000, 128), (16384, 128)]  # (T, D): ragged and long sequences, both head dims
+
+
+def lowered_kernels(attend, platform: str, shape: tuple[int, ...], dtype, *, grad: bool, prefix: str):
+    """(number of kernel custom calls, names starting with `prefix`) in the module `attend(x, x, x)` exports to."""
+    fn = attend
+    if grad:
+        fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
+    x = jax.ShapeDtypeStruct(shape, dtype)
+    # The kernels' custom-call targets are not on export's list of stable ones: expected, so unchecked.
+    unchecked = [export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
+    text = export.export(jax.jit(fn), platforms=[platform], disabled_checks=unchecked)(x, x, x).mlir_module()
+    return text.count(KERNEL_CALL[platform]), set(re.findall(rf"{prefix}\w+", text)), text
