@@ -15,6 +15,7 @@ from mt_flax import bleu
 from mt_flax import input_pipeline as pipeline
 from zoo.models import EncoderDecoder
 from zoo.models.decoding import translate
+from zoo.progress import WorkProgress
 from zoo.text import BOS_ID, EOS_ID, PAD_ID
 from zoo.training import Task, token_cross_entropy
 from zoo.training import data as data_lib
@@ -36,6 +37,7 @@ def translate_ids(model, config, sources: list[np.ndarray], *, limit_batch: int 
     order = np.argsort([len(s) for s in sources], kind="stable")
     buckets = pipeline.bucket_lengths(config.model.max_length)
     out: list[np.ndarray | None] = [None] * len(sources)
+    bar = WorkProgress(f"decoding (beam {dec.beam_size})", total=len(sources), unit="sentences")
     for start in range(0, len(order), rows):
         chunk = order[start : start + rows]
         length = buckets[int(np.searchsorted(buckets, max(len(sources[i]) for i in chunk)))]
@@ -56,6 +58,8 @@ def translate_ids(model, config, sources: list[np.ndarray], *, limit_batch: int 
         tokens = np.asarray(jax.device_get(tokens))
         for r, i in enumerate(chunk):
             out[i] = tokens[r]
+        bar.update(len(chunk))
+    bar.close()
     return out  # type: ignore[return-value]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import io
 import os
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -102,6 +103,8 @@ def train_sentencepiece(
     if not texts:
         raise ValueError("cannot train a tokenizer: the corpus is empty")
     out = io.BytesIO()
+    start = time.perf_counter()
+    print(f"training SentencePiece ({model_type}, vocab {vocab_size}) on {len(texts):,} texts...", flush=True)
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(texts),
@@ -123,6 +126,7 @@ def train_sentencepiece(
         )
     except RuntimeError as e:
         raise ValueError(f"SentencePiece training failed (vocab_size={vocab_size}): {e}") from None
+    print(f"SentencePiece trained in {time.perf_counter() - start:.1f} s", flush=True)
     return SentencePieceTokenizer(out.getvalue())
 
 

@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from zoo.progress import WorkProgress
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
 from zoo.training.config import check_output_dir, check_resume_config, write_config
@@ -95,11 +96,18 @@ def _add(acc: dict, new: dict) -> dict:
     return {k: acc[k] + v for k, v in new.items()} if acc else dict(new)
 
 
-def evaluate(eval_step, state, batches: Iterable[dict], mesh, *, max_batches: int = 0) -> dict[str, float]:
+def evaluate(
+    eval_step, state, batches: Iterable[dict], mesh, *, max_batches: int = 0, name: str = "evaluating"
+) -> dict[str, float]:
     """Mean metrics over `batches` (the first `max_batches` of them when > 0) and `examples`, their count."""
     total: dict = {}
+    bar = WorkProgress(name, total=max_batches or None, unit="batches") if jax.process_index() == 0 else None
     for batch in itertools.islice(batches, max_batches or None):
         total = _add(total, eval_step(state, mesh_lib.put_batch(batch, mesh)))  # sums stay on device
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
     if not total:
         return {}
     sums = _to_host(total)
@@ -195,7 +203,10 @@ def train_and_evaluate(
     schedule = make_schedule(train_cfg)
 
     def evaluate_split(state, split: str, final: bool) -> dict[str, float]:
-        metrics = evaluate(eval_step, state, task.eval_batches(split), mesh, max_batches=train_cfg.eval_max_batches)
+        metrics = evaluate(
+            eval_step, state, task.eval_batches(split), mesh, max_batches=train_cfg.eval_max_batches,
+            name=f"evaluating {split}",
+        )  # fmt: skip
         if task.generate_eval is not None:
             model = nnx.merge(graphdef, state)[0]
             model.eval()
