@@ -139,8 +139,10 @@ def cache_classification_split(
     num_classes: int,
     max_length: int,
     truncate: bool,
+    cache_dir: str | os.PathLike | None = None,
 ) -> Path:
-    """Caches a `Source\\tTarget` TSV (ListOps' release format) as {inputs, targets} examples."""
+    """Caches a `Source\\tTarget` TSV (ListOps' release format) as {inputs, targets} examples, under
+    `cache_dir`/cache (default: the TSV's folder)."""
 
     def examples():
         for line_no, (source, target) in read_tsv(tsv, ("Source", "Target")):
@@ -151,7 +153,7 @@ def cache_classification_split(
             label = parse_label(target, num_classes, f"{tsv}:{line_no}")
             yield {"inputs": fit_length(ids, max_length, truncate, f"{tsv}:{line_no}"), "targets": np.int32(label)}
 
-    cache = cache_path(tsv.parent, tsv.stem, tsv, tuple(vocab), num_classes, max_length, truncate)
+    cache = cache_path(cache_dir or tsv.parent, tsv.stem, tsv, tuple(vocab), num_classes, max_length, truncate)
     return cache_examples(cache, examples, str(tsv))
 
 

@@ -37,6 +37,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict(
         {
             "dir": "data/listops",
+            "cache_dir": "",  # where the cached splits go; empty: data.dir (set it when data.dir is read-only)
             "generate": True,  # generate the splits into data.dir when it holds no TSVs
             "truncate": False,  # inputs longer than model.max_length are an error unless set
             "generator": {

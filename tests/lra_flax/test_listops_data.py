@@ -160,3 +160,16 @@ def test_empty_split_is_refused_before_writing(tmp_path):
     )  # fmt: skip
     assert run.returncode == 2 and "ListOps split sizes must be at least 1: num_train=-5" in run.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_cache_dir_keeps_a_read_only_data_dir_untouched(tmp_path):
+    config = listops_config.get_config("demo")
+    config.unlock()
+    config.data.dir, config.data.cache_dir = str(tmp_path / "release"), str(tmp_path / "caches")
+    config.data.generator.update(num_train=20, num_valid=4, num_test=4)
+    listops.write_dataset(config.data.dir, **config.data.generator.to_dict())
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "release").iterdir()}
+    caches = listops.prepare(config)
+    assert all(path.parent == tmp_path / "caches" / "cache" for path in caches.values())
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "release").iterdir()}
+    assert after == before  # the release folder gained nothing and changed nothing
