@@ -169,6 +169,10 @@ def test_glue_tsv_reader_and_errors(tmp_path):
         glue.read_tsv(f, glue.TASKS["sst2"])
     with pytest.raises(FileNotFoundError, match="train.tsv does not exist"):
         glue.read_tsv(tmp_path / "train.tsv", glue.TASKS["mnli"])
+    sst = tmp_path / "dev.tsv"
+    sst.write_bytes("sentence\tlabel\nfine\t1\nfa\xe7ade\t0\n".encode("latin-1"))
+    with pytest.raises(DataFormatError, match=r"dev.tsv:3: not valid UTF-8"):
+        glue.read_tsv(sst, glue.TASKS["sst2"])
 
 
 class _CharTokenizer:
