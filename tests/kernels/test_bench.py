@@ -3,6 +3,7 @@
 import json
 
 from kernels import bench
+from tests.kernels.tolerances import fp32
 
 
 def test_bench_writes_results_with_the_device_named(tmp_path):
@@ -33,7 +34,7 @@ def test_accuracy_check_compares_each_impl_with_the_fp32_xla_impl(tmp_path):
     results = json.loads(path.read_text())["results"]
     assert len(results) == 2
     for r in results:  # interpret-mode kernels in fp32: agreement to rounding
-        assert r["forward_rel_err"] < 1e-5 and r["grad_rel_err"] < 1e-5, r
+        assert r["forward_rel_err"] < fp32(1e-5) and r["grad_rel_err"] < fp32(1e-5), r
     assert not bench._rel_err([bench.jnp.full(3, bench.jnp.nan)], [bench.jnp.ones(3)]) < 1  # NaN never passes a bound
 
 
@@ -49,7 +50,7 @@ def test_block_size_variants_are_separate_cases_and_reach_the_kernels(tmp_path):
         ("linear", "32,4"),
     ]
     for r in results:  # every variant computes the same function
-        assert r["forward_rel_err"] < 1e-5 and r["grad_rel_err"] < 1e-5, r
+        assert r["forward_rel_err"] < fp32(1e-5) and r["grad_rel_err"] < fp32(1e-5), r
     relu = bench.block_sizes(bench.Case("relu", "pallas", 1, 1, 64, 64, "float32", True, "32,16,16,32,4,3"))
     assert (relu.block_q, relu.block_k, relu.block_q_bwd, relu.block_k_bwd, relu.num_warps, relu.num_stages) == (
         32,

@@ -8,6 +8,7 @@ import pytest
 from absl.testing import parameterized
 
 import kernels
+from tests.kernels.tolerances import fp32
 
 
 def _inputs(b=2, t=45, h=3, m=8, d=6, dtype=jnp.float32, seed=0):
@@ -37,7 +38,7 @@ class LinearAttentionTest(parameterized.TestCase):
         out, ref = run("xla"), run("reference")
         chex.assert_shape(out, v.shape)
         chex.assert_type(out, dtype)
-        tol = 2e-5 if dtype == jnp.float32 else 3e-2
+        tol = fp32(2e-5) if dtype == jnp.float32 else 3e-2
         chex.assert_trees_all_close(out.astype(jnp.float32), ref.astype(jnp.float32), atol=tol, rtol=tol)
 
     @parameterized.product(causal=[False, True])
@@ -51,7 +52,7 @@ class LinearAttentionTest(parameterized.TestCase):
 
         ref = jax.grad(loss, argnums=(0, 1, 2))(phi_q, phi_k, v, "reference")
         got = jax.grad(loss, argnums=(0, 1, 2))(phi_q, phi_k, v, "xla")
-        chex.assert_trees_all_close(got, ref, atol=1e-5, rtol=1e-4)
+        chex.assert_trees_all_close(got, ref, atol=fp32(1e-5), rtol=fp32(1e-4))
 
         # dk through the normaliser alone: with v = 1 everywhere the output is 1 − ε/(den+ε), so the
         # only path from φ(k) to the loss is the denominator z. A kernel that drops it gets dk = 0.
@@ -66,7 +67,7 @@ class LinearAttentionTest(parameterized.TestCase):
         dk_ref = jax.grad(norm_only)(phi_k, "reference")
         dk = jax.grad(norm_only)(phi_k, "xla")
         assert float(jnp.abs(dk_ref).max()) > 1e-4
-        chex.assert_trees_all_close(dk, dk_ref, atol=1e-6, rtol=1e-4)
+        chex.assert_trees_all_close(dk, dk_ref, atol=fp32(1e-6), rtol=fp32(1e-4))
         # Padded keys get no gradient: they do not take part.
         assert float(jnp.abs(jnp.where(mask[:, :, None, None], 0, dk)).max()) == 0.0
 
@@ -78,7 +79,7 @@ class LinearAttentionTest(parameterized.TestCase):
         for causal in (False, True):
             a = kernels.linear_attention(phi_q, phi_k, v, causal=causal, key_mask=mask, impl="xla")
             b = kernels.linear_attention(phi_q, noisy_k, noisy_v, causal=causal, key_mask=mask, impl="xla")
-            chex.assert_trees_all_close(jnp.where(pad, 0, a), jnp.where(pad, 0, b), atol=1e-6)
+            chex.assert_trees_all_close(jnp.where(pad, 0, a), jnp.where(pad, 0, b), atol=fp32(1e-6))
 
     def test_step_equals_causal_forward(self):
         phi_q, phi_k, v, mask = _inputs(t=20)
@@ -88,13 +89,13 @@ class LinearAttentionTest(parameterized.TestCase):
         for t in range(20):
             state, out = kernels.linear_attention_step(state, phi_q[:, t], phi_k[:, t], v[:, t], key_mask=mask[:, t])
             outs.append(out)
-        chex.assert_trees_all_close(jnp.stack(outs, 1), full, atol=1e-5)
+        chex.assert_trees_all_close(jnp.stack(outs, 1), full, atol=fp32(1e-5))
 
     def test_causal_cannot_see_the_future(self):
         phi_q, phi_k, v, _ = _inputs(b=1, t=30)
         a = kernels.linear_attention(phi_q, phi_k, v, causal=True, chunk_size=8)
         b = kernels.linear_attention(phi_q, phi_k.at[:, 12:].mul(3.0), v.at[:, 12:].add(1.0), causal=True, chunk_size=8)
-        chex.assert_trees_all_close(a[:, :12], b[:, :12], atol=1e-6)
+        chex.assert_trees_all_close(a[:, :12], b[:, :12], atol=fp32(1e-6))
         assert not np.allclose(a[:, 12:], b[:, 12:])
 
     def test_bad_inputs(self):

@@ -10,6 +10,7 @@ import pytest
 import kernels
 from kernels.linear_attention_tpu import TpuChunkSizes
 from tests.kernels.lowering import BACKEND, PLATFORMS, SHAPES, lowered_kernels
+from tests.kernels.tolerances import fp32
 
 CASES = [
     # (causal, dtype, length, m, d_v, chunk, eps_mode): ragged lengths, widths that are not 128.
@@ -44,7 +45,7 @@ def test_interpret_mode_matches_reference(causal, dtype, t, m, d, chunk, eps_mod
     (_, out), grads = jax.jit(grad, static_argnums=3)(phi_q, phi_k, v, "pallas")
     chex.assert_type(out, dtype)
     chex.assert_shape(out, v.shape)
-    tol = 2e-5 if dtype == jnp.float32 else 3e-2
+    tol = fp32(2e-5) if dtype == jnp.float32 else 3e-2
     chex.assert_trees_all_close(f32(out), ref, atol=tol, rtol=tol)
     for name, g, r in zip(("dphi_q", "dphi_k", "dv"), grads, ref_grads, strict=True):
         err = float(jnp.max(jnp.abs(f32(g) - r))) / (float(jnp.max(jnp.abs(r))) + 1e-6)
@@ -66,7 +67,7 @@ def test_dk_through_the_normaliser(causal):
     ref = jax.grad(f)(phi_k, "reference")
     got = jax.grad(f)(phi_k, "pallas", pallas_backend="tpu", pallas_interpret=True)
     assert float(jnp.abs(ref).max()) > 1e-4
-    chex.assert_trees_all_close(got, ref, atol=1e-6, rtol=1e-4)
+    chex.assert_trees_all_close(got, ref, atol=fp32(1e-6), rtol=fp32(1e-4))
 
 
 def test_chunk_must_be_a_lane_multiple():

@@ -9,6 +9,7 @@ from absl.testing import parameterized
 
 import kernels
 from kernels.relu_attention import XlaBlockSizes
+from tests.kernels.tolerances import fp32
 
 
 def _inputs(b=2, t=37, h=3, d=16, dtype=jnp.float32, seed=0):
@@ -19,7 +20,7 @@ def _inputs(b=2, t=37, h=3, d=16, dtype=jnp.float32, seed=0):
     return q, k, v, mask
 
 
-TOLS = {jnp.float32: dict(atol=2e-5, rtol=2e-5), jnp.bfloat16: dict(atol=3e-2, rtol=3e-2)}
+TOLS = {jnp.float32: dict(atol=fp32(2e-5), rtol=fp32(2e-5)), jnp.bfloat16: dict(atol=3e-2, rtol=3e-2)}
 
 
 class ReluAttentionTest(parameterized.TestCase):
@@ -62,7 +63,7 @@ class ReluAttentionTest(parameterized.TestCase):
         for name, r, g in zip(("dq", "dk", "dv", "dgamma"), ref, got, strict=True):
             assert g.dtype == (dtype if name != "dgamma" else jnp.float32), name
             scale = float(jnp.max(jnp.abs(r))) + 1e-6
-            tol = 2e-5 if dtype == jnp.float32 else 4e-2
+            tol = fp32(2e-5) if dtype == jnp.float32 else 4e-2
             err = float(jnp.max(jnp.abs(g.astype(jnp.float32) - r))) / scale
             assert err < tol, f"{name}: relative error {err:.2e} > {tol}"
 
@@ -80,7 +81,7 @@ class ReluAttentionTest(parameterized.TestCase):
             block_sizes=XlaBlockSizes(8),
         )
         real = mask[:, :, None, None]
-        chex.assert_trees_all_close(jnp.where(real, out, 0), jnp.where(real, out2, 0), atol=1e-5)
+        chex.assert_trees_all_close(jnp.where(real, out, 0), jnp.where(real, out2, 0), atol=fp32(1e-5))
 
     @parameterized.parameters("reference", "xla")
     def test_causal_cannot_see_the_future(self, impl):
@@ -90,7 +91,7 @@ class ReluAttentionTest(parameterized.TestCase):
         k2 = k.at[:, t0 + 1 :].add(5.0)
         v2 = v.at[:, t0 + 1 :].add(5.0)
         out2 = kernels.relu_attention(q, k2, v2, causal=True, impl=impl)
-        chex.assert_trees_all_close(out[:, : t0 + 1], out2[:, : t0 + 1], atol=1e-6)
+        chex.assert_trees_all_close(out[:, : t0 + 1], out2[:, : t0 + 1], atol=fp32(1e-6))
         assert not np.allclose(out[:, t0 + 1 :], out2[:, t0 + 1 :])
 
     def test_causal_counts_exclude_padding(self):
@@ -134,12 +135,12 @@ class ReluAttentionTest(parameterized.TestCase):
 
         (_, ref_stats), ref_grads = jax.value_and_grad(f, argnums=(0, 1), has_aux=True)(q, k, "reference")
         (_, stats), grads = jax.value_and_grad(f, argnums=(0, 1), has_aux=True)(q, k, "xla")
-        chex.assert_trees_all_close(stats, ref_stats, atol=1e-5, rtol=1e-5)
-        chex.assert_trees_all_close(grads, ref_grads, atol=1e-4, rtol=1e-4)
+        chex.assert_trees_all_close(stats, ref_stats, atol=fp32(1e-5), rtol=fp32(1e-5))
+        chex.assert_trees_all_close(grads, ref_grads, atol=fp32(1e-4), rtol=fp32(1e-4))
         # The row sums are the sums of the attention weights: Σ_j a_ij applied to v = 1 gives S_i.
         ones = jnp.ones_like(q)
         out = kernels.relu_attention(q, k, ones, causal=causal, key_mask=mask, gamma=gamma, impl="reference")
-        chex.assert_trees_all_close(out[..., 0], ref_stats[0], atol=1e-5)
+        chex.assert_trees_all_close(out[..., 0], ref_stats[0], atol=fp32(1e-5))
 
     def test_bad_inputs_are_clear_errors(self):
         q, k, v, mask = _inputs()

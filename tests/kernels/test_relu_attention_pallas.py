@@ -7,10 +7,9 @@ import pytest
 
 import kernels
 from kernels.relu_attention_pallas import PallasBlockSizes, _num_k_blocks
+from tests.kernels.tolerances import fp32
 
-# fp32 bound: exact fp32 arithmetic in interpret mode on the CPU; on an accelerator the kernels' fp32 dots
-# run on the matrix units (TF32 on NVIDIA, bf16 passes on TPU), whose relative error sits near 1e-3.
-F32_TOL = 2e-5 if jax.default_backend() == "cpu" else 5e-3
+F32_TOL = fp32(2e-5)  # tests/kernels/tolerances.py: exact fp32 on the CPU, TF32 / bf16 passes elsewhere
 
 SMALL = PallasBlockSizes(block_q=16, block_k=16, block_q_bwd=16, block_k_bwd=16)
 
@@ -66,11 +65,11 @@ def test_padded_keys_do_not_matter_and_causal_cannot_see_the_future():
     out2 = kernels.relu_attention(
         q, jnp.where(pad, 9.0, k), jnp.where(pad, -9.0, v), key_mask=mask, impl="pallas", pallas_block_sizes=SMALL
     )
-    chex.assert_trees_all_close(jnp.where(pad, 0, out), jnp.where(pad, 0, out2), atol=1e-6)
+    chex.assert_trees_all_close(jnp.where(pad, 0, out), jnp.where(pad, 0, out2), atol=fp32(1e-6))
     c1 = kernels.relu_attention(q, k, v, causal=True, impl="pallas", pallas_block_sizes=SMALL)
     c2 = kernels.relu_attention(q, k.at[:, 17:].add(3.0), v.at[:, 17:].add(3.0), causal=True, impl="pallas",
                                 pallas_block_sizes=SMALL)  # fmt: skip
-    chex.assert_trees_all_close(c1[:, :17], c2[:, :17], atol=1e-6)
+    chex.assert_trees_all_close(c1[:, :17], c2[:, :17], atol=fp32(1e-6))
 
 
 def test_causal_grid_skips_blocks_above_the_diagonal():
