@@ -28,6 +28,7 @@ from pathlib import Path
 
 import ml_collections
 
+from zoo.files import atomic_write_bytes
 from zoo.plots import pyplot, save_figure
 from zoo.training.config import flatten_config
 from zoo.training.distributed import PREEMPTED_EXIT_CODE
@@ -553,9 +554,7 @@ def write_report(config: ml_collections.ConfigDict, root: str | os.PathLike) -> 
 
 
 def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, text.encode())
     return path
 
 

@@ -10,7 +10,6 @@ process, not the sweep: lra-compare then records the entry as "out of memory".
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import jax
@@ -19,6 +18,7 @@ from ml_collections import config_flags
 
 from lra_flax.input_pipeline import BYTE_VOCAB_SIZE
 from lra_flax.tasks import TASKS, image, listops, pathfinder, retrieval, text
+from zoo.files import atomic_write_bytes
 from zoo.training import cli, throughput
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file with a preset after ':'.", lock_config=True)
@@ -58,9 +58,7 @@ def main(argv: list[str]) -> None:
     if _OUTPUT.value:
         out = Path(_OUTPUT.value)
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, out)
+        atomic_write_bytes(out, (text + "\n").encode())
 
 
 def run() -> None:

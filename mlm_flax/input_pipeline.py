@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,9 +106,7 @@ def load_or_train_tokenizer(config: ml_collections.ConfigDict) -> tuple[Sentence
     tokenizer = train_sentencepiece(
         (p for doc in docs for p in doc.split("\n")), vocab_size=d.vocab_size, user_symbols=SPECIAL_SYMBOLS
     )
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tokenizer.save(tmp)
-    os.replace(tmp, path)
+    tokenizer.save(path)  # written atomically
     return tokenizer, path
 
 

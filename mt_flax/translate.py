@@ -17,6 +17,7 @@ import numpy as np
 from absl import app, flags
 
 from mt_flax.task import build_model, translate_ids
+from zoo.files import atomic_write_bytes
 from zoo.models import stored_model_config
 from zoo.text import EOS_ID, load_tokenizer
 from zoo.training import cli
@@ -87,9 +88,7 @@ def main(argv: list[str]) -> None:
     if _OUTPUT.value == "-":
         sys.stdout.write(out)
     else:
-        tmp = Path(f"{_OUTPUT.value}.tmp{os.getpid()}")
-        tmp.write_text(out, encoding="utf-8")
-        os.replace(tmp, _OUTPUT.value)
+        atomic_write_bytes(_OUTPUT.value, out.encode("utf-8"))
         print(f"translated {len(hyps)} lines with checkpoint step {step} into {_OUTPUT.value}", file=sys.stderr)
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import ml_collections
 
+from zoo.files import atomic_write_bytes
+
 # Fields that may change when a run is resumed: they alter when things happen, not what is computed.
 RESUMABLE_FIELDS = frozenset(
     {
@@ -139,8 +141,5 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
 def write_config(config: ml_collections.ConfigDict, workdir: Path) -> None:
     """Writes workdir/config.json atomically (call `check_resume_config` first)."""
     path = Path(workdir) / "config.json"
-    text = config_to_json(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, config_to_json(config).encode())

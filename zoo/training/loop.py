@@ -10,7 +10,6 @@ import dataclasses
 import itertools
 import json
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -23,6 +22,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from zoo.files import atomic_write_bytes
 from zoo.progress import WorkProgress
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
@@ -188,9 +188,7 @@ def train_and_evaluate(
     if is_writer:
         write_config(config, workdir)
         for name, source in task.artifacts().items():
-            tmp = workdir / f"{name}.tmp"
-            shutil.copyfile(source, tmp)
-            os.replace(tmp, workdir / name)
+            atomic_write_bytes(workdir / name, Path(source).read_bytes())
 
     graphdef, state, state_sharding = create_train_state(build, mesh)
     shardings = dict(
@@ -343,9 +341,7 @@ def train_and_evaluate(
     results["train_steps_run"] = float(train_cfg.steps - start_step)
     results.update(task.final_results(results))
     if is_writer:
-        tmp = workdir / "results.json.tmp"
-        tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
-        os.replace(tmp, workdir / "results.json")
+        atomic_write_bytes(workdir / "results.json", json.dumps(results, indent=2, sort_keys=True).encode())
     writer.close()
     checkpointer.close()
     return results

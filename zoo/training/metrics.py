@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
+
+from zoo.files import atomic_write_bytes
 
 
 def summarise(sums: dict[str, float]) -> dict[str, float]:
@@ -50,9 +51,7 @@ class MetricWriter:
 
         if self.path.exists():
             kept = [line for line in self.path.read_text().splitlines() if keep(json.loads(line))]
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(line + "\n" for line in kept))
-            os.replace(tmp, self.path)
+            atomic_write_bytes(self.path, "".join(line + "\n" for line in kept).encode())
         self.tb = SummaryWriter(str(Path(workdir) / "tensorboard"), purge_step=resume_step + 1)
 
     def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
