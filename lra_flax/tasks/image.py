@@ -307,17 +307,14 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     folder = Path(data.dir) if data.source in ("cifar10", "idx") and Path(data.dir).exists() else data.dir
     key = (data.source, folder, data.tfds_data_dir, data.split_seed, "grey-v1")
 
-    def work():
-        caches = {s: input_pipeline.cache_path(cache_dir, f"image-{s}", *key) for s in ("train", "valid", "test")}
-        source_file = cache_dir / "cache" / f"image-source-{data_lib.source_key(*key)}.txt"
-        if not all(c.exists() for c in caches.values()) or not source_file.exists():
-            splits, source = load_splits(data)
-            for split, cache in caches.items():
-                input_pipeline.cache_examples(cache, lambda s=split: _examples(splits[s]), f"image {split}")
-            atomic_write_bytes(source_file, source.encode("utf-8"))
-        return {**caches, "source": source_file.read_text().strip()}
-
-    return work()
+    caches = {s: input_pipeline.cache_path(cache_dir, f"image-{s}", *key) for s in ("train", "valid", "test")}
+    source_file = cache_dir / "cache" / f"image-source-{data_lib.source_key(*key)}.txt"
+    if not all(c.exists() for c in caches.values()) or not source_file.exists():
+        splits, source = load_splits(data)
+        for split, cache in caches.items():
+            input_pipeline.cache_examples(cache, lambda s=split: _examples(splits[s]), f"image {split}")
+        atomic_write_bytes(source_file, source.encode("utf-8"))
+    return {**caches, "source": source_file.read_text().strip()}
 
 
 def check_pixel_model(model: ml_collections.ConfigDict, num_pixels: int) -> None:

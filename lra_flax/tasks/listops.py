@@ -218,23 +218,19 @@ def ensure_data(data: ml_collections.ConfigDict) -> Path:
 
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     """Generates data.dir if needed and caches every split (the loop runs it on process 0 first)."""
-
-    def work():
-        data_dir = ensure_data(config.data)
-        return {
-            split: input_pipeline.cache_classification_split(
-                data_dir / SPLIT_FILES[split],
-                encode=encode,
-                vocab=VOCAB,
-                num_classes=NUM_CLASSES,
-                max_length=config.model.max_length,
-                truncate=config.data.truncate,
-                cache_dir=config.data.cache_dir or data_dir,
-            )
-            for split in SPLIT_FILES
-        }
-
-    return work()
+    data_dir = ensure_data(config.data)
+    return {
+        split: input_pipeline.cache_classification_split(
+            data_dir / SPLIT_FILES[split],
+            encode=encode,
+            vocab=VOCAB,
+            num_classes=NUM_CLASSES,
+            max_length=config.model.max_length,
+            truncate=config.data.truncate,
+            cache_dir=config.data.cache_dir or data_dir,
+        )
+        for split in SPLIT_FILES
+    }
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:

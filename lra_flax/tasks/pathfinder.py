@@ -107,39 +107,34 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     check_pixel_model(config.model, resolution * resolution)
     directory = dataset_dir(data.dir, resolution, data.difficulty)
 
-    def work():
-        if not metadata_files(directory):
-            if not data.generate:
-                raise FileNotFoundError(
-                    f"{directory} has no metadata/*.npy: point data.dir at LRA's release (lra_release) or set "
-                    "data.generate=True"
-                )
-            params = pathfinder_generator.lra_params(resolution, data.difficulty)
-            stats = pathfinder_generator.write_dataset(
-                directory, params, num_images=data.num_images, seed=data.seed, workers=data.workers or None
+    if not metadata_files(directory):
+        if not data.generate:
+            raise FileNotFoundError(
+                f"{directory} has no metadata/*.npy: point data.dir at LRA's release (lra_release) or set "
+                "data.generate=True"
             )
-            print(f"generated {stats['images']} images at {stats['images_per_s']:.1f} images/s", flush=True)
-        splits = split_examples(read_metadata(directory))
-        key = (str(directory.resolve()), *metadata_files(directory), resolution, "pixels-v1")
-        caches = {}
-        for split, examples in splits.items():
-            if not examples:
-                raise DataFormatError(
-                    f"{directory}: the {split} split is empty ({len(splits['train'])} train examples)"
-                )
+        params = pathfinder_generator.lra_params(resolution, data.difficulty)
+        stats = pathfinder_generator.write_dataset(
+            directory, params, num_images=data.num_images, seed=data.seed, workers=data.workers or None
+        )
+        print(f"generated {stats['images']} images at {stats['images_per_s']:.1f} images/s", flush=True)
+    splits = split_examples(read_metadata(directory))
+    key = (str(directory.resolve()), *metadata_files(directory), resolution, "pixels-v1")
+    caches = {}
+    for split, examples in splits.items():
+        if not examples:
+            raise DataFormatError(f"{directory}: the {split} split is empty ({len(splits['train'])} train examples)")
 
-            def rows(examples=examples):
-                for _, path, label in examples:
-                    yield {
-                        "inputs": read_png(path, resolution).reshape(-1).astype(np.uint16),
-                        "targets": np.int32(label),
-                    }
+        def rows(examples=examples):
+            for _, path, label in examples:
+                yield {
+                    "inputs": read_png(path, resolution).reshape(-1).astype(np.uint16),
+                    "targets": np.int32(label),
+                }
 
-            cache = input_pipeline.cache_path(data.cache_dir, f"pathfinder{resolution}-{data.difficulty}-{split}", *key)
-            caches[split] = input_pipeline.cache_examples(cache, rows, f"{directory} {split}")
-        return caches
-
-    return work()
+        cache = input_pipeline.cache_path(data.cache_dir, f"pathfinder{resolution}-{data.difficulty}-{split}", *key)
+        caches[split] = input_pipeline.cache_examples(cache, rows, f"{directory} {split}")
+    return caches
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:

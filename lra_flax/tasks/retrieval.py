@@ -164,19 +164,16 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
             ]
             yield {"inputs1": ids[0], "inputs2": ids[1], "targets": np.int32(label)}
 
-    def work():
-        data_dir = ensure_data(data)
-        caches = {}
-        for split, name in SPLIT_FILES.items():
-            tsv = data_dir / name
-            cache = input_pipeline.cache_path(
-                data.cache_dir or data_dir, tsv.stem, tsv, "pairs-bytes-v1", max_length, data.truncate,
-                data.max_doc_bytes,
-            )  # fmt: skip
-            caches[split] = input_pipeline.cache_examples(cache, lambda tsv=tsv: examples(tsv), str(tsv))
-        return caches
-
-    return work()
+    data_dir = ensure_data(data)
+    caches = {}
+    for split, name in SPLIT_FILES.items():
+        tsv = data_dir / name
+        cache = input_pipeline.cache_path(
+            data.cache_dir or data_dir, tsv.stem, tsv, "pairs-bytes-v1", max_length, data.truncate,
+            data.max_doc_bytes,
+        )  # fmt: skip
+        caches[split] = input_pipeline.cache_examples(cache, lambda tsv=tsv: examples(tsv), str(tsv))
+    return caches
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:

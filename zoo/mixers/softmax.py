@@ -49,10 +49,14 @@ def relative_position_buckets(
 IMPLEMENTATIONS = ("auto", "xla", "cudnn")
 
 
-def softmax_implementation(option: str, backend: str, dtype, head_dim: int, has_bias: bool) -> str:
-    """What `implementation=option` runs on `backend` for these inputs: "xla" or "cudnn"."""
+def check_implementation(option: str) -> None:
     if option not in IMPLEMENTATIONS:
         raise ValueError(f"softmax implementation={option!r} is unknown; valid: {', '.join(IMPLEMENTATIONS)}")
+
+
+def softmax_implementation(option: str, backend: str, dtype, head_dim: int, has_bias: bool) -> str:
+    """What `implementation=option` runs on `backend` for these inputs: "xla" or "cudnn"."""
+    check_implementation(option)
     if option != "auto":
         return option
     cudnn_ok = (
@@ -76,8 +80,8 @@ def attend_with_key_lengths(q, k, v, mask, causal: bool, *, implementation: str)
 class SoftmaxAttention(MultiHeadMixer):
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
+        check_implementation(cfg.implementation)
         self.implementation = cfg.implementation
-        softmax_implementation(self.implementation, "cpu", jnp.float32, self.head_dim, False)  # a known name
         self.relative_buckets, self.relative_max_distance = cfg.relative_buckets, cfg.relative_max_distance
         if self.relative_buckets and self.relative_buckets < 4:
             raise ValueError(f"mixer {cfg.name!r}: relative_buckets={self.relative_buckets} must be 0 (off) or ≥ 4")

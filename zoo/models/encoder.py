@@ -9,16 +9,9 @@ from flax import nnx
 from zoo.layers import compute_dtype
 from zoo.models.blocks import Block
 
-REMAT = ("none", "full", "dots")
-
-
-def remat_policy(name: str):
-    """None for no rematerialisation, else (name, jax checkpoint policy) — a static pair, not a pytree leaf."""
-    if name not in REMAT:
-        raise ValueError(f"config field model.remat={name!r} is unknown; valid: {', '.join(REMAT)}")
-    if name == "none":
-        return None
-    return (name, None if name == "full" else jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+# model.remat → what jax.checkpoint keeps of a block for the backward pass (None: only its inputs).
+REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+REMAT = ("none", *REMAT_POLICIES)
 
 
 class Encoder(nnx.Module):
@@ -36,7 +29,9 @@ class Encoder(nnx.Module):
         max_length = cfg.max_length if max_length is None else max_length
         num_layers = cfg.num_layers if num_layers is None else num_layers
         self.blocks = nnx.List([Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)])
-        self.remat = remat_policy(cfg.remat)
+        if cfg.remat not in REMAT:
+            raise ValueError(f"config field model.remat={cfg.remat!r} is unknown; valid: {', '.join(REMAT)}")
+        self.remat = cfg.remat
         self.final_norm = nnx.LayerNorm(
             cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=compute_dtype(cfg.dtype), rngs=rngs
         )
@@ -54,8 +49,8 @@ class Encoder(nnx.Module):
         def apply(block, x, mask, context, context_mask, rngs):
             return block(x, mask=mask, causal=causal, context=context, context_mask=context_mask, rngs=rngs)
 
-        if self.remat is not None:  # activations inside a block are recomputed in the backward pass
-            apply = nnx.remat(apply, policy=self.remat[1])
+        if self.remat != "none":  # activations inside a block are recomputed in the backward pass
+            apply = nnx.remat(apply, policy=REMAT_POLICIES[self.remat])
         for block in self.blocks:
             x = apply(block, x, mask, context, context_mask, rngs)
         return self.final_norm(x)
