@@ -27,9 +27,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kernels.linear_attention import stabilise_denominator
-
-LANES = 128
-_TRANS_B = (((1,), (1,)), ((), ()))  # x @ yᵀ
+from kernels.relu_attention_pallas import _round_up
+from kernels.relu_attention_tpu import _TRANS_B, LANES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,7 +254,7 @@ def linear_attention_tpu(
     """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`."""
     sizes = block_sizes or TpuChunkSizes()
     t = phi_q.shape[1]
-    t_pad = -(-t // sizes.chunk) * sizes.chunk
+    t_pad = _round_up(t, sizes.chunk)
 
     def head_major(x):  # zero rows add nothing to the state and their outputs are dropped
         return jnp.pad(x, ((0, 0), (0, t_pad - t), (0, 0), (0, 0))).transpose(0, 2, 1, 3)

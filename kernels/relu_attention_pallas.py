@@ -64,6 +64,15 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+def padded_lengths(tq: int, tk: int, causal: bool, q_blocks: tuple[int, ...], k_blocks: tuple[int, ...]):
+    """(query, key) lengths padded to whole blocks of every kernel; causal pads both to one length so that
+    query and key positions stay aligned."""
+    if causal:
+        unit = math.lcm(*q_blocks, *k_blocks)
+        return _round_up(tq, unit), _round_up(tq, unit)
+    return _round_up(tq, math.lcm(*q_blocks)), _round_up(tk, math.lcm(*k_blocks))
+
+
 def _scores(q, k, key_valid, q_start, k_start, block_q, block_k, scale, causal):
     """s `[block_q, block_k]` float32 and the visibility mask of one tile."""
     s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
@@ -284,13 +293,10 @@ def relu_attention_pallas(
     tk, dv_dim = k.shape[1], v.shape[-1]
     sizes = block_sizes or PallasBlockSizes.for_backend(backend, d)
     d_pad, dv_pad = pl.next_power_of_2(d), pl.next_power_of_2(dv_dim)
-    # Whole blocks for every kernel (GPU tiles must be powers of two); causal keeps query and key aligned.
-    if causal:
-        unit = math.lcm(sizes.block_q, sizes.block_q_bwd, sizes.block_k, sizes.block_k_bwd)
-        tq_pad = tk_pad = _round_up(tq, unit)
-    else:
-        tq_pad = _round_up(tq, math.lcm(sizes.block_q, sizes.block_q_bwd))
-        tk_pad = _round_up(tk, math.lcm(sizes.block_k, sizes.block_k_bwd))
+    # Whole blocks for every kernel (GPU tiles must be powers of two).
+    tq_pad, tk_pad = padded_lengths(
+        tq, tk, causal, (sizes.block_q, sizes.block_q_bwd), (sizes.block_k, sizes.block_k_bwd)
+    )
 
     def head_major(x, t_pad, dim_pad):
         x = jnp.pad(x, ((0, 0), (0, t_pad - x.shape[1]), (0, 0), (0, dim_pad - x.shape[-1])))

@@ -29,6 +29,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from kernels.relu_attention_pallas import padded_lengths
+
 LANES = 128
 _TRANS_B = (((1,), (1,)), ((), ()))  # x @ yᵀ
 
@@ -293,10 +295,6 @@ def _attend_bwd(causal, scale, sizes, interpret, residuals, do):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
 def relu_attention_tpu(
     q: jax.Array,
     k: jax.Array,
@@ -316,12 +314,9 @@ def relu_attention_tpu(
     sizes = block_sizes or TpuBlockSizes()
     tq, d = q.shape[1], q.shape[-1]
     tk = k.shape[1]
-    if causal:  # one padded length, so that query and key positions stay aligned
-        unit = math.lcm(sizes.block_q, sizes.block_k, sizes.block_q_dkv, sizes.block_k_dkv)
-        tq_pad = tk_pad = _round_up(tq, unit)
-    else:
-        tq_pad = _round_up(tq, math.lcm(sizes.block_q, sizes.block_q_dkv))
-        tk_pad = _round_up(tk, math.lcm(sizes.block_k, sizes.block_k_dkv))
+    tq_pad, tk_pad = padded_lengths(
+        tq, tk, causal, (sizes.block_q, sizes.block_q_dkv), (sizes.block_k, sizes.block_k_dkv)
+    )
 
     def head_major(x, t_pad):
         return jnp.pad(x, ((0, 0), (0, t_pad - x.shape[1]), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
