@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from lra_flax import compare
+from zoo.files import require_local
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Sweep config (lra_flax/configs/compare.py:PRESET).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory: cells/ and the reports.")
@@ -22,13 +22,16 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    config, root = _CONFIG.value, _WORKDIR.value
+    config = _CONFIG.value
     try:
+        # The sweep runs its cells as local subprocesses that append to local logs; a cell's own workdir
+        # (lra-train) may be a URL, the sweep's directory may not.
+        root = require_local(_WORKDIR.value, "--workdir")
         all_cells = compare.cells(config)
         if _CELLS.value:
             i, n = compare.parse_shard(_SHARD.value)
             for cell in compare.shard(all_cells, i, n):
-                print(f"{compare.state(cell, Path(root)):8}  {cell.name}  ({cell.config_spec})")
+                print(f"{compare.state(cell, root):8}  {cell.name}  ({cell.config_spec})")
             return
         counts = {}
         if not _REPORT_ONLY.value:

@@ -15,7 +15,7 @@ import time
 from absl import flags
 
 from lra_flax import input_pipeline
-from lra_flax.tasks import TASKS
+from lra_flax.tasks import TASKS, make_task
 from zoo.training import cli, train_and_evaluate
 
 _TASK = flags.DEFINE_enum("task", "listops", sorted(TASKS), "LRA task.")
@@ -33,7 +33,7 @@ def main(argv: list[str]) -> None:
     config.model.mixer = _MIXER.value
     workdir = _WORKDIR.value or f"runs/{task_name}-demo"
     start = time.perf_counter()
-    task = TASKS[task_name](config)
+    task = make_task(config)
     results = train_and_evaluate(config, workdir, task)
     wall = time.perf_counter() - start
     majority = input_pipeline.majority_rate(task.prepare()["test"])

@@ -17,7 +17,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from lra_flax.input_pipeline import BYTE_VOCAB_SIZE
-from lra_flax.tasks import TASKS, image, listops, pathfinder, retrieval, text
+from lra_flax.tasks import image, listops, make_task, pathfinder, retrieval, text
 from zoo.files import atomic_write_bytes
 from zoo.training import cli, throughput
 
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
-    task = TASKS[config.task](config)
+    task = make_task(config)
     vocab, classes = VOCAB_AND_CLASSES[config.task]
     result = throughput.measure(
         config, task, vocab_size=vocab, num_classes=classes, steps=_STEPS.value, warmup=_WARMUP.value

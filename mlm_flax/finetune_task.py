@@ -19,6 +19,7 @@ from flax import nnx
 from mlm_flax import glue
 from mlm_flax import input_pipeline as mlm_pipeline
 from mlm_flax.task import TOKENIZER_FILE
+from zoo.files import as_path
 from zoo.models import MaskedLM, TextClassifier
 from zoo.text import SentencePieceTokenizer
 from zoo.training import Task
@@ -35,7 +36,7 @@ def pretrained_run(config: ml_collections.ConfigDict) -> tuple[Path, dict]:
     """The pretraining workdir and its config.json, with clear errors for a missing or incomplete one."""
     if not config.pretrained.workdir:
         raise ValueError("config field pretrained.workdir is empty: name the mlm-train workdir to fine-tune from")
-    workdir = Path(config.pretrained.workdir)
+    workdir = as_path(config.pretrained.workdir)
     for name in ("config.json", TOKENIZER_FILE, "checkpoints"):
         if not (workdir / name).exists():
             raise FileNotFoundError(

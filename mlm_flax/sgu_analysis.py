@@ -12,6 +12,7 @@ import numpy as np
 
 from mlm_flax import glue
 from mlm_flax.task import TOKENIZER_FILE
+from zoo.files import as_path
 from zoo.mixers.sgu import SpatialGatingMixer, toeplitz_score
 from zoo.models import MaskedLM, TextClassifier, stored_model_config
 from zoo.plots import pyplot, save_figure
@@ -21,7 +22,7 @@ from zoo.training.state import restore_model
 
 def load_model(workdir: str | os.PathLike, step: int | None = None):
     """(model, config, step) of an mlm-train / mlm-finetune workdir's checkpoint."""
-    workdir = Path(workdir)
+    workdir = as_path(workdir)
     for name in ("config.json", TOKENIZER_FILE):
         if not (workdir / name).is_file():
             raise FileNotFoundError(f"{workdir} has no {name}: not an mlm-train or mlm-finetune workdir")
@@ -42,7 +43,7 @@ def load_model(workdir: str | os.PathLike, step: int | None = None):
 def spatial_weights(model) -> list[tuple[int, np.ndarray]]:
     """(layer index, W `[n, n]`) of every spatial gating unit of the model's encoder (Toeplitz ones expanded)."""
     out = []
-    for i, block in enumerate(model.backbone.encoder.blocks):
+    for i, block in enumerate(model.backbone.encoder.layers()):
         if isinstance(block.mixer, SpatialGatingMixer):
             out.append((i, np.asarray(block.mixer.spatial_matrix(block.mixer.max_length, causal=False))))
     return out
@@ -75,7 +76,7 @@ def inspect(workdir: str | os.PathLike, step: int | None = None, output: str | o
     if not weights:
         raise ValueError(f"{workdir}: model.mixer={config.model.mixer!r} has no spatial gating unit (use gmlp or amlp)")
     figure = plot_spatial_weights(
-        weights, output or Path(workdir) / "sgu_weights.png", f"{config.model.mixer} spatial weights W, step {step}"
+        weights, output or as_path(workdir) / "sgu_weights.png", f"{config.model.mixer} spatial weights W, step {step}"
     )
     layers = [
         {"layer": i, "toeplitz_score": toeplitz_score(w), "rms": float(np.sqrt(np.mean(w * w)))} for i, w in weights

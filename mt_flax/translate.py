@@ -17,7 +17,7 @@ import numpy as np
 from absl import app, flags
 
 from mt_flax.task import build_model, translate_ids
-from zoo.files import atomic_write_bytes
+from zoo.files import as_path, atomic_write_bytes
 from zoo.models import stored_model_config
 from zoo.text import EOS_ID, load_tokenizer
 from zoo.training import cli
@@ -36,7 +36,7 @@ flags.mark_flags_as_required(["workdir", "input"])
 
 def load_run(workdir: str | Path, step: int | None = None):
     """(config, tokenizer, model in eval mode, step) of an mt-train workdir."""
-    workdir = Path(workdir)
+    workdir = as_path(workdir)
     config_path = workdir / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} does not exist: --workdir must be an mt-train run directory")

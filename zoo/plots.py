@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
-from pathlib import Path
+import pathlib
+
+from etils import epath
+
+from zoo.files import as_path, atomic_write_bytes, is_url
 
 
 def pyplot():
@@ -16,12 +21,13 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
-    """Writes `fig` to `path` through a temporary file, then closes it."""
-    path = Path(path)
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> pathlib.Path | epath.Path:
+    """Writes `fig` to `path` (local or a URL) whole or not at all, then closes it; returns the path (a
+    pathlib.Path when local)."""
+    path = as_path(path) if is_url(path) else pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + f".tmp{os.getpid()}" + path.suffix)
-    fig.savefig(tmp, dpi=dpi)
+    png = io.BytesIO()
+    fig.savefig(png, dpi=dpi, format=path.suffix.lstrip(".") or "png")
     pyplot().close(fig)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, png.getvalue())
     return path

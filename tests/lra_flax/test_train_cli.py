@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests import fault_injection
+
 CONFIG = "lra_flax/configs/listops.py:demo"
 TIMING = {"steps_per_sec", "tokens_per_sec", "input_wait_fraction"}
 
@@ -67,7 +69,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, uninterrupted):
     flags, full_dir = uninterrupted
 
     # Killed (SIGKILL) after step 6: checkpoint 4 exists, steps 5-6 and their log lines are redone.
-    killed = _train(tmp_path / "resumed", flags, env={"ZOO_TEST_KILL_AFTER_STEP": "6"})
+    killed = _train(tmp_path / "resumed", flags, env=fault_injection.env(kill_after_step=6))
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert not (tmp_path / "resumed" / "results.json").exists()
     assert (tmp_path / "resumed" / "checkpoints" / "4").exists()
@@ -90,7 +92,7 @@ def test_kill_during_final_evaluation_then_rerun_equals_uninterrupted_and_a_fini
     workdir = tmp_path / "run"
     # Killed after the final validation line was written, before the test split: the re-run redoes the
     # final evaluation without a second validation line.
-    killed = _train(workdir, flags, env={"ZOO_TEST_KILL_AFTER_FINAL_EVAL": "valid"})
+    killed = _train(workdir, flags, env=fault_injection.env(kill_after_final_eval="valid"))
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert [m["split"] for m in _metrics(workdir) if m["step"] == 12] == ["train", "valid"]
     assert not (workdir / "results.json").exists()
@@ -110,7 +112,7 @@ def test_kill_during_final_evaluation_then_rerun_equals_uninterrupted_and_a_fini
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, uninterrupted):
     flags, full_dir = uninterrupted
     workdir = tmp_path / "run"
-    killed = _train(workdir, flags, env={"ZOO_TEST_KILL_AFTER_STEP": "10"})  # checkpoints 4 and 8
+    killed = _train(workdir, flags, env=fault_injection.env(kill_after_step=10))  # checkpoints 4 and 8
     assert killed.returncode == -9, killed.stderr[-3000:]
     state_file = next(p for p in (workdir / "checkpoints" / "8" / "state" / "d").iterdir())
     state_file.write_bytes(state_file.read_bytes()[:40])  # truncated

@@ -77,6 +77,9 @@ def test_debug_shows_the_traceback(tmp_path):
     "module, own_flags",
     [
         ("lra_flax", ["--config", "--workdir", "--plan_memory", "--debug", "--num_processes"]),
+        ("mt_flax", ["--config", "--workdir", "--plan_memory", "--profile_steps", "--fake_cpu_devices"]),
+        ("mlm_flax", ["--config", "--workdir", "--plan_memory", "--heartbeat_timeout_s"]),
+        ("mlm_flax.finetune", ["--config", "--workdir", "--plan_memory", "--coordinator_address"]),
         ("mt_flax.translate", ["--workdir", "--input", "--output", "--beam_size", "--length_penalty"]),
         ("mlm_flax.data_cli", ["--output_dir", "--wheel_cache", "--holdout_fraction"]),
         ("lra_flax.data_cli", ["--output_dir", "--num_train", "--resolution", "--difficulty"]),
@@ -87,4 +90,6 @@ def test_help_lists_the_commands_own_flags(module, own_flags):
     assert run.returncode == 0, run.stderr[-2000:]
     for flag in own_flags:  # booleans read --[no]name
         assert f"{flag}:" in run.stdout or flag.replace("--", "--[no]") + ":" in run.stdout, (flag, run.stdout[:2000])
-    assert "--helpfull" not in run.stdout.split("flags:")[0]  # the usage text comes first, from the docstring
+    usage = run.stdout.split("flags:")[0]
+    assert "--helpfull" not in usage  # the usage text comes first, from the command's own docstring
+    assert "--workdir" in usage or "--output" in usage, usage

@@ -235,6 +235,57 @@ def test_non_finite_loss_is_never_checkpointed(tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
+def test_the_loop_tells_its_hooks_every_step_and_final_evaluation_and_resumes_after_a_crash(tmp_path):
+    """EVENT_HOOKS (where tests inject faults) hear each finished step after its checkpoint started, then each
+    final evaluation; an exception raised from a hook at step 5 leaves checkpoint 4, and re-running ends
+    with the uninterrupted run's results."""
+    import grain
+
+    from zoo.training import Task, loop, train_and_evaluate
+
+    cfg = models.model_config(num_layers=1, d_model=16, num_heads=2, mlp_dim=16, max_length=10, dropout=0.0)
+    config = ml_collections.ConfigDict(
+        {
+            "seed": 0,
+            "mesh": mesh_config(),
+            "model": cfg,
+            "train": train_config(steps=6, batch_size=8, log_every=2, checkpoint_every=2, eval_every=0),
+        }
+    )
+    task = Task(
+        build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),
+        train_batches=lambda: grain.MapDataset.range(1000).map(lambda i: _batch(seed=int(i))).to_iter_dataset(),
+        eval_batches=lambda split: [_batch()],
+        loss_fn=classification_loss(),
+        eval_splits=("valid", "test"),
+    )
+    heard = []
+
+    class Crash(Exception):
+        pass
+
+    def crash_at_5(event):
+        heard.append((event.step, event.split))
+        if event.step == 5 and event.split is None and len(heard) == 5:  # the first run only
+            event.wait_for_checkpoints()
+            raise Crash
+
+    loop.EVENT_HOOKS.append(crash_at_5)
+    try:
+        with pytest.raises(Crash):
+            train_and_evaluate(config, tmp_path / "crashed", task)
+        assert heard == [(s, None) for s in range(1, 6)]
+        heard.clear()
+        resumed = train_and_evaluate(config, tmp_path / "crashed", task)
+        assert heard == [(5, None), (6, None), (6, "valid"), (6, "test")]
+    finally:
+        loop.EVENT_HOOKS.remove(crash_at_5)
+    assert resumed["resumed_at_step"] == 4.0
+    full = train_and_evaluate(config, tmp_path / "full", task)
+    for key in ("valid_loss", "test_loss", "valid_accuracy"):
+        assert resumed[key] == full[key], key
+
+
 @pytest.mark.parametrize("accum", [1, 2])
 def test_non_parameter_state_updates_reach_the_returned_state(accum):
     """FAVOR+ with redraw: each training forward draws new features; the step must keep them."""

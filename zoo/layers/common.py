@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+# Mesh axes the batch is split over (zoo.training.mesh: data × fsdp).
+BATCH_AXES = ("data", "fsdp")
+
+
+def constrain_batch_sharded(x: jax.Array) -> jax.Array:
+    """`x` [batch, ...] split over the batch axes of the mesh the step is traced under, whole along the rest.
+
+    Pins activations at block boundaries, so XLA's propagation cannot leave them replicated (or split along
+    the model dimension) between blocks. A no-op without a mesh (one device, decoding outside the steps)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
+        return x
+    return jax.lax.with_sharding_constraint(x, P(BATCH_AXES))
 
 
 class AuxLoss(nnx.Intermediate):

@@ -7,6 +7,7 @@ import ml_collections
 from flax import nnx
 
 from zoo.layers import compute_dtype
+from zoo.layers.common import constrain_batch_sharded
 from zoo.models.blocks import Block
 
 # model.remat → what jax.checkpoint keeps of a block for the backward pass (None: only its inputs).
@@ -14,8 +15,21 @@ REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_bat
 REMAT = ("none", *REMAT_POLICIES)
 
 
+def _stack_layer_axis(blocks: nnx.Module) -> None:
+    """Stacked parameters gain a leading layer dimension; their logical axes gain a name for it (None:
+    never split, every device runs every layer)."""
+    for _, variable in nnx.iter_graph(blocks):
+        if isinstance(variable, nnx.Variable) and variable.get_metadata().get("logical_axes") is not None:
+            variable.set_metadata(logical_axes=(None, *variable.get_metadata()["logical_axes"]))
+
+
 class Encoder(nnx.Module):
-    """Blocks and a final LayerNorm over `[batch, length, d_model]` inputs."""
+    """Blocks and a final LayerNorm over `[batch, length, d_model]` inputs.
+
+    `model.scan_layers`: the blocks are one `Block` with every parameter stacked on a leading layer axis
+    (built by `nnx.vmap` over split keys), applied by `nnx.scan`; dropout keys are split per layer.
+    `layers()` gives the blocks one by one either way (incremental decoding, inspection).
+    """
 
     def __init__(
         self,
@@ -28,7 +42,20 @@ class Encoder(nnx.Module):
     ):
         max_length = cfg.max_length if max_length is None else max_length
         num_layers = cfg.num_layers if num_layers is None else num_layers
-        self.blocks = nnx.List([Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)])
+        self.num_layers, self.scan_layers = num_layers, bool(cfg.scan_layers)
+        if self.scan_layers:
+
+            @nnx.split_rngs(splits=num_layers)
+            @nnx.vmap(in_axes=(0,), out_axes=0)
+            def stacked_blocks(rngs: nnx.Rngs) -> Block:
+                return Block(cfg, max_length=max_length, cross=cross, rngs=rngs)
+
+            self.blocks = stacked_blocks(rngs)
+            _stack_layer_axis(self.blocks)
+        else:
+            self.blocks = nnx.List(
+                [Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)]
+            )
         if cfg.remat not in REMAT:
             raise ValueError(f"config field model.remat={cfg.remat!r} is unknown; valid: {', '.join(REMAT)}")
         self.remat = cfg.remat
@@ -51,9 +78,29 @@ class Encoder(nnx.Module):
 
         if self.remat != "none":  # activations inside a block are recomputed in the backward pass
             apply = nnx.remat(apply, policy=REMAT_POLICIES[self.remat])
-        for block in self.blocks:
-            x = apply(block, x, mask, context, context_mask, rngs)
+        if not self.scan_layers:
+            for block in self.blocks:
+                x = constrain_batch_sharded(apply(block, x, mask, context, context_mask, rngs))
+            return self.final_norm(x)
+
+        def layer(x, block, rngs):
+            return constrain_batch_sharded(apply(block, x, mask, context, context_mask, rngs))
+
+        if rngs is None:
+            x = nnx.scan(lambda x, block: layer(x, block, None), in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)(
+                x, self.blocks
+            )
+        else:
+            with nnx.split_rngs(rngs, splits=self.num_layers):  # a key per layer, as the unrolled blocks draw
+                x = nnx.scan(layer, in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry)(x, self.blocks, rngs)
         return self.final_norm(x)
+
+    def layers(self) -> list[Block]:
+        """The blocks in order; with `scan_layers`, views of layer i of the stacked parameters."""
+        if not self.scan_layers:
+            return list(self.blocks)
+        graphdef, state = nnx.split(self.blocks)
+        return [nnx.merge(graphdef, jax.tree.map(lambda x, i=i: x[i], state)) for i in range(self.num_layers)]
 
 
 class Decoder(Encoder):
@@ -65,16 +112,17 @@ class Decoder(Encoder):
         return super().__call__(x, mask=mask, causal=True, context=context, context_mask=context_mask, rngs=rngs)
 
     def init_cache(self, batch: int, max_length: int) -> list:
-        return [block.init_cache(batch, max_length) for block in self.blocks]
+        return [block.init_cache(batch, max_length) for block in self.layers()]
 
     def project_context(self, context: jax.Array) -> list:
         """Each block's cross-attention keys/values of the encoder output (for `decode(context_kv=...)`)."""
-        return [block.project_context(context) for block in self.blocks]
+        return [block.project_context(context) for block in self.layers()]
 
     def decode(self, x, cache: list, *, context=None, context_mask=None, context_kv=None) -> tuple[jax.Array, list]:
         new_cache = []
-        context_kv = [None] * len(self.blocks) if context_kv is None else context_kv
-        for block, c, kv in zip(self.blocks, cache, context_kv, strict=True):
+        layers = self.layers()
+        context_kv = [None] * len(layers) if context_kv is None else context_kv
+        for block, c, kv in zip(layers, cache, context_kv, strict=True):
             x, c = block.decode(x, c, context=context, context_mask=context_mask, context_kv=kv)
             new_cache.append(c)
         return self.final_norm(x), new_cache

@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 import sentencepiece as spm
 
-from zoo.files import atomic_write_bytes
+from zoo.files import as_path, atomic_write_bytes
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 _SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -59,7 +59,7 @@ class SentencePieceTokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SentencePieceTokenizer:
-        path = Path(path)
+        path = as_path(path)  # a workdir's copy may be at a URL
         if not path.is_file():
             raise FileNotFoundError(f"SentencePiece model file {path} does not exist")
         return cls(path.read_bytes(), str(path))
@@ -158,7 +158,7 @@ class WordTokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> WordTokenizer:
-        path = Path(path)
+        path = as_path(path)
         if not path.is_file():
             raise FileNotFoundError(f"vocabulary file {path} does not exist")
         return cls(path.read_text(encoding="utf-8").split("\n")[:-1])
@@ -190,5 +190,5 @@ class WordTokenizer:
 
 def load_tokenizer(path: str | os.PathLike) -> SentencePieceTokenizer | WordTokenizer:
     """A `.model` file is SentencePiece; anything else is a word vocabulary (one token per line)."""
-    path = Path(path)
+    path = as_path(path)
     return SentencePieceTokenizer.load(path) if path.suffix == ".model" else WordTokenizer.load(path)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 import grain
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 from jax.experimental import multihost_utils
+
+from zoo.files import as_path
 
 
 class NoCheckpointRestores(RuntimeError):
@@ -28,7 +30,7 @@ def _first_line(e: BaseException, limit: int = 300) -> str:
     return f"{type(e).__name__}: {text[:limit]}"
 
 
-def _check_json_files(step_dir: Path) -> None:
+def _check_json_files(step_dir: epath.Path) -> None:
     """The step's JSON items must parse; Orbax's own error does not say which file is broken."""
     for path in [step_dir / "meta" / "metadata", *sorted((step_dir / "data").glob("*.json"))]:
         try:
@@ -40,9 +42,9 @@ def _check_json_files(step_dir: Path) -> None:
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, *, max_to_keep: int):
+    def __init__(self, directory: str | os.PathLike, *, max_to_keep: int):
         self.manager = ocp.CheckpointManager(
-            Path(directory).absolute(),
+            as_path(directory),
             item_names=("state", "data", "meta"),
             item_handlers={
                 "state": ocp.StandardCheckpointHandler(),
@@ -56,11 +58,11 @@ class Checkpointer:
         return self.manager.latest_step()
 
     @property
-    def broken_directory(self) -> Path:
-        directory = Path(self.manager.directory)
-        return directory.with_name(directory.name + "_broken")
+    def broken_directory(self) -> epath.Path:
+        directory = as_path(self.manager.directory)
+        return directory.parent / (directory.name + "_broken")
 
-    def _move_aside(self, step: int) -> Path:
+    def _move_aside(self, step: int) -> epath.Path:
         """Moves step `step` into `broken_directory` (a suffix keeps earlier ones) and forgets it."""
         target = self.broken_directory / str(step)
         if jax.process_index() == 0:
@@ -68,7 +70,7 @@ class Checkpointer:
             n = 1
             while target.exists():
                 target, n = self.broken_directory / f"{step}.{n}", n + 1
-            os.replace(Path(self.manager.directory) / str(step), target)
+            (as_path(self.manager.directory) / str(step)).rename(target)
         if jax.process_count() > 1:
             multihost_utils.sync_global_devices(f"checkpoint-move-aside-{step}")
         self.manager.reload()
@@ -85,7 +87,7 @@ class Checkpointer:
         tried = []
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
-                _check_json_files(Path(self.manager.directory) / str(step))
+                _check_json_files(as_path(self.manager.directory) / str(step))
                 state, meta = self.restore(step, abstract_state, data_iterator)
                 if int(meta.get("step", -1)) != step:
                     raise ValueError(f"its meta record says step {meta.get('step')!r}")

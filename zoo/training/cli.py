@@ -19,10 +19,11 @@ from collections.abc import Callable, Sequence
 import jax
 import ml_collections
 from absl import app, flags, logging
+from ml_collections import config_flags
 
 from zoo.training import distributed, memory
 from zoo.training.checkpoints import NoCheckpointRestores
-from zoo.training.loop import train_and_evaluate
+from zoo.training.loop import Task, train_and_evaluate
 
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes in a multi-process run.")
@@ -154,15 +155,37 @@ def run(main: Callable[[list[str]], None], prog: str) -> None:
     app.run(wrapped)
 
 
-def train_or_plan(config: ml_collections.ConfigDict, workdir: str | None, task, *, plan_memory: bool) -> None:
-    """The body of every `<task>-train` command: print the per-device memory plan, or train and print the results."""
-    if plan_memory:
-        print(memory.format_plan(memory.plan(config, task)))
-        return
-    if not workdir:
-        raise app.UsageError("--workdir is required")
-    profile = parse_profile_steps(_PROFILE_STEPS.value)
-    print(json.dumps(train_and_evaluate(config, workdir, task, profile_steps=profile), indent=2, sort_keys=True))
+def task_main(make_task: Callable[[ml_collections.ConfigDict], Task], prog: str, command_module: str) -> None:
+    """The whole of every training command (`lra-train`, `mt-train`, `mlm-train`, `mlm-finetune`).
+
+    `command_module` is the calling module's `__name__`: its docstring is the command's `--help` text.
+    `--config=FILE:preset` (with `--config.a.b=v` overrides) and `--workdir`; `--plan_memory` prints the
+    per-device memory plan instead of training. The results dict is printed as JSON at the end."""
+    config_flag = config_flags.DEFINE_config_file(
+        "config", None, "Config file with a preset after ':'.", lock_config=True
+    )
+    workdir_flag = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+    plan_flag = flags.DEFINE_bool(
+        "plan_memory", False, "Compile the train step for the configured mesh, print per-device memory, and exit."
+    )
+    flags.mark_flags_as_required(["config"])
+
+    def main(argv: list[str]) -> None:
+        if len(argv) > 1:
+            raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        config = config_flag.value
+        task = make_task(config)
+        if plan_flag.value:
+            print(memory.format_plan(memory.plan(config, task)))
+            return
+        if not workdir_flag.value:
+            raise app.UsageError("--workdir is required")
+        profile = parse_profile_steps(_PROFILE_STEPS.value)
+        results = train_and_evaluate(config, workdir_flag.value, task, profile_steps=profile)
+        print(json.dumps(results, indent=2, sort_keys=True))
+
+    main.__module__ = command_module
+    run(main, prog)
 
 
 def print_table(title: str, rows: Sequence[tuple[str, str]]) -> None:

@@ -10,7 +10,6 @@ import dataclasses
 import itertools
 import json
 import os
-import signal
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,9 +19,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from etils import epath
 from flax import nnx
 
-from zoo.files import atomic_write_bytes
+from zoo.files import as_path, atomic_write_bytes
 from zoo.progress import WorkProgress
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
@@ -34,12 +34,25 @@ from zoo.training.state import abstract_state, create_train_state, state_builder
 from zoo.training.steps import LossFn, make_eval_step, make_train_step
 from zoo.training.validate import validate_config
 
-# Fault injection for tests: SIGKILL (a crash) or SIGTERM (a preemption notice) to this process after
-# the given step completes.
-_KILL_AFTER_STEP_ENV = "ZOO_TEST_KILL_AFTER_STEP"
-_SIGTERM_AFTER_STEP_ENV = "ZOO_TEST_SIGTERM_AFTER_STEP"
-# SIGKILL after the final evaluation of this split has been logged (a crash during the final evaluation).
-_KILL_AFTER_FINAL_EVAL_ENV = "ZOO_TEST_KILL_AFTER_FINAL_EVAL"
+
+@dataclasses.dataclass(frozen=True)
+class LoopEvent:
+    """What the loop tells `EVENT_HOOKS`: train step `step` is done (its checkpoint, if any, started), or the
+    final evaluation of `split` is logged. `wait_for_checkpoints` blocks until every save has completed."""
+
+    step: int
+    split: str | None
+    wait_for_checkpoints: Callable[[], None]
+
+
+# Called in order with every LoopEvent. Empty in production; tests add fault injection here (a crash or
+# a preemption notice at a chosen point) and clear it again.
+EVENT_HOOKS: list[Callable[[LoopEvent], None]] = []
+
+
+def _tell_hooks(step: int, split: str | None, checkpointer: Checkpointer) -> None:
+    for hook in EVENT_HOOKS:
+        hook(LoopEvent(step, split, checkpointer.wait))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +127,7 @@ def evaluate(
     return {**summarise(sums), "examples": sums.get("count", 0.0)}
 
 
-def _finished_results(workdir: Path, restored_step: int, steps: int) -> dict | None:
+def _finished_results(workdir: epath.Path, restored_step: int, steps: int) -> dict | None:
     """results.json of a workdir whose training and final evaluation are complete, else None."""
     path = workdir / "results.json"
     if restored_step != steps or not path.exists():
@@ -149,7 +162,7 @@ def check_batch_rows(train_cfg: ml_collections.ConfigDict, task: Task) -> tuple[
 
 def train_and_evaluate(
     config: ml_collections.ConfigDict,
-    workdir: str | Path,
+    workdir: str | os.PathLike,
     task: Task,
     *,
     profile_steps: tuple[int, int] | None = None,
@@ -160,7 +173,7 @@ def train_and_evaluate(
     and returns the results dict. `profile_steps=(first, last)` records a `jax.profiler` trace of those
     train steps into workdir/profile (TensorBoard's profile plugin or Perfetto read it).
     """
-    workdir = Path(workdir)
+    workdir = as_path(workdir)
     train_cfg = config.train
     is_writer = jax.process_index() == 0
     # Every check that can fail on a bad config runs before anything is written to the workdir.
@@ -181,16 +194,21 @@ def train_and_evaluate(
             "shards (0 means train.batch_size)"
         )
     build = state_builder(task.build_model, train_cfg, config.seed)
-    abstract_state(build)
+    rules = mesh_lib.rules_from_config(config.mesh)
+    sharding_line = mesh_lib.check_sharding(
+        mesh_lib.sharding_report(abstract_state(build)[1][0], mesh, rules), config.mesh.sharding_tolerance
+    )
+    if is_writer and mesh_lib.parameter_shards(mesh) > 1:
+        print(sharding_line, flush=True)
     # Data generation, tokenizer training and caching: process 0 alone first, the others after it (they find
     # the files made), so several processes never write the same file.
     first_process_then_others("prepare-data", task.prepare)
     if is_writer:
         write_config(config, workdir)
         for name, source in task.artifacts().items():
-            atomic_write_bytes(workdir / name, Path(source).read_bytes())
+            atomic_write_bytes(workdir / name, as_path(source).read_bytes())
 
-    graphdef, state, state_sharding = create_train_state(build, mesh)
+    graphdef, state, state_sharding = create_train_state(build, mesh, rules)
     shardings = dict(
         state_sharding=state_sharding,
         batch_sharding=mesh_lib.batch_sharding(mesh),
@@ -239,8 +257,6 @@ def train_and_evaluate(
     writer = MetricWriter(workdir, resume_step=start_step, final_step=train_cfg.steps, enabled=is_writer)
     progress = Progress(train_cfg.steps, start_step, enabled=is_writer)
     watch = Stopwatch()
-    kill_after = int(os.environ.get(_KILL_AFTER_STEP_ENV, "-1"))
-    sigterm_after = int(os.environ.get(_SIGTERM_AFTER_STEP_ENV, "-1"))
     preemption = PreemptionWatcher(checkpointer.manager)
 
     def save(step: int) -> None:
@@ -312,11 +328,7 @@ def train_and_evaluate(
             if preempted:
                 checkpointer.wait()
                 raise Preempted(done)
-            if done == kill_after:
-                checkpointer.wait()
-                os.kill(os.getpid(), signal.SIGKILL)
-            if done == sigterm_after:
-                os.kill(os.getpid(), signal.SIGTERM)
+            _tell_hooks(done, None, checkpointer)
     finally:
         if tracing:
             jax.profiler.stop_trace()
@@ -331,8 +343,7 @@ def train_and_evaluate(
         writer.write(train_cfg.steps, split, _numbers(metrics))
         progress.log(train_cfg.steps, split, _numbers(metrics))
         results.update({f"{split}_{k}": v for k, v in metrics.items()})
-        if os.environ.get(_KILL_AFTER_FINAL_EVAL_ENV) == split:
-            os.kill(os.getpid(), signal.SIGKILL)
+        _tell_hooks(train_cfg.steps, split, checkpointer)
     # Training time over every run of this workdir up to the last checkpoint, plus this run's; this run's alone.
     results["train_wall_time_s"] = earlier_seconds + train_seconds
     results["train_wall_time_this_run_s"] = train_seconds

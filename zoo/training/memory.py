@@ -36,7 +36,9 @@ def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
     validate_config(config)
     mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, abstract = abstract_state(state_builder(task.build_model, config.train, config.seed))
-    sharding = mesh_lib.state_shardings(abstract, mesh)
+    rules = mesh_lib.rules_from_config(config.mesh)
+    sharding = mesh_lib.state_shardings(abstract, mesh, rules)
+    report = mesh_lib.sharding_report(abstract[0], mesh, rules)
     model_state, opt_state = abstract[0], abstract[1]
     param_state = nnx.filter_state(model_state, nnx.Param)
     param_sharding = nnx.filter_state(sharding[0], nnx.Param)
@@ -63,6 +65,9 @@ def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
         "batch": float(sum(int(np.prod(v.sharding.shard_shape(v.shape))) * v.dtype.itemsize for v in batch.values())),
         "activations_and_temporaries": float(analysis.temp_size_in_bytes),
         "parameter_count": float(sum(int(np.prod(x.shape)) for x in jax.tree.leaves(param_state))),
+        "sharding_excess": report["excess_fraction"],
+        "sharding_tolerance": float(config.mesh.sharding_tolerance),
+        "unsplit": report["unsplit"],
     }
 
 
@@ -75,6 +80,12 @@ def format_plan(p: dict) -> str:
         ("optimiser state / device", f"{p['optimizer_state'] / mib:,.2f} MiB"),
         ("batch / device", f"{p['batch'] / mib:,.2f} MiB"),
         ("activations + temporaries / device", f"{p['activations_and_temporaries'] / mib:,.2f} MiB"),
+        (
+            "parameters above an even split",
+            f"{100 * p['sharding_excess']:.1f}% (mesh.sharding_tolerance {100 * p['sharding_tolerance']:.0f}%"
+            + (": training would refuse this mesh)" if p["sharding_excess"] > p["sharding_tolerance"] else ")"),
+        ),
+        *(("  not split", u) for u in p["unsplit"]),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import os
 import sys
 import time
-from pathlib import Path
 
-from tensorboardX import SummaryWriter
+from etils import epath
+from tensorboardX import SummaryWriter, record_writer
 from tqdm import tqdm
 
-from zoo.files import atomic_write_bytes
+from zoo.files import as_path, atomic_write_bytes, is_url
 
 
 def summarise(sums: dict[str, float]) -> dict[str, float]:
@@ -29,6 +31,42 @@ def summarise(sums: dict[str, float]) -> dict[str, float]:
     return out
 
 
+class _UrlEventFile:
+    """A TensorBoard event file at a URL, written through epath. Object stores cannot append, so each flush
+    uploads the whole file (as tensorboardX's own gs:// writer does); event files stay small."""
+
+    def __init__(self, path: str):
+        self.path = epath.Path(path)
+        self.buffer = io.BytesIO()
+
+    def write(self, data: bytes) -> None:
+        self.buffer.write(data)
+
+    def flush(self) -> None:
+        self.path.write_bytes(self.buffer.getvalue())
+
+    def close(self) -> None:
+        self.flush()
+
+
+class _UrlEventFiles:
+    """tensorboardX's writer factory interface (`open`, `directory_check`) for one URL scheme."""
+
+    def open(self, path: str) -> _UrlEventFile:
+        return _UrlEventFile(path)
+
+    def directory_check(self, path: str) -> None:
+        epath.Path(path).mkdir(parents=True, exist_ok=True)
+
+
+def _event_writer(logdir: epath.Path, purge_step: int) -> SummaryWriter:
+    """A SummaryWriter for `logdir`, local or a URL; a URL's scheme is written through epath (tensorboardX would
+    otherwise need boto3 or google-cloud-storage, or take an unknown scheme for a local directory)."""
+    if is_url(logdir):
+        record_writer.register_writer_factory(str(logdir).split(":", 1)[0], _UrlEventFiles())
+    return SummaryWriter(str(logdir), purge_step=purge_step)
+
+
 class MetricWriter:
     """Appends one JSON object per logged step and split; mirrors scalars to TensorBoard.
 
@@ -37,9 +75,11 @@ class MetricWriter:
     stopped during it redoes it. Only the writing process (process 0) touches files.
     """
 
-    def __init__(self, workdir: str | Path, *, resume_step: int, final_step: int | None = None, enabled: bool = True):
+    def __init__(
+        self, workdir: str | os.PathLike, *, resume_step: int, final_step: int | None = None, enabled: bool = True
+    ):
         self.enabled = enabled
-        self.path = Path(workdir) / "metrics.jsonl"
+        self.path = as_path(workdir) / "metrics.jsonl"
         self.tb = None
         if not enabled:
             return
@@ -49,17 +89,22 @@ class MetricWriter:
                 return record["split"] == "train"
             return record["step"] <= resume_step
 
+        self.lines: list[str] = []
         if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if keep(json.loads(line))]
-            atomic_write_bytes(self.path, "".join(line + "\n" for line in kept).encode())
-        self.tb = SummaryWriter(str(Path(workdir) / "tensorboard"), purge_step=resume_step + 1)
+            self.lines = [line for line in self.path.read_text().splitlines() if keep(json.loads(line))]
+            atomic_write_bytes(self.path, "".join(line + "\n" for line in self.lines).encode())
+        self.tb = _event_writer(as_path(workdir) / "tensorboard", purge_step=resume_step + 1)
 
     def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
         if not self.enabled:
             return
         record = {"step": int(step), "split": split, **{k: float(v) for k, v in metrics.items()}}
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        self.lines.append(json.dumps(record))
+        if is_url(self.path):  # object stores cannot append: the whole file each time (it stays small)
+            atomic_write_bytes(self.path, "".join(line + "\n" for line in self.lines).encode())
+        else:
+            with self.path.open("a") as f:
+                f.write(self.lines[-1] + "\n")
         for k, v in metrics.items():
             self.tb.add_scalar(f"{split}/{k}", float(v), int(step))
         self.tb.flush()

@@ -34,10 +34,12 @@ def abstract_state(build: Callable[[], tuple]) -> tuple[nnx.GraphDef, nnx.State]
     return nnx.split(nnx.eval_shape(build))
 
 
-def create_train_state(build: Callable[[], tuple], mesh: jax.sharding.Mesh):
-    """Returns (graphdef, state, state_sharding) with the state laid out on `mesh`."""
+def create_train_state(
+    build: Callable[[], tuple], mesh: jax.sharding.Mesh, rules: mesh_lib.Rules = mesh_lib.LOGICAL_RULES
+):
+    """Returns (graphdef, state, state_sharding) with the state laid out on `mesh` under `rules`."""
     graphdef, abstract = abstract_state(build)
-    sharding = mesh_lib.state_shardings(abstract, mesh)
+    sharding = mesh_lib.state_shardings(abstract, mesh, rules)
     state = jax.jit(lambda: nnx.state(build()), out_shardings=sharding)()
     return graphdef, state, sharding
 

@@ -24,6 +24,16 @@ def _sum_aux(model: nnx.Module) -> jax.Array:
     return sum(leaves, jnp.zeros((), jnp.float32))
 
 
+def _under_mesh(fn: Callable, mesh: jax.sharding.Mesh) -> Callable:
+    """`fn` traced with `mesh` as the abstract mesh, so the models' activation constraints apply."""
+
+    def traced(*args):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args)
+
+    return traced
+
+
 def make_train_step(graphdef, loss_fn: LossFn, *, accum_steps: int, state_sharding, batch_sharding, replicated):
     """Returns `step(state, batch, key) -> (state, metrics)` where metrics are summed over the batch.
 
@@ -71,7 +81,7 @@ def make_train_step(graphdef, loss_fn: LossFn, *, accum_steps: int, state_shardi
         return nnx.state((model, optimizer)), sums
 
     return jax.jit(
-        step,
+        _under_mesh(step, batch_sharding.mesh),
         in_shardings=(state_sharding, batch_sharding, replicated),
         out_shardings=(state_sharding, replicated),
         donate_argnums=(0,),
@@ -87,4 +97,6 @@ def make_eval_step(graphdef, loss_fn: LossFn, *, state_sharding, batch_sharding,
         _, sums = loss_fn(model, batch, None, False)
         return sums
 
-    return jax.jit(step, in_shardings=(state_sharding, batch_sharding), out_shardings=replicated)
+    return jax.jit(
+        _under_mesh(step, batch_sharding.mesh), in_shardings=(state_sharding, batch_sharding), out_shardings=replicated
+    )

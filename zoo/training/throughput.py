@@ -47,7 +47,7 @@ def measure(
     """{"steps_per_s", "memory_bytes", "memory_source", "compile_s"} of `config.train.batch_size` steps."""
     mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, state, state_sharding = create_train_state(
-        state_builder(task.build_model, config.train, config.seed), mesh
+        state_builder(task.build_model, config.train, config.seed), mesh, mesh_lib.rules_from_config(config.mesh)
     )
     step = make_train_step(
         graphdef,

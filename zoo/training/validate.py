@@ -17,6 +17,7 @@ from flax import nnx
 from kernels.linear_attention import IMPLS as LINEAR_IMPLS
 from kernels.relu_attention import IMPLS as RELU_IMPLS
 from zoo import mixers
+from zoo.files import is_url
 from zoo.layers.common import DTYPES
 from zoo.layers.embeddings import POSITIONAL
 from zoo.layers.ffn import FFN_KINDS
@@ -24,6 +25,7 @@ from zoo.layers.heads import POOLINGS
 from zoo.models.config import mixer_config
 from zoo.models.encoder import REMAT
 from zoo.models.seq2seq import TIE_EMBEDDINGS
+from zoo.training import mesh as mesh_lib
 
 _Rule = tuple[Callable[[object], bool], str]
 
@@ -87,6 +89,7 @@ MODEL_RULES: dict[str, _Rule] = {
     "pad_id": _integer(-1),
     "dtype": _one_of(*DTYPES),
     "remat": _one_of(*REMAT),
+    "scan_layers": ((lambda x: isinstance(x, bool)), "must be True or False"),
     "layer_norm_eps": _above(0),
     "gelu_approximate": _one_of(True, False),
     "tie_embeddings": _one_of(*TIE_EMBEDDINGS),
@@ -135,13 +138,35 @@ def _mixer_problems(model: ml_collections.ConfigDict) -> list[str]:
     return problems
 
 
+def _url_data_paths(section, prefix: str) -> list[str]:
+    """Data paths are read through the local filesystem (memory-mapped caches, directory listings): a URL
+    there would be taken for a relative local path, so it is refused by name. Workdirs may be URLs."""
+    if not isinstance(section, ml_collections.ConfigDict):
+        return []
+    problems = []
+    for key, value in section.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            problems += _url_data_paths(value, f"{prefix}.{key}")
+        elif isinstance(value, str) and is_url(value):
+            problems.append(f"{prefix}.{key}={value} must be a local path (copy the data to local disk first)")
+    return problems
+
+
 def config_problems(config: ml_collections.ConfigDict) -> list[str]:
     """Every problem found in `config`, one line each naming the field; empty when it is valid."""
     problems = _check(config.train, TRAIN_RULES, "train") if "train" in config else []
     if "mesh" in config:
-        for axis, size in config.mesh.items():
+        for axis in mesh_lib.AXES:
+            size = config.mesh.get(axis)
             if not (isinstance(size, int) and (size == -1 or size >= 1)):
                 problems.append(f"mesh.{axis}={size!r} must be -1 (every remaining device) or an integer ≥ 1")
+        for name, axis in config.mesh.rules.items():
+            if axis not in ("", *mesh_lib.PARAMETER_AXES):
+                problems.append(f"mesh.rules.{name}={axis!r} must be one of {', '.join(mesh_lib.PARAMETER_AXES)} or ''")
+        tolerance = config.mesh.sharding_tolerance
+        if not (_number(tolerance) and 0 <= tolerance <= 1):
+            problems.append(f"mesh.sharding_tolerance={tolerance!r} must be a number in [0, 1]")
+    problems += _url_data_paths(config.get("data"), "data")
     if "model" in config:
         model = config.model
         problems += _check(model, MODEL_RULES, "model")
