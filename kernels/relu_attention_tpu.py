@@ -83,6 +83,24 @@ def _first_query_block(j, bq, bk):
     return lax.div(j * bk, bq)
 
 
+def _accumulate_over_last_axis(accumulators, accumulate, needed, finish) -> None:
+    """The shape of every kernel here: fp32 VMEM accumulators zeroed at the first step of the innermost
+    ("arbitrary") grid axis, `accumulate()` on the steps where `needed` (None: all; causal tiles past the
+    diagonal are skipped), and `finish()` writing the outputs at its last step."""
+    step = pl.program_id(3)
+
+    @pl.when(step == 0)
+    def _init():
+        for acc in accumulators:
+            acc[...] = jnp.zeros_like(acc)
+
+    if needed is None:
+        accumulate()
+    else:
+        pl.when(needed)(accumulate)
+    pl.when(step == pl.num_programs(3) - 1)(finish)
+
+
 # ----------------------------------------------------------------------------------------------
 # Forward
 # ----------------------------------------------------------------------------------------------
@@ -91,23 +109,15 @@ def _first_query_block(j, bq, bk):
 def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, acc_ref, *, scale, causal, bq, bk):
     i, j = pl.program_id(2), pl.program_id(3)
 
-    @pl.when(j == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
-
     def accumulate():
         s, vis = _scores(q_ref[...], k_ref[...], valid_ref[...], i * bq, j * bk, scale, causal)
         p = jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
         acc_ref[...] += lax.dot(p.astype(v_ref.dtype), v_ref[...], preferred_element_type=jnp.float32)
 
-    if causal:
-        pl.when(j <= _last_key_block(i, bq, bk))(accumulate)
-    else:
-        accumulate()
-
-    @pl.when(j == pl.num_programs(3) - 1)
-    def _finish():
+    def finish():
         o_ref[...] = (acc_ref[...] * _column(factor_ref[...], acc_ref.shape[-1])).astype(o_ref.dtype)
+
+    _accumulate_over_last_axis([acc_ref], accumulate, j <= _last_key_block(i, bq, bk) if causal else None, finish)
 
 
 def _forward(q, k, v, valid, factor_lanes, causal, scale, sizes, interpret):
@@ -147,11 +157,6 @@ def _dq_kernel(
 ):
     i, j = pl.program_id(2), pl.program_id(3)
 
-    @pl.when(j == 0)
-    def _init():
-        dq_acc[...] = jnp.zeros_like(dq_acc)
-        pdp_acc[...] = jnp.zeros_like(pdp_acc)
-
     def accumulate():
         k = k_ref[...]
         s, vis = _scores(q_ref[...], k, valid_ref[...], i * bq, j * bk, scale, causal)
@@ -161,26 +166,18 @@ def _dq_kernel(
         ds = jnp.where(vis & (s > 0), dp * _column(factor_ref[...], s.shape[1]), 0.0) * scale
         dq_acc[...] += lax.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
 
-    if causal:
-        pl.when(j <= _last_key_block(i, bq, bk))(accumulate)
-    else:
-        accumulate()
-
-    @pl.when(j == pl.num_programs(3) - 1)
-    def _finish():
+    def finish():
         dq_ref[...] = dq_acc[...].astype(dq_ref.dtype)
         pdp_ref[...] = pdp_acc[...]
+
+    needed = j <= _last_key_block(i, bq, bk) if causal else None
+    _accumulate_over_last_axis([dq_acc, pdp_acc], accumulate, needed, finish)
 
 
 def _dkdv_kernel(
     q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dk_ref, dv_ref, dk_acc, dv_acc, *, scale, causal, bq, bk
 ):
     j, i = pl.program_id(2), pl.program_id(3)
-
-    @pl.when(i == 0)
-    def _init():
-        dk_acc[...] = jnp.zeros_like(dk_acc)
-        dv_acc[...] = jnp.zeros_like(dv_acc)
 
     def accumulate():
         q, do = q_ref[...], do_ref[...]
@@ -192,15 +189,13 @@ def _dkdv_kernel(
         ds = jnp.where(vis & (s > 0), dp * factor, 0.0) * scale
         dk_acc[...] += lax.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32)
 
-    if causal:  # query blocks that end before this key block starts see none of it
-        pl.when(i >= _first_query_block(j, bq, bk))(accumulate)
-    else:
-        accumulate()
-
-    @pl.when(i == pl.num_programs(3) - 1)
-    def _finish():
+    def finish():
         dk_ref[...] = dk_acc[...].astype(dk_ref.dtype)
         dv_ref[...] = dv_acc[...].astype(dv_ref.dtype)
+
+    # Causal: query blocks that end before this key block starts see none of it.
+    needed = i >= _first_query_block(j, bq, bk) if causal else None
+    _accumulate_over_last_axis([dk_acc, dv_acc], accumulate, needed, finish)
 
 
 def _backward(q, k, v, valid, factor_lanes, do, causal, scale, sizes, interpret):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import ml_collections
 
-from zoo.files import atomic_write_bytes
+from zoo.files import atomic_write_bytes, parse_ordered_pair
 from zoo.plots import pyplot, save_figure
 from zoo.training.config import flatten_config
 from zoo.training.distributed import PREEMPTED_EXIT_CODE
@@ -120,13 +120,7 @@ def cells(config: ml_collections.ConfigDict) -> list[Cell]:
 
 def parse_shard(text: str) -> tuple[int, int]:
     """ "i/n" with 1 <= i <= n."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard={text!r} must be i/n, e.g. 1/4") from None
-    if not 1 <= i <= n:
-        raise ValueError(f"--shard={text!r}: need 1 <= i <= n")
-    return i, n
+    return parse_ordered_pair(text, "/", "--shard", "i/n (e.g. 1/4)")
 
 
 def shard(all_cells: Sequence[Cell], i: int, n: int) -> list[Cell]:

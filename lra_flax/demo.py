@@ -37,19 +37,14 @@ def main(argv: list[str]) -> None:
     results = train_and_evaluate(config, workdir, task)
     wall = time.perf_counter() - start
     majority = input_pipeline.majority_rate(task.prepare()["test"])
-    rows = [
-        ("mixer", config.model.mixer),
-        ("test accuracy", f"{100 * results['test_accuracy']:.1f}%"),
-        ("majority-class rate (test)", f"{100 * majority:.1f}%"),
-        ("test loss", f"{results['test_loss']:.3f}"),
-        ("valid accuracy", f"{100 * results['valid_accuracy']:.1f}%"),
-        ("train steps/s", f"{results['train_steps_run'] / max(results['train_wall_time_this_run_s'], 1e-9):.2f}"),
-        ("wall time (data + train + eval)", f"{wall:.0f} s"),
-        ("workdir", workdir),
-    ]
-    if "data_note" in results:
-        rows.append(("data", results["data_note"]))
-    cli.print_table(f"LRA {task_name} demo results", rows)
+    rows = [("mixer", config.model.mixer), ("test accuracy", f"{100 * results['test_accuracy']:.1f}%")]
+    rows += [("majority-class rate (test)", f"{100 * majority:.1f}%"), ("test loss", f"{results['test_loss']:.3f}")]
+    rows += [("valid accuracy", f"{100 * results['valid_accuracy']:.1f}%")]
+    notes = [("data", results["data_note"])] if "data_note" in results else []
+    cli.print_demo(
+        f"LRA {task_name} demo results", rows, results, wall_time=("data + train + eval", wall), workdir=workdir,
+        notes=notes,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from zoo.models import SequenceClassifier
 from zoo.training import Task, classification_loss
 from zoo.training import data as data_lib
 
@@ -182,15 +183,23 @@ def classification_task(
     *,
     vocab_size: int,
     num_classes: int,
-    model_cls,
+    model_cls=SequenceClassifier,
     input_fields: Sequence[str] = ("inputs",),
     final_results: Callable[[dict], dict] | None = None,
+    data_note: Callable[[], str | None] | None = None,
 ) -> Task:
     """A Task over cached splits `train`, `valid`, `test`; `prepare` makes them (once).
 
     The model is called with one token array per name in `input_fields` (two for a pair task), each
-    padded to `model.max_length`.
+    padded to `model.max_length`. `data_note()`, when it gives text, goes into results.json as `data_note`
+    (how the offline data differs from the paper's).
     """
+    if data_note is not None:
+
+        def final_results(results):
+            note = data_note()
+            return {"data_note": note} if note else {}
+
     eval_batch = config.train.eval_batch_size or config.train.batch_size
     prepare = functools.cache(prepare)
     pad = _pad_to(config.model.max_length, input_fields)

@@ -77,43 +77,35 @@ class PathfinderParams:
             raise ValueError(f"contour_length, paddle_margins and snake_contrasts must be non-empty: {self}")
 
 
+# Per resolution: what LRA's generator scripts set (the distractor count is this number // distractor length).
+_LRA_RESOLUTIONS = {
+    32: dict(
+        distractor_budget=20, paddle_length=2, paddle_thickness=0.5, paddle_margins=(1,), seed_distance=7,
+        marker_radius=1.5, continuity=1.0, snake_contrasts=(2.0,), paddle_contrasts=(0.75,),
+    ),
+    128: dict(
+        distractor_budget=35, paddle_length=5, paddle_thickness=1.5, paddle_margins=(2, 3), seed_distance=20,
+        marker_radius=3.0, continuity=1.8, snake_contrasts=(0.9,), paddle_contrasts=(1.0,),
+    ),
+}  # fmt: skip
+
+
 def lra_params(resolution: int, difficulty: str = "hard") -> PathfinderParams:
     """The parameters of LRA's pathfinder32 and pathfinder128 (Path-X) data, at an LRA difficulty."""
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"difficulty={difficulty!r}; valid: {', '.join(DIFFICULTIES)}")
+    if resolution not in _LRA_RESOLUTIONS:
+        raise ValueError(f"resolution={resolution}: LRA's Pathfinder is 32 (pathfinder32) or 128 (Path-X)")
+    fields = dict(_LRA_RESOLUTIONS[resolution])
     contour = DIFFICULTIES[difficulty]
     distractor = contour // 3
-    if resolution == 32:
-        return PathfinderParams(
-            window_size=32,
-            contour_length=contour,
-            distractor_length=distractor,
-            num_distractor_snakes=20 // distractor,
-            paddle_length=2,
-            paddle_thickness=0.5,
-            paddle_margins=(1,),
-            seed_distance=7,
-            marker_radius=1.5,
-            continuity=1.0,
-            snake_contrasts=(2.0,),
-            paddle_contrasts=(0.75,),
-        )
-    if resolution == 128:
-        return PathfinderParams(
-            window_size=128,
-            contour_length=contour,
-            distractor_length=distractor,
-            num_distractor_snakes=35 // distractor,
-            paddle_length=5,
-            paddle_thickness=1.5,
-            paddle_margins=(2, 3),
-            seed_distance=20,
-            marker_radius=3.0,
-            continuity=1.8,
-            snake_contrasts=(0.9,),
-            paddle_contrasts=(1.0,),
-        )
-    raise ValueError(f"resolution={resolution}: LRA's Pathfinder is 32 (pathfinder32) or 128 (Path-X)")
+    return PathfinderParams(
+        window_size=resolution,
+        contour_length=contour,
+        distractor_length=distractor,
+        num_distractor_snakes=fields.pop("distractor_budget") // distractor,
+        **fields,
+    )
 
 
 # ----------------------------------------------------------------------------------------------

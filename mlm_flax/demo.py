@@ -38,14 +38,16 @@ def main(argv: list[str]) -> None:
         ("test perplexity, trained", f"{results['test_perplexity']:.1f}"),
         ("unigram perplexity (no context)", f"{results['unigram_perplexity']:.1f}"),
         ("test masked-token accuracy", f"{100 * results['test_accuracy']:.1f}%"),
-        ("train steps/s", f"{results['train_steps_run'] / max(results['train_wall_time_this_run_s'], 1e-9):.2f}"),
     ]
+    notes = []
     if _ARCH.value in ("gmlp", "amlp"):
         report = sgu_analysis.inspect(_WORKDIR.value)
         scores = " ".join(f"{x['toeplitz_score']:.3f}" for x in report["layers"])
-        rows += [("SGU Toeplitz score per layer", scores), ("figure", report["figure"])]
-    rows += [("wall time (data + train + eval)", f"{time.perf_counter() - start:.0f} s"), ("workdir", _WORKDIR.value)]
-    cli.print_table("Masked language modelling demo (Wikipedia sample)", rows)
+        notes = [("SGU Toeplitz score per layer", scores), ("figure", str(report["figure"]))]
+    cli.print_demo(
+        "Masked language modelling demo (Wikipedia sample)", rows, results, workdir=_WORKDIR.value,
+        wall_time=("data + train + eval", time.perf_counter() - start), notes=notes,
+    )  # fmt: skip
 
 
 def steps_override(config, steps: int):

@@ -34,12 +34,12 @@ def main(argv: list[str]) -> None:
         ("test BLEU, tokenised", f"{results['bleu_tokenized']:.2f}"),
         ("test token accuracy", f"{100 * results['test_accuracy']:.1f}%"),
         ("test perplexity", f"{results['test_perplexity']:.1f}"),
-        ("train steps/s", f"{results['train_steps_run'] / max(results['train_wall_time_this_run_s'], 1e-9):.2f}"),
-        ("wall time (data + train + decode)", f"{time.perf_counter() - start:.0f} s"),
-        ("signature", results["sacrebleu_signature"]),
-        ("workdir", _WORKDIR.value),
     ]
-    cli.print_table("Translation demo (Bible, German → English)", rows)
+    cli.print_demo(
+        "Translation demo (Bible, German → English)", rows, results, workdir=_WORKDIR.value,
+        wall_time=("data + train + decode", time.perf_counter() - start),
+        notes=[("signature", results["sacrebleu_signature"])],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,6 +13,17 @@ import pathlib
 from etils import epath
 
 
+def parse_ordered_pair(text: str, sep: str, flag: str, form: str) -> tuple[int, int]:
+    """ "a<sep>b" → (a, b) with 1 ≤ a ≤ b, or a one-line ValueError that names `flag` and the `form`."""
+    try:
+        a, b = (int(x) for x in text.split(sep))
+    except ValueError:
+        raise ValueError(f"{flag}={text!r} must be {form}") from None
+    if not 1 <= a <= b:
+        raise ValueError(f"{flag}={text!r}: {form} needs 1 <= first <= second")
+    return a, b
+
+
 def is_url(path: str | os.PathLike) -> bool:
     """True for `scheme://...` (gs, s3, ...): a path no local-filesystem call may touch."""
     return "://" in os.fspath(path)

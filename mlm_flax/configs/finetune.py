@@ -24,7 +24,7 @@ from __future__ import annotations
 import ml_collections
 
 from mlm_flax.configs import pretrain
-from zoo.training import mesh_config, train_config
+from zoo.training import mesh_config, small_run_config, train_config
 
 TASKS = ("polarity", "sst2", "mnli")
 
@@ -58,10 +58,10 @@ def get_config(preset: str = "polarity") -> ml_collections.ConfigDict:
     config.model = pretrain.encoder_config(arch, size)
     config.model.dropout = 0.1
     if task == "polarity":
-        config.train = train_config(
-            steps=150, batch_size=16, learning_rate=5e-4, schedule="cosine", warmup_steps=15, weight_decay=0.01,
-            log_every=25, eval_every=50, checkpoint_every=150,
-        )  # fmt: skip
+        config.train = small_run_config(
+            150, batch_size=16, learning_rate=5e-4, warmup_steps=15, weight_decay=0.01, log_every=25, eval_every=50
+        )
+        config.train.checkpoint_every = 150
     else:
         config.train = train_config(
             steps=20_000 if task == "mnli" else 6_000, batch_size=32, learning_rate=5e-5, schedule="cosine",

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ml_collections
 
 from zoo.models import model_config
-from zoo.training import mesh_config, train_config
+from zoo.training import mesh_config, small_run_config, train_config
 
 ARCHS = ("gmlp", "amlp", "bert", "bert_relpos")
 SIZES = ("demo", "tiny", "base")
@@ -128,15 +128,9 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     config.data = data_config(size)
     config.model = encoder_config(arch, size)
     if size == "demo":
-        config.train = train_config(
-            steps=600, batch_size=32, learning_rate=2e-3, schedule="cosine", warmup_steps=40, weight_decay=0.01,
-            log_every=50, eval_every=200, checkpoint_every=200,
-        )  # fmt: skip
+        config.train = small_run_config(600, learning_rate=2e-3, warmup_steps=40, weight_decay=0.01, eval_every=200)
     elif size == "tiny":
-        config.train = train_config(
-            steps=200, batch_size=16, learning_rate=3e-3, schedule="cosine", warmup_steps=20, weight_decay=0.0,
-            log_every=50, eval_every=0, checkpoint_every=200,
-        )  # fmt: skip
+        config.train = small_run_config(200, batch_size=16, learning_rate=3e-3, warmup_steps=20, weight_decay=0.0)
     else:
         config.train = train_config(
             steps=125_000, batch_size=2048, learning_rate=6e-4, schedule="cosine", warmup_steps=10_000,

@@ -29,7 +29,7 @@ import math
 import ml_collections
 
 from zoo.models import model_config
-from zoo.training import mesh_config, train_config
+from zoo.training import mesh_config, small_run_config, train_config
 
 PRESETS = ("demo", "tiny", "iwslt_de_en")
 
@@ -86,35 +86,17 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         config.model = model_config(
             mixer="relu", num_layers=3, d_model=256, num_heads=4, mlp_dim=512, max_length=160, dropout=0.1
         )
-        config.train = train_config(
-            steps=400,
-            batch_size=0,  # batches by data.max_tokens
-            learning_rate=2e-3,
-            schedule="cosine",
-            warmup_steps=60,
-            weight_decay=0.01,
-            label_smoothing=0.1,
-            log_every=50,
+        config.train = small_run_config(  # batch_size 0: batches by data.max_tokens
+            400, batch_size=0, learning_rate=2e-3, warmup_steps=60, weight_decay=0.01, label_smoothing=0.1,
             eval_every=200,
-            checkpoint_every=200,
-        )
+        )  # fmt: skip
     elif preset == "tiny":
         config.data.vocab_size = 256
         config.data.max_tokens = 1024
         config.model = model_config(
             mixer="relu", num_layers=2, d_model=64, num_heads=4, mlp_dim=128, max_length=64, dropout=0.0
         )
-        config.train = train_config(
-            steps=300,
-            batch_size=0,  # batches by data.max_tokens
-            learning_rate=3e-3,
-            schedule="cosine",
-            warmup_steps=50,
-            weight_decay=0.0,
-            log_every=50,
-            eval_every=0,
-            checkpoint_every=300,
-        )
+        config.train = small_run_config(300, batch_size=0, learning_rate=3e-3, warmup_steps=50, weight_decay=0.0)
         config.decode.batch_size = 32
     else:
         config.data.update(source="text", dir="data/iwslt14.tokenized.de-en", tokenizer="pretokenized", vocab_size=0)
@@ -130,21 +112,11 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             tie_embeddings="decoder",  # the recipe's --share-decoder-input-output-embed
         )
         # fairseq's inverse_sqrt peaks at 5e-4 after 4k steps; "rsqrt" peaks at learning_rate / √warmup.
-        config.train = train_config(
-            steps=50000,
-            batch_size=0,  # batches by data.max_tokens
-            learning_rate=5e-4 * math.sqrt(4000),
-            schedule="rsqrt",
-            warmup_steps=4000,
-            weight_decay=0.0001,
-            b2=0.98,
-            eps=1e-8,
-            label_smoothing=0.1,
-            grad_clip_norm=0.0,
-            log_every=100,
-            eval_every=5000,
-            checkpoint_every=2500,
-        )
+        config.train = train_config(  # batch_size 0: batches by data.max_tokens
+            steps=50000, batch_size=0, learning_rate=5e-4 * math.sqrt(4000), schedule="rsqrt", warmup_steps=4000,
+            weight_decay=0.0001, b2=0.98, eps=1e-8, label_smoothing=0.1, grad_clip_norm=0.0,
+            log_every=100, eval_every=5000, checkpoint_every=2500,
+        )  # fmt: skip
         config.decode.beam_size = 5
         config.decode.length_penalty = 1.0
     config.lock()

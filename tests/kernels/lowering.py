@@ -4,6 +4,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import pytest
 from jax import export
 
 PLATFORMS = ("tpu", "cuda")
@@ -22,3 +23,17 @@ def lowered_kernels(attend, platform: str, shape: tuple[int, ...], dtype, *, gra
     unchecked = [export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
     text = export.export(jax.jit(fn), platforms=[platform], disabled_checks=unchecked)(x, x, x).mlir_module()
     return text.count(KERNEL_CALL[platform]), set(re.findall(rf"{prefix}\w+", text)), text
+
+
+def every_lowering_case(test):
+    """Parametrises `test(platform, grad, dtype, causal, t, d)` over the whole grid the kernels must lower for:
+    both platforms, forward and gradient, fp32 and bf16, causal and not, every shape in SHAPES."""
+    for mark in (
+        pytest.mark.parametrize("t, d", SHAPES),
+        pytest.mark.parametrize("causal", [False, True]),
+        pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16]),
+        pytest.mark.parametrize("grad", [False, True]),
+        pytest.mark.parametrize("platform", PLATFORMS),
+    ):
+        test = mark(test)
+    return test

@@ -9,8 +9,8 @@ import pytest
 
 import kernels
 from kernels.linear_attention_tpu import TpuChunkSizes
-from tests.kernels.lowering import BACKEND, PLATFORMS, SHAPES, lowered_kernels
-from tests.kernels.tolerances import fp32
+from tests.kernels.lowering import BACKEND, every_lowering_case, lowered_kernels
+from tests.kernels.tolerances import fp32, pallas_against_reference
 
 CASES = [
     # (causal, dtype, length, m, d_v, chunk, eps_mode): ragged lengths, widths that are not 128.
@@ -40,15 +40,12 @@ def test_interpret_mode_matches_reference(causal, dtype, t, m, d, chunk, eps_mod
         out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, impl=impl, eps_mode=eps_mode, **extra)
         return jnp.sum(f32(out) * w), out
 
-    grad = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)
-    (_, ref), ref_grads = grad(f32(phi_q), f32(phi_k), f32(v), "reference")
-    (_, out), grads = jax.jit(grad, static_argnums=3)(phi_q, phi_k, v, "pallas")
+    out, ref, errors = pallas_against_reference(loss, (phi_q, phi_k, v), ("dphi_q", "dphi_k", "dv"))
     chex.assert_type(out, dtype)
     chex.assert_shape(out, v.shape)
     tol = fp32(2e-5) if dtype == jnp.float32 else 3e-2
     chex.assert_trees_all_close(f32(out), ref, atol=tol, rtol=tol)
-    for name, g, r in zip(("dphi_q", "dphi_k", "dv"), grads, ref_grads, strict=True):
-        err = float(jnp.max(jnp.abs(f32(g) - r))) / (float(jnp.max(jnp.abs(r))) + 1e-6)
+    for name, err in errors.items():
         assert err < (tol if dtype == jnp.float32 else 4e-2), f"{name}: relative error {err:.2e}"
 
 
@@ -83,11 +80,7 @@ KERNELS = {  # the gradient needs the forward's output and denominator too
 }
 
 
-@pytest.mark.parametrize("platform", PLATFORMS)
-@pytest.mark.parametrize("grad", [False, True])
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("t, d", SHAPES)
+@every_lowering_case
 def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, t, d):
     def attend(a, b, c):
         return kernels.linear_attention(

@@ -41,7 +41,7 @@ def test_shards_cover_every_cell_exactly_once(preset):
         parts = [compare.shard(cells, i, n) for i in range(1, n + 1)]
         names = [c.name for part in parts for c in part]
         assert sorted(names) == sorted(c.name for c in cells)
-    with pytest.raises(ValueError, match="need 1 <= i <= n"):
+    with pytest.raises(ValueError, match=r"--shard=.4/3.: i/n \(e.g. 1/4\) needs 1 <= first <= second"):
         compare.parse_shard("4/3")
 
 

@@ -227,4 +227,5 @@ def test_profile_steps_write_a_trace(tmp_path):
     assert "profile of steps 2-3 written to" in run.stdout
     assert list((tmp_path / "run" / "profile").rglob("*.xplane.pb"))
     bad = _train(tmp_path / "bad", [*flags, "--profile_steps=3,2"])
-    assert bad.returncode == 2 and "--profile_steps='3,2' needs 1 <= FIRST <= LAST" in bad.stderr
+    assert bad.returncode == 2
+    assert "--profile_steps='3,2': FIRST,LAST (two step numbers) needs 1 <= first <= second" in bad.stderr

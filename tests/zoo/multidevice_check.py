@@ -45,14 +45,7 @@ def run(mesh_fields, mixer):
         return models.SequenceClassifier(cfg, vocab_size=16, num_classes=5, rngs=rngs)
 
     graphdef, state, sharding = create_train_state(state_builder(build_model, train, seed=0), mesh)
-    step = make_train_step(
-        graphdef,
-        classification_loss(),
-        accum_steps=2,
-        state_sharding=sharding,
-        batch_sharding=mesh_lib.batch_sharding(mesh),
-        replicated=mesh_lib.replicated(mesh),
-    )
+    step = make_train_step(graphdef, classification_loss(), accum_steps=2, **mesh_lib.step_shardings(mesh, sharding))
     losses = []
     for batch in batches(4):
         state, sums = step(state, mesh_lib.put_batch(batch, mesh), jax.random.key(0))

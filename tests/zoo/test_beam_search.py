@@ -13,6 +13,10 @@ BOS, EOS, VOCAB = 2, 3, 24
 FAMILIES = ("softmax", "relu", "linear", "sparsemax", "gmlp")
 
 
+SPECIALS = dict(bos_id=BOS, eos_id=EOS)
+LIMIT_4 = dict(max_length_b=4, **SPECIALS)  # hypotheses of at most max_length_a · |src| + 4 tokens
+
+
 def _model(mixer, seed=0):
     cfg = model_config(mixer=mixer, num_layers=2, d_model=32, num_heads=2, mlp_dim=64, max_length=24, dropout=0.0)
     model = EncoderDecoder(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB, rngs=nnx.Rngs(seed))
@@ -50,24 +54,14 @@ def _full_forward_greedy(model, src, max_length, limits):
 def test_incremental_greedy_equals_full_forward(mixer):
     model, src = _model(mixer), _src()
     limits = decode_limits(src, max_length=16, max_length_a=1.0, max_length_b=4)
-    fast = translate(
-        model,
-        src,
-        beam_size=1,
-        length_penalty=0.0,
-        max_length=16,
-        max_length_a=1.0,
-        max_length_b=4,
-        bos_id=BOS,
-        eos_id=EOS,
-    )
+    fast = translate(model, src, beam_size=1, length_penalty=0.0, max_length=16, max_length_a=1.0, **LIMIT_4)
     np.testing.assert_array_equal(np.asarray(fast), _full_forward_greedy(model, src, 16, np.asarray(limits)))
 
 
 @pytest.mark.parametrize("mixer", FAMILIES)
 def test_beam_size_one_is_greedy(mixer):
     model, src = _model(mixer, seed=3), _src()
-    kw = dict(max_length=16, max_length_a=1.0, max_length_b=4, bos_id=BOS, eos_id=EOS)
+    kw = dict(max_length=16, max_length_a=1.0, **LIMIT_4)
     greedy = translate(model, src, beam_size=1, length_penalty=0.0, **kw)  # the greedy_search path
     beam = jax.jit(lambda s: beam_search(model, s, beam_size=1, length_penalty=0.0, **kw))(src)
     np.testing.assert_array_equal(np.asarray(beam), np.asarray(greedy))
@@ -84,15 +78,7 @@ def _logprob(model, src, tokens):
 def test_beam_hypotheses_end_within_limit_and_score_like_the_full_model():
     model, src = _model("relu", seed=5), _src()
     tokens = translate(
-        model,
-        src,
-        beam_size=4,
-        max_length=16,
-        length_penalty=0.0,
-        max_length_a=0.5,
-        max_length_b=2,
-        bos_id=BOS,
-        eos_id=EOS,
+        model, src, beam_size=4, max_length=16, length_penalty=0.0, max_length_a=0.5, max_length_b=2, **SPECIALS
     )
     limits = np.asarray(decode_limits(src, max_length=16, max_length_a=0.5, max_length_b=2))
     tokens = np.asarray(tokens)

@@ -93,6 +93,32 @@ class TestEveryMixer:
         for leaf in jax.tree.leaves(nnx.state(layer, nnx.Param)):
             assert leaf.dtype == jnp.float32
 
+    def test_bfloat16_encoder_matches_float32_within_bfloat16_tolerance(self, name):
+        """model.dtype=bfloat16 is the fp32 model computed in bf16: the same fp32 parameters, outputs and every
+        parameter's gradient within bf16 rounding (relative error of the whole tensor), gradients in fp32."""
+
+        def loss(enc, x):
+            y = enc(x, mask=MASK)
+            return jnp.mean(jnp.where(MASK[..., None], y.astype(jnp.float32), 0.0) ** 2), y
+
+        results = {}
+        for dtype in ("float32", "bfloat16"):
+            enc = _encoder(name, dtype=dtype)
+            (value, y), grads = nnx.jit(nnx.value_and_grad(loss, has_aux=True))(enc, _x())
+            results[dtype] = (value, y.astype(jnp.float32) * MASK[..., None], nnx.state(grads, nnx.Param))
+        (v32, y32, g32), (v16, y16, g16) = results["float32"], results["bfloat16"]
+
+        def rel(a, b):
+            return float(jnp.linalg.norm(a - b) / jnp.maximum(jnp.linalg.norm(b), 1e-12))
+
+        assert rel(y16, y32) < 3e-2, rel(y16, y32)
+        assert abs(float(v16) - float(v32)) <= 3e-2 * abs(float(v32))
+        for (path, a), b in zip(jax.tree.leaves_with_path(g16), jax.tree.leaves(g32), strict=True):
+            assert a.dtype == jnp.float32, path
+            chex.assert_tree_all_finite(a)
+            if float(jnp.linalg.norm(b)) > 1e-6:  # parameters the loss barely reaches carry only noise
+                assert rel(a, b) < 3e-2, (jax.tree_util.keystr(path), rel(a, b))  # measured ≤ 0.7%
+
     def test_finite_gradients(self, name):
         enc = _encoder(name)
         params = nnx.state(enc, nnx.Param)

@@ -11,17 +11,15 @@ import json
 import os
 from typing import ClassVar
 
-import grain
 import ml_collections
-import numpy as np
 import pytest
 from etils.epath import backend as epath_backend
 from fsspec.implementations.memory import MemoryFileSystem
 
-from zoo import models
+from tests.zoo.test_training import tiny_loop_run
 from zoo.files import as_path, atomic_write_bytes, require_local
-from zoo.training import Task, classification_loss, loop, mesh_config, train_and_evaluate, train_config
 from zoo.training import checkpoints as checkpoints_lib
+from zoo.training import loop, train_and_evaluate
 from zoo.training.validate import config_problems
 
 
@@ -43,34 +41,11 @@ def fake_s3():
     epath_backend.fsspec_backend._get_filesystem.cache_clear()
 
 
-def _batch(seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "inputs": rng.integers(1, 12, (8, 10)).astype(np.int32),
-        "targets": rng.integers(0, 5, (8,)).astype(np.int32),
-        "weights": np.ones((8,), np.float32),
-    }
-
-
 def _config_and_task(tmp_path):
-    cfg = models.model_config(num_layers=1, d_model=16, num_heads=2, mlp_dim=16, max_length=10, dropout=0.0)
-    config = ml_collections.ConfigDict(
-        {
-            "seed": 0,
-            "mesh": mesh_config(),
-            "model": cfg,
-            "train": train_config(steps=6, batch_size=8, log_every=2, checkpoint_every=2, eval_every=4),
-        }
-    )
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("a\nb\n")
-    task = Task(
-        build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),
-        train_batches=lambda: grain.MapDataset.range(1000).map(lambda i: _batch(int(i))).to_iter_dataset(),
-        eval_batches=lambda split: [_batch()],
-        loss_fn=classification_loss(),
-        artifacts=lambda: {"vocab.txt": vocab},
-    )
+    config, task = tiny_loop_run(6, artifacts=lambda: {"vocab.txt": vocab})
+    config.train.eval_every = 4
     return config, task
 
 

@@ -131,9 +131,7 @@ def test_activations_are_pinned_to_the_batch_axes_at_every_block_boundary():
         lambda rngs: models.SequenceClassifier(cfg, vocab_size=16, num_classes=5, rngs=rngs), train_config(), 0
     )
     graphdef, state, sharding = create_train_state(build, mesh)
-    shardings = dict(
-        state_sharding=sharding, batch_sharding=mesh_lib.batch_sharding(mesh), replicated=mesh_lib.replicated(mesh)
-    )
+    shardings = mesh_lib.step_shardings(mesh, sharding)
     batch = {
         "inputs": jax.ShapeDtypeStruct((4, 8), "int32"),
         "targets": jax.ShapeDtypeStruct((4,), "int32"),

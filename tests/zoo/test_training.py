@@ -47,11 +47,7 @@ def _setup(accum=1, dtype="float32", label_smoothing=0.0, dropout=0.0, mixer="re
     opt = nnx.Optimizer(model, make_optimizer(train_config(learning_rate=1e-2, warmup_steps=0)), wrt=nnx.Param)
     graphdef, state = nnx.split((model, opt))
     mesh = mesh_lib.make_mesh(mesh_config())
-    sh = dict(
-        state_sharding=mesh_lib.state_shardings(state, mesh),
-        batch_sharding=mesh_lib.batch_sharding(mesh),
-        replicated=mesh_lib.replicated(mesh),
-    )
+    sh = mesh_lib.step_shardings(mesh, mesh_lib.state_shardings(state, mesh))
     loss = classification_loss(label_smoothing)
     return (
         graphdef,
@@ -70,6 +66,32 @@ def _batch(n=8, seed=0):
         "targets": rng.integers(0, 5, size=(n,)).astype(np.int32),
         "weights": np.ones((n,), np.float32),
     }
+
+
+def tiny_loop_run(steps: int, *, batch=None, loss_fn=None, **task_fields):
+    """(config, Task) of a one-layer classifier trained by the real loop on random batches (`batch(i)`)."""
+    import grain
+
+    from zoo.training import Task
+
+    batch = batch or (lambda i: _batch(seed=int(i)))
+    cfg = models.model_config(num_layers=1, d_model=16, num_heads=2, mlp_dim=16, max_length=10, dropout=0.0)
+    config = ml_collections.ConfigDict(
+        {
+            "seed": 0,
+            "mesh": mesh_config(),
+            "model": cfg,
+            "train": train_config(steps=steps, batch_size=8, log_every=2, checkpoint_every=2, eval_every=0),
+        }
+    )
+    task = Task(
+        build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),
+        train_batches=lambda: grain.MapDataset.range(1000).map(batch).to_iter_dataset(),
+        eval_batches=lambda split: [_batch()],
+        loss_fn=loss_fn or classification_loss(),
+        **task_fields,
+    )
+    return config, task
 
 
 def test_gradient_accumulation_equals_one_big_batch():
@@ -196,9 +218,7 @@ def test_mesh_shape():
 
 def test_non_finite_loss_is_never_checkpointed(tmp_path):
     """A loss that turns NaN at step 6 stops the run; checkpoint 4 stays the latest and restores."""
-    import grain
-
-    from zoo.training import Task, train_and_evaluate
+    from zoo.training import train_and_evaluate
     from zoo.training.checkpoints import Checkpointer
 
     def batch(i):
@@ -213,21 +233,8 @@ def test_non_finite_loss_is_never_checkpointed(tmp_path):
         nan = jnp.where(b["poison"].any(), jnp.nan, 0.0)
         return total + nan, {**sums, "loss": sums["loss"] + nan}
 
-    cfg = models.model_config(num_layers=1, d_model=16, num_heads=2, mlp_dim=16, max_length=10, dropout=0.0)
-    config = ml_collections.ConfigDict(
-        {
-            "seed": 0,
-            "mesh": mesh_config(),
-            "model": cfg,
-            "train": train_config(steps=10, batch_size=8, log_every=4, checkpoint_every=2, eval_every=0),
-        }
-    )
-    task = Task(
-        build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),
-        train_batches=lambda: grain.MapDataset.range(1000).map(batch).to_iter_dataset(),
-        eval_batches=lambda split: [_batch()],
-        loss_fn=loss_fn,
-    )
+    config, task = tiny_loop_run(10, batch=batch, loss_fn=loss_fn)
+    config.train.log_every = 4
     with pytest.raises(FloatingPointError, match=r"not finite .* at step 6; refusing to checkpoint"):
         train_and_evaluate(config, tmp_path, task)
     ckpt = Checkpointer(tmp_path / "checkpoints", max_to_keep=3)
@@ -239,26 +246,9 @@ def test_the_loop_tells_its_hooks_every_step_and_final_evaluation_and_resumes_af
     """EVENT_HOOKS (where tests inject faults) hear each finished step after its checkpoint started, then each
     final evaluation; an exception raised from a hook at step 5 leaves checkpoint 4, and re-running ends
     with the uninterrupted run's results."""
-    import grain
+    from zoo.training import loop, train_and_evaluate
 
-    from zoo.training import Task, loop, train_and_evaluate
-
-    cfg = models.model_config(num_layers=1, d_model=16, num_heads=2, mlp_dim=16, max_length=10, dropout=0.0)
-    config = ml_collections.ConfigDict(
-        {
-            "seed": 0,
-            "mesh": mesh_config(),
-            "model": cfg,
-            "train": train_config(steps=6, batch_size=8, log_every=2, checkpoint_every=2, eval_every=0),
-        }
-    )
-    task = Task(
-        build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),
-        train_batches=lambda: grain.MapDataset.range(1000).map(lambda i: _batch(seed=int(i))).to_iter_dataset(),
-        eval_batches=lambda split: [_batch()],
-        loss_fn=classification_loss(),
-        eval_splits=("valid", "test"),
-    )
+    config, task = tiny_loop_run(6, eval_splits=("valid", "test"))
     heard = []
 
     class Crash(Exception):

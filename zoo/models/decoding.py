@@ -174,24 +174,16 @@ def translate(
     src: jax.Array,
     *,
     beam_size: int = 4,
-    max_length: int,
     length_penalty: float = 0.6,
     max_length_a: float = 1.5,
     max_length_b: int = 10,
-    bos_id: int,
-    eos_id: int,
+    **specials: int,
 ) -> jax.Array:
-    """Jitted decoding of a batch with an `EncoderDecoder` in eval mode (greedy when beam_size == 1 and alpha == 0)."""
+    """Jitted decoding of a batch with an `EncoderDecoder` in eval mode (greedy when beam_size == 1 and alpha == 0).
+
+    `specials`: max_length, bos_id and eos_id, as `beam_search` takes them."""
     graphdef, state = nnx.split(model)
-    return _translate_jit(
-        graphdef,
-        state,
-        src,
-        beam_size=beam_size,
-        max_length=max_length,
-        length_penalty=float(length_penalty),
-        max_length_a=float(max_length_a),
-        max_length_b=int(max_length_b),
-        bos_id=bos_id,
-        eos_id=eos_id,
+    limits = dict(
+        length_penalty=float(length_penalty), max_length_a=float(max_length_a), max_length_b=int(max_length_b)
     )
+    return _translate_jit(graphdef, state, src, beam_size=beam_size, **limits, **specials)

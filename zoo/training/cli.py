@@ -21,6 +21,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from zoo.files import parse_ordered_pair
 from zoo.training import distributed, memory
 from zoo.training.checkpoints import NoCheckpointRestores
 from zoo.training.loop import Task, train_and_evaluate
@@ -40,15 +41,7 @@ _PROFILE_STEPS = flags.DEFINE_string(
 
 def parse_profile_steps(value: str | None) -> tuple[int, int] | None:
     """ "FIRST,LAST" → (first, last), 1 ≤ first ≤ last; None stays None."""
-    if not value:
-        return None
-    try:
-        first, last = (int(x) for x in value.split(","))
-    except ValueError:
-        raise ValueError(f"--profile_steps={value!r} must be FIRST,LAST (two step numbers)") from None
-    if not 1 <= first <= last:
-        raise ValueError(f"--profile_steps={value!r} needs 1 <= FIRST <= LAST")
-    return first, last
+    return parse_ordered_pair(value, ",", "--profile_steps", "FIRST,LAST (two step numbers)") if value else None
 
 
 # Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run): one clear
@@ -186,6 +179,26 @@ def task_main(make_task: Callable[[ml_collections.ConfigDict], Task], prog: str,
 
     main.__module__ = command_module
     run(main, prog)
+
+
+def train_rate(results: dict) -> str:
+    """A demo table's "train steps/s": the steps this run trained over this run's training time."""
+    return f"{results['train_steps_run'] / max(results['train_wall_time_this_run_s'], 1e-9):.2f}"
+
+
+def print_demo(
+    title: str,
+    rows: Sequence[tuple[str, str]],
+    results: dict,
+    *,
+    wall_time: tuple[str, float],
+    workdir: str,
+    notes: Sequence[tuple[str, str]] = (),
+) -> None:
+    """A demo's summary: the task's rows, train steps/s, `wall_time` (what it covers, seconds), any `notes`
+    rows, then the workdir."""
+    timing = [("train steps/s", train_rate(results)), (f"wall time ({wall_time[0]})", f"{wall_time[1]:.0f} s")]
+    print_table(title, [*rows, *timing, *notes, ("workdir", str(workdir))])
 
 
 def print_table(title: str, rows: Sequence[tuple[str, str]]) -> None:

@@ -68,6 +68,12 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
     return cfg
 
 
+def small_run_config(steps: int, *, eval_every: int = 0, **fields) -> ml_collections.ConfigDict:
+    """The demo / tiny presets' training: `train_config` (cosine schedule, a log line every 50 steps) with a
+    checkpoint at every evaluation, or only at the end when there is none during training."""
+    return train_config(steps=steps, eval_every=eval_every, checkpoint_every=eval_every or steps, **fields)
+
+
 def mesh_config(**overrides) -> ml_collections.ConfigDict:
     """Device-mesh axis sizes (-1 takes all remaining devices; default: every device on `data`), the rules that
     map parameters' logical axes to mesh axes ("" = replicated), and how much more parameter memory than an

@@ -209,11 +209,7 @@ def train_and_evaluate(
             atomic_write_bytes(workdir / name, as_path(source).read_bytes())
 
     graphdef, state, state_sharding = create_train_state(build, mesh, rules)
-    shardings = dict(
-        state_sharding=state_sharding,
-        batch_sharding=mesh_lib.batch_sharding(mesh),
-        replicated=mesh_lib.replicated(mesh),
-    )
+    shardings = mesh_lib.step_shardings(mesh, state_sharding)
     train_step = make_train_step(graphdef, task.loss_fn, accum_steps=train_cfg.grad_accum_steps, **shardings)
     eval_step = make_eval_step(graphdef, task.loss_fn, **shardings)
     schedule = make_schedule(train_cfg)

@@ -47,14 +47,8 @@ def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
         k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=mesh_lib.batch_sharding(mesh))
         for k, v in task.batch_spec(config.train.batch_size).items()
     }
-    step = make_train_step(
-        graphdef,
-        task.loss_fn,
-        accum_steps=config.train.grad_accum_steps,
-        state_sharding=sharding,
-        batch_sharding=mesh_lib.batch_sharding(mesh),
-        replicated=mesh_lib.replicated(mesh),
-    )
+    shardings = mesh_lib.step_shardings(mesh, sharding)
+    step = make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings)
     compiled = step.lower(args, batch, jax.eval_shape(lambda: jax.random.key(0))).compile()
     analysis = compiled.memory_analysis()
     return {

@@ -73,6 +73,12 @@ def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(BATCH_AXES))
 
 
+def step_shardings(mesh: jax.sharding.Mesh, state_sharding) -> dict:
+    """The sharding keywords of `make_train_step` / `make_eval_step`: state as laid out, batches split over
+    data × fsdp, metrics replicated."""
+    return dict(state_sharding=state_sharding, batch_sharding=batch_sharding(mesh), replicated=replicated(mesh))
+
+
 def batch_shards(mesh: jax.sharding.Mesh) -> int:
     return mesh.shape["data"] * mesh.shape["fsdp"]
 

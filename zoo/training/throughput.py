@@ -49,14 +49,8 @@ def measure(
     graphdef, state, state_sharding = create_train_state(
         state_builder(task.build_model, config.train, config.seed), mesh, mesh_lib.rules_from_config(config.mesh)
     )
-    step = make_train_step(
-        graphdef,
-        task.loss_fn,
-        accum_steps=config.train.grad_accum_steps,
-        state_sharding=state_sharding,
-        batch_sharding=mesh_lib.batch_sharding(mesh),
-        replicated=mesh_lib.replicated(mesh),
-    )
+    shardings = mesh_lib.step_shardings(mesh, state_sharding)
+    step = make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings)
     batch = mesh_lib.put_batch(synthetic_batch(task.batch_spec(config.train.batch_size), vocab_size, num_classes), mesh)
     key = jax.random.key(0)
     start = time.perf_counter()
