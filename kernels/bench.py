@@ -47,7 +47,9 @@ class Case:
     head_dim: int
     dtype: str
     causal: bool
-    blocks: str = ""  # Pallas block sizes "bq,bk,bq_bwd,bk_bwd,warps,stages" (relu) or "chunk,warps,stages" (linear)
+    # Pallas block sizes: "bq,bk,bq_bwd,bk_bwd,warps,stages" (relu) or "chunk,warps,stages,block_dv" (linear;
+    # warps 0 = the default).
+    blocks: str = ""
 
 
 def device_name() -> str:
@@ -81,7 +83,12 @@ def block_sizes(case: Case):
         return PallasBlockSizes(*n[:4], num_warps=n[4] if len(n) > 4 else None, num_stages=n[5] if len(n) > 5 else 2)
     from kernels.linear_attention_pallas import LinearBlockSizes
 
-    return LinearBlockSizes(n[0], num_warps=n[1] if len(n) > 1 else None, num_stages=n[2] if len(n) > 2 else 2)
+    return LinearBlockSizes(
+        n[0],
+        num_warps=n[1] if len(n) > 1 and n[1] else None,
+        num_stages=n[2] if len(n) > 2 else 2,
+        block_dv=n[3] if len(n) > 3 else None,
+    )
 
 
 def _fn(case: Case):

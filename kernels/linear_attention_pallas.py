@@ -31,9 +31,19 @@ from kernels.relu_attention_pallas import _compiler_params, _round_up
 
 @dataclasses.dataclass(frozen=True)
 class LinearBlockSizes:
+    """chunk: sequence positions per step of the scan. block_dv: the value columns one program owns (a power
+    of two ≥ 16): the grid becomes batch × heads × d_v/block_dv, so a small batch · heads still fills the GPU's
+    SMs (S splits by columns; dφq and dφk, which sum over d_v, are summed over the column blocks after the
+    kernels). None: every column in one program."""
+
     chunk: int = 64
     num_warps: int | None = None
     num_stages: int = 2
+    block_dv: int | None = None
+
+    def __post_init__(self):
+        if self.block_dv is not None and (self.block_dv < 16 or self.block_dv & (self.block_dv - 1)):
+            raise ValueError(f"LinearBlockSizes.block_dv={self.block_dv} must be a power of two ≥ 16 (or None)")
 
 
 def _dot(a, b, contract_a, contract_b):
@@ -89,16 +99,23 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, eps_mode, ca
     lax.fori_loop(0, n, body, _initial_state(k_ref, v_ref, chunk, causal))
 
 
+def _first_column_block() -> jax.Array:
+    """1.0 in the programs of the first d_v block, else 0.0: terms that do not split by columns (the
+    normaliser's h) are counted there only, so the sum over column blocks counts them once."""
+    return (pl.program_id(2) == 0).astype(jnp.float32)
+
+
 def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal):
-    """dφq_i = S_i g_i + z_i h_i (S, z prefix sums when causal, totals otherwise)."""
+    """dφq_i = S_i g_i + z_i h_i (S, z prefix sums when causal, totals otherwise), for this column block."""
     n = k_ref.shape[0] // chunk
     mask = _tril(chunk) if causal else None
+    once = _first_column_block()
 
     def body(c, carry):
         s, z = carry
         start = c * chunk
         g = g_ref[pl.ds(start, chunk), :]
-        h = h_ref[pl.ds(start, chunk)]
+        h = h_ref[pl.ds(start, chunk)] * once
         dq = _dot(g, s, 1, 1) + h[:, None] * z[None, :]
         if causal:
             k = k_ref[pl.ds(start, chunk), :]
@@ -114,16 +131,18 @@ def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal):
 
 
 def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, causal):
-    """Reverse scan: R = Σ_{i≥j} φq_i g_iᵀ, r = Σ_{i≥j} φq_i h_i; dφk_j = R v_j + r, dv_j = Rᵀ φk_j."""
+    """Reverse scan: R = Σ_{i≥j} φq_i g_iᵀ, r = Σ_{i≥j} φq_i h_i; dφk_j = R v_j + r, dv_j = Rᵀ φk_j (this
+    column block's part of dφk)."""
     t, m = q_ref.shape
     n = t // chunk
     mask = _tril(chunk) if causal else None
+    once = _first_column_block()
 
     def totals(c, carry):
         big_r, r = carry
         q = q_ref[pl.ds(c * chunk, chunk), :].astype(jnp.float32)
         g = g_ref[pl.ds(c * chunk, chunk), :]
-        h = h_ref[pl.ds(c * chunk, chunk)]
+        h = h_ref[pl.ds(c * chunk, chunk)] * once
         return big_r + _dot(q, g, 0, 0), r + jnp.sum(q * h[:, None], axis=0)
 
     def body(step, carry):
@@ -135,7 +154,7 @@ def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, ca
         dv = _dot(k, big_r, 1, 0)
         q = q_ref[pl.ds(start, chunk), :].astype(jnp.float32)
         g = g_ref[pl.ds(start, chunk), :]
-        h = h_ref[pl.ds(start, chunk)]
+        h = h_ref[pl.ds(start, chunk)] * once
         if causal:
             # Within the chunk, key j gets queries i ≥ j: masks indexed [i, j].
             scores = jnp.where(mask, _dot(q, k, 1, 1), 0.0)  # φq_i·φk_j
@@ -155,18 +174,28 @@ def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, ca
 
 
 def _full(t, d):
-    return pl.BlockSpec((None, None, t, d), lambda b, h: (b, h, 0, 0))
+    return pl.BlockSpec((None, None, t, d), lambda b, h, j: (b, h, 0, 0))
+
+
+def _columns(t, block):
+    """Column block j of a `[B, H, T, d_v]` array."""
+    return pl.BlockSpec((None, None, t, block), lambda b, h, j: (b, h, 0, j))
+
+
+def _partial(t, d):
+    """Column block j's part of a sum over d_v: `[n_blocks, B, H, T, d]`, summed after the kernel."""
+    return pl.BlockSpec((None, None, None, t, d), lambda b, h, j: (j, b, h, 0, 0))
 
 
 def _rows(t):
-    return pl.BlockSpec((None, None, t), lambda b, h: (b, h, 0))
+    return pl.BlockSpec((None, None, t), lambda b, h, j: (b, h, 0))
 
 
-def _call(kernel, ins, out_shapes, out_specs, in_specs, sizes, backend, interpret, name, head_dim):
+def _call(kernel, ins, out_shapes, out_specs, in_specs, sizes, backend, interpret, name, head_dim, n_blocks):
     b, h = ins[0].shape[:2]
     return pl.pallas_call(
         kernel,
-        grid=(b, h),
+        grid=(b, h, n_blocks),
         in_specs=in_specs,
         out_specs=out_specs,
         out_shape=out_shapes,
@@ -176,21 +205,30 @@ def _call(kernel, ins, out_shapes, out_specs, in_specs, sizes, backend, interpre
     )(*ins)
 
 
+def _column_block(sizes: LinearBlockSizes, dv: int) -> tuple[int, int]:
+    """(columns per program, number of column blocks) for a padded d_v (a power of two)."""
+    block = dv if sizes.block_dv is None else min(sizes.block_dv, dv)
+    return block, dv // block
+
+
 def _forward(q, k, v, causal, eps, eps_mode, sizes, backend, interpret):
     b, h, t, m = q.shape
     dv = v.shape[-1]
+    block, n_blocks = _column_block(sizes, dv)
     kernel = functools.partial(_fwd_kernel, chunk=sizes.chunk, eps=eps, eps_mode=eps_mode, causal=causal)
+    # Every column block computes the same denominator; each writes it (identical values).
     out, den = _call(
         kernel,
         (q, k, v),
         [jax.ShapeDtypeStruct((b, h, t, dv), v.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
-        [_full(t, dv), _rows(t)],
-        [_full(t, m), _full(t, m), _full(t, dv)],
+        [_columns(t, block), _rows(t)],
+        [_full(t, m), _full(t, m), _columns(t, block)],
         sizes,
         backend,
         interpret,
         "linear_attention_fwd",
         m,
+        n_blocks,
     )
     return out, den
 
@@ -212,30 +250,35 @@ def _attend_bwd(causal, eps, eps_mode, sizes, backend, interpret, residuals, d_o
     inv = 1.0 / stabilise_denominator(den, eps, eps_mode)
     g = d_out.astype(jnp.float32) * inv[..., None]
     h_coef = -jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1) * inv
+    block, n_blocks = _column_block(sizes, dv_dim)
+    partial = jax.ShapeDtypeStruct((n_blocks, *q.shape), jnp.float32)
     dq = _call(
         functools.partial(_dq_kernel, chunk=sizes.chunk, causal=causal),
         (k, v, q, g, h_coef),
-        jax.ShapeDtypeStruct(q.shape, q.dtype),
-        _full(t, m),
-        [_full(t, m), _full(t, dv_dim), _full(t, m), _full(t, dv_dim), _rows(t)],
+        partial,
+        _partial(t, m),
+        [_full(t, m), _columns(t, block), _full(t, m), _columns(t, block), _rows(t)],
         sizes,
         backend,
         interpret,
         "linear_attention_bwd_dq",
         m,
+        n_blocks,
     )
     dk, dv = _call(
         functools.partial(_dkdv_kernel, chunk=sizes.chunk, causal=causal),
         (q, g, h_coef, k, v),
-        [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        [_full(t, m), _full(t, dv_dim)],
-        [_full(t, m), _full(t, dv_dim), _rows(t), _full(t, m), _full(t, dv_dim)],
+        [partial, jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        [_partial(t, m), _columns(t, block)],
+        [_full(t, m), _columns(t, block), _rows(t), _full(t, m), _columns(t, block)],
         sizes,
         backend,
         interpret,
         "linear_attention_bwd_dkdv",
         m,
+        n_blocks,
     )
+    dq, dk = jnp.sum(dq, axis=0).astype(q.dtype), jnp.sum(dk, axis=0).astype(k.dtype)
     return dq, dk, dv
 
 

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
+from kernels.linear_attention_pallas import LinearBlockSizes
 from tests.kernels.tolerances import fp32, pallas_against_reference
 
 F32_TOL = fp32(2e-5)  # tests/kernels/tolerances.py: exact fp32 on the CPU, TF32 / bf16 passes elsewhere
@@ -52,3 +53,28 @@ def test_dk_through_the_normaliser(causal):
     got = jax.grad(f)(phi_k, "pallas")
     assert float(jnp.abs(ref).max()) > 1e-4
     chex.assert_trees_all_close(got, ref, atol=fp32(1e-6), rtol=fp32(1e-4))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d, block_dv", [(48, 16), (40, 32), (20, 64)])
+def test_value_columns_split_over_programs_give_the_same_output_and_gradients(causal, d, block_dv):
+    """block_dv: d_v padded to a power of two, split into blocks (4, 2 and 1 of them here); dφq and dφk are
+    sums over the blocks, with the normaliser's term counted once."""
+    phi_q, phi_k, v, mask = _inputs(t=40, d=d)
+    w = jax.random.normal(jax.random.key(6), v.shape)
+    sizes = LinearBlockSizes(chunk=16, block_dv=block_dv)
+
+    def loss(a, b, c, impl):
+        extra = {"pallas_block_sizes": sizes} if impl == "pallas" else {}
+        out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, eps=0.5, impl=impl, **extra)
+        return jnp.sum(out * w), out
+
+    out, ref, errors = pallas_against_reference(loss, (phi_q, phi_k, v), ("dphi_q", "dphi_k", "dv"))
+    chex.assert_trees_all_close(out, ref, atol=F32_TOL, rtol=F32_TOL)
+    for name, err in errors.items():
+        assert err < F32_TOL, f"{name}: relative error {err:.2e}"
+
+
+def test_block_dv_must_be_a_power_of_two():
+    with pytest.raises(ValueError, match=r"LinearBlockSizes.block_dv=24 must be a power of two ≥ 16"):
+        LinearBlockSizes(block_dv=24)

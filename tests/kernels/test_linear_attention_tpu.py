@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
+from kernels.linear_attention_pallas import LinearBlockSizes
 from kernels.linear_attention_tpu import TpuChunkSizes
 from tests.kernels.lowering import BACKEND, every_lowering_case, lowered_kernels
 from tests.kernels.tolerances import fp32, pallas_against_reference
@@ -90,3 +91,19 @@ def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, 
     calls, names, _ = lowered_kernels(attend, platform, (2, t, 4, d), dtype, grad=grad, prefix="linear_attention_")
     expected = KERNELS[platform, grad]
     assert calls == len(expected) and set(expected) <= names, names
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_column_split_lowers_to_the_triton_kernels(causal):
+    """block_dv (grid batch × heads × column blocks, for a batch · heads smaller than the SM count) still
+    lowers to the three kernels for CUDA, gradient included, at a long sequence."""
+
+    def attend(a, b, c):
+        sizes = LinearBlockSizes(chunk=64, block_dv=32)
+        return kernels.linear_attention(
+            a, b, c, causal=causal, impl="pallas", pallas_backend="gpu", pallas_interpret=False,
+            pallas_block_sizes=sizes,
+        )  # fmt: skip
+
+    calls, names, _ = lowered_kernels(attend, "cuda", (1, 8192, 2, 128), jnp.bfloat16, grad=True, prefix="linear_")
+    assert calls == 3 and set(KERNELS["cuda", True]) <= names, names
