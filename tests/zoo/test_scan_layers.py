@@ -123,3 +123,48 @@ def test_stacked_parameters_keep_their_logical_axes_behind_a_layer_axis():
     layers = real.encoder.encoder.layers()
     assert len(layers) == 2 and layers[1].mixer.query.kernel.shape == (32, 32)
     np.testing.assert_array_equal(layers[1].mixer.query.kernel[...], real.encoder.encoder.blocks.mixer.query.kernel[1])
+
+
+@pytest.mark.parametrize(
+    "mixer, options",
+    [("relu", {"norm_loss_weight": 0.1, "entropy_loss_weight": 0.1}), ("linear", {"feature_map": "aoglu"})],
+)
+def test_sown_regularisers_of_every_scanned_layer_count_as_in_the_unrolled_model(mixer, options):
+    from zoo.training.steps import _sum_aux
+
+    def make(cfg):
+        cfg.mixer_options[mixer].update(options)
+        return _classifier(cfg)
+
+    unrolled, scanned = _pair(make, mixer)
+    aux = []
+    for model in (unrolled, scanned):
+        model(_tokens(), rngs=nnx.Rngs(dropout=0))
+        aux.append(float(_sum_aux(model)))
+    assert aux[0] > 0 and aux[1] == pytest.approx(aux[0], rel=1e-5)
+
+
+def test_favor_features_are_redrawn_in_every_scanned_layer_by_a_train_step():
+    from zoo.training import classification_loss, mesh_config, train_config
+    from zoo.training.state import create_train_state, state_builder
+    from zoo.training.steps import make_train_step
+
+    cfg = _cfg("linear", scan_layers=True)
+    cfg.mixer_options.linear.update(feature_map="favor", num_features=16, favor_redraw=True)
+    mesh = mesh_lib.make_mesh(mesh_config())
+    def build(rngs):
+        return models.SequenceClassifier(cfg, vocab_size=V, num_classes=5, rngs=rngs)
+
+    graphdef, state, sharding = create_train_state(state_builder(build, train_config(), 0), mesh)
+    step = make_train_step(graphdef, classification_loss(), accum_steps=1, **mesh_lib.step_shardings(mesh, sharding))
+
+    def omega(state):
+        return np.asarray(nnx.to_pure_dict(state)[0]["encoder"]["encoder"]["blocks"]["mixer"]["feature_map"]["omega"])
+
+    batch = {"inputs": np.asarray(_tokens()), "targets": np.array([1, 3], np.int32), "weights": np.ones(2, np.float32)}
+    before = omega(state)
+    state, sums = step(state, mesh_lib.put_batch(batch, mesh), jax.random.key(0))
+    after = omega(state)
+    assert after.shape[0] == 3 and np.isfinite(float(sums["loss"]))
+    assert all(not np.allclose(before[i], after[i]) for i in range(3))  # each layer drew new features
+    assert not np.allclose(after[0], after[1])  # from its own stream

@@ -20,8 +20,9 @@ LossFn = Callable[[nnx.Module, dict, nnx.Rngs | None, bool], tuple[jax.Array, di
 
 
 def _sum_aux(model: nnx.Module) -> jax.Array:
+    # Under model.scan_layers a block's sown loss comes stacked, one entry per layer: every entry counts.
     leaves = jax.tree.leaves(nnx.pop(model, AuxLoss))
-    return sum(leaves, jnp.zeros((), jnp.float32))
+    return sum((jnp.sum(leaf) for leaf in leaves), jnp.zeros((), jnp.float32))
 
 
 def _under_mesh(fn: Callable, mesh: jax.sharding.Mesh) -> Callable:
