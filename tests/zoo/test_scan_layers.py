@@ -152,6 +152,7 @@ def test_favor_features_are_redrawn_in_every_scanned_layer_by_a_train_step():
     cfg = _cfg("linear", scan_layers=True)
     cfg.mixer_options.linear.update(feature_map="favor", num_features=16, favor_redraw=True)
     mesh = mesh_lib.make_mesh(mesh_config())
+
     def build(rngs):
         return models.SequenceClassifier(cfg, vocab_size=V, num_classes=5, rngs=rngs)
 
