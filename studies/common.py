@@ -1,0 +1,33 @@
+"""What every study shares: its command line (`--tiny`, `--out`) and the three files it writes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from zoo.files import atomic_write_bytes
+
+ROOT = Path(__file__).resolve().parent.parent / "benchmarks" / "studies"
+
+
+def write_study(out_dir: Path, result: dict, readme: str) -> None:
+    """result.json and README.md into `out_dir` (the figure is the study's to draw there)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out_dir / "result.json", (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(out_dir / "README.md", readme.encode())
+
+
+def study_main(name: str, doc: str, run: Callable[[bool, Path], dict]) -> None:
+    """`python -m studies.NAME [--tiny] [--out DIR]`: runs `run(tiny, out_dir)` and prints its verdict.
+
+    --tiny checks the mechanics in seconds (the tests run it) and writes under DIR (default: a `tiny/`
+    folder beside the full result, never over it)."""
+    parser = argparse.ArgumentParser(prog=f"python -m studies.{name}", description=doc.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="a few seconds: the mechanics, not the verdict")
+    parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {ROOT / name})")
+    args = parser.parse_args()
+    out_dir = args.out or (ROOT / name / "tiny" if args.tiny else ROOT / name)
+    result = run(args.tiny, out_dir)
+    print(f"{name}: {result['verdict']} — {out_dir}")

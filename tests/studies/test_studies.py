@@ -1,0 +1,51 @@
+"""Every study's `--tiny` run: the files it writes and the quantities it reports (its mechanics, not its verdict)."""
+
+import json
+import subprocess
+import sys
+
+from studies import parameter_budget, variance
+
+
+def _files(out_dir, figure):
+    result = json.loads((out_dir / "result.json").read_text())
+    readme = (out_dir / "README.md").read_text()
+    assert (out_dir / figure).stat().st_size > 1000
+    assert result["verdict"] in ("reproduced", "not reproduced") and f"**Verdict**: {result['verdict']}" in readme
+    return result, readme
+
+
+def test_variance_measures_each_operator_against_n(tmp_path):
+    result = variance.run(True, tmp_path)
+    _, readme = _files(tmp_path, "variance.png")
+    assert set(result["variance"]) == set(variance.PREDICTED_SLOPE)
+    for kind, values in result["variance"].items():
+        assert len(values) == len(result["lengths"]) and all(v > 0 for v in values), kind
+        assert f"| {kind} |" in readme
+    # What the fitted slopes are computed from: the plain ReLU output really grows with n.
+    plain = result["variance"]["relu (no factor)"]
+    assert plain[-1] > 4 * plain[0]
+
+
+def test_parameter_budget_counts_every_table_row_for_every_task(tmp_path):
+    result = parameter_budget.run(True, tmp_path)
+    _, readme = _files(tmp_path, "parameter_budget.png")
+    assert "| 3×AOGLU |" in readme
+    assert set(result["extra_fraction"]) == {name for name, _, _ in parameter_budget.ROWS}
+    for name, per_task in result["extra_fraction"].items():
+        assert set(per_task) == set(parameter_budget.TASKS) and all(x > 0 for x in per_task.values()), name
+    # Two stacked kernels cost twice one (the same head dim × head dim matrices, twice).
+    for task in parameter_budget.TASKS:
+        one, two = result["extra_fraction"]["1×GLU"][task], result["extra_fraction"]["2×GLU"][task]
+        assert abs(two - 2 * one) < 1e-9
+    assert result["worst"] == max(x for row in result["extra_fraction"].values() for x in row.values())
+
+
+def test_the_command_line_writes_under_out_and_says_the_verdict(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "studies.parameter_budget", "--tiny", f"--out={tmp_path}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "parameter_budget: " in run.stdout and str(tmp_path) in run.stdout
+    assert (tmp_path / "result.json").exists()
