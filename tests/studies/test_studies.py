@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from studies import parameter_budget, variance
+from studies import approximation, parameter_budget, variance
 
 
 def _files(out_dir, figure):
@@ -49,3 +49,15 @@ def test_the_command_line_writes_under_out_and_says_the_verdict(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "parameter_budget: " in run.stdout and str(tmp_path) in run.stdout
     assert (tmp_path / "result.json").exists()
+
+
+def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_path):
+    result = approximation.run(True, tmp_path)
+    _, readme = _files(tmp_path, "approximation.png")
+    assert set(result["fixed"]) == {"elu1", "relu"} and set(result["favor"]) == {"16", "64"}
+    assert set(result["trained"]) == {name for name, _, _ in approximation.TRAINED}
+    assert all(0 < e < 10 for e in [*result["fixed"].values(), *result["favor"].values(), *result["trained"].values()])
+    for name, curve in result["training_loss"].items():  # training reduces the loss it minimises
+        assert curve[-1] < curve[0], (name, curve)
+    assert result["trained_parameters"]["2×GLU"] == 2 * result["trained_parameters"]["GLU"]
+    assert "| 3×AOGLU (trained" in readme
