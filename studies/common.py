@@ -22,12 +22,12 @@ def write_study(out_dir: Path, result: dict, readme: str) -> None:
 def study_main(name: str, doc: str, run: Callable[[bool, Path], dict]) -> None:
     """`python -m studies.NAME [--tiny] [--out DIR]`: runs `run(tiny, out_dir)` and prints its verdict.
 
-    --tiny checks the mechanics in seconds (the tests run it) and writes under DIR (default: a `tiny/`
-    folder beside the full result, never over it)."""
+    --tiny checks the mechanics in seconds (the tests run it) and writes under DIR (default:
+    runs/studies/NAME-tiny, outside the committed results)."""
     parser = argparse.ArgumentParser(prog=f"python -m studies.{name}", description=doc.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a few seconds: the mechanics, not the verdict")
     parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {ROOT / name})")
     args = parser.parse_args()
-    out_dir = args.out or (ROOT / name / "tiny" if args.tiny else ROOT / name)
+    out_dir = args.out or (Path("runs/studies") / f"{name}-tiny" if args.tiny else ROOT / name)
     result = run(args.tiny, out_dir)
     print(f"{name}: {result['verdict']} — {out_dir}")

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from studies import approximation, parameter_budget, variance
+from studies import approximation, kernel_convergence, parameter_budget, variance
 
 
 def _files(out_dir, figure):
@@ -61,3 +61,16 @@ def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_pat
         assert curve[-1] < curve[0], (name, curve)
     assert result["trained_parameters"]["2×GLU"] == 2 * result["trained_parameters"]["GLU"]
     assert "| 3×AOGLU (trained" in readme
+
+
+def test_kernel_convergence_trains_every_seed_of_both_kernels_and_resumes(tmp_path):
+    result = kernel_convergence.run(True, tmp_path)
+    _, readme = _files(tmp_path, "kernel_convergence.png")
+    assert set(result["train_loss"]) == set(kernel_convergence.KERNELS)
+    for curves in result["train_loss"].values():
+        assert len(curves) == 2 and all(len(c) == len(result["steps"]) for c in curves)
+        assert curves[0] != curves[1]  # the seeds differ
+    # A re-run finds every workdir finished and reports the same numbers.
+    again = kernel_convergence.run(True, tmp_path)
+    assert again["train_loss"] == result["train_loss"] and again["test_accuracy"] == result["test_accuracy"]
+    assert "| OGLU |" in readme
