@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 
 import kernels
-from studies.common import study_main, write_study
+from studies.common import study_main, study_readme, write_study
 from zoo import mixers
 from zoo.mixers.linear import FeatureMap
 from zoo.plots import pyplot, save_figure
@@ -130,31 +130,25 @@ def run(tiny: bool, out_dir: Path) -> dict:
     rows += [f"| FAVOR+, m = {m} | 0 | {favor[m]:.3f} |" for m in features]
     rows += [f"| {name} (trained {steps} steps) | {sizes[name]:,} | {trained[name]:.3f} |" for name in trained]
     table = "\n".join(rows)
-    readme = f"""# How close each feature map gets to softmax attention
-
-**Claim** (trainable-kernel paper, SPEC §1.4): a trainable feature map can approximate softmax attention
-better than fixed ones (elu1, ReLU); FAVOR+'s error falls as its number of random features m grows.
-
-**Setting**: `python -m studies.approximation{" --tiny" if tiny else ""}` — q, k, v ~ N(0, 1), head dim {D},
-{T} keys and queries; held-out relative error ‖approx − softmax‖ / ‖softmax‖; trained kernels fitted with
-Adam for {steps} steps on fresh draws; FAVOR+ averaged over {favor_draws} draw(s) of ω.
-
-| feature map | parameters | relative error |
-|---|---|---|
-{table}
-
-**Verdict**: {verdict} (every trained kernel below both fixed maps: {beats_fixed}; FAVOR+ error falling with m:
-{favor_improves}).
-
-**What may explain it**: at unit-variance q and k (scores ~ N(0, 1)) softmax attention is a soft average
-whose output is small, and every map here leaves about half of its energy unexplained; training helps the
-plain softplus and GLU kernels by a few points, not the orthogonality-regularised ones (the regulariser pulls
-W towards orthogonal, not towards softmax). FAVOR+ is unbiased but its variance grows like
-exp(‖q̂‖² + ‖k̂‖²) with ‖x̂‖² ≈ √d ≈ {D**0.5:.1f} here, so even m = {features[-1]} is far off; it needs
-small-norm inputs (as in the unit test on FAVOR+, where the error falls below 0.03).
-
-![approximation](approximation.png)
-"""
+    readme = study_readme(
+        "approximation", tiny,
+        title="How close each feature map gets to softmax attention",
+        claim="(trainable-kernel paper, SPEC §1.4): a trainable feature map can approximate softmax attention "
+        "better than fixed ones (elu1, ReLU); FAVOR+'s error falls as its number of random features m grows.",
+        setting=f"q, k, v ~ N(0, 1), head dim {D}, {T} keys and queries; held-out relative error ‖approx − "
+        f"softmax‖ / ‖softmax‖; trained kernels fitted with Adam for {steps} steps on fresh draws; FAVOR+ "
+        f"averaged over {favor_draws} draw(s) of ω.",
+        table=f"| feature map | parameters | relative error |\n|---|---|---|\n{table}",
+        verdict=f"{verdict} (every trained kernel below both fixed maps: {beats_fixed}; FAVOR+ error falling "
+        f"with m: {favor_improves}).",
+        figure="approximation.png",
+        notes="at unit-variance q and k (scores ~ N(0, 1)) softmax attention is a soft average whose output is "
+        "small, and every map here leaves about half of its energy unexplained; training helps the plain softplus "
+        "and GLU kernels by a few points, not the orthogonality-regularised ones (the regulariser pulls W towards "
+        "orthogonal, not towards softmax). FAVOR+ is unbiased but its variance grows like exp(‖q̂‖² + ‖k̂‖²) with "
+        f"‖x̂‖² ≈ √d ≈ {D**0.5:.1f} here, so even m = {features[-1]} is far off; it needs small-norm inputs (as in "
+        "the unit test on FAVOR+, where the error falls below 0.03).",
+    )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
 

@@ -19,6 +19,19 @@ def write_study(out_dir: Path, result: dict, readme: str) -> None:
     atomic_write_bytes(out_dir / "README.md", readme.encode())
 
 
+def study_readme(
+    name: str, tiny: bool, *, title: str, claim: str, setting: str, table: str, verdict: str, figure: str, notes=""
+) -> str:
+    """A study's README.md: the claim, the command and setting, the measured table, the verdict, the figure."""
+    command = f"python -m studies.{name}" + (" --tiny" if tiny else "")
+    parts = [f"# {title}", f"**Claim** {claim}", f"**Setting**: `{command}` — {setting}", table]
+    parts.append(f"**Verdict**: {verdict}")
+    if notes:
+        parts.append(f"**What may explain it**: {notes}")
+    parts.append(f"![{name}]({figure})")
+    return "\n\n".join(parts) + "\n"
+
+
 def study_main(name: str, doc: str, run: Callable[[bool, Path], dict]) -> None:
     """`python -m studies.NAME [--tiny] [--out DIR]`: runs `run(tiny, out_dir)` and prints its verdict.
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
-from studies.common import study_main, write_study
+from studies.common import study_main, study_readme, write_study
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
@@ -93,22 +93,18 @@ def run(tiny: bool, out_dir: Path) -> dict:
         f"{100 * np.mean(accuracy[name]):.1f} ± {100 * np.std(accuracy[name]):.1f} |"
         for name in KERNELS
     )
-    readme = f"""# Convergence of a one-layer OGLU vs the orthogonal linear kernel
-
-**Claim** (trainable-kernel paper, SPEC §1.4): a single-layer OGLU converges faster and with less variance
-between runs than the orthogonal linear kernel.
-
-**Setting**: `python -m studies.kernel_convergence{" --tiny" if tiny else ""}` — ListOps demo data and model
-(2 layers, d 128) with `mixer=linear`, `kernel_depth=1`, {steps[-1]} steps, seeds {", ".join(map(str, seeds))}.
-
-| kernel | mean training loss over the run | between-seed std (mean over steps) | test accuracy % |
-|---|---|---|---|
-{rows}
-
-**Verdict**: {verdict} (OGLU faster: {faster}; OGLU steadier: {steadier}).
-
-![curves](kernel_convergence.png)
-"""
+    readme = study_readme(
+        "kernel_convergence", tiny,
+        title="Convergence of a one-layer OGLU vs the orthogonal linear kernel",
+        claim="(trainable-kernel paper, SPEC §1.4): a single-layer OGLU converges faster and with less variance "
+        "between runs than the orthogonal linear kernel.",
+        setting=f"ListOps demo data and model (2 layers, d 128) with `mixer=linear`, `kernel_depth=1`, {steps[-1]} "
+        f"steps, seeds {', '.join(map(str, seeds))}.",
+        table="| kernel | mean training loss over the run | between-seed std (mean over steps) | test accuracy % |\n"
+        f"|---|---|---|---|\n{rows}",
+        verdict=f"{verdict} (OGLU faster: {faster}; OGLU steadier: {steadier}).",
+        figure="kernel_convergence.png",
+    )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
 

@@ -16,7 +16,7 @@ import jax
 from flax import nnx
 
 from lra_flax.tasks import make_task
-from studies.common import study_main, write_study
+from studies.common import study_main, study_readme, write_study
 from zoo.plots import pyplot, save_figure
 
 # The paper's Table 1 rows: (name, feature_map, kernel_depth).
@@ -74,24 +74,18 @@ def run(tiny: bool, out_dir: Path) -> dict:
     header = " | ".join(f"{task} (d {sizes[task]['d_model']}, {sizes[task]['num_heads']} heads)" for task in TASKS)
     rows = "\n".join(f"| {name} | " + " | ".join(f"{100 * extra[name][t]:+.2f}%" for t in TASKS) + " |"
                      for name, _, _ in ROWS)  # fmt: skip
-    readme = f"""# Parameter budget of the trainable feature maps (linear attention with a trainable kernel)
-
-**Claim** (SPEC §1.4): the trainable kernels of the paper's Table 1 keep the extra parameters under 10% of
-the model.
-
-**Setting**: `python -m studies.parameter_budget{" --tiny" if tiny else ""}` — each LRA model (embeddings,
-encoder, head) at the `{preset}` preset, built abstractly, with `model.mixer=linear` and the row's
-`feature_map` / `kernel_depth`, against the same model with softmax attention. Per-head kernels are
-head dim × head dim.
-
-| kernel | {header} |
-|---|---|---|---|
-{rows}
-
-**Verdict**: {verdict} (largest: {100 * worst:.2f}%, budget {100 * BUDGET:.0f}%).
-
-![parameter budget](parameter_budget.png)
-"""
+    readme = study_readme(
+        "parameter_budget", tiny,
+        title="Parameter budget of the trainable feature maps (linear attention with a trainable kernel)",
+        claim="(SPEC §1.4): the trainable kernels of the paper's Table 1 keep the extra parameters under 10% of "
+        "the model.",
+        setting=f"each LRA model (embeddings, encoder, head) at the `{preset}` preset, built abstractly, with "
+        "`model.mixer=linear` and the row's `feature_map` / `kernel_depth`, against the same model with softmax "
+        "attention. Per-head kernels are head dim × head dim.",
+        table=f"| kernel | {header} |\n|---|---|---|---|\n{rows}",
+        verdict=f"{verdict} (largest: {100 * worst:.2f}%, budget {100 * BUDGET:.0f}%).",
+        figure="parameter_budget.png",
+    )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
 

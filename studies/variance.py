@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from studies.common import study_main, write_study
+from studies.common import study_main, study_readme, write_study
 from zoo.plots import pyplot, save_figure
 
 HEAD_DIM = 64
@@ -84,23 +84,19 @@ def run(tiny: bool, out_dir: Path) -> dict:
         + " |"
         for kind in PREDICTED_SLOPE
     )
-    readme = f"""# Variance of attention outputs at initialisation (ReLUFormer)
-
-**Claim** (ReLUFormer, SPEC §1.2): the output variance of plain ReLU attention grows with the number of keys n,
-softmax's shrinks, and the 1/√(n/2) factor keeps ReLU attention's flat.
-
-**Setting**: `python -m studies.variance{" --tiny" if tiny else ""}` — q, k, v ~ N(0, 1), head dim {HEAD_DIM},
-n = {", ".join(map(str, lengths))}, {queries} queries × {draws} draws per point, the project's kernels
-(`kernels.relu_attention`, impl "xla") and `jax.nn.dot_product_attention`.
-
-| operator | predicted slope | fitted slope | Var at n = {lengths[0]} / {lengths[-1]} |
-|---|---|---|---|
-{rows}
-
-**Verdict**: {verdict} (every fitted log–log slope within ±{SLOPE_TOLERANCE} of the prediction).
-
-![variance](variance.png)
-"""
+    readme = study_readme(
+        "variance", tiny,
+        title="Variance of attention outputs at initialisation (ReLUFormer)",
+        claim="(ReLUFormer, SPEC §1.2): the output variance of plain ReLU attention grows with the number of keys "
+        "n, softmax's shrinks, and the 1/√(n/2) factor keeps ReLU attention's flat.",
+        setting=f"q, k, v ~ N(0, 1), head dim {HEAD_DIM}, n = {', '.join(map(str, lengths))}, {queries} queries × "
+        f"{draws} draws per point, the project's kernels (`kernels.relu_attention`, impl \"xla\") and "
+        "`jax.nn.dot_product_attention`.",
+        table=f"| operator | predicted slope | fitted slope | Var at n = {lengths[0]} / {lengths[-1]} |\n"
+        f"|---|---|---|---|\n{rows}",
+        verdict=f"{verdict} (every fitted log–log slope within ±{SLOPE_TOLERANCE} of the prediction).",
+        figure="variance.png",
+    )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
 
