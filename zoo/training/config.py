@@ -8,6 +8,7 @@ import os
 import ml_collections
 
 from zoo.files import as_path, atomic_write_bytes, is_url
+from zoo.training.mesh import LOGICAL_RULES
 
 # Fields that may change when a run is resumed: they alter when things happen, not what is computed.
 RESUMABLE_FIELDS = frozenset(
@@ -83,7 +84,7 @@ def mesh_config(**overrides) -> ml_collections.ConfigDict:
             "data": -1,
             "fsdp": 1,
             "tensor": 1,
-            "rules": {"embed": "fsdp", "heads": "tensor", "mlp": "tensor", "vocab": "tensor"},
+            "rules": dict(LOGICAL_RULES),
             # 5%: under fsdp alone, the biases of tensor-split layers stay whole (2.4% on lra_code at fsdp=8).
             "sharding_tolerance": 0.05,
         }

@@ -129,7 +129,7 @@ def sharding_report(params: nnx.State, mesh: jax.sharding.Mesh, rules: Rules = L
     total = per_device = 0
     unsplit = []
     for path, x in jax.tree_util.tree_leaves_with_path(params, is_leaf=lambda v: isinstance(v, nnx.Variable)):
-        if not isinstance(x, nnx.Variable) or not isinstance(x, nnx.Param):
+        if not isinstance(x, nnx.Param):
             continue
         axes = x.get_metadata().get("logical_axes")
         spec = logical_to_spec(axes, x.shape, mesh, rules)
