@@ -27,6 +27,7 @@ from jax.experimental import pallas as pl
 
 from kernels.linear_attention import stabilise_denominator
 from kernels.relu_attention_pallas import _compiler_params, _round_up
+from kernels.tiles import Extent, load_tile, store_tile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,44 +60,75 @@ def _advance(s, z, k, v):
     return s + _dot(k, v, 0, 0), z + jnp.sum(k.astype(jnp.float32), axis=0)
 
 
-def _initial_state(k_ref, v_ref, chunk, causal):
+@dataclasses.dataclass(frozen=True)
+class _Dims:
+    """The axes the tiles cover (for the masks of `kernels.tiles`) and the value columns per program."""
+
+    rows: Extent
+    features: Extent
+    values: Extent
+    block_dv: int
+
+    @classmethod
+    def of(cls, t: int, t_pad: int, m: int, dv: int, block_dv: int) -> _Dims:
+        return cls(Extent(t, t_pad), Extent.power_of_two(m), Extent.power_of_two(dv), block_dv)
+
+    def chunk_of(self, ref, start, chunk, col0=None):
+        """Rows [start, start + chunk) of a feature tile or, given its first column `col0` (see `first_column`),
+        of this program's value-column tile."""
+        cols, col0 = (self.features, 0) if col0 is None else (self.values, col0)
+        return load_tile(ref.at[pl.ds(start, chunk), :], self.rows, start, cols, col0)
+
+    def store(self, ref, start, chunk, value, col0=None):
+        cols, col0 = (self.features, 0) if col0 is None else (self.values, col0)
+        store_tile(ref.at[pl.ds(start, chunk), :], value, self.rows, start, cols, col0)
+
+    def first_column(self) -> jax.Array:
+        """This program's first value column (read at the kernel's top level: interpret mode cannot read
+        program ids inside loops)."""
+        return pl.program_id(2) * self.block_dv
+
+
+def _initial_state(k_ref, v_ref, chunk, causal, dims):
     """(S, z) to start the scan from: zeros when causal, the totals over every key otherwise."""
     t, m = k_ref.shape
     init = (jnp.zeros((m, v_ref.shape[-1]), jnp.float32), jnp.zeros((m,), jnp.float32))
     if causal:
         return init
+    col0 = dims.first_column()
 
     def totals(c, carry):
         s, z = carry
-        k = k_ref[pl.ds(c * chunk, chunk), :]
-        v = v_ref[pl.ds(c * chunk, chunk), :]
+        k = dims.chunk_of(k_ref, c * chunk, chunk)
+        v = dims.chunk_of(v_ref, c * chunk, chunk, col0)
         return _advance(s, z, k, v)
 
     return lax.fori_loop(0, t // chunk, totals, init)
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, eps_mode, causal):
+def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, eps_mode, causal, dims):
     n = q_ref.shape[0] // chunk
+    col0 = dims.first_column()
     mask = _tril(chunk) if causal else None
 
     def body(c, carry):
         s, z = carry
         start = c * chunk
-        q = q_ref[pl.ds(start, chunk), :]
+        q = dims.chunk_of(q_ref, start, chunk)
         num = _dot(q.astype(jnp.float32), s, 1, 0)
         den = jnp.sum(q.astype(jnp.float32) * z[None, :], axis=1)
         if causal:
-            k = k_ref[pl.ds(start, chunk), :]
-            v = v_ref[pl.ds(start, chunk), :]
+            k = dims.chunk_of(k_ref, start, chunk)
+            v = dims.chunk_of(v_ref, start, chunk, col0)
             scores = jnp.where(mask, _dot(q, k, 1, 1), 0.0)
             num = num + _dot(scores.astype(v.dtype), v, 1, 0)
             den = den + jnp.sum(scores, axis=1)
             s, z = _advance(s, z, k, v)
-        o_ref[pl.ds(start, chunk), :] = (num / stabilise_denominator(den, eps, eps_mode)[:, None]).astype(o_ref.dtype)
+        dims.store(o_ref, start, chunk, num / stabilise_denominator(den, eps, eps_mode)[:, None], col0)
         den_ref[pl.ds(start, chunk)] = den
         return s, z
 
-    lax.fori_loop(0, n, body, _initial_state(k_ref, v_ref, chunk, causal))
+    lax.fori_loop(0, n, body, _initial_state(k_ref, v_ref, chunk, causal, dims))
 
 
 def _first_column_block() -> jax.Array:
@@ -105,55 +137,57 @@ def _first_column_block() -> jax.Array:
     return (pl.program_id(2) == 0).astype(jnp.float32)
 
 
-def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal):
+def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal, dims):
     """dφq_i = S_i g_i + z_i h_i (S, z prefix sums when causal, totals otherwise), for this column block."""
     n = k_ref.shape[0] // chunk
     mask = _tril(chunk) if causal else None
     once = _first_column_block()
+    col0 = dims.first_column()
 
     def body(c, carry):
         s, z = carry
         start = c * chunk
-        g = g_ref[pl.ds(start, chunk), :]
+        g = dims.chunk_of(g_ref, start, chunk, col0)
         h = h_ref[pl.ds(start, chunk)] * once
         dq = _dot(g, s, 1, 1) + h[:, None] * z[None, :]
         if causal:
-            k = k_ref[pl.ds(start, chunk), :]
-            v = v_ref[pl.ds(start, chunk), :]
+            k = dims.chunk_of(k_ref, start, chunk)
+            v = dims.chunk_of(v_ref, start, chunk, col0)
             # A_ij = g_i·v_j + h_i for j ≤ i within the chunk; dφq_c += A φk_c.
             a = jnp.where(mask, _dot(g, v.astype(jnp.float32), 1, 1) + h[:, None], 0.0)
             dq = dq + _dot(a, k.astype(jnp.float32), 1, 0)
             s, z = _advance(s, z, k, v)
-        dq_ref[pl.ds(start, chunk), :] = dq.astype(dq_ref.dtype)
+        dims.store(dq_ref, start, chunk, dq)
         return s, z
 
-    lax.fori_loop(0, n, body, _initial_state(k_ref, v_ref, chunk, causal))
+    lax.fori_loop(0, n, body, _initial_state(k_ref, v_ref, chunk, causal, dims))
 
 
-def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, causal):
+def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, causal, dims):
     """Reverse scan: R = Σ_{i≥j} φq_i g_iᵀ, r = Σ_{i≥j} φq_i h_i; dφk_j = R v_j + r, dv_j = Rᵀ φk_j (this
     column block's part of dφk)."""
     t, m = q_ref.shape
     n = t // chunk
     mask = _tril(chunk) if causal else None
     once = _first_column_block()
+    col0 = dims.first_column()
 
     def totals(c, carry):
         big_r, r = carry
-        q = q_ref[pl.ds(c * chunk, chunk), :].astype(jnp.float32)
-        g = g_ref[pl.ds(c * chunk, chunk), :]
+        q = dims.chunk_of(q_ref, c * chunk, chunk).astype(jnp.float32)
+        g = dims.chunk_of(g_ref, c * chunk, chunk, col0)
         h = h_ref[pl.ds(c * chunk, chunk)] * once
         return big_r + _dot(q, g, 0, 0), r + jnp.sum(q * h[:, None], axis=0)
 
     def body(step, carry):
         big_r, r = carry
         start = (n - 1 - step) * chunk
-        k = k_ref[pl.ds(start, chunk), :].astype(jnp.float32)
-        v = v_ref[pl.ds(start, chunk), :].astype(jnp.float32)
+        k = dims.chunk_of(k_ref, start, chunk).astype(jnp.float32)
+        v = dims.chunk_of(v_ref, start, chunk, col0).astype(jnp.float32)
         dk = _dot(v, big_r, 1, 1) + r[None, :]
         dv = _dot(k, big_r, 1, 0)
-        q = q_ref[pl.ds(start, chunk), :].astype(jnp.float32)
-        g = g_ref[pl.ds(start, chunk), :]
+        q = dims.chunk_of(q_ref, start, chunk).astype(jnp.float32)
+        g = dims.chunk_of(g_ref, start, chunk, col0)
         h = h_ref[pl.ds(start, chunk)] * once
         if causal:
             # Within the chunk, key j gets queries i ≥ j: masks indexed [i, j].
@@ -163,8 +197,8 @@ def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, ca
             dk = dk + _dot(a, q, 0, 0)
             big_r = big_r + _dot(q, g, 0, 0)
             r = r + jnp.sum(q * h[:, None], axis=0)
-        dk_ref[pl.ds(start, chunk), :] = dk.astype(dk_ref.dtype)
-        dv_ref[pl.ds(start, chunk), :] = dv.astype(dv_ref.dtype)
+        dims.store(dk_ref, start, chunk, dk)
+        dims.store(dv_ref, start, chunk, dv, col0)
         return big_r, r
 
     init = (jnp.zeros((m, g_ref.shape[-1]), jnp.float32), jnp.zeros((m,), jnp.float32))
@@ -173,18 +207,20 @@ def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, ca
     lax.fori_loop(0, n, body, init)
 
 
+# BlockSpecs over the caller's `[B, T, H, ·]` arrays (grid: batch, head, value-column block), padded to whole
+# tiles only in the block shape (`kernels.tiles` masks the rest).
 def _full(t, d):
-    return pl.BlockSpec((None, None, t, d), lambda b, h, j: (b, h, 0, 0))
+    return pl.BlockSpec((None, t, None, d), lambda b, h, j: (b, 0, h, 0))
 
 
 def _columns(t, block):
-    """Column block j of a `[B, H, T, d_v]` array."""
-    return pl.BlockSpec((None, None, t, block), lambda b, h, j: (b, h, 0, j))
+    """Column block j of a `[B, T, H, d_v]` array."""
+    return pl.BlockSpec((None, t, None, block), lambda b, h, j: (b, 0, h, j))
 
 
 def _partial(t, d):
-    """Column block j's part of a sum over d_v: `[n_blocks, B, H, T, d]`, summed after the kernel."""
-    return pl.BlockSpec((None, None, None, t, d), lambda b, h, j: (j, b, h, 0, 0))
+    """Column block j's part of a sum over d_v: `[n_blocks, B, T, H, d]`, summed after the kernel."""
+    return pl.BlockSpec((None, None, t, None, d), lambda b, h, j: (j, b, 0, h, 0))
 
 
 def _rows(t):
@@ -192,7 +228,7 @@ def _rows(t):
 
 
 def _call(kernel, ins, out_shapes, out_specs, in_specs, sizes, backend, interpret, name, head_dim, n_blocks):
-    b, h = ins[0].shape[:2]
+    b, h = ins[0].shape[0], ins[0].shape[2]
     return pl.pallas_call(
         kernel,
         grid=(b, h, n_blocks),
@@ -206,76 +242,84 @@ def _call(kernel, ins, out_shapes, out_specs, in_specs, sizes, backend, interpre
 
 
 def _column_block(sizes: LinearBlockSizes, dv: int) -> tuple[int, int]:
-    """(columns per program, number of column blocks) for a padded d_v (a power of two)."""
-    block = dv if sizes.block_dv is None else min(sizes.block_dv, dv)
-    return block, dv // block
+    """(columns per program, number of column blocks) for d_v (padded to a power of two in the tiles)."""
+    dv_pad = pl.next_power_of_2(dv)
+    block = dv_pad if sizes.block_dv is None else min(sizes.block_dv, dv_pad)
+    return block, dv_pad // block
 
 
-def _forward(q, k, v, causal, eps, eps_mode, sizes, backend, interpret):
-    b, h, t, m = q.shape
+def _forward(q, k, v, t_pad, causal, eps, eps_mode, sizes, backend, interpret):
+    b, t, h, m = q.shape
     dv = v.shape[-1]
+    m_pad = pl.next_power_of_2(m)
     block, n_blocks = _column_block(sizes, dv)
-    kernel = functools.partial(_fwd_kernel, chunk=sizes.chunk, eps=eps, eps_mode=eps_mode, causal=causal)
+    dims = _Dims.of(t, t_pad, m, dv, block)
+    kernel = functools.partial(_fwd_kernel, chunk=sizes.chunk, eps=eps, eps_mode=eps_mode, causal=causal, dims=dims)
     # Every column block computes the same denominator; each writes it (identical values).
     out, den = _call(
         kernel,
         (q, k, v),
-        [jax.ShapeDtypeStruct((b, h, t, dv), v.dtype), jax.ShapeDtypeStruct((b, h, t), jnp.float32)],
-        [_columns(t, block), _rows(t)],
-        [_full(t, m), _full(t, m), _columns(t, block)],
+        [jax.ShapeDtypeStruct((b, t, h, dv), v.dtype), jax.ShapeDtypeStruct((b, h, t_pad), jnp.float32)],
+        [_columns(t_pad, block), _rows(t_pad)],
+        [_full(t_pad, m_pad), _full(t_pad, m_pad), _columns(t_pad, block)],
         sizes,
         backend,
         interpret,
         "linear_attention_fwd",
-        m,
+        m_pad,
         n_blocks,
     )
     return out, den
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
-def _attend(q, k, v, causal, eps, eps_mode, sizes, backend, interpret):
-    return _forward(q, k, v, causal, eps, eps_mode, sizes, backend, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8, 9))
+def _attend(q, k, v, t_pad, causal, eps, eps_mode, sizes, backend, interpret):
+    return _forward(q, k, v, t_pad, causal, eps, eps_mode, sizes, backend, interpret)[0]
 
 
-def _attend_fwd(q, k, v, causal, eps, eps_mode, sizes, backend, interpret):
-    out, den = _forward(q, k, v, causal, eps, eps_mode, sizes, backend, interpret)
+def _attend_fwd(q, k, v, t_pad, causal, eps, eps_mode, sizes, backend, interpret):
+    out, den = _forward(q, k, v, t_pad, causal, eps, eps_mode, sizes, backend, interpret)
     return out, (q, k, v, out, den)
 
 
-def _attend_bwd(causal, eps, eps_mode, sizes, backend, interpret, residuals, d_out):
+def _attend_bwd(t_pad, causal, eps, eps_mode, sizes, backend, interpret, residuals, d_out):
     q, k, v, out, den = residuals
-    t, m = q.shape[2:]
-    dv_dim = v.shape[-1]
+    t, m = q.shape[1], q.shape[-1]
+    m_pad, dv_dim = pl.next_power_of_2(m), v.shape[-1]
+    # Per-row O(B·H·T) terms in the kernels' [B, H, T_pad] row layout; g stays [B, T, H, d_v].
     inv = 1.0 / stabilise_denominator(den, eps, eps_mode)
-    g = d_out.astype(jnp.float32) * inv[..., None]
-    h_coef = -jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1) * inv
+    inv_tokens = inv[:, :, :t].transpose(0, 2, 1)
+    g = d_out.astype(jnp.float32) * inv_tokens[..., None]
+    h_coef = -jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1).transpose(0, 2, 1)
+    h_coef = jnp.pad(h_coef, ((0, 0), (0, 0), (0, t_pad - t))) * inv
     block, n_blocks = _column_block(sizes, dv_dim)
+    dims = _Dims.of(t, t_pad, m, dv_dim, block)
     partial = jax.ShapeDtypeStruct((n_blocks, *q.shape), jnp.float32)
+    full, columns = _full(t_pad, m_pad), _columns(t_pad, block)
     dq = _call(
-        functools.partial(_dq_kernel, chunk=sizes.chunk, causal=causal),
+        functools.partial(_dq_kernel, chunk=sizes.chunk, causal=causal, dims=dims),
         (k, v, q, g, h_coef),
         partial,
-        _partial(t, m),
-        [_full(t, m), _columns(t, block), _full(t, m), _columns(t, block), _rows(t)],
+        _partial(t_pad, m_pad),
+        [full, columns, full, columns, _rows(t_pad)],
         sizes,
         backend,
         interpret,
         "linear_attention_bwd_dq",
-        m,
+        m_pad,
         n_blocks,
     )
     dk, dv = _call(
-        functools.partial(_dkdv_kernel, chunk=sizes.chunk, causal=causal),
+        functools.partial(_dkdv_kernel, chunk=sizes.chunk, causal=causal, dims=dims),
         (q, g, h_coef, k, v),
         [partial, jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        [_partial(t, m), _columns(t, block)],
-        [_full(t, m), _columns(t, block), _rows(t), _full(t, m), _columns(t, block)],
+        [_partial(t_pad, m_pad), columns],
+        [full, columns, _rows(t_pad), full, columns],
         sizes,
         backend,
         interpret,
         "linear_attention_bwd_dkdv",
-        m,
+        m_pad,
         n_blocks,
     )
     dq, dk = jnp.sum(dq, axis=0).astype(q.dtype), jnp.sum(dk, axis=0).astype(k.dtype)
@@ -301,15 +345,7 @@ def linear_attention_pallas(
     backend = backend or jax.default_backend()  # the platform to build for (lowering for another is allowed)
     interpret = jax.default_backend() == "cpu" if interpret is None else interpret
     sizes = block_sizes or LinearBlockSizes()
-    t = phi_q.shape[1]
-    m, dv = phi_q.shape[-1], v.shape[-1]
-    m_pad, dv_pad = pl.next_power_of_2(m), pl.next_power_of_2(dv)
-    t_pad = _round_up(t, sizes.chunk)
-
-    def head_major(x, dim_pad):  # zero rows and columns: they add nothing to S, z or the outputs
-        x = jnp.pad(x, ((0, 0), (0, t_pad - t), (0, 0), (0, dim_pad - x.shape[-1])))
-        return x.transpose(0, 2, 1, 3)
-
-    out = _attend(head_major(phi_q, m_pad), head_major(phi_k, m_pad), head_major(v, dv_pad), causal, eps,
-                  eps_mode, sizes, backend, interpret)  # fmt: skip
-    return out.transpose(0, 2, 1, 3)[:, :t, :, :dv]
+    # Whole chunks in the grid; the arrays stay as they are (rows and columns past the end are masked inside
+    # the kernels and read as zeros, which add nothing to S, z or the outputs).
+    t_pad = _round_up(phi_q.shape[1], sizes.chunk)
+    return _attend(phi_q, phi_k, v, t_pad, causal, eps, eps_mode, sizes, backend, interpret)

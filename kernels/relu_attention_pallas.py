@@ -10,7 +10,9 @@ skips query blocks wholly below it). Backward recomputes scores per tile:
 
 and dγ = −Σ_i factor_i Σ_j p_ij dP_ij / γ from a per-row sum the dq kernel also emits.
 
-Inputs of any length and head dim are padded inside (keys masked, head dim to a power of two). These
+The kernels read q, k, v and write their outputs in the caller's `[B, T, H, D]` layout (no transposed or
+padded copies): lengths that are not whole tiles and head dims that are not powers of two are masked inside
+(`kernels.tiles`); only the O(B·H·T) key mask and row factor are padded. These
 are the GPU kernels (Triton through `pl.pallas_call`; `interpret=True` on CPU for tests); TPU has its own
 Mosaic kernels in `relu_attention_tpu`, laid out for its (8, 128) tiles.
 """
@@ -25,6 +27,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+
+from kernels.tiles import Extent, load_tile, store_tile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,50 +99,70 @@ def _num_k_blocks(i, block_q, block_k, num_k, causal):
 # ----------------------------------------------------------------------------------------------
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, *, block_q, block_k, scale, causal):
+@dataclasses.dataclass(frozen=True)
+class _Dims:
+    """The axes the tiles cover (for the masks of `kernels.tiles`) and the score scale 1/√d."""
+
+    q_rows: Extent
+    k_rows: Extent
+    head: Extent
+    value: Extent
+    scale: float
+    causal: bool
+
+
+def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, *, block_q, block_k, dims):
     i = pl.program_id(0)
-    q = q_ref[...]
+    q = load_tile(q_ref, rows=dims.q_rows, row0=i * block_q, cols=dims.head)
     num_k = k_ref.shape[0] // block_k
 
     def body(j, acc):
         start = j * block_k
-        k = k_ref[pl.ds(start, block_k), :]
-        v = v_ref[pl.ds(start, block_k), :]
-        s, vis = _scores(q, k, valid_ref[pl.ds(start, block_k)], i * block_q, start, block_q, block_k, scale, causal)
+        k = load_tile(k_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.head)
+        v = load_tile(v_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.value)
+        valid = valid_ref[pl.ds(start, block_k)]
+        s, vis = _scores(q, k, valid, i * block_q, start, block_q, block_k, dims.scale, dims.causal)
         p = jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
         return acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
 
     acc = jnp.zeros((block_q, v_ref.shape[-1]), jnp.float32)
-    acc = lax.fori_loop(0, _num_k_blocks(i, block_q, block_k, num_k, causal), body, acc)
-    o_ref[...] = (acc * factor_ref[...][:, None]).astype(o_ref.dtype)
+    acc = lax.fori_loop(0, _num_k_blocks(i, block_q, block_k, num_k, dims.causal), body, acc)
+    out = acc * factor_ref[...][:, None]
+    store_tile(o_ref, out, rows=dims.q_rows, row0=i * block_q, cols=dims.value)
 
 
-def _specs_q(block, d):
-    return pl.BlockSpec((None, None, block, d), lambda i, b, h: (b, h, i, 0))
+# BlockSpecs over the `[B, T, H, D]` arrays themselves (grid: row block, batch, head), padded to whole tiles
+# only in the block shape: `kernels.tiles` masks what lies past the end.
+def _rows_of(block, d):
+    return pl.BlockSpec((None, block, None, d), lambda i, b, h: (b, i, h, 0))
 
 
-def _specs_full(t, d):
-    return pl.BlockSpec((None, None, t, d), lambda i, b, h: (b, h, 0, 0))
+def _all_rows(t, d):
+    return pl.BlockSpec((None, t, None, d), lambda i, b, h: (b, 0, h, 0))
 
 
-def _forward(q, k, v, valid, factor, causal, scale, sizes, backend, interpret):
-    b, h, tq, d = q.shape
-    tk = k.shape[2]
+def _row_vector(block):
+    return pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
+
+
+def _forward(q, k, v, valid, factor, dims, sizes, backend, interpret):
+    b, _, h, _ = q.shape
+    tq_pad, tk_pad = dims.q_rows.padded, dims.k_rows.padded
+    d_pad, dv_pad = dims.head.padded, dims.value.padded
     bq, bk = sizes.block_q, sizes.block_k
-    kernel = functools.partial(_fwd_kernel, block_q=bq, block_k=bk, scale=scale, causal=causal)
     return pl.pallas_call(
-        kernel,
-        grid=(tq // bq, b, h),
+        functools.partial(_fwd_kernel, block_q=bq, block_k=bk, dims=dims),
+        grid=(tq_pad // bq, b, h),
         in_specs=[
-            _specs_q(bq, d),
-            _specs_full(tk, d),
-            _specs_full(tk, v.shape[-1]),
-            pl.BlockSpec((None, tk), lambda i, b_, h_: (b_, 0)),
-            pl.BlockSpec((None, None, bq), lambda i, b_, h_: (b_, h_, i)),
+            _rows_of(bq, d_pad),
+            _all_rows(tk_pad, d_pad),
+            _all_rows(tk_pad, dv_pad),
+            pl.BlockSpec((None, tk_pad), lambda i, b_, h_: (b_, 0)),
+            _row_vector(bq),
         ],
-        out_specs=_specs_q(bq, v.shape[-1]),
-        out_shape=jax.ShapeDtypeStruct((*q.shape[:3], v.shape[-1]), v.dtype),
-        compiler_params=_compiler_params(backend, sizes, d),
+        out_specs=_rows_of(bq, dv_pad),
+        out_shape=jax.ShapeDtypeStruct((*q.shape[:3], dims.value.size), v.dtype),
+        compiler_params=_compiler_params(backend, sizes, d_pad),
         interpret=interpret,
         name="relu_attention_fwd",
     )(q, k, v, valid, factor)
@@ -149,17 +173,21 @@ def _forward(q, k, v, valid, factor, causal, scale, sizes, backend, interpret):
 # ----------------------------------------------------------------------------------------------
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dq_ref, pdp_ref, *, block_q, block_k, scale, causal):
+def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dq_ref, pdp_ref, *, block_q, block_k, dims):
     i = pl.program_id(0)
-    q, do, factor = q_ref[...], do_ref[...], factor_ref[...]
+    q = load_tile(q_ref, rows=dims.q_rows, row0=i * block_q, cols=dims.head)
+    do = load_tile(do_ref, rows=dims.q_rows, row0=i * block_q, cols=dims.value)
+    factor = factor_ref[...]
     num_k = k_ref.shape[0] // block_k
+    scale = dims.scale
 
     def body(j, carry):
         dq, pdp = carry
         start = j * block_k
-        k = k_ref[pl.ds(start, block_k), :]
-        v = v_ref[pl.ds(start, block_k), :]
-        s, vis = _scores(q, k, valid_ref[pl.ds(start, block_k)], i * block_q, start, block_q, block_k, scale, causal)
+        k = load_tile(k_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.head)
+        v = load_tile(v_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.value)
+        valid = valid_ref[pl.ds(start, block_k)]
+        s, vis = _scores(q, k, valid, i * block_q, start, block_q, block_k, scale, dims.causal)
         p = jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
         dp = lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
         pdp = pdp + jnp.sum(p * dp, axis=1)
@@ -168,28 +196,28 @@ def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dq_ref, pdp_r
         return dq, pdp
 
     init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros((block_q,), jnp.float32))
-    dq, pdp = lax.fori_loop(0, _num_k_blocks(i, block_q, block_k, num_k, causal), body, init)
-    dq_ref[...] = dq.astype(dq_ref.dtype)
+    dq, pdp = lax.fori_loop(0, _num_k_blocks(i, block_q, block_k, num_k, dims.causal), body, init)
+    store_tile(dq_ref, dq, rows=dims.q_rows, row0=i * block_q, cols=dims.head)
     pdp_ref[...] = pdp
 
 
-def _dkdv_kernel(
-    q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dk_ref, dv_ref, *, block_q, block_k, scale, causal
-):
+def _dkdv_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dk_ref, dv_ref, *, block_q, block_k, dims):
     j = pl.program_id(0)
-    k, v = k_ref[...], v_ref[...]
+    k = load_tile(k_ref, rows=dims.k_rows, row0=j * block_k, cols=dims.head)
+    v = load_tile(v_ref, rows=dims.k_rows, row0=j * block_k, cols=dims.value)
     valid = valid_ref[...]
     num_q = q_ref.shape[0] // block_q
+    scale = dims.scale
     # Causal: query blocks that end before this key block starts see none of it.
-    first = lax.div(j * block_k, block_q) if causal else 0
+    first = lax.div(j * block_k, block_q) if dims.causal else 0
 
     def body(i, carry):
         dk, dv = carry
         start = i * block_q
-        q = q_ref[pl.ds(start, block_q), :]
-        do = do_ref[pl.ds(start, block_q), :]
+        q = load_tile(q_ref.at[pl.ds(start, block_q), :], rows=dims.q_rows, row0=start, cols=dims.head)
+        do = load_tile(do_ref.at[pl.ds(start, block_q), :], rows=dims.q_rows, row0=start, cols=dims.value)
         factor = factor_ref[pl.ds(start, block_q)]
-        s, vis = _scores(q, k, valid, start, j * block_k, block_q, block_k, scale, causal)
+        s, vis = _scores(q, k, valid, start, j * block_k, block_q, block_k, scale, dims.causal)
         a = jnp.where(vis, jnp.maximum(s, 0.0), 0.0) * factor[:, None]
         dv = dv + lax.dot_general(a.astype(do.dtype), do, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         dp = lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
@@ -199,44 +227,45 @@ def _dkdv_kernel(
 
     init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
     dk, dv = lax.fori_loop(first, num_q, body, init)
-    dk_ref[...] = dk.astype(dk_ref.dtype)
-    dv_ref[...] = dv.astype(dv_ref.dtype)
+    store_tile(dk_ref, dk, rows=dims.k_rows, row0=j * block_k, cols=dims.head)
+    store_tile(dv_ref, dv, rows=dims.k_rows, row0=j * block_k, cols=dims.value)
 
 
-def _backward(q, k, v, valid, factor, do, causal, scale, sizes, backend, interpret):
-    b, h, tq, d = q.shape
-    tk, dv_dim = k.shape[2], v.shape[-1]
+def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret):
+    b, _, h, _ = q.shape
+    tq_pad, tk_pad = dims.q_rows.padded, dims.k_rows.padded
+    d_pad, dv_pad = dims.head.padded, dims.value.padded
     bq, bk = sizes.block_q_bwd, sizes.block_k_bwd
-    params = _compiler_params(backend, sizes, d)
+    params = _compiler_params(backend, sizes, d_pad)
     dq, pdp = pl.pallas_call(
-        functools.partial(_dq_kernel, block_q=bq, block_k=bk, scale=scale, causal=causal),
-        grid=(tq // bq, b, h),
+        functools.partial(_dq_kernel, block_q=bq, block_k=bk, dims=dims),
+        grid=(tq_pad // bq, b, h),
         in_specs=[
-            _specs_q(bq, d),
-            _specs_full(tk, d),
-            _specs_full(tk, dv_dim),
-            pl.BlockSpec((None, tk), lambda i, b_, h_: (b_, 0)),
-            pl.BlockSpec((None, None, bq), lambda i, b_, h_: (b_, h_, i)),
-            _specs_q(bq, dv_dim),
+            _rows_of(bq, d_pad),
+            _all_rows(tk_pad, d_pad),
+            _all_rows(tk_pad, dv_pad),
+            pl.BlockSpec((None, tk_pad), lambda i, b_, h_: (b_, 0)),
+            _row_vector(bq),
+            _rows_of(bq, dv_pad),
         ],
-        out_specs=[_specs_q(bq, d), pl.BlockSpec((None, None, bq), lambda i, b_, h_: (b_, h_, i))],
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, tq), jnp.float32)],
+        out_specs=[_rows_of(bq, d_pad), _row_vector(bq)],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(factor.shape, jnp.float32)],
         compiler_params=params,
         interpret=interpret,
         name="relu_attention_bwd_dq",
     )(q, k, v, valid, factor, do)
     dk, dv = pl.pallas_call(
-        functools.partial(_dkdv_kernel, block_q=bq, block_k=bk, scale=scale, causal=causal),
-        grid=(tk // bk, b, h),
+        functools.partial(_dkdv_kernel, block_q=bq, block_k=bk, dims=dims),
+        grid=(tk_pad // bk, b, h),
         in_specs=[
-            _specs_full(tq, d),
-            _specs_q(bk, d),
-            _specs_q(bk, dv_dim),
+            _all_rows(tq_pad, d_pad),
+            _rows_of(bk, d_pad),
+            _rows_of(bk, dv_pad),
             pl.BlockSpec((None, bk), lambda j, b_, h_: (b_, j)),
-            pl.BlockSpec((None, None, tq), lambda j, b_, h_: (b_, h_, 0)),
-            _specs_full(tq, dv_dim),
+            pl.BlockSpec((None, None, tq_pad), lambda j, b_, h_: (b_, h_, 0)),
+            _all_rows(tq_pad, dv_pad),
         ],
-        out_specs=[_specs_q(bk, d), _specs_q(bk, dv_dim)],
+        out_specs=[_rows_of(bk, d_pad), _rows_of(bk, dv_pad)],
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         compiler_params=params,
         interpret=interpret,
@@ -246,23 +275,23 @@ def _backward(q, k, v, valid, factor, do, causal, scale, sizes, backend, interpr
 
 
 # ----------------------------------------------------------------------------------------------
-# custom VJP over padded, head-major inputs
+# custom VJP over the caller's [B, T, H, D] arrays (only the O(B·H·T) key mask and row factor are padded)
 # ----------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
-def _attend(q, k, v, valid, factor, causal, scale, sizes, backend, interpret):
-    return _forward(q, k, v, valid, factor, causal, scale, sizes, backend, interpret)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _attend(q, k, v, valid, factor, dims, sizes, backend, interpret):
+    return _forward(q, k, v, valid, factor, dims, sizes, backend, interpret)
 
 
-def _attend_fwd(q, k, v, valid, factor, causal, scale, sizes, backend, interpret):
-    out = _forward(q, k, v, valid, factor, causal, scale, sizes, backend, interpret)
+def _attend_fwd(q, k, v, valid, factor, dims, sizes, backend, interpret):
+    out = _forward(q, k, v, valid, factor, dims, sizes, backend, interpret)
     return out, (q, k, v, valid, factor)
 
 
-def _attend_bwd(causal, scale, sizes, backend, interpret, residuals, do):
+def _attend_bwd(dims, sizes, backend, interpret, residuals, do):
     q, k, v, valid, factor = residuals
-    dq, dk, dv, pdp = _backward(q, k, v, valid, factor, do, causal, scale, sizes, backend, interpret)
+    dq, dk, dv, pdp = _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret)
     # out = factor · acc, so d(factor) = acc · dO = Σ_j p_ij dP_ij (the kernel's per-row sum).
     return dq, dk, dv, None, pdp
 
@@ -292,20 +321,14 @@ def relu_attention_pallas(
     _, tq, _, d = q.shape
     tk, dv_dim = k.shape[1], v.shape[-1]
     sizes = block_sizes or PallasBlockSizes.for_backend(backend, d)
-    d_pad, dv_pad = pl.next_power_of_2(d), pl.next_power_of_2(dv_dim)
-    # Whole blocks for every kernel (GPU tiles must be powers of two).
+    # Whole tiles for every kernel's grid; the arrays themselves stay as they are (kernels.tiles).
     tq_pad, tk_pad = padded_lengths(
         tq, tk, causal, (sizes.block_q, sizes.block_q_bwd), (sizes.block_k, sizes.block_k_bwd)
     )
-
-    def head_major(x, t_pad, dim_pad):
-        x = jnp.pad(x, ((0, 0), (0, t_pad - x.shape[1]), (0, 0), (0, dim_pad - x.shape[-1])))
-        return x.transpose(0, 2, 1, 3)
-
-    # Zero-padding the head dim changes no score; padded keys are invisible; padded rows are dropped.
-    qh, kh, vh = head_major(q, tq_pad, d_pad), head_major(k, tk_pad, d_pad), head_major(v, tk_pad, dv_pad)
+    # Keys past the end are invisible; rows past the end are never stored.
     valid = jnp.pad(key_mask.astype(jnp.float32), ((0, 0), (0, tk_pad - tk)))
     factor = jnp.pad(factor.astype(jnp.float32), ((0, 0), (0, 0), (0, tq_pad - tq)))
-    # The original head dim sets the score scale, not the padded one.
-    out = _attend(qh, kh, vh, valid, factor, causal, 1.0 / math.sqrt(d), sizes, backend, interpret)
-    return out.transpose(0, 2, 1, 3)[:, :tq, :, :dv_dim]
+    # The true head dim sets the score scale; the tiles' zero columns change no score.
+    head, value = Extent.power_of_two(d), Extent.power_of_two(dv_dim)
+    dims = _Dims(Extent(tq, tq_pad), Extent(tk, tk_pad), head, value, 1 / math.sqrt(d), causal)
+    return _attend(q, k, v, valid, factor, dims, sizes, backend, interpret)

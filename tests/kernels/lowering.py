@@ -25,6 +25,13 @@ def lowered_kernels(attend, platform: str, shape: tuple[int, ...], dtype, *, gra
     return text.count(KERNEL_CALL[platform]), set(re.findall(rf"{prefix}\w+", text)), text
 
 
+def layout_copies(text: str) -> list[str]:
+    """The transposes and pads of rank-4 (`[B, T, H, D]`-sized) arrays in an exported module: the GPU kernels
+    read and write that layout in place, so around them there should be none (small O(B·H·T) masks and row
+    vectors may still be padded)."""
+    return re.findall(r"stablehlo\.(?:transpose|pad) [^\n]*\(tensor<\d+x\d+x\d+x\d+x[^\n]*", text)
+
+
 def every_lowering_case(test):
     """Parametrises `test(platform, grad, dtype, causal, t, d)` over the whole grid the kernels must lower for:
     both platforms, forward and gradient, fp32 and bf16, causal and not, every shape in SHAPES."""

@@ -10,7 +10,7 @@ import pytest
 import kernels
 from kernels.linear_attention_pallas import LinearBlockSizes
 from kernels.linear_attention_tpu import TpuChunkSizes
-from tests.kernels.lowering import BACKEND, every_lowering_case, lowered_kernels
+from tests.kernels.lowering import BACKEND, every_lowering_case, layout_copies, lowered_kernels
 from tests.kernels.tolerances import fp32, pallas_against_reference
 
 CASES = [
@@ -88,9 +88,11 @@ def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, 
             a, b, c, causal=causal, impl="pallas", pallas_backend=BACKEND[platform], pallas_interpret=False
         )
 
-    calls, names, _ = lowered_kernels(attend, platform, (2, t, 4, d), dtype, grad=grad, prefix="linear_attention_")
+    calls, names, text = lowered_kernels(attend, platform, (2, t, 4, d), dtype, grad=grad, prefix="linear_attention_")
     expected = KERNELS[platform, grad]
     assert calls == len(expected) and set(expected) <= names, names
+    if platform == "cuda":  # the Triton kernels read and write [B, T, H, D] in place
+        assert not layout_copies(text), layout_copies(text)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -105,5 +107,6 @@ def test_column_split_lowers_to_the_triton_kernels(causal):
             pallas_block_sizes=sizes,
         )  # fmt: skip
 
-    calls, names, _ = lowered_kernels(attend, "cuda", (1, 8192, 2, 128), jnp.bfloat16, grad=True, prefix="linear_")
+    calls, names, text = lowered_kernels(attend, "cuda", (1, 8192, 2, 128), jnp.bfloat16, grad=True, prefix="linear_")
     assert calls == 3 and set(KERNELS["cuda", True]) <= names, names
+    assert not layout_copies(text), layout_copies(text)

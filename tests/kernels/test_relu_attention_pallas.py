@@ -12,6 +12,9 @@ from tests.kernels.tolerances import fp32, pallas_against_reference
 F32_TOL = fp32(2e-5)  # tests/kernels/tolerances.py: exact fp32 on the CPU, TF32 / bf16 passes elsewhere
 
 SMALL = PallasBlockSizes(block_q=16, block_k=16, block_q_bwd=16, block_k_bwd=16)
+# Causal grids pad to a common multiple of every tile: at T 32, 64 rows, so the last two 16-row query tiles
+# lie wholly past the end (and 32 is a whole number of them): their loads and stores must still be masked.
+MIXED = PallasBlockSizes(block_q=16, block_k=64, block_q_bwd=16, block_k_bwd=32)
 
 
 def _inputs(b, t, h, d, dtype, seed=0):
@@ -22,17 +25,19 @@ def _inputs(b, t, h, d, dtype, seed=0):
 
 
 CASES = [
-    # (causal, dtype, length, head_dim, row_scale): lengths not a multiple of the block, odd head dims.
-    (False, jnp.float32, 45, 24, "sqrt_half"),
-    (True, jnp.float32, 45, 24, "sqrt_half"),
-    (True, jnp.bfloat16, 37, 32, "sqrt_half"),
-    (False, jnp.bfloat16, 37, 32, "count"),
-    (True, jnp.float32, 20, 128, "none"),
+    # (causal, dtype, length, head_dim, row_scale, tiles): lengths not a multiple of the block, odd head dims,
+    # whole tiles past the end.
+    (False, jnp.float32, 45, 24, "sqrt_half", SMALL),
+    (True, jnp.float32, 45, 24, "sqrt_half", SMALL),
+    (True, jnp.bfloat16, 37, 32, "sqrt_half", SMALL),
+    (False, jnp.bfloat16, 37, 32, "count", SMALL),
+    (True, jnp.float32, 20, 128, "none", SMALL),
+    (True, jnp.float32, 32, 16, "sqrt_half", MIXED),
 ]
 
 
-@pytest.mark.parametrize("causal, dtype, t, d, row_scale", CASES)
-def test_pallas_matches_reference_outputs_and_gradients(causal, dtype, t, d, row_scale):
+@pytest.mark.parametrize("causal, dtype, t, d, row_scale, sizes", CASES)
+def test_pallas_matches_reference_outputs_and_gradients(causal, dtype, t, d, row_scale, sizes):
     q, k, v, mask = _inputs(2, t, 2, d, dtype)
     gamma = jnp.array([1.0, 0.6])
     w = jax.random.normal(jax.random.key(4), (2, t, 2, d))
@@ -40,7 +45,7 @@ def test_pallas_matches_reference_outputs_and_gradients(causal, dtype, t, d, row
     def loss(q, k, v, gamma, impl):
         out = kernels.relu_attention(
             q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl, row_scale=row_scale,
-            pallas_block_sizes=SMALL,
+            pallas_block_sizes=sizes,
         )  # fmt: skip
         return jnp.sum(out.astype(jnp.float32) * w), out
 

@@ -9,7 +9,7 @@ import pytest
 
 import kernels
 from kernels.relu_attention_tpu import TpuBlockSizes
-from tests.kernels.lowering import BACKEND, every_lowering_case, lowered_kernels
+from tests.kernels.lowering import BACKEND, every_lowering_case, layout_copies, lowered_kernels
 from tests.kernels.tolerances import fp32, pallas_against_reference
 
 CASES = [
@@ -80,3 +80,5 @@ def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, 
     assert calls == len(expected) and set(expected) <= names, names
     # Nothing of the attention itself left to XLA: no dot products outside the kernels.
     assert "stablehlo.dot_general" not in text
+    if platform == "cuda":  # and no transposed or padded copies of q, k, v, dO around them
+        assert not layout_copies(text), layout_copies(text)
