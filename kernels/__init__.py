@@ -9,7 +9,12 @@ from kernels.linear_attention import (
     linear_attention_init_state,
     linear_attention_step,
 )
-from kernels.relu_attention import relu_attention, relu_attention_row_stats, visible_key_counts
+from kernels.relu_attention import (
+    relu_attention,
+    relu_attention_and_row_stats,
+    relu_attention_row_stats,
+    visible_key_counts,
+)
 
 __all__ = [
     "EPS_MODES",
@@ -17,6 +22,7 @@ __all__ = [
     "linear_attention_init_state",
     "linear_attention_step",
     "relu_attention",
+    "relu_attention_and_row_stats",
     "relu_attention_row_stats",
     "visible_key_counts",
 ]

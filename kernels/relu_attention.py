@@ -349,3 +349,50 @@ def relu_attention_row_stats(
     zeros = jnp.zeros((b, h, tq), jnp.float32)
     (row_sum, row_xlogx), _ = lax.scan(body, (zeros, zeros), (kb, mb, jnp.arange(nb)))
     return row_sum.transpose(0, 2, 1), row_xlogx.transpose(0, 2, 1)
+
+
+def relu_attention_and_row_stats(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool = False,
+    key_mask: jax.Array | None = None,
+    gamma: jax.Array | float = 1.0,
+    impl: str = "auto",
+    row_scale: str = "sqrt_half",
+    block_sizes: XlaBlockSizes | None = None,
+    pallas_block_sizes=None,
+    pallas_backend: str | None = None,
+    pallas_interpret: bool | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`relu_attention`'s output and `relu_attention_row_stats`' (S_i, E_i), `[batch, q_length, heads]`.
+
+    With impl="pallas" on a GPU (the Triton kernels; interpret mode on a CPU) the forward kernel accumulates
+    Σ_j p_ij and Σ_j p_ij log p_ij of the unscaled p = ReLU(s)·m in the pass that computes the output, and
+    the backward kernels take their cotangents: no second T² pass. With a row factor f_i > 0,
+    S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p). Other impls (and the TPU
+    kernels) compute the two separately. Arguments as `relu_attention`.
+    """
+    _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
+    opts = dict(causal=causal, key_mask=key_mask, gamma=gamma, impl=impl, row_scale=row_scale)
+    backend = pallas_backend or jax.default_backend()
+    if _resolve_impl(impl) != "pallas" or backend == "tpu":
+        out = relu_attention(
+            q, k, v, block_sizes=block_sizes, pallas_block_sizes=pallas_block_sizes, pallas_backend=pallas_backend,
+            pallas_interpret=pallas_interpret, **opts,
+        )  # fmt: skip
+        return out, *relu_attention_row_stats(q, k, block_sizes=block_sizes, **opts)
+    from kernels.relu_attention_pallas import relu_attention_pallas
+
+    key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
+    counts = visible_key_counts(key_mask, causal=causal, q_length=q.shape[1])
+    factor = _row_factor(counts, gamma_h, row_scale)
+    interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
+    out, p_sum, p_xlogx = relu_attention_pallas(
+        q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes, backend=backend,
+        interpret=interpret, row_stats=True,
+    )  # fmt: skip
+    row_sum = factor * p_sum
+    row_xlogx = factor * (jnp.log(factor) * p_sum + p_xlogx)
+    return out, row_sum.transpose(0, 2, 1), row_xlogx.transpose(0, 2, 1)

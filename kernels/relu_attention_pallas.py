@@ -111,24 +111,37 @@ class _Dims:
     causal: bool
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, *, block_q, block_k, dims):
+def _xlogx(p):
+    return jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
+
+
+def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, *stats_refs, block_q, block_k, dims):
+    """Output tile; with `stats_refs` (Σ_j p_ij, Σ_j p_ij log p_ij) of its rows too, p = ReLU(s)·m unscaled."""
     i = pl.program_id(0)
     q = load_tile(q_ref, rows=dims.q_rows, row0=i * block_q, cols=dims.head)
     num_k = k_ref.shape[0] // block_k
+    row_stats = bool(stats_refs)
 
-    def body(j, acc):
+    def body(j, carry):
+        acc, stats = carry
         start = j * block_k
         k = load_tile(k_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.head)
         v = load_tile(v_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.value)
         valid = valid_ref[pl.ds(start, block_k)]
         s, vis = _scores(q, k, valid, i * block_q, start, block_q, block_k, dims.scale, dims.causal)
         p = jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
-        return acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        acc = acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        if row_stats:
+            stats = (stats[0] + jnp.sum(p, axis=1), stats[1] + jnp.sum(_xlogx(p), axis=1))
+        return acc, stats
 
     acc = jnp.zeros((block_q, v_ref.shape[-1]), jnp.float32)
-    acc = lax.fori_loop(0, _num_k_blocks(i, block_q, block_k, num_k, dims.causal), body, acc)
+    stats = (jnp.zeros((block_q,), jnp.float32),) * 2 if row_stats else ()
+    acc, stats = lax.fori_loop(0, _num_k_blocks(i, block_q, block_k, num_k, dims.causal), body, (acc, stats))
     out = acc * factor_ref[...][:, None]
     store_tile(o_ref, out, rows=dims.q_rows, row0=i * block_q, cols=dims.value)
+    for ref, value in zip(stats_refs, stats, strict=True):
+        ref[...] = value
 
 
 # BlockSpecs over the `[B, T, H, D]` arrays themselves (grid: row block, batch, head), padded to whole tiles
@@ -145,12 +158,18 @@ def _row_vector(block):
     return pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
 
 
-def _forward(q, k, v, valid, factor, dims, sizes, backend, interpret):
+def _forward(q, k, v, valid, factor, dims, sizes, backend, interpret, row_stats=False):
+    """The output, and with `row_stats` the rows' (Σ p, Σ p log p) `[B, H, T_q padded]` from the same pass."""
     b, _, h, _ = q.shape
     tq_pad, tk_pad = dims.q_rows.padded, dims.k_rows.padded
     d_pad, dv_pad = dims.head.padded, dims.value.padded
     bq, bk = sizes.block_q, sizes.block_k
-    return pl.pallas_call(
+    out_shape = [jax.ShapeDtypeStruct((*q.shape[:3], dims.value.size), v.dtype)]
+    out_specs = [_rows_of(bq, dv_pad)]
+    if row_stats:
+        out_shape += [jax.ShapeDtypeStruct(factor.shape, jnp.float32)] * 2
+        out_specs += [_row_vector(bq)] * 2
+    outs = pl.pallas_call(
         functools.partial(_fwd_kernel, block_q=bq, block_k=bk, dims=dims),
         grid=(tq_pad // bq, b, h),
         in_specs=[
@@ -160,12 +179,13 @@ def _forward(q, k, v, valid, factor, dims, sizes, backend, interpret):
             pl.BlockSpec((None, tk_pad), lambda i, b_, h_: (b_, 0)),
             _row_vector(bq),
         ],
-        out_specs=_rows_of(bq, dv_pad),
-        out_shape=jax.ShapeDtypeStruct((*q.shape[:3], dims.value.size), v.dtype),
+        out_specs=out_specs,
+        out_shape=out_shape,
         compiler_params=_compiler_params(backend, sizes, d_pad),
         interpret=interpret,
-        name="relu_attention_fwd",
+        name="relu_attention_fwd_row_stats" if row_stats else "relu_attention_fwd",
     )(q, k, v, valid, factor)
+    return tuple(outs) if row_stats else outs[0]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -173,11 +193,24 @@ def _forward(q, k, v, valid, factor, dims, sizes, backend, interpret):
 # ----------------------------------------------------------------------------------------------
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dq_ref, pdp_ref, *, block_q, block_k, dims):
+def _score_grad(s, vis, dp, factor, stats_grad):
+    """dL/ds_ij / scale of one tile: through the output (dP_ij · factor_i) and, when the row statistics are
+    outputs too, through Σ_j p_ij (cotangent g1_i) and Σ_j p_ij log p_ij (g2_i: d(p log p)/dp = log p + 1)."""
+    da = dp * factor[:, None]
+    if stats_grad is not None:
+        g1, g2 = stats_grad
+        da = da + g1[:, None] + g2[:, None] * (jnp.log(jnp.where(s > 0, s, 1.0)) + 1.0)
+    return jnp.where(vis & (s > 0), da, 0.0)
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, *refs, block_q, block_k, dims):
+    """dq of a query tile and its rows' Σ_j p_ij dP_ij; `refs`: [g1, g2 (row-statistics cotangents)], dq, pdp."""
+    *stats_grad_refs, dq_ref, pdp_ref = refs
     i = pl.program_id(0)
     q = load_tile(q_ref, rows=dims.q_rows, row0=i * block_q, cols=dims.head)
     do = load_tile(do_ref, rows=dims.q_rows, row0=i * block_q, cols=dims.value)
     factor = factor_ref[...]
+    stats_grad = tuple(ref[...] for ref in stats_grad_refs) or None
     num_k = k_ref.shape[0] // block_k
     scale = dims.scale
 
@@ -191,7 +224,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dq_ref, pdp_r
         p = jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
         dp = lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
         pdp = pdp + jnp.sum(p * dp, axis=1)
-        ds = jnp.where(vis & (s > 0), dp * factor[:, None], 0.0) * scale
+        ds = _score_grad(s, vis, dp, factor, stats_grad) * scale
         dq = dq + lax.dot_general(ds.astype(k.dtype), k, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         return dq, pdp
 
@@ -201,7 +234,9 @@ def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dq_ref, pdp_r
     pdp_ref[...] = pdp
 
 
-def _dkdv_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dk_ref, dv_ref, *, block_q, block_k, dims):
+def _dkdv_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, *refs, block_q, block_k, dims):
+    """dk, dv of a key tile; `refs`: [g1, g2 (row-statistics cotangents)], dk, dv."""
+    *stats_grad_refs, dk_ref, dv_ref = refs
     j = pl.program_id(0)
     k = load_tile(k_ref, rows=dims.k_rows, row0=j * block_k, cols=dims.head)
     v = load_tile(v_ref, rows=dims.k_rows, row0=j * block_k, cols=dims.value)
@@ -217,11 +252,12 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dk_ref, dv_
         q = load_tile(q_ref.at[pl.ds(start, block_q), :], rows=dims.q_rows, row0=start, cols=dims.head)
         do = load_tile(do_ref.at[pl.ds(start, block_q), :], rows=dims.q_rows, row0=start, cols=dims.value)
         factor = factor_ref[pl.ds(start, block_q)]
+        stats_grad = tuple(ref[pl.ds(start, block_q)] for ref in stats_grad_refs) or None
         s, vis = _scores(q, k, valid, start, j * block_k, block_q, block_k, scale, dims.causal)
         a = jnp.where(vis, jnp.maximum(s, 0.0), 0.0) * factor[:, None]
         dv = dv + lax.dot_general(a.astype(do.dtype), do, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         dp = lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-        ds = jnp.where(vis & (s > 0), dp * factor[:, None], 0.0) * scale
+        ds = _score_grad(s, vis, dp, factor, stats_grad) * scale
         dk = dk + lax.dot_general(ds.astype(q.dtype), q, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         return dk, dv
 
@@ -231,7 +267,8 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, dk_ref, dv_
     store_tile(dv_ref, dv, rows=dims.k_rows, row0=j * block_k, cols=dims.value)
 
 
-def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret):
+def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret, stats_grad=()):
+    """dq, dk, dv and Σ_j p_ij dP_ij per row; `stats_grad`: the row statistics' cotangents (g1, g2), if any."""
     b, _, h, _ = q.shape
     tq_pad, tk_pad = dims.q_rows.padded, dims.k_rows.padded
     d_pad, dv_pad = dims.head.padded, dims.value.padded
@@ -247,13 +284,14 @@ def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret):
             pl.BlockSpec((None, tk_pad), lambda i, b_, h_: (b_, 0)),
             _row_vector(bq),
             _rows_of(bq, dv_pad),
+            *[_row_vector(bq)] * len(stats_grad),
         ],
         out_specs=[_rows_of(bq, d_pad), _row_vector(bq)],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(factor.shape, jnp.float32)],
         compiler_params=params,
         interpret=interpret,
         name="relu_attention_bwd_dq",
-    )(q, k, v, valid, factor, do)
+    )(q, k, v, valid, factor, do, *stats_grad)
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, block_q=bq, block_k=bk, dims=dims),
         grid=(tk_pad // bk, b, h),
@@ -264,13 +302,14 @@ def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret):
             pl.BlockSpec((None, bk), lambda j, b_, h_: (b_, j)),
             pl.BlockSpec((None, None, tq_pad), lambda j, b_, h_: (b_, h_, 0)),
             _all_rows(tq_pad, dv_pad),
+            *[pl.BlockSpec((None, None, tq_pad), lambda j, b_, h_: (b_, h_, 0))] * len(stats_grad),
         ],
         out_specs=[_rows_of(bk, d_pad), _rows_of(bk, dv_pad)],
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         compiler_params=params,
         interpret=interpret,
         name="relu_attention_bwd_dkdv",
-    )(q, k, v, valid, factor, do)
+    )(q, k, v, valid, factor, do, *stats_grad)
     return dq, dk, dv, pdp
 
 
@@ -299,6 +338,26 @@ def _attend_bwd(dims, sizes, backend, interpret, residuals, do):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _attend_with_row_stats(q, k, v, valid, factor, dims, sizes, backend, interpret):
+    return _forward(q, k, v, valid, factor, dims, sizes, backend, interpret, row_stats=True)
+
+
+def _attend_with_row_stats_fwd(q, k, v, valid, factor, dims, sizes, backend, interpret):
+    outs = _forward(q, k, v, valid, factor, dims, sizes, backend, interpret, row_stats=True)
+    return outs, (q, k, v, valid, factor)
+
+
+def _attend_with_row_stats_bwd(dims, sizes, backend, interpret, residuals, cotangents):
+    q, k, v, valid, factor = residuals
+    do, g_sum, g_xlogx = cotangents
+    dq, dk, dv, pdp = _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret, (g_sum, g_xlogx))
+    return dq, dk, dv, None, pdp  # the statistics of unscaled p do not depend on the factor
+
+
+_attend_with_row_stats.defvjp(_attend_with_row_stats_fwd, _attend_with_row_stats_bwd)
+
+
 def relu_attention_pallas(
     q: jax.Array,
     k: jax.Array,
@@ -310,11 +369,14 @@ def relu_attention_pallas(
     block_sizes: PallasBlockSizes | None = None,
     backend: str | None = None,
     interpret: bool | None = None,
-) -> jax.Array:
+    row_stats: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
     """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j via the Pallas kernels.
 
     q, k, v: `[batch, length, heads, dim]`; key_mask `[batch, key_length]` bool; factor
     `[batch, heads, q_length]` float32 (the row scale, differentiable: dγ flows through it).
+    row_stats: also return Σ_j p_ij and Σ_j p_ij log p_ij, p = ReLU(s)·m before the factor, `[batch, heads,
+    q_length]` float32, accumulated by the forward kernel in the same pass (and differentiable).
     """
     backend = backend or jax.default_backend()  # the platform to build for (lowering for another is allowed)
     interpret = jax.default_backend() == "cpu" if interpret is None else interpret
@@ -331,4 +393,7 @@ def relu_attention_pallas(
     # The true head dim sets the score scale; the tiles' zero columns change no score.
     head, value = Extent.power_of_two(d), Extent.power_of_two(dv_dim)
     dims = _Dims(Extent(tq, tq_pad), Extent(tk, tk_pad), head, value, 1 / math.sqrt(d), causal)
-    return _attend(q, k, v, valid, factor, dims, sizes, backend, interpret)
+    if not row_stats:
+        return _attend(q, k, v, valid, factor, dims, sizes, backend, interpret)
+    out, p_sum, p_xlogx = _attend_with_row_stats(q, k, v, valid, factor, dims, sizes, backend, interpret)
+    return out, p_sum[..., :tq], p_xlogx[..., :tq]

@@ -1,5 +1,7 @@
 """impl="pallas" (interpret mode on CPU) equals "reference" for outputs and every gradient, γ included."""
 
+import re
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -84,3 +86,50 @@ def test_default_block_sizes_per_backend():
     gpu = PallasBlockSizes.for_backend("gpu", 128)  # the H100-tuned tiles for D 128
     assert (gpu.block_q, gpu.block_k, gpu.num_warps, gpu.num_stages) == (64, 64, 4, 3)
     assert PallasBlockSizes.for_backend("cpu", 128).block_q == 32  # interpret mode: small tiles are fast
+
+
+@pytest.mark.parametrize("causal, t, d, sizes", [(False, 45, 24, SMALL), (True, 37, 32, SMALL), (True, 32, 16, MIXED)])
+def test_row_stats_from_the_forward_kernel_match_reference_with_gradients(causal, t, d, sizes):
+    """relu_attention_and_row_stats on the kernels (the statistics accumulated in the forward pass, their
+    cotangents taken by the backward kernels) equals the reference output and row statistics, and a loss
+    that uses all three has the reference's gradients for q, k, v and γ."""
+    q, k, v, mask = _inputs(2, t, 2, d, jnp.float32)
+    gamma = jnp.array([1.0, 0.6])
+    w = jax.random.normal(jax.random.key(4), (2, t, 2, d))
+    w_sum, w_xlogx = jax.random.normal(jax.random.key(5), (2, 2, t, 2))
+
+    def loss(q, k, v, gamma, impl):
+        if impl == "reference":  # the output and the statistics from the two reference functions
+            out = kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl)
+            stats = kernels.relu_attention_row_stats(q, k, causal=causal, key_mask=mask, gamma=gamma, impl=impl)
+        else:
+            out, *stats = kernels.relu_attention_and_row_stats(
+                q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl, pallas_block_sizes=sizes
+            )
+        row_sum, row_xlogx = stats
+        value = jnp.sum(out * w) + jnp.sum(row_sum * w_sum) + jnp.sum(row_xlogx * w_xlogx)
+        return value, (out, row_sum, row_xlogx)
+
+    got, ref, errors = pallas_against_reference(loss, (q, k, v, gamma), ("dq", "dk", "dv", "dgamma"))
+    real = mask[:, :, None]
+    for name, g, r in zip(("output", "row sum", "row Σ a log a"), got, ref, strict=True):
+        if g.ndim == 4:
+            g, r = jnp.where(real[..., None], g, 0), jnp.where(real[..., None], r, 0)
+        else:
+            g, r = jnp.where(real, g, 0), jnp.where(real, r, 0)
+        chex.assert_trees_all_close(g, r, atol=F32_TOL, rtol=F32_TOL, custom_message=name)
+    for name, err in errors.items():
+        assert err < F32_TOL, f"{name}: relative error {err:.2e}"
+
+
+def test_row_stats_kernel_is_used_only_when_asked():
+    """Without row statistics the forward kernel is the plain one; with them, one kernel call gives all three."""
+    q, k, v, mask = _inputs(1, 40, 2, 16, jnp.float32)
+
+    def kernel_names(fn):
+        return set(re.findall(r"relu_attention_fwd\w*", str(jax.make_jaxpr(fn)(q, k, v))))
+
+    plain = kernel_names(lambda a, b, c: kernels.relu_attention(a, b, c, key_mask=mask, impl="pallas"))
+    fused = kernel_names(lambda a, b, c: kernels.relu_attention_and_row_stats(a, b, c, key_mask=mask, impl="pallas"))
+    assert plain == {"relu_attention_fwd"}, plain
+    assert fused == {"relu_attention_fwd_row_stats"}, fused

@@ -82,3 +82,23 @@ def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, 
     assert "stablehlo.dot_general" not in text
     if platform == "cuda":  # and no transposed or padded copies of q, k, v, dO around them
         assert not layout_copies(text), layout_copies(text)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_row_stats_kernel_lowers_for_cuda(grad):
+    """relu_attention_and_row_stats: one forward kernel for the output and the row statistics, the two
+    backward kernels for all three cotangents, no XLA dot products and no layout copies, at T 4K, bf16."""
+    t = 4096
+    mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])
+
+    def attend(q, k, v):
+        out, row_sum, row_xlogx = kernels.relu_attention_and_row_stats(
+            q, k, v, causal=True, key_mask=mask, impl="pallas", pallas_backend="gpu", pallas_interpret=False
+        )
+        return out + (row_sum + row_xlogx)[..., None].astype(out.dtype)
+
+    calls, names, text = lowered_kernels(attend, "cuda", (2, t, 4, 128), jnp.bfloat16, grad=grad, prefix="relu_")
+    expected = ["relu_attention_bwd_dq", "relu_attention_bwd_dkdv"] if grad else ["relu_attention_fwd_row_stats"]
+    assert calls == len(expected) and set(expected) <= names, names
+    assert "stablehlo.dot_general" not in text
+    assert not layout_copies(text), layout_copies(text)

@@ -167,8 +167,9 @@ def test_relu_without_variance_reduction_is_the_ablation():
     assert float(jnp.std(y_off)) > 1.5 * float(jnp.std(y_on))
 
 
-def test_relu_regularisers_sown_in_training_only_and_match_dense_definition():
-    layer = _mixer("relu", norm_loss_weight=0.3, entropy_loss_weight=0.2, entropy_margin=0.5)
+@pytest.mark.parametrize("impl", ["xla", "pallas"])  # pallas: the statistics from the forward kernel
+def test_relu_regularisers_sown_in_training_only_and_match_dense_definition(impl):
+    layer = _mixer("relu", norm_loss_weight=0.3, entropy_loss_weight=0.2, entropy_margin=0.5, impl=impl)
     x = _x()
     layer(x, mask=MASK, causal=True)
     (sown,) = jax.tree.leaves(nnx.pop(layer, AuxLoss))

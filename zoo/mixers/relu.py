@@ -54,15 +54,16 @@ class ReLUAttention(MultiHeadMixer):
     def attend(self, q, k, v, mask, causal):
         gamma = jnp.exp(self.log_gamma[...])
         opts = dict(causal=causal, key_mask=mask, gamma=gamma, row_scale=self.row_scale)
-        out = kernels.relu_attention(q, k, v, impl=self.impl, **opts)
-        if not self.deterministic and (self.norm_loss_weight or self.entropy_loss_weight):
-            row_sum, row_xlogx = kernels.relu_attention_row_stats(q, k, impl=self.impl, **opts)
-            keys = jnp.ones(k.shape[:2], bool) if mask is None else mask
-            counts = kernels.visible_key_counts(keys, causal=causal, q_length=q.shape[1])
-            # Real query rows: the key mask for self-attention, every row for cross-attention.
-            real = keys if q.shape[1] == k.shape[1] else jnp.ones(q.shape[:2], bool)
-            l_norm, l_ent = relu_regularisers(row_sum, row_xlogx, counts, real, self.entropy_margin)
-            self.sow(AuxLoss, "relu_regularisers", self.norm_loss_weight * l_norm + self.entropy_loss_weight * l_ent)
+        if self.deterministic or not (self.norm_loss_weight or self.entropy_loss_weight):
+            return kernels.relu_attention(q, k, v, impl=self.impl, **opts)
+        # The regularisers' row statistics come out of the same pass as the output (on the GPU kernels).
+        out, row_sum, row_xlogx = kernels.relu_attention_and_row_stats(q, k, v, impl=self.impl, **opts)
+        keys = jnp.ones(k.shape[:2], bool) if mask is None else mask
+        counts = kernels.visible_key_counts(keys, causal=causal, q_length=q.shape[1])
+        # Real query rows: the key mask for self-attention, every row for cross-attention.
+        real = keys if q.shape[1] == k.shape[1] else jnp.ones(q.shape[:2], bool)
+        l_norm, l_ent = relu_regularisers(row_sum, row_xlogx, counts, real, self.entropy_margin)
+        self.sow(AuxLoss, "relu_regularisers", self.norm_loss_weight * l_norm + self.entropy_loss_weight * l_ent)
         return out
 
 
