@@ -40,7 +40,7 @@ PEAKS = {
 @dataclasses.dataclass(frozen=True)
 class Case:
     op: str  # "relu" | "linear" | "softmax"
-    impl: str  # "reference" | "xla" | "pallas" | "cudnn" (softmax on GPU) | "xla" (softmax elsewhere)
+    impl: str  # "reference" | "xla" | "pallas" | "mosaic" (relu, Hopper) | "cudnn" (softmax on GPU) | "xla"
     batch: int
     heads: int
     length: int
@@ -93,6 +93,8 @@ def block_sizes(case: Case):
 
 def _fn(case: Case):
     sizes = block_sizes(case)
+    if case.op == "relu" and case.impl == "mosaic":  # the experimental Hopper forward (Triton backward)
+        return lambda q, k, v: relu_attention(q, k, v, causal=case.causal, impl="pallas", pallas_backend="mosaic_gpu")
     if case.op == "relu":
         return lambda q, k, v: relu_attention(q, k, v, causal=case.causal, impl=case.impl, pallas_block_sizes=sizes)
     if case.op == "linear":

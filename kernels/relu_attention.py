@@ -275,7 +275,8 @@ def relu_attention(
       block_sizes: key-block length for impl="xla"; pallas_block_sizes: a PallasBlockSizes ("pallas" on GPU
         or in interpret mode) or a TpuBlockSizes ("pallas" for TPU).
       pallas_backend: the platform the "pallas" kernels are built for — "tpu" (Mosaic TPU kernels,
-        `relu_attention_tpu`), "gpu" (Triton) — default: the running backend's. Lowering for another
+        `relu_attention_tpu`), "gpu" (Triton), "mosaic_gpu" (experimental Hopper forward kernel,
+        `relu_attention_mgpu`; never chosen by default) — default: the running backend's. Lowering for another
         platform than the running one (e.g. `jax.export(..., platforms=["tpu"])` on a CPU) needs it.
       pallas_interpret: run the kernels in Pallas interpret mode (default: on a CPU backend).
     """
@@ -289,6 +290,10 @@ def relu_attention(
         factor = _row_factor(counts, gamma_h, row_scale)  # differentiable: dγ flows through it
         backend = pallas_backend or jax.default_backend()
         interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
+        if backend == "mosaic_gpu":  # experimental: Hopper forward, Triton backward
+            from kernels.relu_attention_mgpu import relu_attention_mgpu
+
+            return relu_attention_mgpu(q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes)
         if backend == "tpu":
             from kernels.relu_attention_tpu import relu_attention_tpu
 
@@ -377,7 +382,7 @@ def relu_attention_and_row_stats(
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     opts = dict(causal=causal, key_mask=key_mask, gamma=gamma, impl=impl, row_scale=row_scale)
     backend = pallas_backend or jax.default_backend()
-    if _resolve_impl(impl) != "pallas" or backend == "tpu":
+    if _resolve_impl(impl) != "pallas" or backend in ("tpu", "mosaic_gpu"):
         out = relu_attention(
             q, k, v, block_sizes=block_sizes, pallas_block_sizes=pallas_block_sizes, pallas_backend=pallas_backend,
             pallas_interpret=pallas_interpret, **opts,

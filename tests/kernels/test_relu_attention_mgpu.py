@@ -1,0 +1,81 @@
+"""The experimental Mosaic GPU (Hopper) ReLU forward kernel: lowers for CUDA on this CPU, refuses what it
+cannot take, and — on a GPU only — equals the reference. JAX 0.10's GPU interpret mode cannot run wgmma on a
+transposed shared-memory ref, so on a CPU the numbers cannot be checked; the GPU sessions run this file."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import export
+
+import kernels
+from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu
+from tests.kernels.lowering import layout_copies
+
+UNCHECKED = [export.DisabledSafetyCheck.custom_call(n) for n in ("mosaic_gpu_v2", "__gpu$xla.gpu.triton")]
+
+
+def _attend(causal, t):
+    mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])
+
+    def attend(q, k, v):
+        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, impl="pallas", pallas_backend="mosaic_gpu")
+
+    return attend
+
+
+@pytest.mark.parametrize("t, d", [(1024, 64), (16384, 128)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("grad", [False, True])
+def test_lowers_for_cuda_forward_mosaic_backward_triton(grad, causal, t, d):
+    fn = _attend(causal, t)
+    if grad:
+        attend = fn
+        fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
+    x = jax.ShapeDtypeStruct((2, t, 4, d), jnp.bfloat16)
+    text = export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=UNCHECKED)(x, x, x).mlir_module()
+    # Forward: one Mosaic GPU kernel; gradient: the Triton dq and dk/dv kernels (the forward is dead code there).
+    assert text.count("mosaic_gpu_v2") == (0 if grad else 1)
+    assert text.count("__gpu$xla.gpu.triton") == (2 if grad else 0)
+    assert "stablehlo.dot_general" not in text
+    assert not layout_copies(text), layout_copies(text)
+
+
+def test_refuses_inputs_it_cannot_take_with_the_reason():
+    ok = jnp.zeros((1, 128, 2, 64), jnp.bfloat16)
+    mask, factor = jnp.ones((1, 128), bool), jnp.ones((1, 2, 128), jnp.float32)
+    with pytest.raises(ValueError, match="bf16/fp16"):
+        relu_attention_mgpu(ok.astype(jnp.float32), ok, ok, mask, factor, causal=False)
+    with pytest.raises(ValueError, match="multiples of 64, got 48"):
+        odd = jnp.zeros((1, 128, 2, 48), jnp.bfloat16)
+        relu_attention_mgpu(odd, odd, odd, mask, factor, causal=False)
+    with pytest.raises(ValueError, match="whole tiles: 100"):
+        short = ok[:, :100]
+        relu_attention_mgpu(short, short, short, mask[:, :100], factor[..., :100], causal=False)
+    with pytest.raises(ValueError, match="multiples of 64"):
+        MgpuBlockSizes(block_q=32)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="Mosaic GPU kernels run on an NVIDIA Hopper GPU only")
+@pytest.mark.parametrize("causal", [False, True])
+def test_on_gpu_matches_reference_outputs_and_gradients(causal):
+    t, d = 512, 128
+    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(key, (2, t, 4, d), jnp.bfloat16) for key in (kq, kk, kv))
+    mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2 + 7]])
+    gamma = jnp.array([1.0, 0.5, 2.0, 1.5])
+
+    def loss(q, k, v, gamma, **impl):
+        out = kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, gamma=gamma, **impl)
+        return jnp.sum(out.astype(jnp.float32) ** 2), out
+
+    grad = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)
+    (_, out), grads = jax.jit(lambda *a: grad(*a, impl="pallas", pallas_backend="mosaic_gpu"))(q, k, v, gamma)
+    f32 = [x.astype(jnp.float32) for x in (q, k, v)]
+    (_, ref), ref_grads = grad(*f32, gamma, impl="reference")
+    real = mask[:, :, None, None]
+    got, want = jnp.where(real, out.astype(jnp.float32), 0), jnp.where(real, ref, 0)
+    chex.assert_trees_all_close(got, want, atol=3e-2, rtol=3e-2)
+    for g, r in zip(grads, ref_grads, strict=True):
+        err = float(jnp.max(jnp.abs(g.astype(jnp.float32) - r))) / float(jnp.max(jnp.abs(r)))
+        assert err < 4e-2, err
