@@ -73,6 +73,11 @@ def logged(workdir: Path) -> list[dict]:
     return [m for m in map(json.loads, path.read_text().splitlines()) if m["split"] == "train"]
 
 
+def has_diverged(train: list[dict], warmup_steps: int) -> bool:
+    """A logged loss after warm-up that is non-finite or above twice the chance level."""
+    return any(not math.isfinite(m["loss"]) or m["loss"] > DIVERGED_LOSS for m in train if m["step"] > warmup_steps)
+
+
 def run(tiny: bool, out_dir: Path) -> dict:
     seeds = list(range(1) if tiny else range(3))
     root = out_dir / "runs" if tiny else RUNS
@@ -88,8 +93,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
             except FloatingPointError as e:  # the loop stops at a non-finite loss and keeps the last good state
                 results, error = {}, str(e).split(";")[0]
             train = logged(workdir)
-            warm = [m["loss"] for m in train if m["step"] > config.train.warmup_steps]
-            diverged = error is not None or any(not math.isfinite(x) or x > DIVERGED_LOSS for x in warm)
+            diverged = error is not None or has_diverged(train, config.train.warmup_steps)
             runs[arm].append(
                 {
                     "seed": seed,
@@ -124,7 +128,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
 
     plt = pyplot()
     fig, (ax_loss, ax_grad) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for colour, arm in zip(("C0", "C3", "C2"), ARMS):
+    for colour, arm in zip(("C0", "C3", "C2"), ARMS, strict=True):
         for i, r in enumerate(runs[arm]):
             label = arm if i == 0 else None
             ax_loss.plot(r["steps"], r["loss"], color=colour, alpha=0.8, label=label)
@@ -147,16 +151,15 @@ def run(tiny: bool, out_dir: Path) -> dict:
         f"{fmt([100 * a for a in s['test_accuracy']], '{:.1f}')} |"
         for arm, s in summaries.items()
     )
-    steps = config_for("softmax", 0, tiny, data_dir).train.steps
+    train = config_for("softmax", 0, tiny, data_dir).train
     readme = study_readme(
         "stability", tiny,
         title="Training stability of ReLU attention with and without the variance-reduction factor",
         claim="(ReLUFormer, SPEC §1.2): plain ReLU attention without the 1/√(n/2) factor trains unstably on long "
         "inputs; the factor fixes it.",
         setting=f"ListOps demo model (2 layers, d 128, 4 heads) and optimiser (AdamW 1e-3, cosine), "
-        f"{'short' if tiny else '512–1,024-token'} expressions, batch {config_for('softmax', 0, tiny, data_dir).train.batch_size}, "
-        f"{steps} steps, seeds {', '.join(map(str, seeds))}. Diverged: a non-finite loss, or a loss above 2 ln 10 "
-        "after warm-up.",
+        f"{'short' if tiny else '512–1,024-token'} expressions, batch {train.batch_size}, {train.steps} steps, "
+        f"seeds {', '.join(map(str, seeds))}. Diverged: a non-finite loss, or a loss above 2 ln 10 after warm-up.",
         table="| attention | diverged | final training loss (per seed) | median gradient norm | max gradient norm "
         "| test accuracy % |\n|---|---|---|---|---|---|\n" + rows,
         verdict=f"{verdict} (unstable without the factor: {unstable_without}; stable with it: {fixed}).",

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from studies import approximation, kernel_convergence, parameter_budget, variance
+from studies import approximation, kernel_convergence, parameter_budget, stability, variance
 
 
 def _files(out_dir, figure):
@@ -74,3 +74,34 @@ def test_kernel_convergence_trains_every_seed_of_both_kernels_and_resumes(tmp_pa
     again = kernel_convergence.run(True, tmp_path)
     assert again["train_loss"] == result["train_loss"] and again["test_accuracy"] == result["test_accuracy"]
     assert "| OGLU |" in readme
+
+
+def test_stability_trains_every_arm_and_counts_divergences(tmp_path, monkeypatch):
+    real_train = stability.train_and_evaluate
+
+    def train(config, workdir, task):  # the no-factor arm "diverges": the loop's own error for a NaN loss
+        if config.model.mixer == "relu" and not config.model.mixer_options.relu.variance_reduction:
+            real_train(config, workdir, task)
+            raise FloatingPointError("loss is not finite (nan) at step 4; refusing to checkpoint it. ...")
+        return real_train(config, workdir, task)
+
+    monkeypatch.setattr(stability, "train_and_evaluate", train)
+    result = stability.run(True, tmp_path)
+    _, readme = _files(tmp_path, "stability.png")
+    assert set(result["runs"]) == set(stability.ARMS)
+    for arm, runs in result["runs"].items():
+        (run,) = runs
+        assert len(run["loss"]) == len(run["grad_norm"]) == 2 and all(g > 0 for g in run["grad_norm"]), arm
+        config = json.loads((stability.arm_dir(tmp_path / "runs", arm, 0) / "config.json").read_text())
+        if arm != "softmax":  # the arms differ in the factor only
+            assert config["model"]["mixer_options"]["relu"]["variance_reduction"] == (arm == "relu, 1/√(n/2)")
+    summary = result["summary"]
+    assert summary["relu, no factor"]["divergences"] == 1 and summary["relu, no factor"]["test_accuracy"] == []
+    assert result["runs"]["relu, no factor"][0]["error"].startswith("loss is not finite")
+    assert summary["relu, 1/√(n/2)"]["divergences"] == 0 and len(summary["softmax"]["test_accuracy"]) == 1
+    assert "| relu, no factor | 1 / 1 |" in readme
+    # The rule for logged losses: after warm-up, non-finite or above twice chance.
+    logs = [{"step": 1, "loss": 50.0}, {"step": 10, "loss": 2.0}]
+    assert not stability.has_diverged(logs, warmup_steps=5)
+    assert stability.has_diverged([*logs, {"step": 12, "loss": float("nan")}], warmup_steps=5)
+    assert stability.has_diverged([*logs, {"step": 12, "loss": 4.7}], warmup_steps=5)
