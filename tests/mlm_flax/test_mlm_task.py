@@ -15,33 +15,13 @@ from flax import nnx
 from mlm_flax import finetune_task
 from mlm_flax import input_pipeline as pipeline
 from mlm_flax.configs import finetune, pretrain
+from mlm_flax.data import markov_corpus
 from mlm_flax.task import make_task, mlm_loss
 from zoo.models import MaskedLM, model_config
 from zoo.training import mesh as mesh_lib
 from zoo.training import train_and_evaluate
 from zoo.training.metrics import summarise
 from zoo.training.state import create_train_state, restore_model, state_builder
-
-
-def markov_corpus(d, docs=(("train", 600), ("valid", 40), ("test", 40)), words=120, follow=0.9, seed=0):
-    """Documents from a first-order chain (each word has one likely successor): context predicts a masked
-    word far better than word frequencies do, and the dependency is shift-invariant (Toeplitz-friendly)."""
-    rng = random.Random(seed)
-    syllables = ["ba", "ke", "lo", "mi", "nu", "pa", "ri", "so", "tu", "ve", "xa", "zo"]
-    vocab = sorted({"".join(rng.choice(syllables) for _ in range(3)) for _ in range(3 * words)})[:words]
-    successor = {w: rng.choice(vocab) for w in vocab}
-    d.mkdir(parents=True, exist_ok=True)
-    for split, n in docs:
-        out = []
-        for _ in range(n):
-            w = rng.choice(vocab)
-            seq = [w]
-            for _ in range(rng.randint(30, 90)):
-                w = successor[w] if rng.random() < follow else rng.choice(vocab)
-                seq.append(w)
-            out.append(" ".join(seq))
-        (d / f"{split}.txt").write_text("".join(x + "\n\n" for x in out))
-    return vocab
 
 
 def tiny_config(data_dir, preset="gmlp_tiny"):

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from studies import approximation, kernel_convergence, parameter_budget, stability, variance
+from studies import approximation, kernel_convergence, parameter_budget, sgu_ablation, stability, toeplitz, variance
 
 
 def _files(out_dir, figure):
@@ -105,3 +105,27 @@ def test_stability_trains_every_arm_and_counts_divergences(tmp_path, monkeypatch
     assert not stability.has_diverged(logs, warmup_steps=5)
     assert stability.has_diverged([*logs, {"step": 12, "loss": float("nan")}], warmup_steps=5)
     assert stability.has_diverged([*logs, {"step": 12, "loss": 4.7}], warmup_steps=5)
+
+
+def test_sgu_ablation_trains_every_gating_variant(tmp_path):
+    result = sgu_ablation.run(True, tmp_path)
+    _, readme = _files(tmp_path, "sgu_ablation.png")
+    assert set(result["test_perplexity"]) == set(sgu_ablation.VARIANTS)
+    perplexities = [p for runs in result["test_perplexity"].values() for p in runs]
+    assert all(1 < p < 1e4 for p in perplexities) and len(set(perplexities)) == 4  # four different models
+    # Without a split, V reads all d_ffn features: more parameters than the split default.
+    split = result["parameters"]["multiplicative, split Z1 ⊙ f(Z2)"]
+    assert all(result["parameters"][n] > split for n in sgu_ablation.VARIANTS if "split" not in n)
+    assert sorted(result["measured_order"]) == sorted(result["paper_order"])
+    assert "| linear f(Z) | 5.14 |" in readme
+
+
+def test_toeplitz_scores_every_checkpoint_of_every_layer(tmp_path):
+    result = toeplitz.run(True, tmp_path)
+    _, readme = _files(tmp_path, "toeplitz.png")
+    assert (tmp_path / "toeplitz_weights.png").stat().st_size > 1000
+    (per_step,) = result["scores"].values()
+    assert sorted(map(int, per_step)) == [2, 4]  # every kept checkpoint
+    for scores in per_step.values():
+        assert len(scores) == 2 and all(0 <= s <= 1 for s in scores)  # one score per gMLP layer
+    assert result["noise_level"] == 2 / 64 and "| 0 |" in readme

@@ -110,3 +110,36 @@ def test_gmlp_encoder_has_no_position_parameters_and_no_ffn():
     enc = models.Encoder(cfg, rngs=nnx.Rngs(0))
     assert enc.blocks[0].ffn is None
     chex.assert_shape(enc(_x(), mask=None), (2, N, D))
+
+
+@pytest.mark.parametrize("variant", ["split_multiplicative", "multiplicative", "additive", "linear"])
+@pytest.mark.parametrize("name", ["gmlp", "amlp"])
+def test_sgu_variants_compute_their_table_3_formula_and_decode_like_the_full_pass(variant, name):
+    layer = _sgu(name, sgu_variant=variant, tiny_attention_dim=8 if name == "amlp" else 0)
+    layer.spatial.value = jax.random.normal(jax.random.key(3), layer.spatial.shape) / N  # a W that mixes
+    x = _x()
+    mask = jnp.arange(N)[None] < jnp.array([[N], [6]])
+    # The formula, written out from the layer's own parameters.
+    z = jax.nn.gelu(layer.proj_in(x), approximate=layer.gelu_approximate)
+    z1, z2 = jnp.split(z, 2, axis=-1) if variant == "split_multiplicative" else (z, z)
+    f = jnp.einsum("ij,bjd->bid", layer.spatial[...], jnp.where(mask[..., None], layer.gate_norm(z2), 0.0))
+    f = f + layer.spatial_bias[...][:, None]
+    if name == "amlp":
+        f = f + layer.tiny_attention(x, mask, False)
+    gating = {"split_multiplicative": jnp.multiply, "multiplicative": jnp.multiply, "additive": jnp.add}
+    s = gating[variant](z1, f) if variant in gating else f
+    chex.assert_trees_all_close(layer(x, mask=mask), layer.proj_out(s), atol=1e-5, rtol=1e-5)
+    # V takes d_ffn / 2 features after a split, d_ffn otherwise.
+    assert layer.proj_out.in_features == (16 if variant == "split_multiplicative" else 32)
+    # Token-by-token decoding equals the causal full pass.
+    full = layer(x, causal=True)
+    cache, steps = layer.init_cache(2, N), []
+    for i in range(N):
+        y, cache = layer.decode(x[:, i : i + 1], cache)
+        steps.append(y)
+    chex.assert_trees_all_close(jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_unknown_sgu_variant_is_named():
+    with pytest.raises(ValueError, match="unknown sgu_variant 'gated'; valid: .*split_multiplicative"):
+        _sgu(sgu_variant="gated")

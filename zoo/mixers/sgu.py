@@ -8,6 +8,13 @@ near zero with b = 1, so each block starts as an FFN. Padded rows of LN(Z2) are 
 spatial projection, so padding never reaches real tokens. Causal: W is masked lower-triangular.
 Toeplitz: W_ij = w_{i−j}, 2n − 1 parameters. aMLP adds a single-head attention of width d_attn
 (64 in the paper) to the gate. The SGU mixes only within a sequence: cross-attention is an error.
+
+`sgu_variant` is the paper's Table 3 ablation of the gating function s(Z), f(Z) = W · LN(Z) + b:
+
+    split_multiplicative   Z1 ⊙ f(Z2)     (the gMLP default; V maps d_ffn/2 → d)
+    multiplicative         Z ⊙ f(Z)       (no split: V maps d_ffn → d)
+    additive               Z + f(Z)
+    linear                 f(Z)
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from flax import nnx
 from zoo.layers.common import compute_dtype, dense
 from zoo.mixers.inputs import check_mixer_input
 from zoo.mixers.registry import register
+
+SGU_VARIANTS = ("split_multiplicative", "multiplicative", "additive", "linear")
 
 
 class TinyAttention(nnx.Module):
@@ -57,21 +66,23 @@ class SpatialGatingMixer(nnx.Module):
         d_ffn = cfg.d_ffn or 6 * d
         if d_ffn % 2:
             raise ValueError(f"mixer {cfg.name!r}: d_ffn={d_ffn} must be even (it is split in two)")
+        if cfg.sgu_variant not in SGU_VARIANTS:
+            raise ValueError(f"mixer {cfg.name!r}: unknown sgu_variant {cfg.sgu_variant!r}; valid: {SGU_VARIANTS}")
         self.name, self.max_length, self.toeplitz = cfg.name, n, cfg.toeplitz
+        self.variant = cfg.sgu_variant
         self.dtype = dtype = compute_dtype(cfg.dtype)
         self.proj_in = dense(d, d_ffn, ("embed", "mlp"), dtype=dtype, rngs=rngs)
-        self.gate_norm = nnx.LayerNorm(d_ffn // 2, epsilon=cfg.layer_norm_eps, dtype=dtype, rngs=rngs)
+        width = d_ffn // 2 if self.variant == "split_multiplicative" else d_ffn  # of the gate and of V's input
+        self.gate_norm = nnx.LayerNorm(width, epsilon=cfg.layer_norm_eps, dtype=dtype, rngs=rngs)
         self.gelu_approximate = cfg.gelu_approximate
-        self.proj_out = dense(d_ffn // 2, d, ("mlp", "embed"), dtype=dtype, rngs=rngs)
+        self.proj_out = dense(width, d, ("mlp", "embed"), dtype=dtype, rngs=rngs)
         # Near-zero W (U(±init_scale/n)) and b = 1: the gate starts at ≈ 1 and the block acts as an FFN.
         bound = cfg.spatial_init_scale / n
         shape = (2 * n - 1,) if cfg.toeplitz else (n, n)
         self.spatial = nnx.Param(jax.random.uniform(rngs.params(), shape, jnp.float32, -bound, bound))
         self.spatial_bias = nnx.Param(jnp.ones((n,), jnp.float32))
         self.tiny_attention = (
-            TinyAttention(
-                d, cfg.tiny_attention_dim, d_ffn // 2, qkv_bias=cfg.tiny_attention_bias, dtype=dtype, rngs=rngs
-            )
+            TinyAttention(d, cfg.tiny_attention_dim, width, qkv_bias=cfg.tiny_attention_bias, dtype=dtype, rngs=rngs)
             if cfg.tiny_attention_dim
             else None
         )
@@ -91,9 +102,20 @@ class SpatialGatingMixer(nnx.Module):
         return jnp.tril(w) if causal else w
 
     def _split_gate(self, x):
+        """(what the gate multiplies or adds to, the normed input of f)."""
         z = jax.nn.gelu(self.proj_in(x), approximate=self.gelu_approximate)
-        z1, z2 = jnp.split(z, 2, axis=-1)
-        return z1, self.gate_norm(z2)
+        if self.variant == "split_multiplicative":
+            z1, z2 = jnp.split(z, 2, axis=-1)
+            return z1, self.gate_norm(z2)
+        return z, self.gate_norm(z)
+
+    def _gated(self, z1, gate):
+        """s(Z) from Z (or Z1) and f(Z) (or f(Z2)), by `sgu_variant`."""
+        if self.variant == "additive":
+            return z1 + gate
+        if self.variant == "linear":
+            return gate
+        return z1 * gate
 
     def __call__(self, x, *, mask=None, causal=False, context=None, context_mask=None):
         if context is not None:
@@ -107,7 +129,7 @@ class SpatialGatingMixer(nnx.Module):
         gate = jnp.einsum("ij,bjd->bid", w.astype(z2.dtype), z2) + self.spatial_bias[:length, None].astype(z2.dtype)
         if self.tiny_attention is not None:
             gate = gate + self.tiny_attention(x, mask, causal)
-        return self.proj_out(z1 * gate)
+        return self.proj_out(self._gated(z1, gate))
 
     # -- incremental decoding: the normed gate inputs seen so far -----------------------------
 
@@ -133,7 +155,7 @@ class SpatialGatingMixer(nnx.Module):
         if self.tiny_attention is not None:
             attn, new_cache["tiny"] = self.tiny_attention.decode(x, cache["tiny"], i)
             gate = gate + attn
-        return self.proj_out(z1 * gate), new_cache
+        return self.proj_out(self._gated(z1, gate)), new_cache
 
 
 def _gmlp_options() -> dict:
@@ -143,6 +165,7 @@ def _gmlp_options() -> dict:
         "spatial_init_scale": 1e-3,
         "tiny_attention_dim": 0,  # 0 for gMLP
         "tiny_attention_bias": False,  # the qkv projection's bias: none in g-mlp-pytorch (the paper is silent)
+        "sgu_variant": "split_multiplicative",  # the paper's Table 3 ablation: see SGU_VARIANTS
     }
 
 
