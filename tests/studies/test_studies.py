@@ -4,7 +4,21 @@ import json
 import subprocess
 import sys
 
-from studies import approximation, kernel_convergence, parameter_budget, sgu_ablation, stability, toeplitz, variance
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from studies import (
+    approximation,
+    attention_distance,
+    kernel_convergence,
+    parameter_budget,
+    sgu_ablation,
+    stability,
+    toeplitz,
+    variance,
+)
 
 
 def _files(out_dir, figure):
@@ -129,3 +143,30 @@ def test_toeplitz_scores_every_checkpoint_of_every_layer(tmp_path):
     for scores in per_step.values():
         assert len(scores) == 2 and all(0 <= s <= 1 for s in scores)  # one score per gMLP layer
     assert result["noise_level"] == 2 / 64 and "| 0 |" in readme
+
+
+def test_attention_distance_reads_the_matrices_the_models_apply(tmp_path):
+    result = attention_distance.run(True, tmp_path)
+    _, readme = _files(tmp_path, "attention_distance.png")
+    assert set(result["mean_distance"]) == set(attention_distance.ARMS)
+    for arm, layers in result["mean_distance"].items():
+        assert len(layers) == 2 and all(len(heads) == 4 and all(x > 0 for x in heads) for heads in layers), arm
+    # The read-out matrices are what the mixers compute: applied to other values they give attend's output.
+    for arm in attention_distance.ARMS:
+        model, _, task = attention_distance.load_run(stability.arm_dir(tmp_path / "stability" / "runs", arm, 0))
+        inputs = next(iter(task.eval_batches("test")))["inputs"][:2]
+        records = []
+        with attention_distance.recording_attention(records):
+            model(jnp.asarray(inputs))
+        (weights, _), *_ = attention_distance.attention_matrices(model, inputs)
+        mixer, attend, q, k, mask, causal = records[0]
+        v = jax.random.normal(jax.random.key(0), k.shape)
+        expected = attend(mixer, q, k, v, mask, causal)
+        chex.assert_trees_all_close(jnp.einsum("bhqk,bkhd->bqhd", weights, v), expected, atol=1e-4, rtol=1e-4)
+    # The distance: a diagonal attends at 0; attending to the first token from row i is at distance i.
+    real = np.ones((1, 4), bool)
+    assert np.allclose(attention_distance.mean_distance(np.eye(4)[None, None], real), 0)
+    first = np.zeros((1, 1, 4, 4))
+    first[..., 0] = 1.0
+    assert np.allclose(attention_distance.mean_distance(first, real), np.mean([0, 1, 2, 3]))
+    assert "| softmax | 1 |" in readme
