@@ -24,7 +24,9 @@ RUNS = Path("runs/studies/mlm")
 STEPS, CHECKPOINT_EVERY = 2000, 250
 
 
-def mlm_config(arch: str, seed: int, tiny: bool, root: Path, **mixer_options) -> ml_collections.ConfigDict:
+def mlm_config(
+    arch: str, seed: int, tiny: bool, root: Path, *, steps: int = STEPS, **mixer_options
+) -> ml_collections.ConfigDict:
     """ARCH in gmlp | amlp | bert at the shared setting, its data cached under `root`. `tiny`: seconds, on a
     small Markov-chain corpus written there (no download), for the tests."""
     config = get_config(f"{arch}_tiny" if tiny else f"{arch}_demo")
@@ -42,8 +44,8 @@ def mlm_config(arch: str, seed: int, tiny: bool, root: Path, **mixer_options) ->
     config.data.update(source="kjv", cache_dir=str(root / "cache"), wheel_cache="data/wheels")
     config.data.update(vocab_size=1000, seq_length=64)
     config.model.max_length = 64
-    config.train.update(steps=STEPS, log_every=50, eval_every=0, checkpoint_every=CHECKPOINT_EVERY)
-    config.train.update(keep_checkpoints=STEPS // CHECKPOINT_EVERY + 1, warmup_steps=100)
+    config.train.update(steps=steps, log_every=50, eval_every=0, checkpoint_every=CHECKPOINT_EVERY)
+    config.train.update(keep_checkpoints=steps // CHECKPOINT_EVERY + 1, warmup_steps=100)
     return config
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from studies import (
     approximation,
     attention_distance,
+    ffn_memory,
     kernel_convergence,
     parameter_budget,
     sgu_ablation,
@@ -170,3 +171,16 @@ def test_attention_distance_reads_the_matrices_the_models_apply(tmp_path):
     first[..., 0] = 1.0
     assert np.allclose(attention_distance.mean_distance(first, real), np.mean([0, 1, 2, 3]))
     assert "| softmax | 1 |" in readme
+
+
+def test_ffn_memory_trains_every_kind_at_every_slot_count(tmp_path):
+    result = ffn_memory.run(True, tmp_path)
+    _, readme = _files(tmp_path, "ffn_memory.png")
+    assert set(result["test_perplexity"]) == set(ffn_memory.KINDS) and result["slots"] == [16, 64]
+    for name, kind in ffn_memory.KINDS.items():
+        for n in result["slots"]:
+            (perplexity,) = result["test_perplexity"][name][str(n)]
+            assert 1 < perplexity < 1e4
+            config = json.loads((tmp_path / "runs" / f"bert-{kind}-n{n}-seed0" / "config.json").read_text())
+            assert (config["model"]["ffn"], config["model"]["mlp_dim"]) == (kind, n)
+    assert "| softmax memory + LN |" in readme
