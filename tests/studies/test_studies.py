@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from studies import (
+    amlp_alignment,
     approximation,
     attention_distance,
     ffn_memory,
@@ -184,3 +185,20 @@ def test_ffn_memory_trains_every_kind_at_every_slot_count(tmp_path):
             config = json.loads((tmp_path / "runs" / f"bert-{kind}-n{n}-seed0" / "config.json").read_text())
             assert (config["model"]["ffn"], config["model"]["mlp_dim"]) == (kind, n)
     assert "| softmax memory + LN |" in readme
+
+
+def test_amlp_alignment_trains_every_encoder_on_both_tasks(tmp_path):
+    result = amlp_alignment.run(True, tmp_path)
+    _, readme = _files(tmp_path, "amlp_alignment.png")
+    for task in ("copy", "KJV"):
+        assert set(result["test_perplexity"][task]) == set(amlp_alignment.ARCHS)
+        assert all(1 < p < 1e4 for runs in result["test_perplexity"][task].values() for p in runs)
+    # The copy corpus: every document is one word sequence written twice.
+    for doc in (tmp_path / "runs" / "copy-corpus" / "test.txt").read_text().split("\n\n")[:-1]:
+        words = doc.split()
+        m = len(words) // 2
+        assert 5 <= m <= 25 and words[:m] == words[m:]
+    # KJV's gMLP is the sgu_ablation study's default-gating workdir (trained once for both).
+    assert (tmp_path / "runs" / "gmlp-split_multiplicative-seed0" / "results.json").exists()
+    assert result["encoder_parameters"]["aMLP"] > result["encoder_parameters"]["gMLP"]
+    assert "| aMLP |" in readme

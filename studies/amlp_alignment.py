@@ -1,0 +1,120 @@
+"""gMLP paper: aMLP's tiny attention helps where alignment across positions matters (SPEC §1.5). gMLP, aMLP and
+a Transformer of matched size on a task that needs it and on one that does not, both masked LM.
+
+    python -m studies.amlp_alignment          # 3 encoders × 2 tasks × 2 seeds, ~55 min on 2 CPU cores
+    python -m studies.amlp_alignment --tiny   # 3 encoders × 2 tasks × 1 seed of 4 steps, seconds
+
+Needs alignment — *copy*: every document is a random sequence of m words (m uniform in 5 … 25, 200 made-up
+words) written twice. A masked word in the second copy is known from the same position of the first, but that
+position is m tokens back and m changes from document to document (documents are packed into 64-token
+sequences), so a fixed token-mixing matrix W cannot point at it; content-based attention can. Does not —
+*KJV*: the shared small MLM setting (`studies.mlm_setting`), where local, position-relative context is what
+predicts. Encoders: the `mlm_flax` demo presets (gMLP 4 layers, aMLP 3 layers with a 64-wide one-head
+attention in the gate, BERT 3 layers; d 128, matched in size as in the paper). Measured: held-out perplexity.
+Reproduced if aMLP's perplexity is lower than gMLP's by a larger factor on copy than on KJV.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+
+from studies.common import study_main, study_readme, write_study
+from studies.mlm_setting import RUNS, STEPS, mlm_config, train
+from zoo.describe import parameter_counts, total
+from zoo.plots import pyplot, save_figure
+
+ARCHS = {"gMLP": "gmlp", "aMLP": "amlp", "Transformer (BERT)": "bert"}
+COPY_STEPS = 1000
+
+
+def copy_corpus(d: Path, docs=(("train", 6000), ("valid", 300), ("test", 300)), words: int = 200, seed: int = 0):
+    """`d/{split}.txt`: documents "w1 … wm w1 … wm", m uniform in 5 … 25 (the `text` source's layout)."""
+    rng = random.Random(seed)
+    syllables = ["ba", "ke", "lo", "mi", "nu", "pa", "ri", "so", "tu", "ve", "xa", "zo"]
+    vocab = sorted({"".join(rng.choice(syllables) for _ in range(3)) for _ in range(3 * words)})[:words]
+    d.mkdir(parents=True, exist_ok=True)
+    for split, n in docs:
+        lines = []
+        for _ in range(n):
+            seq = [rng.choice(vocab) for _ in range(rng.randint(5, 25))]
+            lines.append(" ".join(seq + seq) + "\n\n")
+        (d / f"{split}.txt").write_text("".join(lines))
+
+
+def config_for(task: str, arch: str, seed: int, tiny: bool, root: Path):
+    if task == "KJV":
+        return mlm_config(arch, seed, tiny, root)
+    config = mlm_config(arch, seed, tiny, root, steps=COPY_STEPS)
+    corpus = root / "copy-corpus"
+    if not (corpus / "test.txt").exists():
+        copy_corpus(corpus, **({"docs": (("train", 200), ("valid", 20), ("test", 20))} if tiny else {}))
+    config.data.update(source="text", dir=str(corpus), cache_dir=str(root / "copy-cache"), vocab_size=300)
+    if tiny:
+        config.data.vocab_size = 120
+    return config
+
+
+def run(tiny: bool, out_dir: Path) -> dict:
+    seeds = [0] if tiny else [0, 1]
+    root = out_dir / "runs" if tiny else RUNS
+    perplexity: dict[str, dict[str, list[float]]] = {}
+    unigram, parameters = {}, {}
+    for task in ("copy", "KJV"):
+        perplexity[task] = {}
+        for name, arch in ARCHS.items():
+            perplexity[task][name] = []
+            for seed in seeds:
+                config = config_for(task, arch, seed, tiny, root)
+                # KJV's gMLP is studies.sgu_ablation's default-gating run: the same workdir, trained once.
+                suffix = "-split_multiplicative" if arch == "gmlp" and task == "KJV" else ""
+                workdir = root / (f"{arch}{suffix}-seed{seed}" if task == "KJV" else f"copy-{arch}-seed{seed}")
+                results = train(config, workdir)
+                perplexity[task][name].append(results["test_perplexity"])
+                parameters[name] = total(parameter_counts(config.model))
+            unigram[task] = results["unigram_perplexity"]
+    mean = {task: {name: float(np.mean(p)) for name, p in per.items()} for task, per in perplexity.items()}
+    gain = {task: mean[task]["gMLP"] / mean[task]["aMLP"] for task in mean}  # > 1: aMLP better
+    verdict = "reproduced" if gain["copy"] > gain["KJV"] else "not reproduced"
+    result = {
+        "seeds": seeds, "test_perplexity": perplexity, "mean_test_perplexity": mean, "unigram_perplexity": unigram,
+        "amlp_gain_over_gmlp": gain, "encoder_parameters": parameters, "verdict": verdict, "tiny": tiny,
+    }  # fmt: skip
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    for ax, task in zip(axes, ("copy", "KJV"), strict=True):
+        names = list(ARCHS)
+        ax.bar(names, [mean[task][n] for n in names], color=["C0", "C1", "C2"])
+        ax.axhline(unigram[task], color="grey", linestyle=":", label="unigram")
+        ax.set_yscale("log")
+        ax.set_title(f"{task}: held-out perplexity")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, out_dir / "amlp_alignment.png")
+
+    rows = "\n".join(
+        f"| {name} | {parameters[name]:,} | {mean['copy'][name]:.2f} | {mean['KJV'][name]:.2f} |" for name in ARCHS
+    )
+    readme = study_readme(
+        "amlp_alignment", tiny,
+        title="aMLP's tiny attention where alignment across positions matters",
+        claim="(gMLP paper, SPEC §1.5): gMLP's fixed spatial projection falls short where a task needs alignment "
+        "across positions; aMLP's single 64-wide attention head in the gate closes the gap to a Transformer.",
+        setting=("tiny: Markov and copy corpora, 4 steps" if tiny else f"copy (words repeated at a varying distance, "
+        f"{COPY_STEPS:,} steps) and KJV (`studies/mlm_setting.py`, {STEPS:,} steps), 64-token sequences, the "
+        "`mlm_flax` demo encoders") + f"; seeds {', '.join(map(str, seeds))}; unigram perplexity copy "
+        f"{unigram['copy']:.1f}, KJV {unigram['KJV']:.1f}.",
+        table="| encoder | encoder parameters | copy: held-out perplexity | KJV: held-out perplexity |\n"
+        "|---|---|---|---|\n" + rows,
+        verdict=f"{verdict} (aMLP's perplexity ratio to gMLP: copy {1 / gain['copy']:.3f}, KJV {1 / gain['KJV']:.3f}).",
+        figure="amlp_alignment.png",
+    )  # fmt: skip
+    write_study(out_dir, result, readme)
+    return result
+
+
+if __name__ == "__main__":
+    study_main("amlp_alignment", __doc__, run)
