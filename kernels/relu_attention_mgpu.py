@@ -1,4 +1,4 @@
-"""ReLU attention forward for Hopper GPUs in Mosaic GPU (`plgpu.kernel`): TMA copies and wgmma. EXPERIMENTAL.
+"""ReLU attention for Hopper GPUs in Mosaic GPU (`plgpu.kernel`): TMA copies and wgmma. EXPERIMENTAL.
 
 One CUDA block (one warpgroup) per (query tile, head, batch) of the caller's `[B, T, H, D]` arrays: the query
 tile is copied to shared memory once, key/value tiles stream through `stages` shared-memory slots by TMA
@@ -7,8 +7,10 @@ accumulators, and causal programs stop at the diagonal.
 
 What the kernel leaves to its caller (`relu_attention_mgpu`), each one elementwise pass in XLA: padded keys
 are made invisible by zeroing their value rows (ReLU attention, unlike softmax, then needs no score mask), and
-the row factor 1/(γ r(n_i)) scales the unnormalised output. The backward pass is the Triton kernels'
-(`relu_attention_pallas`): same residuals.
+the row factor 1/(γ r(n_i)) scales the unnormalised output. Backward (`MgpuBlockSizes.backward`): a Mosaic
+dq kernel (with the per-row Σ p·dP that gives d factor) and a dk/dv kernel, each streaming the other side's
+tiles through `plgpu.emit_pipeline` (causal tiles masked, not yet skipped) — or the Triton kernels of
+`relu_attention_pallas` (same residuals).
 
 Status: lowers for CUDA on a CPU (tests/kernels/test_relu_attention_mgpu.py, `jax.export`); JAX's GPU
 interpret mode (jax 0.10) cannot run wgmma on transposed shared-memory refs, so its numbers are checked only
@@ -33,9 +35,12 @@ from jax.experimental import pallas as pl
 class MgpuBlockSizes:
     block_q: int = 64
     block_k: int = 64
-    stages: int = 2  # key/value shared-memory slots in flight
+    stages: int = 2  # key/value (backward: query/dO or key/value) shared-memory slots in flight
+    backward: str = "mosaic"  # "mosaic": the dq and dk/dv kernels here; "triton": relu_attention_pallas's
 
     def __post_init__(self):
+        if self.backward not in ("mosaic", "triton"):
+            raise ValueError(f"MgpuBlockSizes.backward must be 'mosaic' or 'triton', got {self.backward!r}")
         if self.block_q % 64 or self.block_k % 64:
             raise ValueError(f"MgpuBlockSizes: tiles must be multiples of 64, got {self.block_q}×{self.block_k}")
         if self.stages < 1:
@@ -140,6 +145,172 @@ def _forward_unscaled(q, k, v, *, causal: bool, scale: float, sizes: MgpuBlockSi
     )(q, k, v)
 
 
+def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: MgpuBlockSizes):
+    """dq, dk, dv (for the value rows the kernel saw) and Σ_j p_ij dP_ij per row `[B, H, T_q]` (= d factor).
+
+    dq kernel, per query tile (K/V tiles pipelined): s = q kᵀ·scale, p = ReLU(s), dP = dO vᵀ,
+    dS = 1[s>0] dP · f · scale, dq += dS k. dk/dv kernel, per key tile (q/dO tiles pipelined), transposed so
+    that the key rows are the wgmma rows: sᵀ = k qᵀ·scale, aᵀ = ReLU(sᵀ) f, dv += aᵀ dO, dPᵀ = v dOᵀ,
+    dSᵀ = 1[sᵀ>0] dPᵀ f · scale, dk += dSᵀ q. Causal tiles are masked, not skipped (a static pipeline grid).
+    """
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    b, tq, h, d = q.shape
+    tk, dv_dim = k.shape[1], v.shape[-1]
+    bq, bk = sizes.block_q, sizes.block_k
+    dtype = q.dtype
+    swizzled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+
+    def tile(rows, cols):
+        return plgpu.BlockSpec(block_shape=(rows, cols), index_map=lambda i: (i, 0), transforms=swizzled)
+
+    def visible(rows_start, cols_start, shape, transposed):
+        """Causal visibility of a score tile (query rows, key columns; swapped when transposed)."""
+        rows = plgpu.broadcasted_iota(jnp.int32, shape, 0, layout=plgpu.Layout.WGMMA) + rows_start
+        cols = plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA) + cols_start
+        return cols >= rows if transposed else rows >= cols
+
+    def dq_kernel(q_ref, k_ref, v_ref, do_ref, f_ref, dq_ref, pdp_ref):
+        batch, head, q_tile = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("q_tiles")
+        q0 = q_tile * bq
+        rows = (batch, pl.ds(q0, bq), head)
+
+        def with_buffers(q_smem, do_smem, f_smem, pdp_smem, bar):
+            plgpu.copy_gmem_to_smem(q_ref.at[rows], q_smem, bar.at[0])
+            plgpu.copy_gmem_to_smem(do_ref.at[rows], do_smem, bar.at[1])
+            plgpu.copy_gmem_to_smem(f_ref.at[batch, head, pl.ds(q0, bq)], f_smem, bar.at[2])
+            for i in range(3):
+                plgpu.barrier_wait(bar.at[i])
+            f = plgpu.load(f_smem, (), layout=plgpu.Layout.WGMMA.reduce(1))
+
+            def step(indices, k_smem, v_smem, carry):
+                dq_acc, pdp = carry
+                (j,) = indices
+
+                def scores(acc_ref):
+                    plgpu.wgmma(acc_ref, q_smem, plgpu.transpose_ref(k_smem, (1, 0)))
+                    return acc_ref[...]
+
+                def dp_tile(acc_ref):
+                    plgpu.wgmma(acc_ref, do_smem, plgpu.transpose_ref(v_smem, (1, 0)))
+                    return acc_ref[...]
+
+                s = pl.run_scoped(scores, plgpu.ACC((bq, bk), jnp.float32)) * scale
+                dp = pl.run_scoped(dp_tile, plgpu.ACC((bq, bk), jnp.float32))
+                live = s > 0
+                if causal:
+                    live = live & visible(q0, j * bk, (bq, bk), transposed=False)
+                p = jnp.where(live, s, 0.0)
+                pdp = pdp + jnp.sum(p * dp, axis=1)
+                ds = jnp.where(live, dp * lax.broadcast_in_dim(f, (bq, bk), [0]), 0.0) * scale
+
+                def accumulate(acc_ref):
+                    plgpu.wgmma(acc_ref, ds.astype(dtype), k_smem)
+
+                return pl.run_state(accumulate)(plgpu.ACC.init(dq_acc)), pdp
+
+            zeros = plgpu.layout_cast(jnp.zeros((bq, d), jnp.float32), plgpu.Layout.WGMMA)
+            pdp0 = plgpu.layout_cast(jnp.zeros((bq,), jnp.float32), plgpu.Layout.WGMMA.reduce(1))
+            pipeline = plgpu.emit_pipeline(
+                step, grid=(pl.cdiv(tk, bk),), in_specs=[tile(bk, d), tile(bk, dv_dim)],
+                max_concurrent_steps=sizes.stages, init_carry=(zeros, pdp0),
+            )  # fmt: skip
+            dq, pdp = pipeline(k_ref.at[batch, :, head, :], v_ref.at[batch, :, head, :])
+            q_smem[...] = dq.astype(dtype)
+            pdp_smem[...] = pdp
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(q_smem, dq_ref.at[rows])
+            plgpu.copy_smem_to_gmem(pdp_smem, pdp_ref.at[batch, head, pl.ds(q0, bq)])
+            plgpu.wait_smem_to_gmem(0)
+
+        pl.run_scoped(
+            with_buffers,
+            plgpu.SMEM((bq, d), dtype, transforms=swizzled),
+            plgpu.SMEM((bq, dv_dim), dtype, transforms=swizzled),
+            plgpu.SMEM((bq,), jnp.float32),
+            plgpu.SMEM((bq,), jnp.float32),
+            plgpu.Barrier(num_barriers=3),
+        )
+
+    def dkdv_kernel(q_ref, k_ref, v_ref, do_ref, f_ref, dk_ref, dv_ref):
+        batch, head, k_tile = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("k_tiles")
+        k0 = k_tile * bk
+        rows = (batch, pl.ds(k0, bk), head)
+
+        def with_buffers(k_smem, v_smem, bar):
+            plgpu.copy_gmem_to_smem(k_ref.at[rows], k_smem, bar.at[0])
+            plgpu.copy_gmem_to_smem(v_ref.at[rows], v_smem, bar.at[1])
+            plgpu.barrier_wait(bar.at[0])
+            plgpu.barrier_wait(bar.at[1])
+
+            def step(indices, q_smem, do_smem, f_smem, carry):
+                dk_acc, dv_acc = carry
+                (i,) = indices
+
+                def scores_t(acc_ref):
+                    plgpu.wgmma(acc_ref, k_smem, plgpu.transpose_ref(q_smem, (1, 0)))
+                    return acc_ref[...]
+
+                s_t = pl.run_scoped(scores_t, plgpu.ACC((bk, bq), jnp.float32)) * scale
+                f = lax.broadcast_in_dim(plgpu.load(f_smem, (), layout=plgpu.Layout.WGMMA.reduce(0)), (bk, bq), [1])
+                live = s_t > 0
+                if causal:
+                    live = live & visible(k0, i * bq, (bk, bq), transposed=True)
+                a_t = jnp.where(live, s_t, 0.0) * f
+
+                def dv_and_dp(refs):
+                    dv_ref_, dp_ref_ = refs
+                    plgpu.wgmma(dv_ref_, a_t.astype(dtype), do_smem)
+                    plgpu.wgmma(dp_ref_, v_smem, plgpu.transpose_ref(do_smem, (1, 0)))
+
+                zeros = plgpu.layout_cast(jnp.zeros((bk, bq), jnp.float32), plgpu.Layout.WGMMA)
+                dv_acc, dp_t = pl.run_state(dv_and_dp)((plgpu.ACC.init(dv_acc), plgpu.ACC.init(zeros)))
+                ds_t = jnp.where(live, dp_t * f, 0.0) * scale
+
+                def accumulate(acc_ref):
+                    plgpu.wgmma(acc_ref, ds_t.astype(dtype), q_smem)
+
+                return pl.run_state(accumulate)(plgpu.ACC.init(dk_acc)), dv_acc
+
+            dk0 = plgpu.layout_cast(jnp.zeros((bk, d), jnp.float32), plgpu.Layout.WGMMA)
+            dv0 = plgpu.layout_cast(jnp.zeros((bk, dv_dim), jnp.float32), plgpu.Layout.WGMMA)
+            pipeline = plgpu.emit_pipeline(
+                step, grid=(pl.cdiv(tq, bq),),
+                in_specs=[tile(bq, d), tile(bq, dv_dim),
+                          plgpu.BlockSpec(block_shape=(bq,), index_map=lambda i: (i,))],
+                max_concurrent_steps=sizes.stages, init_carry=(dk0, dv0),
+            )  # fmt: skip
+            dk, dv = pipeline(q_ref.at[batch, :, head, :], do_ref.at[batch, :, head, :], f_ref.at[batch, head, :])
+            k_smem[...] = dk.astype(dtype)
+            v_smem[...] = dv.astype(dtype)
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(k_smem, dk_ref.at[rows])
+            plgpu.copy_smem_to_gmem(v_smem, dv_ref.at[rows])
+            plgpu.wait_smem_to_gmem(0)
+
+        pl.run_scoped(
+            with_buffers,
+            plgpu.SMEM((bk, d), dtype, transforms=swizzled),
+            plgpu.SMEM((bk, dv_dim), dtype, transforms=swizzled),
+            plgpu.Barrier(num_barriers=2),
+        )
+
+    d_out = d_out.astype(dtype)
+    dq, pdp = plgpu.kernel(
+        dq_kernel,
+        out_type=(jax.ShapeDtypeStruct(q.shape, dtype), jax.ShapeDtypeStruct(factor.shape, jnp.float32)),
+        grid=(pl.cdiv(tq, bq), h, b),
+        grid_names=("q_tiles", "heads", "batch"),
+    )(q, k, v, d_out, factor)
+    dk, dv = plgpu.kernel(
+        dkdv_kernel,
+        out_type=(jax.ShapeDtypeStruct(k.shape, dtype), jax.ShapeDtypeStruct(v.shape, dtype)),
+        grid=(pl.cdiv(tk, bk), h, b),
+        grid_names=("k_tiles", "heads", "batch"),
+    )(q, k, v, d_out, factor)
+    return dq, dk, dv, pdp
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def _attend(q, k, v, key_mask, factor, causal, sizes, triton_sizes):
     v_visible = jnp.where(key_mask[:, :, None, None], v, jnp.zeros((), v.dtype))
@@ -152,9 +323,14 @@ def _attend_fwd(q, k, v, key_mask, factor, causal, sizes, triton_sizes):
 
 
 def _attend_bwd(causal, sizes, triton_sizes, residuals, d_out):
-    from kernels.relu_attention_pallas import relu_attention_pallas
-
     q, k, v, key_mask, factor = residuals
+    if sizes.backward == "mosaic":
+        v_visible = jnp.where(key_mask[:, :, None, None], v, jnp.zeros((), v.dtype))
+        scale = 1 / math.sqrt(q.shape[-1])
+        dq, dk, dv, dfactor = _backward(q, k, v_visible, factor, d_out, causal=causal, scale=scale, sizes=sizes)
+        dv = jnp.where(key_mask[:, :, None, None], dv, jnp.zeros((), dv.dtype))  # through the zeroing of v
+        return dq, dk, dv, None, dfactor
+    from kernels.relu_attention_pallas import relu_attention_pallas
 
     def triton(q, k, v, factor):
         return relu_attention_pallas(

@@ -15,28 +15,32 @@ from tests.kernels.lowering import layout_copies
 UNCHECKED = [export.DisabledSafetyCheck.custom_call(n) for n in ("mosaic_gpu_v2", "__gpu$xla.gpu.triton")]
 
 
-def _attend(causal, t):
+def _attend(causal, t, backward="mosaic"):
     mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])
+    sizes = MgpuBlockSizes(backward=backward)
 
     def attend(q, k, v):
-        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, impl="pallas", pallas_backend="mosaic_gpu")
+        return kernels.relu_attention(
+            q, k, v, causal=causal, key_mask=mask, impl="pallas", pallas_backend="mosaic_gpu", pallas_block_sizes=sizes
+        )
 
     return attend
 
 
 @pytest.mark.parametrize("t, d", [(1024, 64), (16384, 128)])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("grad", [False, True])
-def test_lowers_for_cuda_forward_mosaic_backward_triton(grad, causal, t, d):
-    fn = _attend(causal, t)
+@pytest.mark.parametrize("grad, backward", [(False, "mosaic"), (True, "mosaic"), (True, "triton")])
+def test_lowers_for_cuda_to_the_mosaic_kernels(grad, backward, causal, t, d):
+    """Forward: one Mosaic GPU kernel. Gradient: the Mosaic dq and dk/dv kernels, or (backward="triton") the
+    Triton ones; the forward is dead code there. Nothing of the attention left to XLA, no layout copies."""
+    fn = _attend(causal, t, backward)
     if grad:
         attend = fn
         fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
     x = jax.ShapeDtypeStruct((2, t, 4, d), jnp.bfloat16)
     text = export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=UNCHECKED)(x, x, x).mlir_module()
-    # Forward: one Mosaic GPU kernel; gradient: the Triton dq and dk/dv kernels (the forward is dead code there).
-    assert text.count("mosaic_gpu_v2") == (0 if grad else 1)
-    assert text.count("__gpu$xla.gpu.triton") == (2 if grad else 0)
+    mosaic, triton = {(False, "mosaic"): (1, 0), (True, "mosaic"): (2, 0), (True, "triton"): (0, 2)}[grad, backward]
+    assert (text.count("mosaic_gpu_v2"), text.count("__gpu$xla.gpu.triton")) == (mosaic, triton)
     assert "stablehlo.dot_general" not in text
     assert not layout_copies(text), layout_copies(text)
 
@@ -54,10 +58,13 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
         relu_attention_mgpu(short, short, short, mask[:, :100], factor[..., :100], causal=False)
     with pytest.raises(ValueError, match="multiples of 64"):
         MgpuBlockSizes(block_q=32)
+    with pytest.raises(ValueError, match="'mosaic' or 'triton'"):
+        MgpuBlockSizes(backward="xla")
 
 
+@pytest.mark.parametrize("backward", ["mosaic", "triton"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_matches_reference_outputs_and_gradients_where_it_runs(causal):
+def test_matches_reference_outputs_and_gradients_where_it_runs(causal, backward):
     """On a GPU: outputs and every gradient (γ included) against the fp32 reference. Anywhere else the kernel
     cannot run (JAX's GPU interpret mode cannot execute its wgmma), and saying so is what is checked."""
     t, d = 512, 128
@@ -71,7 +78,8 @@ def test_matches_reference_outputs_and_gradients_where_it_runs(causal):
         return jnp.sum(out.astype(jnp.float32) ** 2), out
 
     grad = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)
-    mosaic = jax.jit(lambda *a: grad(*a, impl="pallas", pallas_backend="mosaic_gpu"))
+    sizes = MgpuBlockSizes(backward=backward)
+    mosaic = jax.jit(lambda *a: grad(*a, impl="pallas", pallas_backend="mosaic_gpu", pallas_block_sizes=sizes))
     if jax.default_backend() != "gpu":
         with pytest.raises(ValueError, match="interpret mode"):
             mosaic(q, k, v, gamma)
