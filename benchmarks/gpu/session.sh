@@ -36,9 +36,12 @@ for s in "$@"; do
       "$PY" -c "import jax, jaxlib, flax, optax, chex; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__); print(jax.devices())"
       ;;
     kernel-tests)
-      step kernel-tests "${TESTS_LIMIT:-240}" env JAX_PLATFORMS=cuda "$PY" -m pytest "${TESTS:-tests/kernels}" -q -n 8 \
+      # -v: every result on its own line as it happens (a cut-off run still says which failed and why, -rf
+      # prints the reasons only at the end); the Mosaic GPU file first, it is the one never run on hardware.
+      step kernel-tests "${TESTS_LIMIT:-240}" env JAX_PLATFORMS=cuda "$PY" -m pytest \
+        "${TESTS:-tests/kernels/test_relu_attention_mgpu.py tests/kernels}" -v -n 8 \
         -p no:cacheprovider -p no:benchmark --timeout=120 --tb=line -rf --durations=5
-      grep -E "passed|failed|^FAILED|Error" "$OUT/kernel-tests.log" | cut -c1-300 | tail -40
+      grep -E "PASSED|FAILED|passed|failed|Error" "$OUT/kernel-tests.log" | cut -c1-300 | tail -60
       ;;
     bench)
       step bench "${BENCH_LIMIT:-330}" env JAX_PLATFORMS=cuda "$PY" -m kernels.bench --out "$OUT/bench" --lengths=1024,4096,16384 \
