@@ -39,9 +39,9 @@ NOT_REPRODUCED_NOTE = (
     "the blocks here are pre-LayerNorm and trained by AdamW at 1e-3 with warm-up: a residual stream normalised "
     "before every mixer and per-parameter step sizes absorb the √(n/2)-times larger attention output at "
     "initialisation, and at 2 layers and 300 steps the models stay near the chance loss (ln 10 = 2.303), where "
-    "there is little to destabilise. The paper's unstable runs are 6-layer translation Transformers trained "
-    "for many epochs; a deeper model, post-LN blocks, a larger learning rate or longer training are what a "
-    "further test would vary."
+    "there is little to destabilise. The paper's ablation (plain ReLU 'does not converge') is on its own "
+    "translation Transformers trained for many epochs; a deeper model, post-LN blocks, a larger learning rate or "
+    "longer training are what a further test would vary."
 )
 
 
