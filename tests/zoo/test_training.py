@@ -363,3 +363,19 @@ def test_train_batch_size_has_one_meaning_and_token_batched_tasks_use_row_multip
         check_batch_rows(train_config(batch_size=8), by_tokens)
     with pytest.raises(ValueError, match=r"data.row_multiple=6 is not divisible by train.grad_accum_steps=4"):
         check_batch_rows(train_config(batch_size=0, grad_accum_steps=4), by_tokens)
+
+
+def test_a_run_written_before_a_model_field_existed_resumes_unless_the_field_changes(tmp_path):
+    """config.json of an older version lacks fields added since (here gMLP's sgu_variant): at their defaults
+    (the computation the run did) resuming is allowed; set to anything else it is refused, naming the field."""
+    from zoo.models import model_config
+
+    config = ml_collections.ConfigDict({"seed": 0, "model": model_config(mixer="gmlp"), "train": train_config()})
+    write_config(config, tmp_path)
+    stored = json.loads((tmp_path / "config.json").read_text())
+    del stored["model"]["mixer_options"]["gmlp"]["sgu_variant"]
+    (tmp_path / "config.json").write_text(json.dumps(stored))
+    check_resume_config(config, tmp_path)
+    config.model.mixer_options.gmlp.sgu_variant = "additive"
+    with pytest.raises(ConfigMismatchError, match=r"sgu_variant: 'split_multiplicative' -> 'additive'"):
+        check_resume_config(config, tmp_path)

@@ -108,13 +108,22 @@ def config_to_json(config: ml_collections.ConfigDict) -> str:
     return json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str)
 
 
+def _with_model_defaults(config: dict) -> dict:
+    """The flattened config with model fields added since it was written at their defaults: new fields default
+    to the computation older runs did, so a run started before them resumes (a non-default value still differs)."""
+    if isinstance(config.get("model"), dict):
+        from zoo.models import stored_model_config  # zoo.models imports zoo.training
+
+        config = {**config, "model": stored_model_config(config["model"]).to_dict()}
+    return flatten_config(config)
+
+
 def check_resume_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:
     """Refuses a config that would alter the run recorded in workdir/config.json, naming every changed field."""
     path = as_path(workdir) / "config.json"
     text = config_to_json(config)
     if path.exists():
-        old = flatten_config(json.loads(path.read_text()))
-        new = flatten_config(json.loads(text))
+        old, new = (_with_model_defaults(json.loads(t)) for t in (path.read_text(), text))
         missing = object()
         changed = [
             k
