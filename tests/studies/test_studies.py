@@ -8,6 +8,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from studies import (
     amlp_alignment,
@@ -92,17 +93,28 @@ def test_kernel_convergence_trains_every_seed_of_both_kernels_and_resumes(tmp_pa
     assert "| OGLU |" in readme
 
 
-def test_stability_trains_every_arm_and_counts_divergences(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def stability_tiny(tmp_path_factory):
+    """studies.stability --tiny under <root>/stability, with its no-factor arm "diverging" (the loop's own
+    error for a NaN loss); studies.attention_distance --tiny at <root> reads the other two arms' models."""
+    root = tmp_path_factory.mktemp("studies")
     real_train = stability.train_and_evaluate
 
-    def train(config, workdir, task):  # the no-factor arm "diverges": the loop's own error for a NaN loss
+    def train(config, workdir, task):
         if config.model.mixer == "relu" and not config.model.mixer_options.relu.variance_reduction:
             real_train(config, workdir, task)
             raise FloatingPointError("loss is not finite (nan) at step 4; refusing to checkpoint it. ...")
         return real_train(config, workdir, task)
 
-    monkeypatch.setattr(stability, "train_and_evaluate", train)
-    result = stability.run(True, tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stability, "train_and_evaluate", train)
+        result = stability.run(True, root / "stability")
+    return root, result
+
+
+def test_stability_trains_every_arm_and_counts_divergences(stability_tiny):
+    root, result = stability_tiny
+    tmp_path = root / "stability"
     _, readme = _files(tmp_path, "stability.png")
     assert set(result["runs"]) == set(stability.ARMS)
     for arm, runs in result["runs"].items():
@@ -147,7 +159,8 @@ def test_toeplitz_scores_every_checkpoint_of_every_layer(tmp_path):
     assert result["noise_level"] == 2 / 64 and "| 0 |" in readme
 
 
-def test_attention_distance_reads_the_matrices_the_models_apply(tmp_path):
+def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
+    tmp_path, _ = stability_tiny  # the tiny stability runs are there already: nothing is trained again
     result = attention_distance.run(True, tmp_path)
     _, readme = _files(tmp_path, "attention_distance.png")
     assert set(result["mean_distance"]) == set(attention_distance.ARMS)
