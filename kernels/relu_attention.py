@@ -244,6 +244,11 @@ _xla.defvjp(_xla_fwd, _xla_bwd)
 # ----------------------------------------------------------------------------------------------
 
 
+def xlogx(a: jax.Array) -> jax.Array:
+    """a log a, 0 where a ≤ 0 (the entropy regulariser's convention)."""
+    return jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0)
+
+
 def _resolve_impl(impl: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"unknown relu_attention impl {impl!r}; valid: {', '.join(IMPLS)}")
@@ -275,7 +280,7 @@ def relu_attention(
       block_sizes: key-block length for impl="xla"; pallas_block_sizes: a PallasBlockSizes ("pallas" on GPU
         or in interpret mode) or a TpuBlockSizes ("pallas" for TPU).
       pallas_backend: the platform the "pallas" kernels are built for — "tpu" (Mosaic TPU kernels,
-        `relu_attention_tpu`), "gpu" (Triton), "mosaic_gpu" (experimental Hopper forward kernel,
+        `relu_attention_tpu`), "gpu" (Triton), "mosaic_gpu" (experimental Hopper kernels,
         `relu_attention_mgpu`; never chosen by default) — default: the running backend's. Lowering for another
         platform than the running one (e.g. `jax.export(..., platforms=["tpu"])` on a CPU) needs it.
       pallas_interpret: run the kernels in Pallas interpret mode (default: on a CPU backend).
@@ -290,7 +295,7 @@ def relu_attention(
         factor = _row_factor(counts, gamma_h, row_scale)  # differentiable: dγ flows through it
         backend = pallas_backend or jax.default_backend()
         interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
-        if backend == "mosaic_gpu":  # experimental: Hopper forward, Triton backward
+        if backend == "mosaic_gpu":  # experimental Hopper kernels (MgpuBlockSizes.backward picks the backward)
             from kernels.relu_attention_mgpu import relu_attention_mgpu
 
             return relu_attention_mgpu(q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes)
@@ -329,9 +334,6 @@ def relu_attention_row_stats(
     """
     _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-
-    def xlogx(a):
-        return jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0)
 
     if _resolve_impl(impl) == "reference":
         a = _reference_weights(q, k, key_mask, gamma_h, causal, row_scale)

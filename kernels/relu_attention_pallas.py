@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from kernels.relu_attention import xlogx
 from kernels.tiles import Extent, load_tile, store_tile
 
 
@@ -111,10 +112,6 @@ class _Dims:
     causal: bool
 
 
-def _xlogx(p):
-    return jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
-
-
 def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, *stats_refs, block_q, block_k, dims):
     """Output tile; with `stats_refs` (Σ_j p_ij, Σ_j p_ij log p_ij) of its rows too, p = ReLU(s)·m unscaled."""
     i = pl.program_id(0)
@@ -132,7 +129,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, *stats_refs, 
         p = jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
         acc = acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         if row_stats:
-            stats = (stats[0] + jnp.sum(p, axis=1), stats[1] + jnp.sum(_xlogx(p), axis=1))
+            stats = (stats[0] + jnp.sum(p, axis=1), stats[1] + jnp.sum(xlogx(p), axis=1))
         return acc, stats
 
     acc = jnp.zeros((block_q, v_ref.shape[-1]), jnp.float32)
