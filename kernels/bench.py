@@ -40,7 +40,7 @@ PEAKS = {
 @dataclasses.dataclass(frozen=True)
 class Case:
     op: str  # "relu" | "linear" | "softmax"
-    impl: str  # "reference" | "xla" | "pallas" | "mosaic" (relu, Hopper) | "cudnn" (softmax on GPU) | "xla"
+    impl: str  # "reference" | "xla" | "pallas" | "mosaic" (Hopper) | "cudnn" (softmax on GPU)
     batch: int
     heads: int
     length: int
@@ -93,14 +93,20 @@ def block_sizes(case: Case):
 
 def _fn(case: Case):
     sizes = block_sizes(case)
-    if case.op == "relu" and case.impl == "mosaic":  # the experimental Hopper forward (Triton backward)
-        return lambda q, k, v: relu_attention(q, k, v, causal=case.causal, impl="pallas", pallas_backend="mosaic_gpu")
+    # "pallas" names the Triton kernels on a GPU (whatever `pallas_backend="gpu"` would pick by compute
+    # capability) and "mosaic" the Hopper ones; on a TPU "pallas" is the Mosaic TPU kernels.
+    if case.impl == "mosaic":
+        impl, backend = "pallas", "mosaic_gpu"
+    else:
+        impl, backend = case.impl, "triton" if jax.default_backend() == "gpu" else None
     if case.op == "relu":
-        return lambda q, k, v: relu_attention(q, k, v, causal=case.causal, impl=case.impl, pallas_block_sizes=sizes)
+        return lambda q, k, v: relu_attention(
+            q, k, v, causal=case.causal, impl=impl, pallas_block_sizes=sizes, pallas_backend=backend
+        )  # fmt: skip
     if case.op == "linear":
         return lambda q, k, v: linear_attention(
-            jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=case.causal, impl=case.impl, chunk_size=64,
-            pallas_block_sizes=sizes,
+            jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=case.causal, impl=impl, chunk_size=64,
+            pallas_block_sizes=sizes, pallas_backend=backend,
         )  # fmt: skip
     implementation = "cudnn" if case.impl == "cudnn" else "xla"
     return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=case.causal, implementation=implementation)

@@ -130,6 +130,22 @@ def _xla_causal(phi_q, phi_k, v, eps, eps_mode, chunk):
     return _split_num_den(acc, eps, eps_mode, v.dtype)
 
 
+def _pallas_backend(requested, phi_q, v, chunk_size, block_sizes) -> str:
+    """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
+    from kernels.platforms import resolve_pallas_backend
+
+    def mosaic_refusal():
+        from kernels.linear_attention_mgpu import mgpu_chunk_sizes, supported
+
+        try:
+            sizes = mgpu_chunk_sizes(chunk_size, block_sizes)
+        except ValueError as e:
+            return str(e)
+        return supported(phi_q, v, sizes)
+
+    return resolve_pallas_backend(requested, mosaic_refusal)
+
+
 def linear_attention(
     phi_q: jax.Array,
     phi_k: jax.Array,
@@ -153,8 +169,10 @@ def linear_attention(
     Returns v's shape and dtype. `eps_mode`: how ε enters the denominator (module docstring).
     `chunk_size` is the causal chunk length for impl="xla" (default 64) and "pallas";
     `pallas_block_sizes` (a LinearBlockSizes, or a TpuChunkSizes for TPU) overrides it for "pallas".
-    `pallas_backend` ("tpu": the Mosaic kernels of `linear_attention_tpu`; "gpu": Triton; default: the
-    running backend's) and `pallas_interpret` (default: on a CPU backend) as for `relu_attention`.
+    `pallas_backend` ("tpu": the Mosaic kernels of `linear_attention_tpu`; "triton": `linear_attention_pallas`;
+    "mosaic_gpu": the chunk-parallel Hopper kernels of `linear_attention_mgpu`, block sizes an MgpuChunkSizes;
+    "gpu": by compute capability, `kernels.platforms`; default: the running backend's) and `pallas_interpret`
+    (default: on a CPU backend) as for `relu_attention`.
     """
     _check(phi_q, phi_k, v, key_mask, causal)
     if impl not in IMPLS:
@@ -167,8 +185,15 @@ def linear_attention(
         check_non_negative("phi_k", phi_k)
         return _reference(phi_q, phi_k, v, causal, eps, eps_mode)
     if impl == "pallas":
-        backend = pallas_backend or jax.default_backend()
+        backend = _pallas_backend(pallas_backend, phi_q, v, chunk_size, pallas_block_sizes)
         interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
+        if backend == "mosaic_gpu":
+            from kernels.linear_attention_mgpu import linear_attention_mgpu, mgpu_chunk_sizes
+
+            sizes = mgpu_chunk_sizes(chunk_size, pallas_block_sizes)
+            return linear_attention_mgpu(
+                phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes
+            )  # fmt: skip
         if backend == "tpu":
             from kernels.linear_attention_tpu import linear_attention_tpu
 

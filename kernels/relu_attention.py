@@ -249,6 +249,22 @@ def xlogx(a: jax.Array) -> jax.Array:
     return jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0)
 
 
+def _pallas_backend(requested, q, k, v, block_sizes, fused_row_stats: bool = False) -> str:
+    """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
+    from kernels.platforms import resolve_pallas_backend
+
+    def mosaic_refusal():
+        from kernels.relu_attention_mgpu import MgpuBlockSizes, supported
+
+        if fused_row_stats:
+            return "the row statistics come out of the Triton forward kernel only"
+        if block_sizes is not None and not isinstance(block_sizes, MgpuBlockSizes):
+            return f"block sizes {type(block_sizes).__name__} are for other kernels"
+        return supported(q, k, v, block_sizes or MgpuBlockSizes())
+
+    return resolve_pallas_backend(requested, mosaic_refusal)
+
+
 def _resolve_impl(impl: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"unknown relu_attention impl {impl!r}; valid: {', '.join(IMPLS)}")
@@ -279,10 +295,12 @@ def relu_attention(
         "none" by 1 (ReLA, and ReLUFormer's non-converging ablation).
       block_sizes: key-block length for impl="xla"; pallas_block_sizes: a PallasBlockSizes ("pallas" on GPU
         or in interpret mode) or a TpuBlockSizes ("pallas" for TPU).
-      pallas_backend: the platform the "pallas" kernels are built for — "tpu" (Mosaic TPU kernels,
-        `relu_attention_tpu`), "gpu" (Triton), "mosaic_gpu" (experimental Hopper kernels,
-        `relu_attention_mgpu`; never chosen by default) — default: the running backend's. Lowering for another
-        platform than the running one (e.g. `jax.export(..., platforms=["tpu"])` on a CPU) needs it.
+      pallas_backend: the kernels "pallas" runs (`kernels.platforms`) — "tpu" (Mosaic TPU,
+        `relu_attention_tpu`), "triton" (`relu_attention_pallas`), "mosaic_gpu" (Hopper, `relu_attention_mgpu`;
+        experimental), "gpu" (by compute capability: Mosaic GPU on Hopper for the inputs it takes and
+        `pallas_block_sizes` None or an MgpuBlockSizes, Triton otherwise) — default: the running backend's.
+        Lowering for another platform than the running one (e.g. `jax.export(..., platforms=["tpu"])` on a CPU)
+        needs it.
       pallas_interpret: run the kernels in Pallas interpret mode (default: on a CPU backend).
     """
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
@@ -293,9 +311,9 @@ def relu_attention(
     if impl == "pallas":
         counts = visible_key_counts(key_mask, causal=causal, q_length=q.shape[1])
         factor = _row_factor(counts, gamma_h, row_scale)  # differentiable: dγ flows through it
-        backend = pallas_backend or jax.default_backend()
+        backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes)
         interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
-        if backend == "mosaic_gpu":  # experimental Hopper kernels (MgpuBlockSizes.backward picks the backward)
+        if backend == "mosaic_gpu":  # Hopper kernels (MgpuBlockSizes.backward picks the backward)
             from kernels.relu_attention_mgpu import relu_attention_mgpu
 
             return relu_attention_mgpu(q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes)
@@ -375,18 +393,20 @@ def relu_attention_and_row_stats(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`relu_attention`'s output and `relu_attention_row_stats`' (S_i, E_i), `[batch, q_length, heads]`.
 
-    With impl="pallas" on a GPU (the Triton kernels; interpret mode on a CPU) the forward kernel accumulates
+    With impl="pallas" on a GPU (the Triton kernels, which pallas_backend "gpu" picks here on Hopper too;
+    interpret mode on a CPU) the forward kernel accumulates
     Σ_j p_ij and Σ_j p_ij log p_ij of the unscaled p = ReLU(s)·m in the pass that computes the output, and
     the backward kernels take their cotangents: no second T² pass. With a row factor f_i > 0,
-    S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p). Other impls (and the TPU
-    kernels) compute the two separately. Arguments as `relu_attention`.
+    S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p). Other impls (and the TPU and
+    Mosaic GPU kernels) compute the two separately. Arguments as `relu_attention`.
     """
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     opts = dict(causal=causal, key_mask=key_mask, gamma=gamma, impl=impl, row_scale=row_scale)
-    backend = pallas_backend or jax.default_backend()
-    if _resolve_impl(impl) != "pallas" or backend in ("tpu", "mosaic_gpu"):
+    pallas = _resolve_impl(impl) == "pallas"
+    backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes, fused_row_stats=True) if pallas else None
+    if not pallas or backend in ("tpu", "mosaic_gpu"):
         out = relu_attention(
-            q, k, v, block_sizes=block_sizes, pallas_block_sizes=pallas_block_sizes, pallas_backend=pallas_backend,
+            q, k, v, block_sizes=block_sizes, pallas_block_sizes=pallas_block_sizes, pallas_backend=backend,
             pallas_interpret=pallas_interpret, **opts,
         )  # fmt: skip
         return out, *relu_attention_row_stats(q, k, block_sizes=block_sizes, **opts)

@@ -8,7 +8,7 @@ import pytest
 from jax import export
 
 PLATFORMS = ("tpu", "cuda")
-BACKEND = {"tpu": "tpu", "cuda": "gpu"}  # the kernels' `pallas_backend` for each export platform
+BACKEND = {"tpu": "tpu", "cuda": "triton"}  # the kernels' `pallas_backend` for each export platform
 KERNEL_CALL = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
 SHAPES = [(1024, 64), (1000, 128), (16384, 128)]  # (T, D): ragged and long sequences, both head dims
 

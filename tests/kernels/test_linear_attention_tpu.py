@@ -103,7 +103,7 @@ def test_column_split_lowers_to_the_triton_kernels(causal):
     def attend(a, b, c):
         sizes = LinearBlockSizes(chunk=64, block_dv=32)
         return kernels.linear_attention(
-            a, b, c, causal=causal, impl="pallas", pallas_backend="gpu", pallas_interpret=False,
+            a, b, c, causal=causal, impl="pallas", pallas_backend="triton", pallas_interpret=False,
             pallas_block_sizes=sizes,
         )  # fmt: skip
 

@@ -93,7 +93,7 @@ def test_row_stats_kernel_lowers_for_cuda(grad):
 
     def attend(q, k, v):
         out, row_sum, row_xlogx = kernels.relu_attention_and_row_stats(
-            q, k, v, causal=True, key_mask=mask, impl="pallas", pallas_backend="gpu", pallas_interpret=False
+            q, k, v, causal=True, key_mask=mask, impl="pallas", pallas_backend="triton", pallas_interpret=False
         )
         return out + (row_sum + row_xlogx)[..., None].astype(out.dtype)
 

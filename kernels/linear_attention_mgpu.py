@@ -1,0 +1,324 @@
+"""Linear attention for Hopper GPUs in Mosaic GPU (`plgpu.kernel`): chunk-parallel, TMA copies and wgmma.
+EXPERIMENTAL.
+
+The numerator is a chunked product, computed in two chunk-parallel kernels with a prefix sum between them:
+
+    num_i = Σ_{j ≤ i} (φq_i·φk_j) v_j = φq_i P_c + Σ_{j ≤ i in chunk c} (φq_i·φk_j) v_j,   P_c = Σ_{c' < c} φk_c'ᵀ v_c'
+
+  1. `chunk_states`: one CUDA block per (chunk, head, batch) writes φk_cᵀ v_c (m × d_v, fp32) by one wgmma
+     (φk_c transposed in shared memory).
+  2. The exclusive prefix over chunks, in XLA: O(B·H·T/C·m·d_v), a few MiB per head at T 16K.
+  3. `chunk_outputs`: one CUDA block per (chunk, head, batch): φq_c P_c + tril(φq_c φk_cᵀ) v_c, wgmma into an
+     fp32 accumulator, rows scaled by 1/stab(den) before the store. P_c is a wgmma operand, so it goes in as
+     bf16/fp16 twice — P = P_hi + P_lo, both rounded — which keeps ~16 bits of the fp32 state.
+
+The within-chunk scores go through bf16 as the second wgmma's operand (as P does in flash attention); the
+Triton kernels keep theirs in fp32, so dφq's error is about twice theirs (1.1% against 0.4% of the largest
+entry at T 2K, bf16; forward and the other gradients within 10% of theirs).
+
+Every block owns one chunk, so the grid is B·H·T/C blocks: a small batch · heads still fills the SMs (the
+Triton kernels of `linear_attention_pallas` scan chunks in one program per (batch, head, column block)).
+
+The denominator den_i = φq_i · Σ_{j ≤ i} φk_j is a cumulative sum of φk (m values per row) and a row dot,
+left to XLA (one `reduce_window` and elementwise passes over `[B, T, H, m]`; its gradients too).
+
+Backward: the product r_i Σ_{j vis i} (a_i·b_j) c_j has gradients that are the same product again —
+da = product(dO, c, b; r), db = product(c, G, a) and dc = product(b, a, G) with G = r·dO, over the reversed
+(anti-causal) visibility — so the two kernels serve forward and backward (`mode`: causal, anticausal, full).
+
+`kernels="xla"` runs the same chunk algorithm with XLA einsums in place of the two kernels: the algebra
+(prefixes, hi/lo split, masks, the custom VJP) is tested against the reference on any machine; the kernels
+themselves lower for CUDA on a CPU (tests/kernels/test_linear_attention_mgpu.py) and run only on a GPU —
+JAX 0.10's GPU interpret mode cannot execute wgmma on transposed shared-memory refs.
+Limits: bf16/fp16, m and d_v multiples of 64, lengths whole chunks (`supported` says why not).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from kernels.linear_attention import stabilise_denominator
+
+MODES = ("causal", "anticausal", "full")
+_REVERSED = {"causal": "anticausal", "anticausal": "causal", "full": "full"}
+
+
+@dataclasses.dataclass(frozen=True)
+class MgpuChunkSizes:
+    """chunk: sequence positions per CUDA block (a multiple of 64: the wgmma row tile)."""
+
+    chunk: int = 64
+
+    def __post_init__(self):
+        if self.chunk < 64 or self.chunk % 64:
+            raise ValueError(f"MgpuChunkSizes.chunk must be a positive multiple of 64, got {self.chunk}")
+
+
+def mgpu_chunk_sizes(chunk_size: int | None, block_sizes=None) -> MgpuChunkSizes:
+    """The sizes `linear_attention`'s arguments ask for; ValueError if they are another kernel's or invalid."""
+    if block_sizes is not None:
+        if not isinstance(block_sizes, MgpuChunkSizes):
+            raise ValueError(f"block sizes {type(block_sizes).__name__} are not MgpuChunkSizes")
+        return block_sizes
+    return MgpuChunkSizes(chunk=chunk_size) if chunk_size else MgpuChunkSizes()
+
+
+def supported(phi_q: jax.Array, v: jax.Array, sizes: MgpuChunkSizes, kernels: str = "mosaic") -> str | None:
+    """None if the kernels take these inputs, else why not (the XLA stand-ins take any float dtype and dims)."""
+    if phi_q.shape[1] % sizes.chunk:
+        length = phi_q.shape[1]
+        return f"Mosaic GPU linear attention needs lengths that are whole chunks: {length} for chunk {sizes.chunk}"
+    if kernels != "mosaic":
+        return None
+    if phi_q.dtype not in (jnp.bfloat16, jnp.float16):
+        return f"Mosaic GPU linear attention takes bf16/fp16 inputs, got {phi_q.dtype}"
+    if phi_q.shape[-1] % 64 or v.shape[-1] % 64:
+        return (
+            f"Mosaic GPU linear attention needs feature and value dims that are multiples of 64, "
+            f"got {phi_q.shape[-1]}, {v.shape[-1]}"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# The two kernels
+# ----------------------------------------------------------------------------------------------
+
+
+def _swizzled(dtype):
+    """128-byte swizzled shared-memory tiles (the wgmma operand layout): 64 16-bit or 32 32-bit columns."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    return (plgpu.TilingTransform((8, 128 // jnp.dtype(dtype).itemsize)), plgpu.SwizzleTransform(128))
+
+
+def _chunk_states_mosaic(b: jax.Array, c: jax.Array, chunk: int) -> jax.Array:
+    """Σ_{rows of chunk n} b_rowᵀ c_row, `[B, H, T/C, X, Y]` fp32: one block and one wgmma per chunk."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    batch_size, t, heads, x = b.shape
+    y = c.shape[-1]
+    n = t // chunk
+
+    def kernel(b_ref, c_ref, s_ref):
+        batch, head, block = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("chunks")
+        rows = (batch, pl.ds(block * chunk, chunk), head)
+
+        def with_buffers(b_smem, c_smem, s_smem, bar):
+            plgpu.copy_gmem_to_smem(b_ref.at[rows], b_smem, bar.at[0])
+            plgpu.copy_gmem_to_smem(c_ref.at[rows], c_smem, bar.at[1])
+            plgpu.barrier_wait(bar.at[0])
+            plgpu.barrier_wait(bar.at[1])
+
+            def state(acc_ref):
+                plgpu.wgmma(acc_ref, plgpu.transpose_ref(b_smem, (1, 0)), c_smem)
+                return acc_ref[...]
+
+            s_smem[...] = pl.run_scoped(state, plgpu.ACC((x, y), jnp.float32))
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(s_smem, s_ref.at[batch, head, block])
+            plgpu.wait_smem_to_gmem(0)
+
+        pl.run_scoped(
+            with_buffers,
+            plgpu.SMEM((chunk, x), b.dtype, transforms=_swizzled(b.dtype)),
+            plgpu.SMEM((chunk, y), c.dtype, transforms=_swizzled(c.dtype)),
+            plgpu.SMEM((x, y), jnp.float32, transforms=_swizzled(jnp.float32)),
+            plgpu.Barrier(num_barriers=2),
+        )
+
+    return plgpu.kernel(
+        kernel,
+        out_type=jax.ShapeDtypeStruct((batch_size, heads, n, x, y), jnp.float32),
+        grid=(n, heads, batch_size),
+        grid_names=("chunks", "heads", "batch"),
+    )(b, c)
+
+
+def _chunk_outputs_mosaic(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.Array:
+    """r_i (a_i P_c + Σ_{j vis i in chunk c} (a_i·b_j) c_j), `[B, T, H, Y]` in c's dtype; P = p_hi + p_lo
+    `[B, H, T/C, X, Y]` (`[B, H, 1, X, Y]` when mode is "full", which has no within-chunk term)."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    batch_size, t, heads, x = a.shape
+    y = c.shape[-1]
+    n = t // chunk
+    dtype = c.dtype
+    within = mode != "full"
+
+    def kernel(a_ref, b_ref, c_ref, hi_ref, lo_ref, r_ref, o_ref):
+        batch, head, block = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("chunks")
+        start = block * chunk
+        rows = (batch, pl.ds(start, chunk), head)
+        state = (batch, head, block if within else 0)
+
+        def with_buffers(a_smem, b_smem, c_smem, hi_smem, lo_smem, r_smem, o_smem, bar):
+            copies = [(a_ref.at[rows], a_smem), (hi_ref.at[state], hi_smem), (lo_ref.at[state], lo_smem)]
+            copies.append((r_ref.at[batch, head, pl.ds(start, chunk)], r_smem))
+            if within:
+                copies += [(b_ref.at[rows], b_smem), (c_ref.at[rows], c_smem)]
+            for i, (src, dst) in enumerate(copies):
+                plgpu.copy_gmem_to_smem(src, dst, bar.at[i])
+            for i in range(len(copies)):
+                plgpu.barrier_wait(bar.at[i])
+
+            scores = None
+            if within:
+
+                def score_tile(acc_ref):
+                    plgpu.wgmma(acc_ref, a_smem, plgpu.transpose_ref(b_smem, (1, 0)))
+                    return acc_ref[...]
+
+                s = pl.run_scoped(score_tile, plgpu.ACC((chunk, chunk), jnp.float32))
+                i = plgpu.broadcasted_iota(jnp.int32, (chunk, chunk), 0, layout=plgpu.Layout.WGMMA)
+                j = plgpu.broadcasted_iota(jnp.int32, (chunk, chunk), 1, layout=plgpu.Layout.WGMMA)
+                scores = jnp.where(i >= j if mode == "causal" else i <= j, s, 0.0).astype(dtype)
+
+            def output(acc_ref):
+                plgpu.wgmma(acc_ref, a_smem, hi_smem)
+                plgpu.wgmma(acc_ref, a_smem, lo_smem)
+                if within:
+                    plgpu.wgmma(acc_ref, scores, c_smem)
+                return acc_ref[...]
+
+            acc = pl.run_scoped(output, plgpu.ACC((chunk, y), jnp.float32))
+            scale = plgpu.load(r_smem, (), layout=plgpu.Layout.WGMMA.reduce(1))
+            o_smem[...] = (acc * lax.broadcast_in_dim(scale, (chunk, y), [0])).astype(dtype)
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(o_smem, o_ref.at[rows])
+            plgpu.wait_smem_to_gmem(0)
+
+        pl.run_scoped(
+            with_buffers,
+            plgpu.SMEM((chunk, x), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((chunk, x), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((chunk, y), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((x, y), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((x, y), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((chunk,), jnp.float32),
+            plgpu.SMEM((chunk, y), dtype, transforms=_swizzled(dtype)),
+            plgpu.Barrier(num_barriers=6 if within else 4),
+        )
+
+    return plgpu.kernel(
+        kernel,
+        out_type=jax.ShapeDtypeStruct((batch_size, t, heads, y), dtype),
+        grid=(n, heads, batch_size),
+        grid_names=("chunks", "heads", "batch"),
+    )(a, b, c, p_hi, p_lo, r)
+
+
+# The same two steps in XLA (fp32 einsums), for testing the chunk algorithm where the kernels cannot run.
+def _chunk_states_xla(b: jax.Array, c: jax.Array, chunk: int) -> jax.Array:
+    batch_size, t, heads, x = b.shape
+    b5 = b.astype(jnp.float32).reshape(batch_size, t // chunk, chunk, heads, x)
+    c5 = c.astype(jnp.float32).reshape(batch_size, t // chunk, chunk, heads, c.shape[-1])
+    return jnp.einsum("bnchx,bnchy->bhnxy", b5, c5, precision=lax.Precision.HIGHEST)
+
+
+def _chunk_outputs_xla(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.Array:
+    batch_size, t, heads, x = a.shape
+    n, f32, hi = t // chunk, jnp.float32, lax.Precision.HIGHEST
+
+    def chunks(z):
+        return z.astype(f32).reshape(batch_size, n, chunk, heads, z.shape[-1])
+
+    p = jnp.broadcast_to(p_hi.astype(f32) + p_lo.astype(f32), (batch_size, heads, n, x, c.shape[-1]))
+    acc = jnp.einsum("bnchx,bhnxy->bnchy", chunks(a), p, precision=hi)
+    if mode != "full":
+        s = jnp.einsum("bnihx,bnjhx->bnhij", chunks(a), chunks(b), precision=hi)
+        i, j = jnp.arange(chunk)[:, None], jnp.arange(chunk)[None, :]
+        s = jnp.where(i >= j if mode == "causal" else i <= j, s, 0.0).astype(c.dtype).astype(f32)
+        acc = acc + jnp.einsum("bnhij,bnjhy->bnihy", s, chunks(c), precision=hi)
+    scale = r.transpose(0, 2, 1).reshape(batch_size, n, chunk, heads, 1)
+    return (acc * scale).reshape(batch_size, t, heads, -1).astype(c.dtype)
+
+
+_KERNELS = {"mosaic": (_chunk_states_mosaic, _chunk_outputs_mosaic), "xla": (_chunk_states_xla, _chunk_outputs_xla)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The chunked product and its VJP
+# ----------------------------------------------------------------------------------------------
+
+
+def _prefix(states: jax.Array, mode: str) -> jax.Array:
+    """P_c from the chunk states `[B, H, n, X, Y]`: the sum over earlier chunks (causal), later chunks
+    (anticausal) or all (full, `[B, H, 1, X, Y]`)."""
+    if mode == "full":
+        return jnp.sum(states, axis=2, keepdims=True)
+    inclusive = lax.cumsum(states, axis=2, reverse=mode == "anticausal")
+    zero = jnp.zeros_like(states[:, :, :1])
+    if mode == "causal":
+        return jnp.concatenate([zero, inclusive[:, :, :-1]], axis=2)
+    return jnp.concatenate([inclusive[:, :, 1:], zero], axis=2)
+
+
+def _product_impl(a, b, c, r, mode, chunk, kernels):
+    states_fn, outputs_fn = _KERNELS[kernels]
+    p = _prefix(states_fn(b, c, chunk), mode)
+    p_hi = p.astype(c.dtype)
+    p_lo = (p - p_hi.astype(jnp.float32)).astype(c.dtype)
+    return outputs_fn(a, b, c, p_hi, p_lo, r, chunk, mode)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def chunked_product(a, b, c, r, mode: str, chunk: int, kernels: str = "mosaic"):
+    """r_i Σ_{j vis i} (a_i·b_j) c_j: a, b `[B, T, H, X]`, c `[B, T, H, Y]`, r `[B, H, T]` fp32; `mode` says
+    which j are visible to i (causal j ≤ i, anticausal j ≥ i, full: all). Returns c's dtype."""
+    return _product_impl(a, b, c, r, mode, chunk, kernels)
+
+
+def _product_fwd(a, b, c, r, mode, chunk, kernels):
+    out = _product_impl(a, b, c, r, mode, chunk, kernels)
+    return out, (a, b, c, r, out)
+
+
+def _product_bwd(mode, chunk, kernels, residuals, d_out):
+    a, b, c, r, out = residuals
+    r_rows = r.transpose(0, 2, 1)[..., None]  # [B, T, H, 1]
+    # out = r·u with r > 0 (1/stab(den) in linear attention): dr_i = Σ_y dO_iy u_iy = Σ_y dO_iy out_iy / r_i.
+    dr = (jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True) / r_rows)[..., 0]
+    g = (d_out.astype(jnp.float32) * r_rows).astype(c.dtype)
+    ones = jnp.ones_like(r)
+    back = _REVERSED[mode]
+    da = _product_impl(d_out.astype(c.dtype), c, b, r, mode, chunk, kernels)  # Σ_j (r_i dO_i·c_j) b_j
+    db = _product_impl(c, g, a, ones, back, chunk, kernels)  # Σ_{i sees j} (c_j·G_i) a_i
+    dc = _product_impl(b, a, g, ones, back, chunk, kernels)  # Σ_{i sees j} (b_j·a_i) G_i
+    return da.astype(a.dtype), db.astype(b.dtype), dc, dr.transpose(0, 2, 1)
+
+
+chunked_product.defvjp(_product_fwd, _product_bwd)
+
+
+def linear_attention_mgpu(
+    phi_q: jax.Array,
+    phi_k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool,
+    eps: float,
+    eps_mode: str = "add",
+    block_sizes: MgpuChunkSizes | None = None,
+    kernels: str = "mosaic",
+) -> jax.Array:
+    """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`.
+    `kernels="xla"`: the same chunk algorithm without the Mosaic kernels (module docstring). Raises
+    ValueError for inputs `supported` refuses."""
+    if kernels not in _KERNELS:
+        raise ValueError(f"unknown kernels {kernels!r}; valid: {', '.join(_KERNELS)}")
+    sizes = block_sizes or MgpuChunkSizes()
+    reason = supported(phi_q, v, sizes, kernels)
+    if reason:
+        raise ValueError(reason)
+    kf = phi_k.astype(jnp.float32)
+    z = jnp.cumsum(kf, axis=1) if causal else jnp.sum(kf, axis=1, keepdims=True)
+    den = jnp.sum(phi_q.astype(jnp.float32) * z, axis=-1)  # [B, T, H]
+    inv = (1.0 / stabilise_denominator(den, eps, eps_mode)).transpose(0, 2, 1)
+    return chunked_product(phi_q, phi_k, v, inv, "causal" if causal else "full", sizes.chunk, kernels)
