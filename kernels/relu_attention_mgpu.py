@@ -9,12 +9,13 @@ What the kernel leaves to its caller (`relu_attention_mgpu`), each one elementwi
 are made invisible by zeroing their value rows (ReLU attention, unlike softmax, then needs no score mask), and
 the row factor 1/(γ r(n_i)) scales the unnormalised output. Backward (`MgpuBlockSizes.backward`): a Mosaic
 dq kernel (with the per-row Σ p·dP that gives d factor) and a dk/dv kernel, each streaming the other side's
-tiles through `plgpu.emit_pipeline` (causal tiles masked, not yet skipped) — or the Triton kernels of
-`relu_attention_pallas` (same residuals).
+tiles through `stages` TMA slots and, when causal, visiting only the tiles that touch the diagonal or lie
+below it — or the Triton kernels of `relu_attention_pallas` (same residuals).
 
 Status: lowers for CUDA on a CPU (tests/kernels/test_relu_attention_mgpu.py, `jax.export`); JAX's GPU
 interpret mode (jax 0.10) cannot run wgmma on transposed shared-memory refs, so its numbers are checked only
-on a GPU (benchmarks/gpu/session.sh, step `mgpu`), and `impl="auto"` never selects it.
+on a GPU (benchmarks/gpu/session.sh, step `mgpu`). `impl="auto"` never selects it; `impl="pallas"` does on
+Hopper for the inputs it takes (`kernels.platforms`).
 Limits: bf16/fp16 inputs, head dims multiples of 64 (128-byte swizzled tiles), lengths whole tiles (64 by
 default; the Triton kernels mask ragged tails, this one does not yet).
 """
@@ -148,21 +149,20 @@ def _forward_unscaled(q, k, v, *, causal: bool, scale: float, sizes: MgpuBlockSi
 def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: MgpuBlockSizes):
     """dq, dk, dv (for the value rows the kernel saw) and Σ_j p_ij dP_ij per row `[B, H, T_q]` (= d factor).
 
-    dq kernel, per query tile (K/V tiles pipelined): s = q kᵀ·scale, p = ReLU(s), dP = dO vᵀ,
-    dS = 1[s>0] dP · f · scale, dq += dS k. dk/dv kernel, per key tile (q/dO tiles pipelined), transposed so
-    that the key rows are the wgmma rows: sᵀ = k qᵀ·scale, aᵀ = ReLU(sᵀ) f, dv += aᵀ dO, dPᵀ = v dOᵀ,
-    dSᵀ = 1[sᵀ>0] dPᵀ f · scale, dk += dSᵀ q. Causal tiles are masked, not skipped (a static pipeline grid).
+    dq kernel, per query tile (K/V tiles through `stages` TMA slots): s = q kᵀ·scale, p = ReLU(s), dP = dO vᵀ,
+    dS = 1[s>0] dP · f · scale, dq += dS k. dk/dv kernel, per key tile (q/dO/f tiles through the slots),
+    transposed so that the key rows are the wgmma rows: sᵀ = k qᵀ·scale, aᵀ = ReLU(sᵀ) f, dv += aᵀ dO,
+    dPᵀ = v dOᵀ, dSᵀ = 1[sᵀ>0] dPᵀ f · scale, dk += dSᵀ q. Causal loops visit only the tiles on or below
+    the diagonal (dq: key tiles up to its last row; dk/dv: query tiles from its first row), as the forward.
     """
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     b, tq, h, d = q.shape
     tk, dv_dim = k.shape[1], v.shape[-1]
-    bq, bk = sizes.block_q, sizes.block_k
+    bq, bk, stages = sizes.block_q, sizes.block_k, sizes.stages
+    num_q, num_k = pl.cdiv(tq, bq), pl.cdiv(tk, bk)
     dtype = q.dtype
     swizzled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-
-    def tile(rows, cols):
-        return plgpu.BlockSpec(block_shape=(rows, cols), index_map=lambda i: (i, 0), transforms=swizzled)
 
     def visible(rows_start, cols_start, shape, transposed):
         """Causal visibility of a score tile (query rows, key columns; swapped when transposed)."""
@@ -170,54 +170,70 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
         cols = plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA) + cols_start
         return cols >= rows if transposed else rows >= cols
 
+    def pipelined(steps, fetch, step, carry):
+        """`step(j, slot, carry)` for j < steps, tile j's copies (`fetch(j, slot)`) issued `stages` ahead."""
+        for slot in range(stages):
+            pl.when(slot < steps)(functools.partial(fetch, slot, slot))
+
+        def body(j, carry):
+            slot = lax.rem(j, stages)
+            carry = step(j, slot, carry)
+            plgpu.wgmma_wait(0)  # the slot is free once its tiles have been read
+
+            @pl.when(j + stages < steps)
+            def _():
+                fetch(j + stages, slot)
+
+            return carry
+
+        return lax.fori_loop(0, steps, body, carry)
+
+    def matmul(a, b_ref, shape):
+        def run(acc_ref):
+            plgpu.wgmma(acc_ref, a, b_ref)
+            return acc_ref[...]
+
+        return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
+
     def dq_kernel(q_ref, k_ref, v_ref, do_ref, f_ref, dq_ref, pdp_ref):
         batch, head, q_tile = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("q_tiles")
         q0 = q_tile * bq
         rows = (batch, pl.ds(q0, bq), head)
+        kv_steps = jnp.minimum(lax.div(q0 + bq + bk - 1, bk), num_k) if causal else num_k
 
-        def with_buffers(q_smem, do_smem, f_smem, pdp_smem, bar):
+        def with_buffers(q_smem, do_smem, f_smem, pdp_smem, k_smem, v_smem, bar, k_bar, v_bar):
             plgpu.copy_gmem_to_smem(q_ref.at[rows], q_smem, bar.at[0])
             plgpu.copy_gmem_to_smem(do_ref.at[rows], do_smem, bar.at[1])
             plgpu.copy_gmem_to_smem(f_ref.at[batch, head, pl.ds(q0, bq)], f_smem, bar.at[2])
+
+            def fetch(j, slot):
+                tile = (batch, pl.ds(j * bk, bk), head)
+                plgpu.copy_gmem_to_smem(k_ref.at[tile], k_smem.at[slot], k_bar.at[slot])
+                plgpu.copy_gmem_to_smem(v_ref.at[tile], v_smem.at[slot], v_bar.at[slot])
+
             for i in range(3):
                 plgpu.barrier_wait(bar.at[i])
-            f = plgpu.load(f_smem, (), layout=plgpu.Layout.WGMMA.reduce(1))
+            f = lax.broadcast_in_dim(plgpu.load(f_smem, (), layout=plgpu.Layout.WGMMA.reduce(1)), (bq, bk), [0])
 
-            def step(indices, k_smem, v_smem, carry):
-                dq_acc, pdp = carry
-                (j,) = indices
+            def with_accumulator(dq_acc):
+                def step(j, slot, pdp):
+                    plgpu.barrier_wait(k_bar.at[slot])
+                    plgpu.barrier_wait(v_bar.at[slot])
+                    s = matmul(q_smem, plgpu.transpose_ref(k_smem.at[slot], (1, 0)), (bq, bk)) * scale
+                    dp = matmul(do_smem, plgpu.transpose_ref(v_smem.at[slot], (1, 0)), (bq, bk))
+                    live = s > 0
+                    if causal:
+                        live = live & visible(q0, j * bk, (bq, bk), transposed=False)
+                    pdp = pdp + jnp.sum(jnp.where(live, s, 0.0) * dp, axis=1)
+                    ds = jnp.where(live, dp * f, 0.0) * scale
+                    plgpu.wgmma(dq_acc, ds.astype(dtype), k_smem.at[slot])
+                    return pdp
 
-                def scores(acc_ref):
-                    plgpu.wgmma(acc_ref, q_smem, plgpu.transpose_ref(k_smem, (1, 0)))
-                    return acc_ref[...]
+                pdp0 = plgpu.layout_cast(jnp.zeros((bq,), jnp.float32), plgpu.Layout.WGMMA.reduce(1))
+                pdp_smem[...] = pipelined(kv_steps, fetch, step, pdp0)
+                q_smem[...] = dq_acc[...].astype(dtype)  # q's tile is no longer read: it stages dq
 
-                def dp_tile(acc_ref):
-                    plgpu.wgmma(acc_ref, do_smem, plgpu.transpose_ref(v_smem, (1, 0)))
-                    return acc_ref[...]
-
-                s = pl.run_scoped(scores, plgpu.ACC((bq, bk), jnp.float32)) * scale
-                dp = pl.run_scoped(dp_tile, plgpu.ACC((bq, bk), jnp.float32))
-                live = s > 0
-                if causal:
-                    live = live & visible(q0, j * bk, (bq, bk), transposed=False)
-                p = jnp.where(live, s, 0.0)
-                pdp = pdp + jnp.sum(p * dp, axis=1)
-                ds = jnp.where(live, dp * lax.broadcast_in_dim(f, (bq, bk), [0]), 0.0) * scale
-
-                def accumulate(acc_ref):
-                    plgpu.wgmma(acc_ref, ds.astype(dtype), k_smem)
-
-                return pl.run_state(accumulate)(plgpu.ACC.init(dq_acc)), pdp
-
-            zeros = plgpu.layout_cast(jnp.zeros((bq, d), jnp.float32), plgpu.Layout.WGMMA)
-            pdp0 = plgpu.layout_cast(jnp.zeros((bq,), jnp.float32), plgpu.Layout.WGMMA.reduce(1))
-            pipeline = plgpu.emit_pipeline(
-                step, grid=(pl.cdiv(tk, bk),), in_specs=[tile(bk, d), tile(bk, dv_dim)],
-                max_concurrent_steps=sizes.stages, init_carry=(zeros, pdp0),
-            )  # fmt: skip
-            dq, pdp = pipeline(k_ref.at[batch, :, head, :], v_ref.at[batch, :, head, :])
-            q_smem[...] = dq.astype(dtype)
-            pdp_smem[...] = pdp
+            pl.run_scoped(with_accumulator, plgpu.ACC((bq, d), jnp.float32))
             plgpu.commit_smem()
             plgpu.copy_smem_to_gmem(q_smem, dq_ref.at[rows])
             plgpu.copy_smem_to_gmem(pdp_smem, pdp_ref.at[batch, head, pl.ds(q0, bq)])
@@ -229,60 +245,57 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
             plgpu.SMEM((bq, dv_dim), dtype, transforms=swizzled),
             plgpu.SMEM((bq,), jnp.float32),
             plgpu.SMEM((bq,), jnp.float32),
+            plgpu.SMEM((stages, bk, d), dtype, transforms=swizzled),
+            plgpu.SMEM((stages, bk, dv_dim), dtype, transforms=swizzled),
             plgpu.Barrier(num_barriers=3),
+            plgpu.Barrier(num_barriers=stages),
+            plgpu.Barrier(num_barriers=stages),
         )
 
     def dkdv_kernel(q_ref, k_ref, v_ref, do_ref, f_ref, dk_ref, dv_ref):
         batch, head, k_tile = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("k_tiles")
         k0 = k_tile * bk
         rows = (batch, pl.ds(k0, bk), head)
+        first = lax.div(k0, bq) if causal else 0  # the first query tile with a row at or after k0
 
-        def with_buffers(k_smem, v_smem, bar):
+        def with_buffers(k_smem, v_smem, q_smem, do_smem, f_smem, bar, q_bar, do_bar, f_bar):
             plgpu.copy_gmem_to_smem(k_ref.at[rows], k_smem, bar.at[0])
             plgpu.copy_gmem_to_smem(v_ref.at[rows], v_smem, bar.at[1])
+
+            def fetch(j, slot):
+                i = first + j
+                tile = (batch, pl.ds(i * bq, bq), head)
+                plgpu.copy_gmem_to_smem(q_ref.at[tile], q_smem.at[slot], q_bar.at[slot])
+                plgpu.copy_gmem_to_smem(do_ref.at[tile], do_smem.at[slot], do_bar.at[slot])
+                plgpu.copy_gmem_to_smem(f_ref.at[batch, head, pl.ds(i * bq, bq)], f_smem.at[slot], f_bar.at[slot])
+
             plgpu.barrier_wait(bar.at[0])
             plgpu.barrier_wait(bar.at[1])
 
-            def step(indices, q_smem, do_smem, f_smem, carry):
-                dk_acc, dv_acc = carry
-                (i,) = indices
+            def with_accumulators(dk_acc, dv_acc):
+                def step(j, slot, carry):
+                    for barrier in (q_bar, do_bar, f_bar):
+                        plgpu.barrier_wait(barrier.at[slot])
+                    s_t = matmul(k_smem, plgpu.transpose_ref(q_smem.at[slot], (1, 0)), (bk, bq)) * scale
+                    f = plgpu.load(f_smem.at[slot], (), layout=plgpu.Layout.WGMMA.reduce(0))
+                    f = lax.broadcast_in_dim(f, (bk, bq), [1])
+                    live = s_t > 0
+                    if causal:
+                        live = live & visible(k0, (first + j) * bq, (bk, bq), transposed=True)
+                    a_t = jnp.where(live, s_t, 0.0) * f
+                    plgpu.wgmma(dv_acc, a_t.astype(dtype), do_smem.at[slot])
+                    dp_t = matmul(v_smem, plgpu.transpose_ref(do_smem.at[slot], (1, 0)), (bk, bq))
+                    ds_t = jnp.where(live, dp_t * f, 0.0) * scale
+                    plgpu.wgmma(dk_acc, ds_t.astype(dtype), q_smem.at[slot])
+                    return carry
 
-                def scores_t(acc_ref):
-                    plgpu.wgmma(acc_ref, k_smem, plgpu.transpose_ref(q_smem, (1, 0)))
-                    return acc_ref[...]
+                pipelined(num_q - first, fetch, step, None)
+                k_smem[...] = dk_acc[...].astype(dtype)  # k and v tiles are no longer read: they stage dk, dv
+                v_smem[...] = dv_acc[...].astype(dtype)
 
-                s_t = pl.run_scoped(scores_t, plgpu.ACC((bk, bq), jnp.float32)) * scale
-                f = lax.broadcast_in_dim(plgpu.load(f_smem, (), layout=plgpu.Layout.WGMMA.reduce(0)), (bk, bq), [1])
-                live = s_t > 0
-                if causal:
-                    live = live & visible(k0, i * bq, (bk, bq), transposed=True)
-                a_t = jnp.where(live, s_t, 0.0) * f
-
-                def dv_and_dp(refs):
-                    dv_ref_, dp_ref_ = refs
-                    plgpu.wgmma(dv_ref_, a_t.astype(dtype), do_smem)
-                    plgpu.wgmma(dp_ref_, v_smem, plgpu.transpose_ref(do_smem, (1, 0)))
-
-                zeros = plgpu.layout_cast(jnp.zeros((bk, bq), jnp.float32), plgpu.Layout.WGMMA)
-                dv_acc, dp_t = pl.run_state(dv_and_dp)((plgpu.ACC.init(dv_acc), plgpu.ACC.init(zeros)))
-                ds_t = jnp.where(live, dp_t * f, 0.0) * scale
-
-                def accumulate(acc_ref):
-                    plgpu.wgmma(acc_ref, ds_t.astype(dtype), q_smem)
-
-                return pl.run_state(accumulate)(plgpu.ACC.init(dk_acc)), dv_acc
-
-            dk0 = plgpu.layout_cast(jnp.zeros((bk, d), jnp.float32), plgpu.Layout.WGMMA)
-            dv0 = plgpu.layout_cast(jnp.zeros((bk, dv_dim), jnp.float32), plgpu.Layout.WGMMA)
-            pipeline = plgpu.emit_pipeline(
-                step, grid=(pl.cdiv(tq, bq),),
-                in_specs=[tile(bq, d), tile(bq, dv_dim),
-                          plgpu.BlockSpec(block_shape=(bq,), index_map=lambda i: (i,))],
-                max_concurrent_steps=sizes.stages, init_carry=(dk0, dv0),
-            )  # fmt: skip
-            dk, dv = pipeline(q_ref.at[batch, :, head, :], do_ref.at[batch, :, head, :], f_ref.at[batch, head, :])
-            k_smem[...] = dk.astype(dtype)
-            v_smem[...] = dv.astype(dtype)
+            pl.run_scoped(
+                with_accumulators, plgpu.ACC((bk, d), jnp.float32), plgpu.ACC((bk, dv_dim), jnp.float32)
+            )
             plgpu.commit_smem()
             plgpu.copy_smem_to_gmem(k_smem, dk_ref.at[rows])
             plgpu.copy_smem_to_gmem(v_smem, dv_ref.at[rows])
@@ -292,7 +305,13 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
             with_buffers,
             plgpu.SMEM((bk, d), dtype, transforms=swizzled),
             plgpu.SMEM((bk, dv_dim), dtype, transforms=swizzled),
+            plgpu.SMEM((stages, bq, d), dtype, transforms=swizzled),
+            plgpu.SMEM((stages, bq, dv_dim), dtype, transforms=swizzled),
+            plgpu.SMEM((stages, bq), jnp.float32),
             plgpu.Barrier(num_barriers=2),
+            plgpu.Barrier(num_barriers=stages),
+            plgpu.Barrier(num_barriers=stages),
+            plgpu.Barrier(num_barriers=stages),
         )
 
     d_out = d_out.astype(dtype)
@@ -356,8 +375,8 @@ def relu_attention_mgpu(
     block_sizes: MgpuBlockSizes | None = None,
     backward_block_sizes=None,
 ) -> jax.Array:
-    """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j: forward by the Mosaic GPU kernel, backward by the Triton
-    kernels. Arguments as `relu_attention_pallas`; raises ValueError for inputs `supported` refuses."""
+    """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j: forward by the Mosaic GPU kernel, backward by the Mosaic
+    or the Triton kernels (`MgpuBlockSizes.backward`). Arguments as `relu_attention_pallas`; raises ValueError for inputs `supported` refuses."""
     sizes = block_sizes or MgpuBlockSizes()
     reason = supported(q, k, v, sizes)
     if reason:
