@@ -293,9 +293,7 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
                 k_smem[...] = dk_acc[...].astype(dtype)  # k and v tiles are no longer read: they stage dk, dv
                 v_smem[...] = dv_acc[...].astype(dtype)
 
-            pl.run_scoped(
-                with_accumulators, plgpu.ACC((bk, d), jnp.float32), plgpu.ACC((bk, dv_dim), jnp.float32)
-            )
+            pl.run_scoped(with_accumulators, plgpu.ACC((bk, d), jnp.float32), plgpu.ACC((bk, dv_dim), jnp.float32))
             plgpu.commit_smem()
             plgpu.copy_smem_to_gmem(k_smem, dk_ref.at[rows])
             plgpu.copy_smem_to_gmem(v_smem, dv_ref.at[rows])
@@ -376,7 +374,8 @@ def relu_attention_mgpu(
     backward_block_sizes=None,
 ) -> jax.Array:
     """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j: forward by the Mosaic GPU kernel, backward by the Mosaic
-    or the Triton kernels (`MgpuBlockSizes.backward`). Arguments as `relu_attention_pallas`; raises ValueError for inputs `supported` refuses."""
+    or the Triton kernels (`MgpuBlockSizes.backward`). Arguments as `relu_attention_pallas`; raises ValueError
+    for inputs `supported` refuses."""
     sizes = block_sizes or MgpuBlockSizes()
     reason = supported(q, k, v, sizes)
     if reason:
