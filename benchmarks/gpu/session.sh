@@ -37,9 +37,11 @@ for s in "$@"; do
       ;;
     kernel-tests)
       # -v: every result on its own line as it happens (a cut-off run still says which failed and why, -rf
-      # prints the reasons only at the end). TESTS=tests/kernels/test_relu_attention_mgpu.py: the Mosaic GPU
-      # kernels alone, the ones never yet run on hardware.
-      step kernel-tests "${TESTS_LIMIT:-240}" env JAX_PLATFORMS=cuda "$PY" -m pytest "${TESTS:-tests/kernels}" -v -n 8 \
+      # prints the reasons only at the end). TESTS="tests/kernels/test_relu_attention_mgpu.py
+      # tests/kernels/test_linear_attention_mgpu.py tests/kernels/test_platforms.py": the Mosaic GPU kernels
+      # alone (never yet run on hardware) and the compute-capability choice. TESTS is split on spaces.
+      # shellcheck disable=SC2086
+      step kernel-tests "${TESTS_LIMIT:-240}" env JAX_PLATFORMS=cuda "$PY" -m pytest ${TESTS:-tests/kernels} -v -n 8 \
         -p no:cacheprovider -p no:benchmark --timeout=120 --tb=line -rf --durations=5
       grep -E "PASSED|FAILED|passed|failed|Error" "$OUT/kernel-tests.log" | cut -c1-300 | tail -60
       ;;
