@@ -1,13 +1,14 @@
 """ReLU attention for Hopper GPUs in Mosaic GPU (`plgpu.kernel`): TMA copies and wgmma. EXPERIMENTAL.
 
-One CUDA block (one warpgroup) per (query tile, head, batch) of the caller's `[B, T, H, D]` arrays: the query
-tile is copied to shared memory once, key/value tiles stream through `stages` shared-memory slots by TMA
-(the copy of tile j + stages is issued as soon as tile j is consumed), QKᵀ and P·V are wgmma into fp32
-accumulators, and causal programs stop at the diagonal.
+Forward, warp-specialised (default, `MgpuBlockSizes.warp_specialized`) as FlashAttention-3 / JAX's
+attention_mgpu, minus the softmax: one CUDA block per (pair of query tiles, head, batch) of the caller's
+`[B, T, H, D]` arrays, two compute warpgroups (a query tile each) sharing `stages` key/value slots that a third,
+memory warpgroup refills by TMA once both have consumed them; QKᵀ and P·V are wgmma into fp32 accumulators,
+the row factor 1/(γ r(n_i)) scales the rows before the store, and causal blocks stop at the diagonal. The
+one-warpgroup variant (also for d_v ≠ d) issues its own copies and leaves the factor to an XLA pass.
 
-What the kernel leaves to its caller (`relu_attention_mgpu`), each one elementwise pass in XLA: padded keys
-are made invisible by zeroing their value rows (ReLU attention, unlike softmax, then needs no score mask), and
-the row factor 1/(γ r(n_i)) scales the unnormalised output. Backward (`MgpuBlockSizes.backward`): a Mosaic
+Padded keys are made invisible by zeroing their value rows in XLA (ReLU attention, unlike softmax, then needs
+no score mask). Backward (`MgpuBlockSizes.backward`): a Mosaic
 dq kernel (with the per-row Σ p·dP that gives d factor) and a dk/dv kernel, each streaming the other side's
 tiles through `stages` TMA slots and, when causal, visiting only the tiles that touch the diagonal or lie
 below it — or the Triton kernels of `relu_attention_pallas` (same residuals).
@@ -38,6 +39,14 @@ class MgpuBlockSizes:
     block_k: int = 64
     stages: int = 2  # key/value (backward: query/dO or key/value) shared-memory slots in flight
     backward: str = "mosaic"  # "mosaic": the dq and dk/dv kernels here; "triton": relu_attention_pallas's
+    # Forward: two compute warpgroups (a query tile each) and a memory warpgroup that keeps the key/value
+    # slots filled, as FlashAttention-3 / JAX's attention_mgpu; False: one warpgroup issuing its own copies.
+    warp_specialized: bool = True
+
+    @property
+    def forward_rows(self) -> int:
+        """Query rows per CUDA block of the forward kernel."""
+        return 2 * self.block_q if self.warp_specialized else self.block_q
 
     def __post_init__(self):
         if self.backward not in ("mosaic", "triton"):
@@ -50,17 +59,145 @@ class MgpuBlockSizes:
 
 def supported(q: jax.Array, k: jax.Array, v: jax.Array, sizes: MgpuBlockSizes) -> str | None:
     """None if the kernel takes these inputs, else why not."""
-    if q.shape[1] % sizes.block_q or k.shape[1] % sizes.block_k:
+    if q.shape[1] % sizes.forward_rows or k.shape[1] % sizes.block_k:
         # attention_mgpu in JAX's own ops asks the same: reads past the end are not relied on
         return (
             f"Mosaic GPU ReLU attention needs lengths that are whole tiles: {q.shape[1]} and {k.shape[1]} "
-            f"for {sizes.block_q}×{sizes.block_k} tiles"
+            f"for {sizes.forward_rows}×{sizes.block_k} tiles"
         )
     if q.dtype not in (jnp.bfloat16, jnp.float16):
         return f"Mosaic GPU ReLU attention takes bf16/fp16 inputs, got {q.dtype}"
     if q.shape[-1] % 64 or v.shape[-1] % 64:
         return f"Mosaic GPU ReLU attention needs head dims that are multiples of 64, got {q.shape[-1]}, {v.shape[-1]}"
     return None
+
+
+def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: MgpuBlockSizes):
+    """factor_i Σ_j ReLU(q_i·k_j·scale) [j ≤ i if causal] v_j, `[B, T_q, H, D_v]` in v's dtype.
+
+    Three warpgroups per CUDA block: warpgroups 0 and 1 each own a query tile of `block_q` rows (the block's
+    2·block_q rows) and share the key/value slots; warpgroup 2 issues the TMA copies, refilling a slot once
+    both compute warpgroups have arrived on its "consumed" barrier. Causal: the block's key tiles stop at its
+    last row's diagonal; a compute warpgroup whose own tile ends earlier still arrives on the remaining
+    slots' barriers, so the memory warpgroup never waits for a consumer that is gone.
+    """
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    b, tq, h, d = q.shape
+    tk, dv = k.shape[1], v.shape[-1]
+    bq, bk = sizes.block_q, sizes.block_k
+    num_k = tk // bk
+    stages = min(sizes.stages, num_k)
+    dtype = q.dtype
+    swizzled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+
+    def kernel(q_ref, k_ref, v_ref, f_ref, o_ref, scoped):
+        (q_smem2, f_smem2, k_smem, v_smem), (k_bar, v_bar, q_bar, f_bar), (k_used, v_used) = scoped
+        batch, head, wg = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("wg")
+        block_rows = lax.axis_index("q_tiles") * (2 * bq)
+        if causal:
+            block_steps = jnp.minimum(lax.div(block_rows + 2 * bq + bk - 1, bk), num_k)
+        else:
+            block_steps = num_k
+
+        @pl.when(wg < 2)
+        def _compute():
+            plgpu.set_max_registers(232, action="increase")
+            q_smem, f_smem = q_smem2.at[wg], f_smem2.at[wg]
+            q0 = block_rows + wg * bq
+            rows = (batch, pl.ds(q0, bq), head)
+            steps = jnp.minimum(lax.div(q0 + bq + bk - 1, bk), num_k) if causal else num_k
+            plgpu.copy_gmem_to_smem(q_ref.at[rows], q_smem, q_bar.at[wg])
+            plgpu.copy_gmem_to_smem(f_ref.at[batch, head, pl.ds(q0, bq)], f_smem, f_bar.at[wg])
+            plgpu.barrier_wait(q_bar.at[wg])
+            plgpu.barrier_wait(f_bar.at[wg])
+
+            def step(j, acc):
+                slot = lax.rem(j, stages)
+                plgpu.barrier_wait(k_bar.at[slot])
+
+                def scores(s_ref):
+                    plgpu.wgmma(s_ref, q_smem, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
+                    return s_ref[...]
+
+                p = jnp.maximum(pl.run_scoped(scores, plgpu.ACC((bq, bk), jnp.float32)) * scale, 0.0)
+                plgpu.barrier_arrive(k_used.at[slot])
+                if causal:
+                    i = plgpu.broadcasted_iota(jnp.int32, (bq, bk), 0, layout=plgpu.Layout.WGMMA)
+                    jj = plgpu.broadcasted_iota(jnp.int32, (bq, bk), 1, layout=plgpu.Layout.WGMMA)
+                    p = jnp.where(q0 + i >= j * bk + jj, p, 0.0)
+                plgpu.barrier_wait(v_bar.at[slot])
+
+                def accumulate(acc_ref):
+                    plgpu.wgmma(acc_ref, p.astype(dtype), v_smem.at[slot])
+
+                acc = pl.run_state(accumulate)(plgpu.ACC.init(acc))
+                plgpu.barrier_arrive(v_used.at[slot])
+                return acc
+
+            acc0 = plgpu.layout_cast(jnp.zeros((bq, dv), jnp.float32), plgpu.Layout.WGMMA)
+            acc = lax.fori_loop(0, steps, step, acc0)
+
+            def release(j, carry):  # slots this tile needs no more: let the memory warpgroup refill them
+                slot = lax.rem(j, stages)
+                plgpu.barrier_arrive(k_used.at[slot])
+                plgpu.barrier_arrive(v_used.at[slot])
+                return carry
+
+            if causal:
+                lax.fori_loop(steps, block_steps, release, None)
+            f = plgpu.load(f_smem, (), layout=plgpu.Layout.WGMMA.reduce(1))
+            q_smem[...] = (acc * lax.broadcast_in_dim(f, (bq, dv), [0])).astype(dtype)  # q's tile stages the output
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(q_smem, o_ref.at[rows])
+            plgpu.wait_smem_to_gmem(0)
+
+        @pl.when(wg == 2)
+        def _memory():
+            plgpu.set_max_registers(40, action="decrease")
+
+            def fetch(j, slot):
+                tile = (batch, pl.ds(j * bk, bk), head)
+                plgpu.copy_gmem_to_smem(k_ref.at[tile], k_smem.at[slot], k_bar.at[slot])
+                plgpu.copy_gmem_to_smem(v_ref.at[tile], v_smem.at[slot], v_bar.at[slot])
+
+            for slot in range(stages):
+                pl.when(slot < block_steps)(functools.partial(fetch, slot, slot))
+
+            @pl.loop(0, jnp.maximum(block_steps - stages, 0))
+            def _refill(j):
+                slot = lax.rem(j, stages)
+                plgpu.barrier_wait(k_used.at[slot])
+                plgpu.barrier_wait(v_used.at[slot])
+                fetch(j + stages, slot)
+
+    def entry(q_ref, k_ref, v_ref, f_ref, o_ref):
+        pl.run_scoped(
+            lambda *scoped: kernel(q_ref, k_ref, v_ref, f_ref, o_ref, scoped),
+            (
+                plgpu.SMEM((2, bq, d), dtype, transforms=swizzled),  # d == dv: q's tile stages the output
+                plgpu.SMEM((2, bq), jnp.float32),
+                plgpu.SMEM((stages, bk, d), dtype, transforms=swizzled),
+                plgpu.SMEM((stages, bk, dv), dtype, transforms=swizzled),
+            ),
+            (
+                plgpu.Barrier(num_barriers=stages),
+                plgpu.Barrier(num_barriers=stages),
+                plgpu.Barrier(num_barriers=2),  # each compute warpgroup's query tile
+                plgpu.Barrier(num_barriers=2),  # and its factor rows
+            ),
+            (plgpu.Barrier(num_arrivals=2, num_barriers=stages),) * 2,  # both compute warpgroups are done
+            collective_axes="wg",
+        )
+
+    return plgpu.kernel(
+        entry,
+        out_type=jax.ShapeDtypeStruct((b, tq, h, dv), dtype),
+        grid=(tq // (2 * bq), h, b),
+        grid_names=("q_tiles", "heads", "batch"),
+        num_threads=3,
+        thread_name="wg",
+    )(q, k, v, factor)
 
 
 def _forward_unscaled(q, k, v, *, causal: bool, scale: float, sizes: MgpuBlockSizes):
@@ -331,7 +468,10 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def _attend(q, k, v, key_mask, factor, causal, sizes, triton_sizes):
     v_visible = jnp.where(key_mask[:, :, None, None], v, jnp.zeros((), v.dtype))
-    out = _forward_unscaled(q, k, v_visible, causal=causal, scale=1 / math.sqrt(q.shape[-1]), sizes=sizes)
+    scale = 1 / math.sqrt(q.shape[-1])
+    if sizes.warp_specialized and q.shape[-1] == v.shape[-1]:
+        return _forward_specialized(q, k, v_visible, factor, causal=causal, scale=scale, sizes=sizes)
+    out = _forward_unscaled(q, k, v_visible, causal=causal, scale=scale, sizes=sizes)
     return (out.astype(jnp.float32) * factor.transpose(0, 2, 1)[..., None]).astype(v.dtype)
 
 

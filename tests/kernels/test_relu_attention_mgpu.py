@@ -9,15 +9,15 @@ import pytest
 from jax import export
 
 import kernels
-from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu
+from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu, supported
 from tests.kernels.lowering import layout_copies
 
 UNCHECKED = [export.DisabledSafetyCheck.custom_call(n) for n in ("mosaic_gpu_v2", "__gpu$xla.gpu.triton")]
 
 
-def _attend(causal, t, backward="mosaic"):
+def _attend(causal, t, backward="mosaic", warp_specialized=True):
     mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])
-    sizes = MgpuBlockSizes(backward=backward)
+    sizes = MgpuBlockSizes(backward=backward, warp_specialized=warp_specialized)
 
     def attend(q, k, v):
         return kernels.relu_attention(
@@ -29,11 +29,15 @@ def _attend(causal, t, backward="mosaic"):
 
 @pytest.mark.parametrize("t, d", [(1024, 64), (16384, 128)])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("grad, backward", [(False, "mosaic"), (True, "mosaic"), (True, "triton")])
-def test_lowers_for_cuda_to_the_mosaic_kernels(grad, backward, causal, t, d):
-    """Forward: one Mosaic GPU kernel. Gradient: the Mosaic dq and dk/dv kernels, or (backward="triton") the
-    Triton ones; the forward is dead code there. Nothing of the attention left to XLA, no layout copies."""
-    fn = _attend(causal, t, backward)
+@pytest.mark.parametrize(
+    "grad, backward, warp_specialized",
+    [(False, "mosaic", True), (False, "mosaic", False), (True, "mosaic", True), (True, "triton", True)],
+)
+def test_lowers_for_cuda_to_the_mosaic_kernels(grad, backward, warp_specialized, causal, t, d):
+    """Forward: one Mosaic GPU kernel (warp-specialised or one warpgroup). Gradient: the Mosaic dq and dk/dv
+    kernels, or (backward="triton") the Triton ones; the forward is dead code there. Nothing of the attention
+    left to XLA, no layout copies."""
+    fn = _attend(causal, t, backward, warp_specialized)
     if grad:
         attend = fn
         fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
@@ -56,15 +60,18 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
     with pytest.raises(ValueError, match="whole tiles: 100"):
         short = ok[:, :100]
         relu_attention_mgpu(short, short, short, mask[:, :100], factor[..., :100], causal=False)
+    odd_pairs = jnp.zeros((1, 192, 2, 64), jnp.bfloat16)  # 3 query tiles: the warp-specialised forward takes pairs
+    assert "whole tiles: 192 and 192 for 128×64" in supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes())
+    assert supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes(warp_specialized=False)) is None
     with pytest.raises(ValueError, match="multiples of 64"):
         MgpuBlockSizes(block_q=32)
     with pytest.raises(ValueError, match="'mosaic' or 'triton'"):
         MgpuBlockSizes(backward="xla")
 
 
-@pytest.mark.parametrize("backward", ["mosaic", "triton"])
+@pytest.mark.parametrize("backward, warp_specialized", [("mosaic", True), ("mosaic", False), ("triton", True)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_matches_reference_outputs_and_gradients_where_it_runs(causal, backward):
+def test_matches_reference_outputs_and_gradients_where_it_runs(causal, backward, warp_specialized):
     """On a GPU: outputs and every gradient (γ included) against the fp32 reference. Anywhere else the kernel
     cannot run (JAX's GPU interpret mode cannot execute its wgmma), and saying so is what is checked."""
     t, d = 512, 128
@@ -78,7 +85,7 @@ def test_matches_reference_outputs_and_gradients_where_it_runs(causal, backward)
         return jnp.sum(out.astype(jnp.float32) ** 2), out
 
     grad = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)
-    sizes = MgpuBlockSizes(backward=backward)
+    sizes = MgpuBlockSizes(backward=backward, warp_specialized=warp_specialized)
     mosaic = jax.jit(lambda *a: grad(*a, impl="pallas", pallas_backend="mosaic_gpu", pallas_block_sizes=sizes))
     if jax.default_backend() != "gpu":
         with pytest.raises(ValueError, match="interpret mode"):
