@@ -72,6 +72,11 @@ def _row_factor(counts: jax.Array, gamma_h: jax.Array, row_scale: str) -> jax.Ar
     return jnp.broadcast_to(inv_gamma, (counts.shape[0], gamma_h.shape[0], counts.shape[1]))
 
 
+def _mask_factor(key_mask: jax.Array, gamma_h: jax.Array, causal: bool, row_scale: str, q_length: int) -> jax.Array:
+    """The row factor `[batch, heads, q_length]` for a key mask: `_row_factor` of the visible-key counts."""
+    return _row_factor(visible_key_counts(key_mask, causal=causal, q_length=q_length), gamma_h, row_scale)
+
+
 def _visible(key_mask: jax.Array, q_pos: jax.Array, k_pos: jax.Array, causal: bool) -> jax.Array:
     """Visibility `[batch, 1, len(q_pos), len(k_pos)]` of keys to queries."""
     vis = key_mask[:, None, None, :]
@@ -123,8 +128,7 @@ def _reference_weights(q, k, key_mask, gamma_h, causal, row_scale):
     qf, kf = q.astype(jnp.float32), k.astype(jnp.float32)
     s = jnp.einsum("bqhd,bkhd->bhqk", qf, kf, precision=lax.Precision.HIGHEST) / math.sqrt(q.shape[-1])
     vis = _visible(key_mask, jnp.arange(q.shape[1]), jnp.arange(k.shape[1]), causal)
-    counts = visible_key_counts(key_mask, causal=causal, q_length=q.shape[1])
-    factor = _row_factor(counts, gamma_h, row_scale)
+    factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])
     return jnp.where(vis, jax.nn.relu(s), 0.0) * factor[..., None]
 
 
@@ -166,8 +170,7 @@ def _block_scores(qh, kj, mj, j, bk, causal):
 
 def _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
     b, tq, h, _ = q.shape
-    counts = visible_key_counts(key_mask, causal=causal, q_length=tq)
-    factor = _row_factor(counts, gamma_h, row_scale)
+    factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
     kb, vb, mb, bk, nb = _key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
 
@@ -198,8 +201,7 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
     q, k, v, key_mask, gamma_h = residuals
     b, tq, h, d = q.shape
     tk = k.shape[1]
-    counts = visible_key_counts(key_mask, causal=causal, q_length=tq)
-    factor = _row_factor(counts, gamma_h, row_scale)
+    factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
     kb, vb, mb, bk, nb = _key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
     do = d_out.transpose(0, 2, 1, 3)
@@ -309,8 +311,7 @@ def relu_attention(
     if impl == "reference":
         return _reference(q, k, v, key_mask, gamma_h, causal, row_scale)
     if impl == "pallas":
-        counts = visible_key_counts(key_mask, causal=causal, q_length=q.shape[1])
-        factor = _row_factor(counts, gamma_h, row_scale)  # differentiable: dγ flows through it
+        factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])  # differentiable: dγ flows through it
         backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes)
         interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
         if backend == "mosaic_gpu":  # Hopper kernels (MgpuBlockSizes.backward picks the backward)
@@ -358,8 +359,7 @@ def relu_attention_row_stats(
         return a.sum(-1).transpose(0, 2, 1), xlogx(a).sum(-1).transpose(0, 2, 1)
 
     b, tq, h, _ = q.shape
-    counts = visible_key_counts(key_mask, causal=causal, q_length=tq)
-    factor = _row_factor(counts, gamma_h, row_scale)
+    factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
     kb, _, mb, bk, nb = _key_blocks(k, k, key_mask, (block_sizes or XlaBlockSizes()).block_k)
     qh = q.transpose(0, 2, 1, 3)
 
@@ -413,8 +413,7 @@ def relu_attention_and_row_stats(
     from kernels.relu_attention_pallas import relu_attention_pallas
 
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-    counts = visible_key_counts(key_mask, causal=causal, q_length=q.shape[1])
-    factor = _row_factor(counts, gamma_h, row_scale)
+    factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])
     interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
     out, p_sum, p_xlogx = relu_attention_pallas(
         q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes, backend=backend,
