@@ -78,8 +78,8 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
     Three warpgroups per CUDA block: warpgroups 0 and 1 each own a query tile of `block_q` rows (the block's
     2·block_q rows) and share the key/value slots; warpgroup 2 issues the TMA copies, refilling a slot once
     both compute warpgroups have arrived on its "consumed" barrier. Causal: the block's key tiles stop at its
-    last row's diagonal; a compute warpgroup whose own tile ends earlier still arrives on the remaining
-    slots' barriers, so the memory warpgroup never waits for a consumer that is gone.
+    last row's diagonal; a compute warpgroup whose own tile ends earlier still waits for the remaining tiles
+    and arrives on their barriers, so the memory warpgroup never waits for a consumer that is gone.
     """
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -138,8 +138,12 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
             acc0 = plgpu.layout_cast(jnp.zeros((bq, dv), jnp.float32), plgpu.Layout.WGMMA)
             acc = lax.fori_loop(0, steps, step, acc0)
 
-            def release(j, carry):  # slots this tile needs no more: let the memory warpgroup refill them
+            def release(j, carry):  # tiles this query tile does not need: let the memory warpgroup refill
                 slot = lax.rem(j, stages)
+                # Only once tile j has landed: that copy was issued after both warpgroups consumed tile
+                # j − stages, so this arrival cannot complete that earlier phase in the other one's stead.
+                plgpu.barrier_wait(k_bar.at[slot])
+                plgpu.barrier_wait(v_bar.at[slot])
                 plgpu.barrier_arrive(k_used.at[slot])
                 plgpu.barrier_arrive(v_used.at[slot])
                 return carry
