@@ -44,6 +44,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from kernels.linear_attention import stabilise_denominator
+from kernels.mgpu_tiles import scores_tile, swizzled, visible
 
 MODES = ("causal", "anticausal", "full")
 _REVERSED = {"causal": "anticausal", "anticausal": "causal", "full": "full"}
@@ -91,13 +92,6 @@ def supported(phi_q: jax.Array, v: jax.Array, sizes: MgpuChunkSizes, kernels: st
 # ----------------------------------------------------------------------------------------------
 
 
-def _swizzled(dtype):
-    """128-byte swizzled shared-memory tiles (the wgmma operand layout): 64 16-bit or 32 32-bit columns."""
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    return (plgpu.TilingTransform((8, 128 // jnp.dtype(dtype).itemsize)), plgpu.SwizzleTransform(128))
-
-
 def _chunk_states_mosaic(b: jax.Array, c: jax.Array, chunk: int) -> jax.Array:
     """Σ_{rows of chunk n} b_rowᵀ c_row, `[B, H, T/C, X, Y]` fp32: one block and one wgmma per chunk."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -127,9 +121,9 @@ def _chunk_states_mosaic(b: jax.Array, c: jax.Array, chunk: int) -> jax.Array:
 
         pl.run_scoped(
             with_buffers,
-            plgpu.SMEM((chunk, x), b.dtype, transforms=_swizzled(b.dtype)),
-            plgpu.SMEM((chunk, y), c.dtype, transforms=_swizzled(c.dtype)),
-            plgpu.SMEM((x, y), jnp.float32, transforms=_swizzled(jnp.float32)),
+            plgpu.SMEM((chunk, x), b.dtype, transforms=swizzled(b.dtype)),
+            plgpu.SMEM((chunk, y), c.dtype, transforms=swizzled(c.dtype)),
+            plgpu.SMEM((x, y), jnp.float32, transforms=swizzled(jnp.float32)),
             plgpu.Barrier(num_barriers=2),
         )
 
@@ -170,15 +164,9 @@ def _chunk_outputs_mosaic(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.
 
             scores = None
             if within:
-
-                def score_tile(acc_ref):
-                    plgpu.wgmma(acc_ref, a_smem, plgpu.transpose_ref(b_smem, (1, 0)))
-                    return acc_ref[...]
-
-                s = pl.run_scoped(score_tile, plgpu.ACC((chunk, chunk), jnp.float32))
-                i = plgpu.broadcasted_iota(jnp.int32, (chunk, chunk), 0, layout=plgpu.Layout.WGMMA)
-                j = plgpu.broadcasted_iota(jnp.int32, (chunk, chunk), 1, layout=plgpu.Layout.WGMMA)
-                scores = jnp.where(i >= j if mode == "causal" else i <= j, s, 0.0).astype(dtype)
+                rule = "row_ge_col" if mode == "causal" else "row_le_col"
+                s = scores_tile(a_smem, b_smem, (chunk, chunk))
+                scores = jnp.where(visible(0, 0, (chunk, chunk), rule), s, 0.0).astype(dtype)
 
             def output(acc_ref):
                 plgpu.wgmma(acc_ref, a_smem, hi_smem)
@@ -196,13 +184,13 @@ def _chunk_outputs_mosaic(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.
 
         pl.run_scoped(
             with_buffers,
-            plgpu.SMEM((chunk, x), dtype, transforms=_swizzled(dtype)),
-            plgpu.SMEM((chunk, x), dtype, transforms=_swizzled(dtype)),
-            plgpu.SMEM((chunk, y), dtype, transforms=_swizzled(dtype)),
-            plgpu.SMEM((x, y), dtype, transforms=_swizzled(dtype)),
-            plgpu.SMEM((x, y), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((chunk, x), dtype, transforms=swizzled(dtype)),
+            plgpu.SMEM((chunk, x), dtype, transforms=swizzled(dtype)),
+            plgpu.SMEM((chunk, y), dtype, transforms=swizzled(dtype)),
+            plgpu.SMEM((x, y), dtype, transforms=swizzled(dtype)),
+            plgpu.SMEM((x, y), dtype, transforms=swizzled(dtype)),
             plgpu.SMEM((chunk,), jnp.float32),
-            plgpu.SMEM((chunk, y), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((chunk, y), dtype, transforms=swizzled(dtype)),
             plgpu.Barrier(num_barriers=6 if within else 4),
         )
 

@@ -32,6 +32,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from kernels.mgpu_tiles import scores_tile, swizzled, visible
+
 
 @dataclasses.dataclass(frozen=True)
 class MgpuBlockSizes:
@@ -89,7 +91,7 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
     num_k = tk // bk
     stages = min(sizes.stages, num_k)
     dtype = q.dtype
-    swizzled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+    layout = swizzled(dtype)
 
     def kernel(q_ref, k_ref, v_ref, f_ref, o_ref, scoped):
         (q_smem2, f_smem2, k_smem, v_smem), (k_bar, v_bar, q_bar, f_bar), (k_used, v_used) = scoped
@@ -116,16 +118,10 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
                 slot = lax.rem(j, stages)
                 plgpu.barrier_wait(k_bar.at[slot])
 
-                def scores(s_ref):
-                    plgpu.wgmma(s_ref, q_smem, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
-                    return s_ref[...]
-
-                p = jnp.maximum(pl.run_scoped(scores, plgpu.ACC((bq, bk), jnp.float32)) * scale, 0.0)
+                p = jnp.maximum(scores_tile(q_smem, k_smem.at[slot], (bq, bk)) * scale, 0.0)
                 plgpu.barrier_arrive(k_used.at[slot])
                 if causal:
-                    i = plgpu.broadcasted_iota(jnp.int32, (bq, bk), 0, layout=plgpu.Layout.WGMMA)
-                    jj = plgpu.broadcasted_iota(jnp.int32, (bq, bk), 1, layout=plgpu.Layout.WGMMA)
-                    p = jnp.where(q0 + i >= j * bk + jj, p, 0.0)
+                    p = jnp.where(visible(q0, j * bk, (bq, bk), "row_ge_col"), p, 0.0)
                 plgpu.barrier_wait(v_bar.at[slot])
 
                 def accumulate(acc_ref):
@@ -179,10 +175,10 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
         pl.run_scoped(
             lambda *scoped: kernel(q_ref, k_ref, v_ref, f_ref, o_ref, scoped),
             (
-                plgpu.SMEM((2, bq, d), dtype, transforms=swizzled),  # d == dv: q's tile stages the output
+                plgpu.SMEM((2, bq, d), dtype, transforms=layout),  # d == dv: q's tile stages the output
                 plgpu.SMEM((2, bq), jnp.float32),
-                plgpu.SMEM((stages, bk, d), dtype, transforms=swizzled),
-                plgpu.SMEM((stages, bk, dv), dtype, transforms=swizzled),
+                plgpu.SMEM((stages, bk, d), dtype, transforms=layout),
+                plgpu.SMEM((stages, bk, dv), dtype, transforms=layout),
             ),
             (
                 plgpu.Barrier(num_barriers=stages),
@@ -213,7 +209,7 @@ def _forward_unscaled(q, k, v, *, causal: bool, scale: float, sizes: MgpuBlockSi
     bq, bk, stages = sizes.block_q, sizes.block_k, sizes.stages
     num_q, num_k = pl.cdiv(tq, bq), pl.cdiv(tk, bk)
     dtype = q.dtype
-    swizzled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+    layout = swizzled(dtype)
 
     def kernel(q_ref, k_ref, v_ref, o_ref):
         batch, head, q_tile = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("q_tiles")
@@ -240,16 +236,9 @@ def _forward_unscaled(q, k, v, *, causal: bool, scale: float, sizes: MgpuBlockSi
                     slot = lax.rem(j, stages)
                     plgpu.barrier_wait(k_bar.at[slot])
 
-                    def scores(s_ref):
-                        plgpu.wgmma(s_ref, q_smem, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
-                        return s_ref[...]
-
-                    s = pl.run_scoped(scores, plgpu.ACC((bq, bk), jnp.float32)) * scale
-                    p = jnp.maximum(s, 0.0)
+                    p = jnp.maximum(scores_tile(q_smem, k_smem.at[slot], (bq, bk)) * scale, 0.0)
                     if causal:
-                        rows = plgpu.broadcasted_iota(jnp.int32, (bq, bk), 0, layout=plgpu.Layout.WGMMA)
-                        cols = plgpu.broadcasted_iota(jnp.int32, (bq, bk), 1, layout=plgpu.Layout.WGMMA)
-                        p = jnp.where(q0 + rows >= j * bk + cols, p, 0.0)
+                        p = jnp.where(visible(q0, j * bk, (bq, bk), "row_ge_col"), p, 0.0)
                     plgpu.barrier_wait(v_bar.at[slot])
                     plgpu.wgmma(acc_ref, p.astype(dtype), v_smem.at[slot])
                     plgpu.wgmma_wait(0)  # the slot is free once its tiles have been read
@@ -270,10 +259,10 @@ def _forward_unscaled(q, k, v, *, causal: bool, scale: float, sizes: MgpuBlockSi
 
         pl.run_scoped(
             with_buffers,
-            plgpu.SMEM((bq, d), dtype, transforms=swizzled),
-            plgpu.SMEM((stages, bk, d), dtype, transforms=swizzled),
-            plgpu.SMEM((stages, bk, dv), dtype, transforms=swizzled),
-            plgpu.SMEM((bq, dv), dtype, transforms=swizzled),
+            plgpu.SMEM((bq, d), dtype, transforms=layout),
+            plgpu.SMEM((stages, bk, d), dtype, transforms=layout),
+            plgpu.SMEM((stages, bk, dv), dtype, transforms=layout),
+            plgpu.SMEM((bq, dv), dtype, transforms=layout),
             plgpu.Barrier(num_barriers=1),
             plgpu.Barrier(num_barriers=stages),
             plgpu.Barrier(num_barriers=stages),
@@ -303,13 +292,7 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
     bq, bk, stages = sizes.block_q, sizes.block_k, sizes.stages
     num_q, num_k = pl.cdiv(tq, bq), pl.cdiv(tk, bk)
     dtype = q.dtype
-    swizzled = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-
-    def visible(rows_start, cols_start, shape, transposed):
-        """Causal visibility of a score tile (query rows, key columns; swapped when transposed)."""
-        rows = plgpu.broadcasted_iota(jnp.int32, shape, 0, layout=plgpu.Layout.WGMMA) + rows_start
-        cols = plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=plgpu.Layout.WGMMA) + cols_start
-        return cols >= rows if transposed else rows >= cols
+    layout = swizzled(dtype)
 
     def pipelined(steps, fetch, step, carry):
         """`step(j, slot, carry)` for j < steps, tile j's copies (`fetch(j, slot)`) issued `stages` ahead."""
@@ -328,13 +311,6 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
             return carry
 
         return lax.fori_loop(0, steps, body, carry)
-
-    def matmul(a, b_ref, shape):
-        def run(acc_ref):
-            plgpu.wgmma(acc_ref, a, b_ref)
-            return acc_ref[...]
-
-        return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))
 
     def dq_kernel(q_ref, k_ref, v_ref, do_ref, f_ref, dq_ref, pdp_ref):
         batch, head, q_tile = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("q_tiles")
@@ -360,11 +336,11 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
                 def step(j, slot, pdp):
                     plgpu.barrier_wait(k_bar.at[slot])
                     plgpu.barrier_wait(v_bar.at[slot])
-                    s = matmul(q_smem, plgpu.transpose_ref(k_smem.at[slot], (1, 0)), (bq, bk)) * scale
-                    dp = matmul(do_smem, plgpu.transpose_ref(v_smem.at[slot], (1, 0)), (bq, bk))
+                    s = scores_tile(q_smem, k_smem.at[slot], (bq, bk)) * scale
+                    dp = scores_tile(do_smem, v_smem.at[slot], (bq, bk))
                     live = s > 0
                     if causal:
-                        live = live & visible(q0, j * bk, (bq, bk), transposed=False)
+                        live = live & visible(q0, j * bk, (bq, bk), "row_ge_col")
                     pdp = pdp + jnp.sum(jnp.where(live, s, 0.0) * dp, axis=1)
                     ds = jnp.where(live, dp * f, 0.0) * scale
                     plgpu.wgmma(dq_acc, ds.astype(dtype), k_smem.at[slot])
@@ -382,12 +358,12 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
 
         pl.run_scoped(
             with_buffers,
-            plgpu.SMEM((bq, d), dtype, transforms=swizzled),
-            plgpu.SMEM((bq, dv_dim), dtype, transforms=swizzled),
+            plgpu.SMEM((bq, d), dtype, transforms=layout),
+            plgpu.SMEM((bq, dv_dim), dtype, transforms=layout),
             plgpu.SMEM((bq,), jnp.float32),
             plgpu.SMEM((bq,), jnp.float32),
-            plgpu.SMEM((stages, bk, d), dtype, transforms=swizzled),
-            plgpu.SMEM((stages, bk, dv_dim), dtype, transforms=swizzled),
+            plgpu.SMEM((stages, bk, d), dtype, transforms=layout),
+            plgpu.SMEM((stages, bk, dv_dim), dtype, transforms=layout),
             plgpu.Barrier(num_barriers=3),
             plgpu.Barrier(num_barriers=stages),
             plgpu.Barrier(num_barriers=stages),
@@ -417,15 +393,15 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
                 def step(j, slot, carry):
                     for barrier in (q_bar, do_bar, f_bar):
                         plgpu.barrier_wait(barrier.at[slot])
-                    s_t = matmul(k_smem, plgpu.transpose_ref(q_smem.at[slot], (1, 0)), (bk, bq)) * scale
+                    s_t = scores_tile(k_smem, q_smem.at[slot], (bk, bq)) * scale
                     f = plgpu.load(f_smem.at[slot], (), layout=plgpu.Layout.WGMMA.reduce(0))
                     f = lax.broadcast_in_dim(f, (bk, bq), [1])
                     live = s_t > 0
                     if causal:
-                        live = live & visible(k0, (first + j) * bq, (bk, bq), transposed=True)
+                        live = live & visible(k0, (first + j) * bq, (bk, bq), "row_le_col")
                     a_t = jnp.where(live, s_t, 0.0) * f
                     plgpu.wgmma(dv_acc, a_t.astype(dtype), do_smem.at[slot])
-                    dp_t = matmul(v_smem, plgpu.transpose_ref(do_smem.at[slot], (1, 0)), (bk, bq))
+                    dp_t = scores_tile(v_smem, do_smem.at[slot], (bk, bq))
                     ds_t = jnp.where(live, dp_t * f, 0.0) * scale
                     plgpu.wgmma(dk_acc, ds_t.astype(dtype), q_smem.at[slot])
                     return carry
@@ -442,10 +418,10 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
 
         pl.run_scoped(
             with_buffers,
-            plgpu.SMEM((bk, d), dtype, transforms=swizzled),
-            plgpu.SMEM((bk, dv_dim), dtype, transforms=swizzled),
-            plgpu.SMEM((stages, bq, d), dtype, transforms=swizzled),
-            plgpu.SMEM((stages, bq, dv_dim), dtype, transforms=swizzled),
+            plgpu.SMEM((bk, d), dtype, transforms=layout),
+            plgpu.SMEM((bk, dv_dim), dtype, transforms=layout),
+            plgpu.SMEM((stages, bq, d), dtype, transforms=layout),
+            plgpu.SMEM((stages, bq, dv_dim), dtype, transforms=layout),
             plgpu.SMEM((stages, bq), jnp.float32),
             plgpu.Barrier(num_barriers=2),
             plgpu.Barrier(num_barriers=stages),
