@@ -1,4 +1,5 @@
-"""Attention ops shared by the model zoo: reference, blocked/chunked XLA and (later) Pallas implementations.
+"""Attention ops shared by the model zoo: reference, blocked/chunked XLA and Pallas implementations
+(Mosaic TPU, Triton, Mosaic GPU; `kernels.platforms` says which runs where).
 
 This package imports only jax, so its tests and benchmarks run on any machine with jax installed.
 """
