@@ -30,7 +30,7 @@ da = product(dO, c, b; r), db = product(c, G, a) and dc = product(b, a, G) with 
 (prefixes, hi/lo split, masks, the custom VJP) is tested against the reference on any machine; the kernels
 themselves lower for CUDA on a CPU (tests/kernels/test_linear_attention_mgpu.py) and run only on a GPU —
 JAX 0.10's GPU interpret mode cannot execute wgmma on transposed shared-memory refs.
-Limits: bf16/fp16, m and d_v multiples of 64, lengths whole chunks (`supported` says why not).
+Limits: bf16/fp16, m and d_v multiples of 64 with m·d_v ≤ 128², lengths whole chunks (`supported` says why not).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from kernels.linear_attention import stabilise_denominator
 from kernels.mgpu_tiles import scores_tile, swizzled, visible
 
 MODES = ("causal", "anticausal", "full")
+MAX_STATE_ENTRIES = 128 * 128
 _REVERSED = {"causal": "anticausal", "anticausal": "causal", "full": "full"}
 
 
@@ -83,6 +84,12 @@ def supported(phi_q: jax.Array, v: jax.Array, sizes: MgpuChunkSizes, kernels: st
         return (
             f"Mosaic GPU linear attention needs feature and value dims that are multiples of 64, "
             f"got {phi_q.shape[-1]}, {v.shape[-1]}"
+        )
+    if phi_q.shape[-1] * v.shape[-1] > MAX_STATE_ENTRIES:
+        # The state tile is one warpgroup's fp32 accumulator: 128 registers a thread at 128 × 128.
+        return (
+            f"Mosaic GPU linear attention keeps the m × d_v state in one warpgroup's registers: "
+            f"{phi_q.shape[-1]} × {v.shape[-1]} is over {MAX_STATE_ENTRIES} entries"
         )
     return None
 

@@ -127,6 +127,10 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
         linear_attention_mgpu(ok.astype(jnp.float32), ok, ok, **opts)
     with pytest.raises(ValueError, match="multiples of 64, got 64, 48"):
         linear_attention_mgpu(ok, ok, ok[..., :48], **opts)
+    wide = jnp.ones((1, 128, 2, 256), jnp.bfloat16)
+    with pytest.raises(ValueError, match="256 × 256 is over 16384 entries"):
+        linear_attention_mgpu(wide, wide, wide, **opts)
+    assert supported(wide, ok, MgpuChunkSizes()) is None  # FAVOR+'s m 256 with d_v 64: 256 × 64
     with pytest.raises(ValueError, match="whole chunks: 100"):
         linear_attention_mgpu(ok[:, :100], ok[:, :100], ok[:, :100], **opts)
     with pytest.raises(ValueError, match="multiple of 64, got 32"):
