@@ -71,6 +71,8 @@ def supported(q: jax.Array, k: jax.Array, v: jax.Array, sizes: MgpuBlockSizes) -
         return f"Mosaic GPU ReLU attention takes bf16/fp16 inputs, got {q.dtype}"
     if q.shape[-1] % 64 or v.shape[-1] % 64:
         return f"Mosaic GPU ReLU attention needs head dims that are multiples of 64, got {q.shape[-1]}, {v.shape[-1]}"
+    if max(q.shape[-1], v.shape[-1]) > 256:  # a 64 × D fp32 accumulator in one warpgroup: 128 registers at D 256
+        return f"Mosaic GPU ReLU attention takes head dims up to 256, got {q.shape[-1]}, {v.shape[-1]}"
     return None
 
 

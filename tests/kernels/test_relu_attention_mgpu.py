@@ -60,6 +60,8 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
     with pytest.raises(ValueError, match="whole tiles: 100"):
         short = ok[:, :100]
         relu_attention_mgpu(short, short, short, mask[:, :100], factor[..., :100], causal=False)
+    wide = jnp.zeros((1, 128, 2, 320), jnp.bfloat16)
+    assert "head dims up to 256, got 320" in supported(wide, wide, wide, MgpuBlockSizes())
     odd_pairs = jnp.zeros((1, 192, 2, 64), jnp.bfloat16)  # 3 query tiles: the warp-specialised forward takes pairs
     assert "whole tiles: 192 and 192 for 128×64" in supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes())
     assert supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes(warp_specialized=False)) is None
