@@ -48,6 +48,7 @@ from kernels.mgpu_tiles import scores_tile, swizzled, visible
 
 MODES = ("causal", "anticausal", "full")
 MAX_STATE_ENTRIES = 128 * 128
+MAX_CHUNK_ENTRIES = 192 * 128
 _REVERSED = {"causal": "anticausal", "anticausal": "causal", "full": "full"}
 
 
@@ -85,11 +86,18 @@ def supported(phi_q: jax.Array, v: jax.Array, sizes: MgpuChunkSizes, kernels: st
             f"Mosaic GPU linear attention needs feature and value dims that are multiples of 64, "
             f"got {phi_q.shape[-1]}, {v.shape[-1]}"
         )
-    if phi_q.shape[-1] * v.shape[-1] > MAX_STATE_ENTRIES:
-        # The state tile is one warpgroup's fp32 accumulator: 128 registers a thread at 128 × 128.
+    m, dv, chunk = phi_q.shape[-1], v.shape[-1], sizes.chunk
+    # fp32 accumulators live in one warpgroup's registers (128 threads): the m × d_v state, 128 a thread at
+    # 128 × 128; the chunk's C × C scores beside its C × d_v output, 192 a thread at most (a guess until measured).
+    if m * dv > MAX_STATE_ENTRIES:
         return (
             f"Mosaic GPU linear attention keeps the m × d_v state in one warpgroup's registers: "
-            f"{phi_q.shape[-1]} × {v.shape[-1]} is over {MAX_STATE_ENTRIES} entries"
+            f"{m} × {dv} is over {MAX_STATE_ENTRIES} entries"
+        )
+    if chunk * (chunk + max(m, dv)) > MAX_CHUNK_ENTRIES:
+        return (
+            f"Mosaic GPU linear attention keeps a chunk's scores and outputs in one warpgroup's registers: "
+            f"chunk {chunk} with dims {m}, {dv} is over {MAX_CHUNK_ENTRIES} entries (a smaller chunk)"
         )
     return None
 

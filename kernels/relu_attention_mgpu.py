@@ -73,7 +73,26 @@ def supported(q: jax.Array, k: jax.Array, v: jax.Array, sizes: MgpuBlockSizes) -
         return f"Mosaic GPU ReLU attention needs head dims that are multiples of 64, got {q.shape[-1]}, {v.shape[-1]}"
     if max(q.shape[-1], v.shape[-1]) > 256:  # a 64 × D fp32 accumulator in one warpgroup: 128 registers at D 256
         return f"Mosaic GPU ReLU attention takes head dims up to 256, got {q.shape[-1]}, {v.shape[-1]}"
+    need = shared_memory_bytes(sizes, q.shape[-1], v.shape[-1], q.dtype.itemsize)
+    if need > SHARED_MEMORY_BYTES:
+        return (
+            f"Mosaic GPU ReLU attention with {sizes} and head dims {q.shape[-1]}, {v.shape[-1]} needs {need} bytes "
+            f"of shared memory per block, over the {SHARED_MEMORY_BYTES} a Hopper block has (fewer stages)"
+        )
     return None
+
+
+SHARED_MEMORY_BYTES = 227 * 1024  # the most one CUDA block may use on sm_90
+
+
+def shared_memory_bytes(sizes: MgpuBlockSizes, d: int, dv: int, itemsize: int) -> int:
+    """The largest shared-memory footprint of the forward, dq and dk/dv kernels (tiles only)."""
+    bq, bk, stages = sizes.block_q, sizes.block_k, sizes.stages
+    fwd_q_tiles = 2 if sizes.warp_specialized else 1
+    forward = (fwd_q_tiles * bq * d + stages * bk * (d + dv) + (0 if sizes.warp_specialized else bq * dv)) * itemsize
+    dq = (bq * (d + dv) + stages * bk * (d + dv)) * itemsize
+    dkdv = (bk * (d + dv) + stages * bq * (d + dv)) * itemsize + stages * bq * 4
+    return max(forward, dq, dkdv) if sizes.backward == "mosaic" else forward
 
 
 def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: MgpuBlockSizes):

@@ -131,6 +131,8 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
     with pytest.raises(ValueError, match="256 × 256 is over 16384 entries"):
         linear_attention_mgpu(wide, wide, wide, **opts)
     assert supported(wide, ok, MgpuChunkSizes()) is None  # FAVOR+'s m 256 with d_v 64: 256 × 64
+    with pytest.raises(ValueError, match="chunk 128 with dims 64, 128 is over 24576 entries"):
+        linear_attention_mgpu(ok, ok, wide[..., :128], block_sizes=MgpuChunkSizes(128), **opts)
     with pytest.raises(ValueError, match="whole chunks: 100"):
         linear_attention_mgpu(ok[:, :100], ok[:, :100], ok[:, :100], **opts)
     with pytest.raises(ValueError, match="multiple of 64, got 32"):

@@ -82,7 +82,7 @@ def test_on_hopper_the_ops_run_the_mosaic_kernels_where_they_can(hopper):
     assert _lowered(relu(), t=1000) == (0, 1)  # not whole tiles: Triton masks the tail
     assert _lowered(linear(), dtype=jnp.float32) == (0, 1)  # fp32: Triton
     assert _lowered(relu(pallas_block_sizes=PallasBlockSizes())) == (0, 1)  # Triton's tiles asked for
-    assert _lowered(linear(pallas_block_sizes=MgpuChunkSizes(128))) == (2, 0)
+    assert _lowered(linear(pallas_block_sizes=MgpuChunkSizes(64))) == (2, 0)  # its own sizes type
     assert _lowered(linear(chunk_size=32)) == (0, 1)  # a chunk the Mosaic kernels do not take
     assert _lowered(relu(pallas_backend="triton")) == (0, 1)
 

@@ -62,6 +62,9 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
         relu_attention_mgpu(short, short, short, mask[:, :100], factor[..., :100], causal=False)
     wide = jnp.zeros((1, 128, 2, 320), jnp.bfloat16)
     assert "head dims up to 256, got 320" in supported(wide, wide, wide, MgpuBlockSizes())
+    d256 = jnp.zeros((1, 128, 2, 256), jnp.bfloat16)
+    assert supported(d256, d256, d256, MgpuBlockSizes()) is None  # 192 KiB of tiles
+    assert "over the 232448 a Hopper block has" in supported(d256, d256, d256, MgpuBlockSizes(stages=3))
     odd_pairs = jnp.zeros((1, 192, 2, 64), jnp.bfloat16)  # 3 query tiles: the warp-specialised forward takes pairs
     assert "whole tiles: 192 and 192 for 128×64" in supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes())
     assert supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes(warp_specialized=False)) is None
