@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.linear_attention import linear_attention
+from kernels.platforms import gpu_compute_capability
 from kernels.relu_attention import relu_attention
 
 # Dense peak (TFLOP/s) per dtype and HBM bandwidth (TB/s), by device kind substring.
@@ -189,11 +190,15 @@ def _check_case(case: Case, fn, args, cotangent) -> dict:
     return {"forward_rel_err": _rel_err(out, ref_out), "grad_rel_err": _rel_err(grads, ref_grads)}
 
 
-def default_cases(backend: str, args) -> list[Case]:
+def default_cases(backend: str, args, capability: tuple[int, int] | None = None) -> list[Case]:
+    """The cases `args` asks for; by default every impl the backend has ("mosaic" on Hopper: capability 9.x)."""
     cases = []
+    kernel_impls = ["xla", "pallas"] if backend != "cpu" else ["xla"]
+    if backend == "gpu" and capability is not None and capability[0] == 9:
+        kernel_impls.append("mosaic")
     impls = {
-        "relu": args.relu_impls or (["xla", "pallas"] if backend != "cpu" else ["xla"]),
-        "linear": args.linear_impls or (["xla", "pallas"] if backend != "cpu" else ["xla"]),
+        "relu": args.relu_impls or kernel_impls,
+        "linear": args.linear_impls or kernel_impls,
         "softmax": ["cudnn"] if backend == "gpu" else ["xla"],
     }
     blocks = {"relu": args.relu_blocks or [""], "linear": args.linear_blocks or [""], "softmax": [""]}
@@ -203,8 +208,8 @@ def default_cases(backend: str, args) -> list[Case]:
                 for d in args.head_dims:
                     for dtype in args.dtypes:
                         for causal in args.causal:
-                            if impl == "cudnn" and dtype == "float32":
-                                continue  # cuDNN flash attention takes half precision only
+                            if impl in ("cudnn", "mosaic") and dtype == "float32":
+                                continue  # cuDNN flash attention and the Mosaic GPU kernels: half precision only
                             batch = max(1, args.tokens // t)
                             cases.append(Case(op, impl, batch, args.heads, t, d, dtype, causal, block))
     return cases
@@ -298,7 +303,7 @@ def main(argv=None) -> Path:
     )
     p.add_argument("--check_max_length", type=int, default=8192, help="check only cases up to this length")
     args = p.parse_args(argv)
-    cases = default_cases(backend, args)
+    cases = default_cases(backend, args, gpu_compute_capability())
     device = jax.devices()[0]
     args.out.mkdir(parents=True, exist_ok=True)
     name = device_name()

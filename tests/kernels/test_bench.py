@@ -85,3 +85,21 @@ def test_on_hopper_pallas_times_triton_and_mosaic_times_the_mosaic_kernels(op, m
         text = text.mlir_module()
         calls[impl] = (text.count("__gpu$xla.gpu.triton") > 0, text.count("mosaic_gpu_v2") > 0)
     assert calls == {"pallas": (True, False), "mosaic": (False, True)}
+
+
+def test_default_cases_add_the_mosaic_kernels_on_hopper_in_half_precision_only():
+    import argparse
+
+    args = argparse.Namespace(
+        ops=["relu", "linear", "softmax"], lengths=[1024], head_dims=[128], dtypes=["bfloat16", "float32"],
+        causal=[True], heads=2, tokens=1024, relu_impls=None, linear_impls=None, relu_blocks=None,
+        linear_blocks=None,
+    )  # fmt: skip
+
+    def impls(capability):
+        return {(c.op, c.impl, c.dtype) for c in bench.default_cases("gpu", args, capability)}
+
+    hopper, ampere = impls((9, 0)), impls((8, 0))
+    assert hopper - ampere == {("relu", "mosaic", "bfloat16"), ("linear", "mosaic", "bfloat16")}
+    assert ("linear", "pallas", "float32") in ampere and ("softmax", "cudnn", "bfloat16") in ampere
+    assert not any(impl == "mosaic" for _, impl, _ in impls(None) | impls((10, 0)))
