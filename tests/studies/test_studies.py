@@ -28,7 +28,8 @@ def _files(out_dir, figure):
     result = json.loads((out_dir / "result.json").read_text())
     readme = (out_dir / "README.md").read_text()
     assert (out_dir / figure).stat().st_size > 1000
-    assert result["verdict"] in ("reproduced", "not reproduced") and f"**Verdict**: {result['verdict']}" in readme
+    verdicts = ("reproduced", "not reproduced", "not measurable at this budget")
+    assert result["verdict"] in verdicts and f"**Verdict**: {result['verdict']}" in readme
     return result, readme
 
 
@@ -198,6 +199,23 @@ def test_ffn_memory_trains_every_kind_at_every_slot_count(tmp_path):
             config = json.loads((tmp_path / "runs" / f"bert-{kind}-n{n}-seed0" / "config.json").read_text())
             assert (config["model"]["ffn"], config["model"]["mlp_dim"]) == (kind, n)
     assert "| softmax memory + LN |" in readme
+
+
+def test_amlp_alignment_verdict_needs_an_encoder_that_learned_to_copy():
+    unigram = {"copy": 200.0, "KJV": 250.0}
+
+    def mean(copy, kjv):
+        names = ("gMLP", "aMLP", "Transformer (BERT)")
+        return {"copy": dict(zip(names, copy, strict=True)), "KJV": dict(zip(names, kjv, strict=True))}
+
+    learned_kjv = (40.0, 36.0, 30.0)
+    assert amlp_alignment.judge(mean((40.0, 20.0, 15.0), learned_kjv), unigram) == ("reproduced", "")
+    verdict, notes = amlp_alignment.judge(mean((40.0, 39.0, 15.0), learned_kjv), unigram)
+    assert verdict == "not reproduced" and "1.03× on copy against 1.11× on KJV" in notes
+    verdict, notes = amlp_alignment.judge(mean((141.0, 140.0, 138.0), (40.0, 33.0, 154.0)), unigram)
+    assert verdict == "not measurable at this budget"
+    assert "best 138.0 against a unigram 200.0; copying would give about 14" in notes
+    assert "the Transformer is far behind (154.0" in notes
 
 
 def test_amlp_alignment_trains_every_encoder_on_both_tasks(tmp_path):
