@@ -1,7 +1,7 @@
 """gMLP paper: aMLP's tiny attention helps where alignment across positions matters (SPEC §1.5). gMLP, aMLP and
 a Transformer of matched size on a task that needs it and on one that does not, both masked LM.
 
-    python -m studies.amlp_alignment          # 3 encoders × 2 tasks × 2 seeds, ~55 min on 2 CPU cores
+    python -m studies.amlp_alignment          # 3 encoders × 2 tasks × 2 seeds, ~25 min on 2 CPU cores
     python -m studies.amlp_alignment --tiny   # 3 encoders × 2 tasks × 1 seed of 4 steps, seconds
 
 Needs alignment — *copy*: every document is a random sequence of m words (m uniform in 5 … 25, 200 made-up
