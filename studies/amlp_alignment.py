@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from studies.common import study_main, study_readme, write_study
+from studies.common import NOT_MEASURABLE, left_the_plateau, study_main, study_readme, write_study
 from studies.mlm_setting import RUNS, STEPS, mlm_config, train
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
@@ -66,8 +66,8 @@ def judge(mean: dict[str, dict[str, float]], unigram: dict[str, float]) -> tuple
     no encoder has learned to copy, and the copy task cannot tell the encoders apart: not measurable."""
     gain = {task: mean[task]["gMLP"] / mean[task]["aMLP"] for task in mean}
     best_copy = min(mean["copy"].values())
-    if best_copy > 0.5 * unigram["copy"]:
-        return "not measurable at this budget", (
+    if not left_the_plateau(best_copy, unigram["copy"]):
+        return NOT_MEASURABLE, (
             f"no encoder learned to copy (best {best_copy:.1f} against a unigram {unigram['copy']:.1f}; copying "
             f"would give about {unigram['copy'] ** 0.5:.0f}), the Transformer included, so the copy task cannot "
             f"show what aMLP's attention adds. It would take longer copy training (or shorter documents, or a "
@@ -83,7 +83,7 @@ def judge(mean: dict[str, dict[str, float]], unigram: dict[str, float]) -> tuple
 
 
 def _kjv_note(kjv: dict[str, float], unigram: float) -> str:
-    if kjv["Transformer (BERT)"] < 0.5 * unigram:
+    if left_the_plateau(kjv["Transformer (BERT)"], unigram):
         return ""
     return (
         f" On KJV the Transformer is far behind ({kjv['Transformer (BERT)']:.1f} against a unigram "

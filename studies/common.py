@@ -12,6 +12,15 @@ from zoo.files import atomic_write_bytes
 ROOT = Path(__file__).resolve().parent.parent / "benchmarks" / "studies"
 
 
+NOT_MEASURABLE = "not measurable at this budget"
+
+
+def left_the_plateau(perplexity: float, unigram: float) -> bool:
+    """Whether a masked LM learned more than word frequencies: held-out perplexity under half the unigram's. A
+    comparison between models none of which did cannot support a verdict either way."""
+    return perplexity < 0.5 * unigram
+
+
 def write_study(out_dir: Path, result: dict, readme: str) -> None:
     """result.json and README.md into `out_dir` (the figure is the study's to draw there)."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -22,13 +22,14 @@ from studies import (
     toeplitz,
     variance,
 )
+from studies.common import NOT_MEASURABLE
 
 
 def _files(out_dir, figure):
     result = json.loads((out_dir / "result.json").read_text())
     readme = (out_dir / "README.md").read_text()
     assert (out_dir / figure).stat().st_size > 1000
-    verdicts = ("reproduced", "not reproduced", "not measurable at this budget")
+    verdicts = ("reproduced", "not reproduced", NOT_MEASURABLE)
     assert result["verdict"] in verdicts and f"**Verdict**: {result['verdict']}" in readme
     return result, readme
 
@@ -186,6 +187,21 @@ def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
     first[..., 0] = 1.0
     assert np.allclose(attention_distance.mean_distance(first, real), np.mean([0, 1, 2, 3]))
     assert "| softmax | 1 |" in readme
+
+
+def test_ffn_memory_verdict_needs_an_encoder_that_left_the_plateau():
+    def runs(relu, softmax, softmax_ln):
+        return {
+            "ReLU FFN": {64: relu, 256: relu},
+            "softmax memory": {64: softmax, 256: softmax},
+            "softmax memory + LN": {64: softmax_ln, 256: softmax_ln},
+        }
+
+    assert ffn_memory.judge(runs([40, 41], [50, 52], [45, 46]), 250.0, True, True) == ("reproduced", "")
+    verdict, notes = ffn_memory.judge(runs([45, 47], [44, 52], [46, 46]), 250.0, False, True)
+    assert verdict == "not reproduced" and "spread between seeds is 8.0" in notes and "ReLU and the best" in notes
+    verdict, notes = ffn_memory.judge(runs([160, 166], [170, 171], [158, 159]), 250.0, False, False)
+    assert verdict == NOT_MEASURABLE and "best held-out perplexity 158.5 against a unigram 250.0" in notes
 
 
 def test_ffn_memory_trains_every_kind_at_every_slot_count(tmp_path):
