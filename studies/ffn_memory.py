@@ -27,11 +27,19 @@ KINDS = {"ReLU FFN": "relu", "softmax memory": "softmax_memory", "softmax memory
 STEPS = 1000
 
 
-def judge(
-    perplexity: dict[str, dict[int, list[float]]], unigram: float, relu_best: bool, ln_helps: bool
-) -> tuple[str, str]:
+def orderings(perplexity: dict[str, dict[int, list[float]]]) -> tuple[bool, bool]:
+    """(ReLU best at every n, LN helps the softmax memory at every n), by the mean over seeds."""
+    mean = {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
+    slots = mean["ReLU FFN"]
+    relu_best = all(mean["ReLU FFN"][n] < min(mean[k][n] for k in mean if k != "ReLU FFN") for n in slots)
+    ln_helps = all(mean["softmax memory + LN"][n] < mean["softmax memory"][n] for n in slots)
+    return relu_best, ln_helps
+
+
+def judge(perplexity: dict[str, dict[int, list[float]]], unigram: float) -> tuple[str, str]:
     """(verdict, what may explain it): not measurable if no encoder left the unigram plateau; otherwise
     reproduced if ReLU is best and LN helps at every n, with the seeds' spread against the gaps if not."""
+    relu_best, ln_helps = orderings(perplexity)
     means = {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
     best = min(min(per_n.values()) for per_n in means.values())
     if not left_the_plateau(best, unigram):
@@ -66,9 +74,8 @@ def run(tiny: bool, out_dir: Path) -> dict:
                 perplexity[name][n].append(results["test_perplexity"])
     unigram = results["unigram_perplexity"]
     mean = {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
-    relu_best = all(mean["ReLU FFN"][n] < min(mean[k][n] for k in KINDS if k != "ReLU FFN") for n in slots)
-    ln_helps = all(mean["softmax memory + LN"][n] < mean["softmax memory"][n] for n in slots)
-    verdict, notes = judge(perplexity, unigram, relu_best, ln_helps)
+    relu_best, ln_helps = orderings(perplexity)
+    verdict, notes = judge(perplexity, unigram)
     by_name = {k: {str(n): v for n, v in d.items()} for k, d in perplexity.items()}
     result = {
         "seeds": seeds, "slots": slots, "test_perplexity": by_name,

@@ -58,6 +58,7 @@ def encoder_config(arch: str, size: str) -> ml_collections.ConfigDict:
             mixer="softmax",
             ffn="gelu",
             positional="learned",
+            position_init_stddev=1.0,  # as the N(0, 1) token table: BERT draws both from one distribution
             d_model=d,
             num_heads=s["heads"],
             mlp_dim=s["mlp"],

@@ -197,11 +197,14 @@ def test_ffn_memory_verdict_needs_an_encoder_that_left_the_plateau():
             "softmax memory + LN": {64: softmax_ln, 256: softmax_ln},
         }
 
-    assert ffn_memory.judge(runs([40, 41], [50, 52], [45, 46]), 250.0, True, True) == ("reproduced", "")
-    verdict, notes = ffn_memory.judge(runs([45, 47], [44, 52], [46, 46]), 250.0, False, True)
+    assert ffn_memory.judge(runs([40, 41], [50, 52], [45, 46]), 250.0) == ("reproduced", "")
+    verdict, notes = ffn_memory.judge(runs([45, 47], [44, 52], [46, 46]), 250.0)
     assert verdict == "not reproduced" and "spread between seeds is 8.0" in notes and "ReLU and the best" in notes
-    verdict, notes = ffn_memory.judge(runs([160, 166], [170, 171], [158, 159]), 250.0, False, False)
+    verdict, notes = ffn_memory.judge(runs([160, 166], [170, 171], [158, 159]), 250.0)
     assert verdict == NOT_MEASURABLE and "best held-out perplexity 158.5 against a unigram 250.0" in notes
+    assert ffn_memory.orderings(runs([40, 41], [50, 52], [45, 46])) == (True, True)
+    assert ffn_memory.orderings(runs([45, 47], [44, 52], [46, 46])) == (False, True)
+    assert ffn_memory.orderings(runs([40, 41], [45, 46], [50, 52])) == (True, False)
 
 
 def test_ffn_memory_trains_every_kind_at_every_slot_count(tmp_path):

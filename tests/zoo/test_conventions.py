@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lra_flax.configs import listops, text
+from lra_flax.configs import image, listops, text
 from mlm_flax.configs import pretrain
 from mt_flax.configs import translation
 from zoo import mixers
 from zoo.layers import FeedForward
 from zoo.mixers.relu import RMSNormGate
-from zoo.models import Encoder, model_config
+from zoo.models import Encoder, SequenceEncoder, model_config
+from zoo.models.masked_lm import TextEncoder
 
 
 def _gelu64(x, approximate):
@@ -101,7 +102,26 @@ def test_presets_follow_their_sources():
     for size in pretrain.SIZES:
         bert = pretrain.get_config(f"bert_{size}").model
         assert (bert.layer_norm_eps, bert.gelu_approximate) == (1e-12, True)  # BERT's TF code
+        assert bert.position_init_stddev == 1.0  # BERT: positions drawn like the (N(0, 1) here) tokens
         for arch in ("gmlp", "amlp"):
             m = pretrain.get_config(f"{arch}_{size}").model
             assert (m.layer_norm_eps, m.gelu_approximate) == (1e-5, False)  # g-mlp-pytorch
     assert translation.get_config("iwslt_de_en").model.layer_norm_eps == 1e-5  # fairseq
+
+
+@pytest.mark.parametrize("stddev", [0.02, 1.0])
+@pytest.mark.parametrize("encoder", [SequenceEncoder, TextEncoder])
+def test_learned_positions_are_drawn_at_model_position_init_stddev(encoder, stddev):
+    cfg = model_config(mixer="softmax", d_model=64, num_heads=2, mlp_dim=32, max_length=256, positional="learned")
+    cfg.position_init_stddev = stddev
+    model = encoder(cfg, vocab_size=50, rngs=nnx.Rngs(0))
+    table = np.asarray(model.positions.table[...], np.float64)
+    tokens = np.asarray(model.embed.embed.embedding[...], np.float64)
+    assert abs(table.std() / stddev - 1) < 0.03  # 16k draws: the sample std is within 1% of σ
+    assert abs(tokens.std() - 1) < 0.05  # the token table the scale is relative to
+
+
+def test_lra_learned_positions_keep_the_lra_codes_scale():
+    # The LRA code: AddPositionEmbs N(0, 0.02²) beside Embed N(0, 1).
+    assert image.get_config("lra_code").model.position_init_stddev == 0.02
+    assert model_config().position_init_stddev == 0.02

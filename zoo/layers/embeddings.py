@@ -62,10 +62,15 @@ class TokenEmbedding(nnx.Module):
 
 
 class LearnedPositions(nnx.Module):
-    """BERT's absolute position embeddings: a `[max_length, d_model]` table added to the inputs."""
+    """Learned absolute position embeddings: a `[max_length, d_model]` table N(0, stddev²) added to the inputs.
 
-    def __init__(self, max_length: int, d_model: int, *, rngs: nnx.Rngs):
-        init = logical(nnx.initializers.normal(stddev=0.02), None, "embed")
+    What matters is the scale relative to the token table (N(0, 1) here, `TokenEmbedding`): BERT draws both
+    from N(0, 0.02²), so a BERT here wants `stddev=1.0`; the LRA code draws positions from N(0, 0.02²) beside
+    N(0, 1) tokens (`model.position_init_stddev`).
+    """
+
+    def __init__(self, max_length: int, d_model: int, *, stddev: float, rngs: nnx.Rngs):
+        init = logical(nnx.initializers.normal(stddev=stddev), None, "embed")
         self.table = nnx.Param(init(rngs.params(), (max_length, d_model), jnp.float32))
 
     def __call__(self, x: jax.Array) -> jax.Array:

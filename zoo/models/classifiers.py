@@ -32,7 +32,9 @@ class SequenceEncoder(nnx.Module):
         extra = 1 if cfg.pooling == "cls" else 0
         self.encoder = Encoder(cfg, max_length=cfg.max_length + extra, rngs=rngs)
         self.positions = (
-            LearnedPositions(cfg.max_length + extra, cfg.d_model, rngs=rngs) if cfg.positional == "learned" else None
+            LearnedPositions(cfg.max_length + extra, cfg.d_model, stddev=cfg.position_init_stddev, rngs=rngs)
+            if cfg.positional == "learned"
+            else None
         )
         self.dropout = nnx.Dropout(cfg.dropout)
 

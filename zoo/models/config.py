@@ -22,6 +22,9 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
             "dropout": 0.1,
             "ffn": "relu",  # see zoo.layers.ffn.FFN_KINDS; "none" for gMLP-style blocks
             "positional": "sinusoidal",
+            # Learned positions ~ N(0, σ²) beside N(0, 1) token embeddings: the LRA code's σ 0.02 (50× smaller
+            # than its tokens); BERT draws both tables alike (its presets: 1.0).
+            "position_init_stddev": 0.02,
             "pooling": "cls",
             "pad_id": 0,  # the token id that is padding (masked out); -1: none (pixel tasks, every id is real)
             "dtype": "float32",  # compute dtype; parameters stay float32

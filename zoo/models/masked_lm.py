@@ -30,7 +30,9 @@ class TextEncoder(nnx.Module):
         self.max_length, self.positional = cfg.max_length, cfg.positional
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
         self.positions = (
-            LearnedPositions(cfg.max_length, cfg.d_model, rngs=rngs) if cfg.positional == "learned" else None
+            LearnedPositions(cfg.max_length, cfg.d_model, stddev=cfg.position_init_stddev, rngs=rngs)
+            if cfg.positional == "learned"
+            else None
         )
         self.encoder = Encoder(cfg, rngs=rngs)
         self.dropout = nnx.Dropout(cfg.dropout)
