@@ -19,7 +19,7 @@ from mlm_flax.task import make_task
 from zoo.training import cli, train_and_evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/mlm-demo", "Run directory.")
-_ARCH = flags.DEFINE_enum("arch", "gmlp", list(pretrain.ARCHS), "Encoder architecture (demo size).")
+_ARCH = flags.DEFINE_enum("arch", "gmlp", list(pretrain.ENCODERS), "Encoder architecture (demo size).")
 _WHEEL_CACHE = flags.DEFINE_string("wheel_cache", "data/wheels", "Where the gensim wheel is (or is downloaded).")
 
 

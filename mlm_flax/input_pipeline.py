@@ -1,4 +1,5 @@
-"""Documents → SentencePiece → packed fixed-length sequences (cached ArrayRecord) → masked batches.
+"""Documents → SentencePiece → packed fixed-length sequences (cached ArrayRecord) → masked batches (or, for a
+causal LM, the sequences as they are).
 
 A sequence is `[CLS]` followed by the next `seq_length − 1` tokens of the split's token stream, in which
 every document ends with `[SEP]` (RoBERTa's full-sentence packing: sequences may span documents); the
@@ -173,6 +174,12 @@ def masking_spec(config: ml_collections.ConfigDict, tokenizer) -> MaskingSpec:
     )
 
 
+def next_token_ids(tokenizer) -> np.ndarray:
+    """The ids a causal LM predicts: all but padding and [CLS] (which only starts a sequence)."""
+    cls = special_ids(tokenizer).cls
+    return np.asarray([i for i in range(tokenizer.vocab_size) if i not in (PAD_ID, cls)], np.int64)
+
+
 def _masker(spec: MaskingSpec, seed_parts: tuple[int, ...]):
     def transform(row: int, ex: dict) -> dict:
         return mask_tokens(ex["tokens"], np.random.default_rng([*seed_parts, row]), spec)
@@ -180,32 +187,38 @@ def _masker(spec: MaskingSpec, seed_parts: tuple[int, ...]):
     return transform
 
 
-def train_batches(records_path: Path, config: ml_collections.ConfigDict, spec: MaskingSpec) -> grain.IterDataset:
-    """Infinite masked batches; row r of the run (step × batch + row) is masked with rng (seed, r)."""
+def _unmasked(row: int, ex: dict) -> dict:
+    return {"inputs": ex["tokens"]}
+
+
+def train_batches(records_path: Path, config: ml_collections.ConfigDict, spec: MaskingSpec | None) -> grain.IterDataset:
+    """Infinite masked batches; row r of the run (step × batch + row) is masked with rng (seed, r).
+    `spec=None` (causal LM): the sequences as they are."""
     return data_lib.train_batches(
         data_lib.read_records(records_path),
         global_batch=config.train.batch_size,
         seed=config.seed,
-        row_transform=_masker(spec, (config.seed,)),
+        row_transform=_unmasked if spec is None else _masker(spec, (config.seed,)),
     )
 
 
-def eval_batches(records_path: Path, config: ml_collections.ConfigDict, spec: MaskingSpec, split: str):
-    """Every held-out sequence once, with masks fixed by (seed, split, index)."""
+def eval_batches(records_path: Path, config: ml_collections.ConfigDict, spec: MaskingSpec | None, split: str):
+    """Every held-out sequence once, with masks fixed by (seed, split, index) (`spec=None`: unmasked)."""
     return data_lib.eval_batches(
         data_lib.read_records(records_path),
         global_batch=config.train.eval_batch_size or config.train.batch_size,
-        row_transform=_masker(spec, (config.seed, zlib.crc32(split.encode()))),
+        row_transform=_unmasked if spec is None else _masker(spec, (config.seed, zlib.crc32(split.encode()))),
     )
 
 
-def unigram_perplexity(train_records: Path, eval_records: Path, spec: MaskingSpec) -> float:
-    """Perplexity of the held-out maskable tokens under the training split's unigram distribution (add-one).
+def unigram_perplexity(train_records: Path, eval_records: Path, scored_ids: np.ndarray) -> float:
+    """Perplexity of the held-out tokens with ids `scored_ids` under the training split's unigram distribution
+    over those ids (add-one).
 
-    The baseline an MLM must beat: masked targets are a uniform sample of maskable tokens, so a model that
-    ignores context can at best reach this.
+    The baseline a model that ignores context can at best reach: an MLM's masked targets are a uniform sample
+    of the maskable tokens (`MaskingSpec.ordinary_ids`), a causal LM's are every token after [CLS].
     """
-    ordinary = spec.ordinary_ids
+    ordinary = scored_ids
     train = np.load(train_records.with_suffix(".counts.npy"))[ordinary] + 1.0
     held_out = np.load(eval_records.with_suffix(".counts.npy"))[ordinary]
     log_p = np.log(train / train.sum())

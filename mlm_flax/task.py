@@ -1,4 +1,5 @@
-"""The masked-language-modelling task: a `MaskedLM` trained with cross-entropy on the masked tokens only."""
+"""Language modelling on the packed text corpora: `config.task` "mlm" — a `MaskedLM` trained with cross-entropy
+on the masked tokens only — or "clm" — a `CausalLM` (decoder) trained to predict every next token."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numpy as np
 from flax import nnx
 
 from mlm_flax import input_pipeline as pipeline
-from zoo.models import MaskedLM
+from zoo.models import CausalLM, MaskedLM
+from zoo.text import PAD_ID
 from zoo.training import Task, token_cross_entropy
 
 TOKENIZER_FILE = "spm.model"  # the tokenizer's name in the workdir (mlm-finetune and mlm-inspect read it)
@@ -27,8 +29,12 @@ def check_lengths(config: ml_collections.ConfigDict) -> None:
         )
 
 
-def build_model(config: ml_collections.ConfigDict, vocab_size: int, rngs: nnx.Rngs) -> MaskedLM:
-    return MaskedLM(config.model, vocab_size=vocab_size, rngs=rngs)
+TASKS = ("mlm", "clm")
+
+
+def build_model(config: ml_collections.ConfigDict, vocab_size: int, rngs: nnx.Rngs) -> MaskedLM | CausalLM:
+    model = CausalLM if config.task == "clm" else MaskedLM
+    return model(config.model, vocab_size=vocab_size, rngs=rngs)
 
 
 def mlm_loss(model, batch, rngs, train):
@@ -39,8 +45,21 @@ def mlm_loss(model, batch, rngs, train):
     return token_cross_entropy(logits, batch["targets"], weights)
 
 
+def causal_lm_loss(model, batch, rngs, train):
+    """Cross-entropy, accuracy and perplexity of each next token (padding excluded) of real rows."""
+    del train
+    inputs = batch["inputs"]
+    logits = model(inputs, rngs=rngs)[:, :-1]
+    targets = inputs[:, 1:]
+    weights = (targets != PAD_ID) * batch["weights"][:, None]
+    return token_cross_entropy(logits, targets, weights)
+
+
 def make_task(config: ml_collections.ConfigDict) -> Task:
+    if config.task not in TASKS:
+        raise ValueError(f"config field task={config.task!r} is unknown here; valid: {', '.join(TASKS)}")
     check_lengths(config)
+    causal = config.task == "clm"
 
     @functools.cache
     def tokenizer():
@@ -48,7 +67,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
     @functools.cache
     def spec():
-        return pipeline.masking_spec(config, tokenizer()[0])
+        return None if causal else pipeline.masking_spec(config, tokenizer()[0])
 
     @functools.cache
     def prepare() -> dict[str, Path]:
@@ -58,10 +77,16 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
     def final_results(results: dict) -> dict:
         files = prepare()
-        return {"unigram_perplexity": pipeline.unigram_perplexity(files["train"], files["test"], spec())}
+        scored = pipeline.next_token_ids(tokenizer()[0]) if causal else spec().ordinary_ids
+        return {"unigram_perplexity": pipeline.unigram_perplexity(files["train"], files["test"], scored)}
 
     def batch_spec(batch: int):
         p = config.data.max_predictions
+        if causal:
+            return {
+                "inputs": jax.ShapeDtypeStruct((batch, config.data.seq_length), np.int32),
+                "weights": jax.ShapeDtypeStruct((batch,), np.float32),
+            }
         return {
             "inputs": jax.ShapeDtypeStruct((batch, config.data.seq_length), np.int32),
             "positions": jax.ShapeDtypeStruct((batch, p), np.int32),
@@ -74,7 +99,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         build_model=lambda rngs: build_model(config, tokenizer()[0].vocab_size, rngs),
         train_batches=lambda: pipeline.train_batches(prepare()["train"], config, spec()),
         eval_batches=lambda split: pipeline.eval_batches(prepare()[split], config, spec(), split),
-        loss_fn=mlm_loss,
+        loss_fn=causal_lm_loss if causal else mlm_loss,
         prepare=prepare,
         batch_spec=batch_spec,
         artifacts=lambda: {TOKENIZER_FILE: tokenizer()[1]},

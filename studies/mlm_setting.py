@@ -27,8 +27,9 @@ STEPS, CHECKPOINT_EVERY = 2000, 250
 def mlm_config(
     arch: str, seed: int, tiny: bool, root: Path, *, steps: int = STEPS, **mixer_options
 ) -> ml_collections.ConfigDict:
-    """ARCH in gmlp | amlp | bert at the shared setting, its data cached under `root`. `tiny`: seconds, on a
-    small Markov-chain corpus written there (no download), for the tests."""
+    """ARCH in gmlp | amlp | bert | lm (`mlm_flax.configs.pretrain`; lm: a causal LM) at the shared setting, its
+    data cached under `root`. `tiny`: seconds, on a small Markov-chain corpus written there (no download), for
+    the tests."""
     config = get_config(f"{arch}_tiny" if tiny else f"{arch}_demo")
     config.seed = seed
     if arch in ("gmlp", "amlp"):

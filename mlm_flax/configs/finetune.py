@@ -34,6 +34,11 @@ def get_config(preset: str = "polarity") -> ml_collections.ConfigDict:
     if task not in TASKS:
         raise ValueError(f"unknown fine-tuning task {task!r} in preset {preset!r}; valid: {', '.join(TASKS)}")
     arch, size = pretrain.parse_preset(encoder or "gmlp_demo")
+    if arch not in pretrain.ENCODERS:
+        raise ValueError(
+            f"preset {preset!r}: {arch!r} is a causal language model, not an encoder to fine-tune; "
+            f"valid encoders: {', '.join(pretrain.ENCODERS)}"
+        )
     config = ml_collections.ConfigDict()
     config.task = "mlm_finetune"
     config.seed = 0

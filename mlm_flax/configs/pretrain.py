@@ -5,6 +5,9 @@ Presets (after the colon) are ARCH_SIZE; `demo` is gmlp_demo.
         amlp         gMLP blocks with the 64-wide single-head tiny attention in the gate
         bert         softmax attention + ReLU FFN, learned absolute positions
         bert_relpos  bert plus T5's relative position bias (the paper's strongest baseline)
+        lm           a causal Transformer language model (task "clm": every next token is predicted) at bert's
+                     sizes, sinusoidal positions, output tied to the input embeddings. Not a gMLP-paper model:
+                     the ReLUFormer FFN-memory study (`studies.ffn_memory`) uses it.
   SIZE  demo         d 128; gMLP 4 layers / aMLP 3 / BERT 3 (~0.6M parameters each besides the 4k
                      embeddings); sequences of 128 from the offline corpus (Wikipedia sample of the gensim wheel).
                        mlm-train --config=mlm_flax/configs/pretrain.py:demo --workdir=runs/mlm-demo
@@ -22,7 +25,8 @@ Presets (after the colon) are ARCH_SIZE; `demo` is gmlp_demo.
 
 Data: --config.data.source=wiki_sample (default, offline) | kjv (the King James Bible, offline) | text
 (data.dir/{train,valid,test}.txt) | tfds. Any encoder mixer: --config.model.mixer=NAME (set model.ffn and
-model.positional to match). results.json: test_loss, test_perplexity, test_accuracy, unigram_perplexity.
+model.positional to match). results.json: test_loss, test_perplexity, test_accuracy (masked tokens; lm: every
+next token), unigram_perplexity.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import ml_collections
 from zoo.models import model_config
 from zoo.training import mesh_config, small_run_config, train_config
 
-ARCHS = ("gmlp", "amlp", "bert", "bert_relpos")
+ENCODERS = ("gmlp", "amlp", "bert", "bert_relpos")  # what mlm-finetune and mlm-inspect take
+ARCHS = (*ENCODERS, "lm")
 SIZES = ("demo", "tiny", "base")
 PRESETS = ("demo", *(f"{a}_{s}" for a in ARCHS for s in SIZES))
 
@@ -49,7 +54,7 @@ def encoder_config(arch: str, size: str) -> ml_collections.ConfigDict:
     if arch not in ARCHS or size not in SIZES:
         raise ValueError(f"unknown encoder {arch}_{size}; valid: ARCH_SIZE with ARCH in {ARCHS}, SIZE in {SIZES}")
     s = _SIZES[size]
-    family = "bert" if arch.startswith("bert") else arch
+    family = "bert" if arch.startswith("bert") or arch == "lm" else arch
     dropout = 0.1 if size == "base" else 0.0
     common = dict(num_layers=s["layers"][family], max_length=s["length"], dropout=dropout, pooling="cls")
     if family == "bert":
@@ -65,6 +70,8 @@ def encoder_config(arch: str, size: str) -> ml_collections.ConfigDict:
             layer_norm_eps=1e-12,  # BERT's TensorFlow code (and its tanh GELU, the default)
             **common,
         )
+        if arch == "lm":  # a decoder: fixed positions (CausalLM), the output projection tied to the embeddings
+            cfg.update(positional="sinusoidal", tie_embeddings="decoder")
         if arch == "bert_relpos":
             cfg.mixer_options.softmax.relative_buckets = 32
             cfg.mixer_options.softmax.relative_max_distance = s["length"]
@@ -123,7 +130,7 @@ def data_config(size: str) -> ml_collections.ConfigDict:
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     arch, size = parse_preset(preset)
     config = ml_collections.ConfigDict()
-    config.task = "mlm"
+    config.task = "clm" if arch == "lm" else "mlm"
     config.seed = 0
     config.mesh = mesh_config()
     config.data = data_config(size)

@@ -20,7 +20,7 @@ def _param_paths(model):
 
 
 @pytest.mark.parametrize("size", pretrain.SIZES)
-@pytest.mark.parametrize("arch", pretrain.ARCHS)
+@pytest.mark.parametrize("arch", pretrain.ENCODERS)
 def test_position_parameters_per_preset(arch, size):
     cfg = pretrain.encoder_config(arch, size)
     model = nnx.eval_shape(lambda: MaskedLM(cfg, vocab_size=100, rngs=nnx.Rngs(0)))
