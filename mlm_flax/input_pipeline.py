@@ -218,8 +218,7 @@ def unigram_perplexity(train_records: Path, eval_records: Path, scored_ids: np.n
     The baseline a model that ignores context can at best reach: an MLM's masked targets are a uniform sample
     of the maskable tokens (`MaskingSpec.ordinary_ids`), a causal LM's are every token after [CLS].
     """
-    ordinary = scored_ids
-    train = np.load(train_records.with_suffix(".counts.npy"))[ordinary] + 1.0
-    held_out = np.load(eval_records.with_suffix(".counts.npy"))[ordinary]
+    train = np.load(train_records.with_suffix(".counts.npy"))[scored_ids] + 1.0
+    held_out = np.load(eval_records.with_suffix(".counts.npy"))[scored_ids]
     log_p = np.log(train / train.sum())
     return float(np.exp(-(held_out * log_p).sum() / max(held_out.sum(), 1)))
