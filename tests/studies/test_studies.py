@@ -243,6 +243,10 @@ def test_amlp_alignment_verdict_needs_an_encoder_that_learned_to_copy():
     assert verdict == "not measurable at this budget"
     assert "best 138.0 against a unigram 200.0; copying would give about 14" in notes
     assert "the Transformer is far behind (154.0" in notes
+    # Off the plateau but three times gMLP's perplexity: still not a reference (the note stays).
+    notes = amlp_alignment.judge(mean((141.0, 140.0, 138.0), (40.0, 33.0, 121.8)), unigram)[1]
+    assert "the Transformer is far behind (121.8" in notes
+    assert "far behind" not in amlp_alignment.judge(mean((141.0, 140.0, 138.0), (40.0, 33.0, 60.0)), unigram)[1]
 
 
 def test_amlp_alignment_trains_every_encoder_on_both_tasks(tmp_path):
