@@ -16,8 +16,8 @@ NOT_MEASURABLE = "not measurable at this budget"
 
 
 def left_the_plateau(perplexity: float, unigram: float) -> bool:
-    """Whether a masked LM learned more than word frequencies: held-out perplexity under half the unigram's. A
-    comparison between models none of which did cannot support a verdict either way."""
+    """Whether a language model (masked or causal) learned more than word frequencies: held-out perplexity under
+    half the unigram's. A comparison between models none of which did cannot support a verdict either way."""
     return perplexity < 0.5 * unigram
 
 

@@ -43,16 +43,25 @@ PARTS = {  # the claim's three parts as SPEC §1.3 states them
 }
 
 
+def seed_means(perplexity: dict[str, dict[int, list[float]]]) -> dict[str, dict[int, float]]:
+    """Per FFN kind and n, the mean over seeds."""
+    return {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
+
+
+def _spread(seeds: list[float]) -> float:
+    return max(seeds) - min(seeds)
+
+
 def orderings(perplexity: dict[str, dict[int, list[float]]]) -> dict[str, bool]:
     """Each part of the claim (`PARTS`), on the mean over seeds at each n. "a beats b": a's mean perplexity is
     lower than b's by more than the larger seed spread (max − min) of the two at that n, so that a gap the seeds
     alone produce does not count."""
-    mean = {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
+    mean = seed_means(perplexity)
     relu, soft, ln = mean["ReLU FFN"], mean["softmax memory"], mean["softmax memory + LN"]
     slots = sorted(relu)
 
     def beats(a: str, b: str, n: int) -> bool:
-        tolerance = max(max(p) - min(p) for p in (perplexity[a][n], perplexity[b][n]))
+        tolerance = max(_spread(perplexity[a][n]), _spread(perplexity[b][n]))
         return mean[a][n] + tolerance < mean[b][n]
 
     return {
@@ -66,7 +75,7 @@ def judge(perplexity: dict[str, dict[int, list[float]]], unigram: float) -> tupl
     """(verdict, what may explain it): not measurable if no model left the unigram plateau; otherwise
     reproduced if every part of the claim holds (`orderings`), and which do not if not."""
     parts = orderings(perplexity)
-    means = {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
+    means = seed_means(perplexity)
     best = min(min(per_n.values()) for per_n in means.values())
     if not left_the_plateau(best, unigram):
         return NOT_MEASURABLE, (
@@ -77,7 +86,7 @@ def judge(perplexity: dict[str, dict[int, list[float]]], unigram: float) -> tupl
         )
     if all(parts.values()):
         return "reproduced", ""
-    spread = max(max(p) - min(p) for per_n in perplexity.values() for p in per_n.values())
+    spread = max(_spread(p) for per_n in perplexity.values() for p in per_n.values())
     failed = "; ".join(PARTS[k] for k, held in parts.items() if not held)
     relu, ln = means["ReLU FFN"], means["softmax memory + LN"]
     gaps = ", ".join(f"{relu[n] - ln[n]:+.1f} at n {n:,}" for n in sorted(relu))
@@ -103,7 +112,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
                 results = train(config, root / f"lm-{kind}-n{n}-seed{seed}")
                 perplexity[name][n].append(results["test_perplexity"])
     unigram = results["unigram_perplexity"]
-    mean = {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
+    mean = seed_means(perplexity)
     parts = orderings(perplexity)
     verdict, notes = judge(perplexity, unigram)
     by_name = {k: {str(n): v for n, v in d.items()} for k, d in perplexity.items()}
