@@ -19,7 +19,9 @@ Implementations:
   "pallas"     one program per (batch, head) scanning chunks, custom VJP with a forward scan for dφ(q)
                and a reverse scan for dφ(k), dv: `linear_attention_tpu` (Mosaic) for TPU,
                `linear_attention_pallas` (Triton) for GPU; interpret mode on CPU.
-  "auto"       "xla" on every backend until a benchmark on the hardware shows the kernel faster.
+  "auto"       "pallas" where `kernels/kernel_passes.json` records that these kernels passed their tests on
+               this device class (and jax minor) and beat "xla" from this length on; "xla" everywhere else
+               (`kernels.platforms`).
 
 `linear_attention_step` advances the causal state by one token: O(1) memory per generated token.
 """
@@ -130,11 +132,10 @@ def _xla_causal(phi_q, phi_k, v, eps, eps_mode, chunk):
     return _split_num_den(acc, eps, eps_mode, v.dtype)
 
 
-def _pallas_backend(requested, phi_q, v, chunk_size, block_sizes) -> str:
-    """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
-    from kernels.platforms import resolve_pallas_backend
+def _mosaic_refusal(phi_q, v, chunk_size, block_sizes):
+    """Why the Mosaic GPU kernels cannot take these inputs (None: they can)."""
 
-    def mosaic_refusal():
+    def refusal():
         from kernels.linear_attention_mgpu import mgpu_chunk_sizes, supported
 
         try:
@@ -143,7 +144,15 @@ def _pallas_backend(requested, phi_q, v, chunk_size, block_sizes) -> str:
             return str(e)
         return supported(phi_q, v, sizes)
 
-    return resolve_pallas_backend(requested, mosaic_refusal)
+    return refusal
+
+
+def _pallas_backend(requested, phi_q, v, chunk_size, block_sizes) -> str:
+    """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
+    from kernels.platforms import resolve_pallas_backend
+
+    refusal = _mosaic_refusal(phi_q, v, chunk_size, block_sizes)
+    return resolve_pallas_backend(requested, refusal, op="linear_attention")
 
 
 def linear_attention(
@@ -180,6 +189,12 @@ def linear_attention(
     if eps_mode not in EPS_MODES:
         raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
     phi_k = _mask_keys(phi_k, key_mask)
+    if impl == "auto":  # "pallas" only where kernels/kernel_passes.json records a pass and a speed-up here
+        from kernels.platforms import auto_pallas_backend
+
+        refusal = _mosaic_refusal(phi_q, v, chunk_size, pallas_block_sizes)
+        auto_backend = auto_pallas_backend("linear_attention", phi_k.shape[1], {"mosaic_gpu": refusal})
+        impl, pallas_backend = ("pallas", auto_backend) if auto_backend else ("xla", pallas_backend)
     if impl == "reference":  # the definition: φ must be non-negative (checked here, where it is cheap)
         check_non_negative("phi_q", phi_q)
         check_non_negative("phi_k", phi_k)

@@ -14,9 +14,9 @@ Implementations:
                backward (custom VJP that recomputes scores per key block).
   "pallas"     tiled kernels: `relu_attention_tpu` (Mosaic) for TPU, `relu_attention_pallas` (Triton) for
                GPU; interpret mode on CPU.
-  "auto"       "xla" on every backend for now: the Pallas kernels are checked against the reference
-               in interpret mode only, and `auto` switches to them per backend once a benchmark on that
-               hardware shows them correct and faster (kernels/bench.py).
+  "auto"       "pallas" where `kernels/kernel_passes.json` records that these kernels passed their tests on
+               this device class (and jax minor) and beat "xla" from this length on; "xla" everywhere else
+               (`kernels.platforms`). A kernel that only lowered, or ran in interpret mode, is never chosen.
 
 Unlike softmax there is no running max or log-sum-exp: the per-row factor depends only on i and
 the mask, so it is applied once after the sum over key blocks.
@@ -251,11 +251,10 @@ def xlogx(a: jax.Array) -> jax.Array:
     return jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0)
 
 
-def _pallas_backend(requested, q, k, v, block_sizes, fused_row_stats: bool = False) -> str:
-    """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
-    from kernels.platforms import resolve_pallas_backend
+def _mosaic_refusal(q, k, v, block_sizes, fused_row_stats: bool = False):
+    """Why the Mosaic GPU kernels cannot take these inputs (None: they can)."""
 
-    def mosaic_refusal():
+    def refusal():
         from kernels.relu_attention_mgpu import MgpuBlockSizes, supported
 
         if fused_row_stats:
@@ -264,13 +263,34 @@ def _pallas_backend(requested, q, k, v, block_sizes, fused_row_stats: bool = Fal
             return f"block sizes {type(block_sizes).__name__} are for other kernels"
         return supported(q, k, v, block_sizes or MgpuBlockSizes())
 
-    return resolve_pallas_backend(requested, mosaic_refusal)
+    return refusal
+
+
+def _pallas_backend(requested, q, k, v, block_sizes, fused_row_stats: bool = False) -> str:
+    """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
+    from kernels.platforms import resolve_pallas_backend
+
+    refusal = _mosaic_refusal(q, k, v, block_sizes, fused_row_stats)
+    return resolve_pallas_backend(requested, refusal, op="relu_attention")
 
 
 def _resolve_impl(impl: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"unknown relu_attention impl {impl!r}; valid: {', '.join(IMPLS)}")
-    return "xla" if impl == "auto" else impl
+    return impl
+
+
+def _choose_impl(impl: str, q, k, v, block_sizes, fused_row_stats: bool = False) -> tuple[str, str | None]:
+    """(impl, pallas_backend) to run: "auto" is "pallas" with the backend `kernels.platforms` records as passed
+    and faster on this device class from this length on, else "xla"."""
+    impl = _resolve_impl(impl)
+    if impl != "auto":
+        return impl, None
+    from kernels.platforms import auto_pallas_backend
+
+    refusal = _mosaic_refusal(q, k, v, block_sizes, fused_row_stats)
+    backend = auto_pallas_backend("relu_attention", k.shape[1], {"mosaic_gpu": refusal})
+    return ("pallas", backend) if backend else ("xla", None)
 
 
 def relu_attention(
@@ -307,7 +327,8 @@ def relu_attention(
     """
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-    impl = _resolve_impl(impl)
+    impl, auto_backend = _choose_impl(impl, q, k, v, pallas_block_sizes)
+    pallas_backend = auto_backend or pallas_backend
     if impl == "reference":
         return _reference(q, k, v, key_mask, gamma_h, causal, row_scale)
     if impl == "pallas":
@@ -401,8 +422,10 @@ def relu_attention_and_row_stats(
     Mosaic GPU kernels) compute the two separately. Arguments as `relu_attention`.
     """
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
+    impl, auto_backend = _choose_impl(impl, q, k, v, pallas_block_sizes, fused_row_stats=True)
+    pallas_backend = auto_backend or pallas_backend
     opts = dict(causal=causal, key_mask=key_mask, gamma=gamma, impl=impl, row_scale=row_scale)
-    pallas = _resolve_impl(impl) == "pallas"
+    pallas = impl == "pallas"
     backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes, fused_row_stats=True) if pallas else None
     if not pallas or backend in ("tpu", "mosaic_gpu"):
         out = relu_attention(

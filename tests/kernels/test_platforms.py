@@ -1,5 +1,11 @@
-"""Which kernels `pallas_backend` picks: Mosaic GPU on Hopper for inputs those kernels take, Triton before
-and after Hopper and where they do not, and what the ops then run (checked by lowering for CUDA)."""
+"""Which kernels `pallas_backend` picks: Mosaic GPU on Hopper for inputs those kernels take once they have a
+passing record there, Triton before and after Hopper and where they do not, and what the ops then run (checked
+by lowering for CUDA); which kernels `impl="auto"` may pick (only those the committed record says passed on the
+device class, from their measured crossover length); the record's format and how a GPU run writes it."""
+
+import dataclasses
+import json
+import types
 
 import jax
 import jax.numpy as jnp
@@ -7,9 +13,27 @@ import pytest
 from jax import export
 
 import kernels
+import kernels.platforms as platforms
 from kernels.linear_attention_mgpu import MgpuChunkSizes
-from kernels.platforms import gpu_compute_capability, resolve_pallas_backend
+from kernels.platforms import KernelRun, gpu_compute_capability, resolve_pallas_backend
 from kernels.relu_attention_pallas import PallasBlockSizes
+
+HERE = jax.__version__
+
+
+def _run(
+    op="relu_attention",
+    backend="mosaic_gpu",
+    device_class="cuda-sm90",
+    passed=True,
+    auto_from_length=None,
+    jax_version=HERE,
+    date="2026-11-25",
+):
+    return KernelRun(op, backend, device_class, "a device", jax_version, "abc1234", date, passed, "t", auto_from_length)
+
+
+MOSAIC_PASSED = (_run("relu_attention"), _run("linear_attention"))
 
 
 def _takes():
@@ -23,7 +47,7 @@ def _refuses():
 @pytest.mark.parametrize(
     "requested, capability, refusal, expected",
     [
-        ("gpu", (9, 0), _takes, "mosaic_gpu"),  # H100 / H200
+        ("gpu", (9, 0), _takes, "mosaic_gpu"),  # H100 / H200, once Mosaic GPU passed there
         ("gpu", (9, 0), _refuses, "gpu"),  # Hopper, inputs the Mosaic kernels do not take: Triton
         ("gpu", (8, 0), _takes, "gpu"),  # A100: no wgmma
         ("gpu", (8, 9), _takes, "gpu"),  # L4 / Ada
@@ -35,7 +59,25 @@ def _refuses():
     ],
 )
 def test_backend_follows_compute_capability_and_the_inputs(requested, capability, refusal, expected):
-    assert resolve_pallas_backend(requested, refusal, capability) == expected
+    assert resolve_pallas_backend(requested, refusal, capability, records=MOSAIC_PASSED) == expected
+
+
+@pytest.mark.parametrize("op", platforms.OPS)
+def test_hopper_runs_triton_until_mosaic_gpu_has_passed_there(op):
+    """No passing Mosaic GPU record for the op on sm_90 (none, a failed one, another op's, an A100's, or one
+    from another jax minor): "gpu" on an H100 means Triton. A passing one: Mosaic GPU."""
+    other_op = next(o for o in platforms.OPS if o != op)
+    for records in (
+        (),
+        (_run(op, passed=False),),
+        (_run(other_op),),
+        (_run(op, device_class="cuda-sm80"),),
+        (_run(op, jax_version="0.9.0"),),
+        (_run(op, backend="triton"),),
+    ):
+        assert resolve_pallas_backend("gpu", _takes, (9, 0), op=op, records=records) == "gpu", records
+    assert resolve_pallas_backend("gpu", _takes, (9, 0), op=op, records=(_run(op),)) == "mosaic_gpu"
+    assert resolve_pallas_backend("mosaic_gpu", _takes, (9, 0), op=op, records=()) == "mosaic_gpu"  # by name
 
 
 def test_default_is_the_running_platform_and_unknown_names_are_refused():
@@ -68,14 +110,43 @@ def hopper(monkeypatch):
     monkeypatch.setattr(kernels.platforms, "gpu_compute_capability", lambda: (9, 0))
 
 
-def test_on_hopper_the_ops_run_the_mosaic_kernels_where_they_can(hopper):
+def _relu(**kw):
+    return lambda q, k, v: kernels.relu_attention(q, k, v, causal=True, pallas_interpret=False, **kw)
+
+
+def _linear(**kw):
+    return lambda q, k, v: kernels.linear_attention(
+        jax.nn.relu(q), jax.nn.relu(k), v, causal=True, pallas_interpret=False, **kw
+    )
+
+
+def test_on_hopper_the_ops_run_triton_while_mosaic_gpu_has_no_passing_record(hopper, monkeypatch):
+    monkeypatch.setattr(platforms, "_committed_passes", lambda: ())
+    assert _lowered(_relu(impl="pallas")) == (0, 1)
+    assert _lowered(_linear(impl="pallas")) == (0, 1)
+    assert _lowered(_relu(impl="pallas", pallas_backend="mosaic_gpu")) == (1, 0)  # by name: runs what is asked
+    assert _lowered(_relu()) == (0, 0)  # auto: "xla", no kernel
+    assert _lowered(_linear()) == (0, 0)
+
+
+def test_on_hopper_auto_runs_the_kernels_that_passed_from_their_crossover_length(hopper, monkeypatch):
+    records = (_run("relu_attention", "triton", auto_from_length=1024), _run("linear_attention", auto_from_length=2048))
+    monkeypatch.setattr(platforms, "device_class", lambda device=None: "cuda-sm90")
+    monkeypatch.setattr(platforms, "_committed_passes", lambda: records)
+    assert _lowered(_relu()) == (0, 1)  # Triton passed, 1,024 ≥ its crossover
+    assert _lowered(_relu(), t=512) == (0, 0)  # below it: xla
+    assert _lowered(_linear(), t=2048) == (2, 0)  # Mosaic GPU passed and takes the inputs
+    assert _lowered(_linear()) == (0, 0)  # 1,024 < 2,048: xla
+
+
+def test_on_hopper_the_ops_run_the_mosaic_kernels_where_they_can(hopper, monkeypatch):
+    monkeypatch.setattr(platforms, "_committed_passes", lambda: MOSAIC_PASSED)
+
     def relu(**kw):
-        return lambda q, k, v: kernels.relu_attention(q, k, v, causal=True, impl="pallas", pallas_interpret=False, **kw)
+        return _relu(impl="pallas", **kw)
 
     def linear(**kw):
-        return lambda q, k, v: kernels.linear_attention(
-            jax.nn.relu(q), jax.nn.relu(k), v, causal=True, impl="pallas", pallas_interpret=False, **kw
-        )
+        return _linear(impl="pallas", **kw)
 
     assert _lowered(relu()) == (1, 0)
     assert _lowered(linear()) == (2, 0)
@@ -91,3 +162,179 @@ def test_on_hopper_the_ops_run_the_mosaic_kernels_where_they_can(hopper):
         return out + (s + e)[..., None].astype(out.dtype)
 
     assert _lowered(row_stats) == (0, 1)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The record and `impl="auto"`
+# ------------------------------------------------------------------------------------------------------------
+
+DEVICE_CLASSES = ["cpu", "cuda-sm80", "cuda-sm89", "cuda-sm90", "cuda-sm100", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"]
+
+
+@pytest.fixture
+def pretend(monkeypatch):
+    """`pretend(device_cls, records)`: this process as a machine of that class, with that committed table."""
+
+    def set_up(device_cls, records):
+        platform = "gpu" if device_cls.startswith("cuda") else device_cls.split("-")[0]
+        monkeypatch.setattr(platforms.jax, "default_backend", lambda: platform)
+        monkeypatch.setattr(platforms, "device_class", lambda device=None: device_cls)
+        monkeypatch.setattr(platforms, "_committed_passes", lambda: tuple(records))
+
+    return set_up
+
+
+def test_the_committed_record_reads_and_names_known_ops_backends_and_classes():
+    records = platforms.read_passes()
+    assert records, "kernels/kernel_passes.json is empty"
+    for r in records:
+        assert r.device_class in DEVICE_CLASSES or r.device_class.startswith(("cuda-sm", "tpu-v")), r
+        assert r.tests and r.commit and r.device, r
+
+
+@pytest.mark.parametrize("device_cls", DEVICE_CLASSES)
+def test_auto_never_picks_a_backend_without_a_passing_record_for_the_device_class(device_cls, pretend):
+    """With the committed table: whatever auto picks has passed on this class under this jax minor and is past
+    its measured crossover length; a class with no passing record gets "xla" at every length."""
+    records = platforms.read_passes()
+    pretend(device_cls, records)
+    for op in platforms.OPS:
+        for length in (1, 1024, 4096, 1 << 20):
+            backend = platforms.auto_pallas_backend(op, length, {"mosaic_gpu": _takes})
+            if backend is None:
+                continue
+            run = platforms.passing_run(op, backend, device_cls, records=records)
+            assert run is not None and run.auto_from_length is not None and length >= run.auto_from_length
+
+
+def test_auto_follows_a_passing_record_from_its_crossover_length(pretend):
+    triton = _run("linear_attention", "triton", auto_from_length=1024)
+    pretend("cuda-sm90", [triton])
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) == "triton"
+    assert platforms.auto_pallas_backend("linear_attention", 1024, {}) == "triton"
+    assert platforms.auto_pallas_backend("linear_attention", 1023, {}) is None  # below the crossover
+    assert platforms.auto_pallas_backend("relu_attention", 2048, {}) is None  # another op
+    pretend("cuda-sm80", [triton])
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) is None  # another device class
+    pretend("cuda-sm90", [dataclasses.replace(triton, jax_version="0.9.1")])
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) is None  # another jax minor
+    pretend("cuda-sm90", [dataclasses.replace(triton, auto_from_length=None)])
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) is None  # passed, never measured faster
+    pretend("cpu", [dataclasses.replace(triton, device_class="cpu")])
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) is None  # interpret mode: never auto
+    # Hopper prefers Mosaic GPU when both passed, unless it refuses the inputs.
+    mosaic = _run("linear_attention", "mosaic_gpu", auto_from_length=1024)
+    pretend("cuda-sm90", [triton, mosaic])
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {"mosaic_gpu": _takes}) == "mosaic_gpu"
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {"mosaic_gpu": _refuses}) == "triton"
+    pretend("tpu-v5e", [_run("relu_attention", "tpu", "tpu-v5e", auto_from_length=2048)])
+    assert platforms.auto_pallas_backend("relu_attention", 4096, {}) == "tpu"
+
+
+def test_the_newest_passing_run_counts():
+    old = _run(date="2026-01-01", auto_from_length=4096)
+    new = _run(date="2026-11-25", auto_from_length=1024)
+    assert platforms.passing_run("relu_attention", "mosaic_gpu", "cuda-sm90", records=[new, old]) == new
+    assert platforms.passing_run("relu_attention", "mosaic_gpu", "cuda-sm90", records=[old, new]) == new
+
+
+def test_the_ops_with_auto_run_xla_here_and_on_a_device_class_with_no_pass(pretend):
+    """`impl="auto"` on this CPU gives exactly the "xla" impl (same numbers), for both ops."""
+    q, k, v = (jax.random.normal(jax.random.key(i), (1, 96, 2, 16)) for i in range(3))
+    for causal in (False, True):
+        auto = kernels.relu_attention(q, k, v, causal=causal)
+        assert jnp.array_equal(auto, kernels.relu_attention(q, k, v, causal=causal, impl="xla"))
+        phi = jax.nn.elu(q) + 1, jax.nn.elu(k) + 1
+        auto = kernels.linear_attention(*phi, v, causal=causal)
+        assert jnp.array_equal(auto, kernels.linear_attention(*phi, v, causal=causal, impl="xla"))
+
+
+@pytest.mark.parametrize(
+    "platform, kind, capability, expected",
+    [
+        ("gpu", "NVIDIA H100 80GB HBM3", "9.0", "cuda-sm90"),
+        ("gpu", "NVIDIA A100-SXM4-40GB", "8.0", "cuda-sm80"),
+        ("gpu", "NVIDIA B200", "10.0", "cuda-sm100"),
+        ("gpu", "AMD Instinct MI300X", "gfx942", "gpu-amd-instinct-mi300x"),
+        ("tpu", "TPU v4", None, "tpu-v4"),
+        ("tpu", "TPU v5 lite", None, "tpu-v5e"),
+        ("tpu", "TPU v5e", None, "tpu-v5e"),
+        ("tpu", "TPU v5p", None, "tpu-v5p"),
+        ("tpu", "TPU v6 lite", None, "tpu-v6e"),
+        ("cpu", "cpu", None, "cpu"),
+    ],
+)
+def test_device_class(platform, kind, capability, expected):
+    device = types.SimpleNamespace(platform=platform, device_kind=kind, compute_capability=capability)
+    assert platforms.device_class(device) == expected
+
+
+def test_this_machine_has_a_device_class():
+    assert platforms.device_class() == ("cpu" if jax.default_backend() == "cpu" else platforms.device_class())
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"op": "softmax"}, "unknown op 'softmax'"),
+        ({"backend": "cuda"}, "unknown backend 'cuda'"),
+        ({"passed": "yes"}, "passed must be true or false"),
+        ({"passed": False, "auto_from_length": 1024}, "auto_from_length is set on a run that did not pass"),
+        ({"auto_from_length": 1.5}, "auto_from_length must be a whole number"),
+        ({"date": "25/11/2026"}, "not YYYY-MM-DD"),
+        ({"jax_version": "latest"}, "not a version like 0.11.2"),
+        ({"colour": "red"}, "record 0 must be an object with the fields"),
+    ],
+)
+def test_a_malformed_record_is_an_error_naming_the_file_the_record_and_the_field(tmp_path, row, message):
+    path = tmp_path / "kernel_passes.json"
+    path.write_text(json.dumps([{**dataclasses.asdict(_run()), **row}]))
+    with pytest.raises(ValueError, match=message) as info:
+        platforms.read_passes(path)
+    assert str(path) in str(info.value)
+    path.write_text("[{")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        platforms.read_passes(path)
+
+
+def _junit(path, tests, failures=0, errors=0, skipped=0):
+    path.write_text(
+        f'<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="{tests}" failures="{failures}" '
+        f'errors="{errors}" skipped="{skipped}"></testsuite></testsuites>'
+    )
+
+
+def test_records_from_a_gpu_run_pass_only_whole_files_with_no_failure(tmp_path):
+    _junit(tmp_path / "test_relu_attention_pallas.xml", tests=40, skipped=8)
+    _junit(tmp_path / "test_linear_attention_pallas.xml", tests=30, failures=1)
+    _junit(tmp_path / "test_relu_attention_mgpu.xml", tests=12, skipped=12)  # nothing ran: not a pass
+    (tmp_path / "test_linear_attention_mgpu.timeout").write_text("killed after 300 s")
+    records = platforms.records_from_junit(
+        tmp_path, device_cls="cuda-sm90", device="NVIDIA H100 80GB HBM3", commit="abc1234", date="2026-11-25"
+    )
+    got = {(r.op, r.backend): (r.passed, r.tests) for r in records}
+    assert got == {
+        ("relu_attention", "triton"): (True, "tests/kernels/test_relu_attention_pallas.py: 32 passed, 0 failed, "
+                                             "0 errors, 8 skipped"),
+        ("linear_attention", "triton"): (False, "tests/kernels/test_linear_attention_pallas.py: 29 passed, "
+                                                "1 failed, 0 errors, 0 skipped"),
+        ("relu_attention", "mosaic_gpu"): (False, "tests/kernels/test_relu_attention_mgpu.py: 0 passed, 0 failed, "
+                                                  "0 errors, 12 skipped"),
+        ("linear_attention", "mosaic_gpu"): (False, "tests/kernels/test_linear_attention_mgpu.py: stopped at its "
+                                                    "time limit (killed after 300 s)"),
+    }  # fmt: skip
+    assert all(r.auto_from_length is None for r in records)  # auto needs a measured crossover, set by hand
+
+
+def test_record_command_merges_the_run_into_the_committed_table(tmp_path):
+    junit = tmp_path / "junit"
+    junit.mkdir()
+    _junit(junit / "test_relu_attention_pallas.xml", tests=3)
+    out = tmp_path / "kernel_passes.json"
+    args = ["record", f"--junit={junit}", "--commit=abc1234", f"--out={out}", "--device_class=cuda-sm90"]
+    assert platforms.main([*args, "--device=NVIDIA H100 80GB HBM3"]) == 0
+    merged = platforms.read_passes(out)
+    assert merged[: len(platforms.read_passes())] == platforms.read_passes()
+    assert merged[-1].passed and merged[-1].device_class == "cuda-sm90" and merged[-1].commit == "abc1234"
+    assert platforms.main([*args, "--device=NVIDIA H100 80GB HBM3"]) == 0  # the same run again replaces itself
+    assert len(platforms.read_passes(out)) == len(merged)
