@@ -1,90 +1,260 @@
 #!/usr/bin/env bash
-# What a lent GPU machine runs (../.library/device): set up, then each named step, logs and results under $OUT.
-#   benchmarks/gpu/session.sh info kernel-tests bench tune listops-data listops-probe
-# The machine has Python 3.12 with jax, flax, optax, orbax-checkpoint and chex; the project's other needs travel
-# as wheels in .whl (see benchmarks/gpu/README.md). Each step has its own time limit so one slow step cannot
-# take the whole call.
+# What a lent GPU machine runs, one device-tool call at a time (benchmarks/gpu/README.md has the plan):
+#
+#   benchmarks/gpu/session.sh [--dry-run] STEP...
+#
+#   info          GPU, driver, CUDA and Python package versions; the kernel record's view of this machine
+#   data          generate the lra_code ListOps splits on the CPU, in the background (started first whenever
+#                 a later step needs them); `train` waits for it
+#   kernel-tests  every kernel test file in its own pytest process under `timeout -k` (a hang or an abort
+#                 costs that file only), all files side by side; each failure's full report in
+#                 $OUT/failures.txt as it happens, JUnit reports in $OUT/junit/, and the kernel record
+#                 (kernels/kernel_passes.json merged with this run) in $OUT/kernel_passes.json
+#   probe         steps/s and memory of the lra_code ListOps model per mixer (synthetic batches)
+#   train         lra_code ListOps per mixer, side by side, each resumed from runs/gpu/listops-MIXER; at
+#                 TRAIN_LIMIT it gets SIGTERM, saves a checkpoint and stops (exit 75): the next call goes on
+#   bench         the kernel benchmark (kernels.bench) sweep
+#
+# Everything a step writes that must come back goes under $OUT; what must survive between calls on the same
+# machine (workdirs, data, the compilation cache) goes under runs/gpu/, which git ignores, so it stays.
+# --dry-run: every step at toy sizes on the CPU (CI runs it: tests/test_gpu_session.py).
+#
+# Settings (environment): OUT, GPU_STATE (default runs/gpu), PY (python), COMMIT, MIXERS (train and probe;
+# default "softmax relu"), TRAIN_ARGS, PROBE_ARGS, BENCH_ARGS, PYTEST_ARGS (extra words), KERNEL_TESTS (files),
+# FILE_LIMIT, TEST_LIMIT, TRAIN_LIMIT, BENCH_LIMIT, DATA_WAIT (seconds), TRAIN_FAULT (a fault injected into the
+# training processes, as the tests inject them: e.g. sigterm_after_step=3).
 set -u
-OUT=${OUT:-runs/gpu}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-PY=${PY:-python3}
-if [ -d .whl ] && [ -z "${WHEELS_DONE:-}" ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export WHEELS_DONE=1
+DRY_RUN=0
+if [ "${1:-}" = "--dry-run" ]; then
+  DRY_RUN=1
+  shift
 fi
-export PYTHONPATH=/tmp/site:$PWD
-# Extra arguments per step, as whitespace-separated words.
-read -ra bench_args <<<"${BENCH_ARGS:-}"
-read -ra probe_args <<<"${PROBE_ARGS:-}"
-read -ra train_args <<<"${TRAIN_ARGS:-}"
-mkdir -p runs/gpu
-
-step() {  # step NAME SECONDS COMMAND...: runs with a limit, logs to $OUT/NAME.log, prints the last lines
-  local name=$1 limit=$2
-  shift 2
-  echo "=== $name ($(date +%T), limit ${limit}s)"
-  local start=$SECONDS
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  echo "=== $name rc=$? in $((SECONDS - start))s"
-}
-
+if [ $# -eq 0 ]; then
+  sed -n '2,24p' "$0"
+  exit 2
+fi
 for s in "$@"; do
-  case $s in
-    info)
-      nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
-      "$PY" -c "import jax, jaxlib, flax, optax, chex; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__); print(jax.devices())"
-      ;;
-    kernel-tests)
-      # -v: every result on its own line as it happens (a cut-off run still says which failed and why, -rf
-      # prints the reasons only at the end). TESTS="tests/kernels/test_relu_attention_mgpu.py
-      # tests/kernels/test_linear_attention_mgpu.py tests/kernels/test_platforms.py": the Mosaic GPU kernels
-      # alone (never yet run on hardware) and the compute-capability choice. TESTS is split on spaces.
-      # shellcheck disable=SC2086
-      step kernel-tests "${TESTS_LIMIT:-240}" env JAX_PLATFORMS=cuda "$PY" -m pytest ${TESTS:-tests/kernels} -v -n 8 \
-        -p no:cacheprovider -p no:benchmark --timeout=120 --tb=line -rf --durations=5
-      grep -E "PASSED|FAILED|passed|failed|Error" "$OUT/kernel-tests.log" | cut -c1-300 | tail -60
-      ;;
-    bench)
-      step bench "${BENCH_LIMIT:-330}" env JAX_PLATFORMS=cuda "$PY" -m kernels.bench --out "$OUT/bench" --lengths=1024,4096,16384 \
-        --head_dims=128 --dtypes=bfloat16 --check_max_length=4096 --repeats=5 "${bench_args[@]}"
-      grep -E "^\[" "$OUT/bench.log" | cut -c1-200
-      ;;
-    tune)
-      step tune "${TUNE_LIMIT:-150}" env JAX_PLATFORMS=cuda "$PY" -m kernels.bench --out "$OUT/tune" --lengths=4096 --head_dims=128 \
-        --dtypes=bfloat16 --causal=true --ops=relu,linear --relu_impls=pallas --linear_impls=pallas --check=false \
-        --relu_blocks="64,64,64,64;128,64,64,64,8,3;128,128,64,64,8,3;64,64,64,64,4,3" --linear_blocks="32;64;128"
-      grep -E "^\[" "$OUT/tune.log" | cut -c1-200
-      ;;
-    listops-data)  # CPU only, in the background: the 96k/2k/2k generated splits and their caches
-      setsid env JAX_PLATFORMS=cpu "$PY" -c "
-from lra_flax.configs import listops
-from lra_flax.tasks import listops as task
-print(task.prepare(listops.get_config('lra_code')))" >"$OUT/listops-data.log" 2>&1 &
-      ;;
-    listops-probe)  # steps/s and memory of the lra_code ListOps model per mixer (synthetic batches)
-      for m in ${MIXERS:-softmax relu linear}; do
-        step "probe-$m" 120 env JAX_PLATFORMS=cuda "$PY" -m lra_flax.efficiency --config=lra_flax/configs/listops.py:lra_code \
-          --config.model.mixer="$m" "${probe_args[@]}" --steps=10 --output="$OUT/probe-$m.json"
-        tail -c 400 "$OUT/probe-$m.log"
-      done
-      ;;
-    listops-train)  # lra_code ListOps, 5k steps, one process per mixer side by side on the one GPU
-      JAX_PLATFORMS=cpu "$PY" -c "
-from lra_flax.configs import listops
-from lra_flax.tasks import listops as task
-task.prepare(listops.get_config('lra_code'))" >"$OUT/listops-prepare.log" 2>&1 || { tail "$OUT/listops-prepare.log"; exit 1; }
-      pids=()
-      for m in ${MIXERS:-relu softmax linear}; do
-        timeout "${TRAIN_LIMIT:-520}" env JAX_PLATFORMS=cuda "$PY" -m lra_flax.main --config=lra_flax/configs/listops.py:lra_code \
-          --workdir="runs/gpu/listops-$m" --config.model.mixer="$m" "${train_args[@]}" >"runs/gpu/listops-$m.log" 2>&1 &
-        pids+=($!)
-      done
-      sleep 90; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv
-      for p in "${pids[@]}"; do wait "$p"; echo "rc=$?"; done
-      for m in ${MIXERS:-relu softmax linear}; do echo "--- $m"; grep -E "step|acc" "runs/gpu/listops-$m.log" | tail -4 | cut -c1-250; done
-      tar czf "$OUT/listops.tgz" --exclude=checkpoints runs/gpu/listops-*
-      ;;
-    *) echo "unknown step $s" >&2; exit 2 ;;
+  case $s in info | data | kernel-tests | probe | train | bench) ;; *)
+    echo "session.sh: unknown step '$s'; valid: info data kernel-tests probe train bench" >&2
+    exit 2
+    ;;
   esac
 done
+
+cd "$(dirname "$0")/../.." || exit 1
+STATE=${GPU_STATE:-runs/gpu}
+OUT=${OUT:-$STATE/out}
+mkdir -p "$OUT" "$STATE" || exit 1
+OUT=$(cd "$OUT" && pwd) STATE=$(cd "$STATE" && pwd)
+PY=${PY:-python3}
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+# Compiled programs are cached across calls on the same machine (runs/ stays there between calls).
+export JAX_COMPILATION_CACHE_DIR=$STATE/jax-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+if [ -d .whl ] && [ -z "${WHEELS_DONE:-}" ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
+    exit 1
+  export WHEELS_DONE=1 PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+read -ra train_args <<<"${TRAIN_ARGS:-}"
+read -ra probe_args <<<"${PROBE_ARGS:-}"
+read -ra bench_args <<<"${BENCH_ARGS:-}"
+read -ra pytest_args <<<"${PYTEST_ARGS:-}"
+
+LISTOPS_DIR=$STATE/data/listops
+if [ $DRY_RUN = 1 ]; then
+  export JAX_PLATFORMS=cpu
+  PLATFORM=cpu
+  DATA_SIZES=(--num_train=64 --num_valid=16 --num_test=16 --min_length=20 --max_length=64 --max_depth=4
+    --max_args=4)
+  # The lra_code preset at toy size: the same code path, seconds instead of minutes.
+  LISTOPS_TOY=(--config.model.num_layers=1 --config.model.d_model=32 --config.model.num_heads=2
+    --config.model.mlp_dim=32 --config.model.max_length=64 --config.train.batch_size=4 --config.train.steps=6
+    --config.train.warmup_steps=2 --config.train.log_every=1 --config.train.eval_every=3
+    --config.train.checkpoint_every=3)
+  KERNEL_SELECT=()
+  if [ -z "${KERNEL_TESTS:-}" ]; then # one cheap test a file: the harness is what a dry run checks
+    KERNEL_TESTS="tests/kernels/test_relu_attention_pallas.py tests/kernels/test_linear_attention_pallas.py
+      tests/kernels/test_relu_attention_mgpu.py tests/kernels/test_linear_attention_mgpu.py
+      tests/kernels/test_platforms.py"
+    KERNEL_SELECT=(-k "default_block_sizes or block_dv_must or refuses or records_from")
+  fi
+  BENCH_SIZES=(--lengths=64 --tokens=64 --heads=2 --head_dims=32 --dtypes=float32 --repeats=1 --check_max_length=64)
+  FILE_LIMIT=${FILE_LIMIT:-240} TRAIN_LIMIT=${TRAIN_LIMIT:-240} BENCH_LIMIT=${BENCH_LIMIT:-120}
+  WORKERS=1
+else
+  export JAX_PLATFORMS=cuda
+  PLATFORM=cuda
+  DATA_SIZES=()
+  LISTOPS_TOY=()
+  # The Triton and Mosaic GPU kernels, then what every GPU run of the ops goes through. Not the *_tpu.py files:
+  # their kernels run on a TPU only.
+  KERNEL_TESTS=${KERNEL_TESTS:-tests/kernels/test_relu_attention_pallas.py tests/kernels/test_linear_attention_pallas.py
+    tests/kernels/test_relu_attention_mgpu.py tests/kernels/test_linear_attention_mgpu.py tests/kernels/test_platforms.py
+    tests/kernels/test_relu_attention.py tests/kernels/test_linear_attention.py tests/kernels/test_input_checks.py
+    tests/kernels/test_bench.py}
+  KERNEL_SELECT=()
+  BENCH_SIZES=("--lengths=1024,4096,16384" "--head_dims=64,128" --dtypes=bfloat16 --check_max_length=4096 --repeats=5)
+  FILE_LIMIT=${FILE_LIMIT:-420} TRAIN_LIMIT=${TRAIN_LIMIT:-480} BENCH_LIMIT=${BENCH_LIMIT:-480}
+  WORKERS=2
+fi
+TEST_LIMIT=${TEST_LIMIT:-180}
+MIXERS=${MIXERS:-softmax relu}
+
+note() { echo "=== $* ($(date +%T))"; }
+
+limited() { # limited SECONDS LOG COMMAND...: runs with a time limit (SIGTERM, SIGKILL 60 s later); returns its status
+  local limit=$1 log=$2
+  shift 2
+  timeout -k 60 "$limit" "$@" >"$log" 2>&1
+}
+
+start_data() { # the ListOps splits, generated once on the CPU in the background; $STATE/data/listops.done when ready
+  [ -f "$LISTOPS_DIR.done" ] && return 0
+  [ -f "$LISTOPS_DIR.pid" ] && kill -0 "$(cat "$LISTOPS_DIR.pid")" 2>/dev/null && return 0
+  mkdir -p "$LISTOPS_DIR"
+  note "data: generating ListOps into $LISTOPS_DIR in the background"
+  (
+    if JAX_PLATFORMS=cpu "$PY" -m lra_flax.data_cli listops --output_dir="$LISTOPS_DIR" "${DATA_SIZES[@]}" \
+      >"$OUT/data.log" 2>&1; then
+      touch "$LISTOPS_DIR.done"
+    fi
+    rm -f "$LISTOPS_DIR.pid"
+  ) &
+  echo $! >"$LISTOPS_DIR.pid"
+}
+
+wait_data() {
+  local waited=0
+  while [ ! -f "$LISTOPS_DIR.done" ]; do
+    if [ ! -f "$LISTOPS_DIR.pid" ]; then
+      echo "data: generation failed; $OUT/data.log:" && tail -5 "$OUT/data.log"
+      return 1
+    fi
+    if [ "$waited" -ge "${DATA_WAIT:-900}" ]; then
+      echo "data: not ready after ${waited}s"
+      return 1
+    fi
+    sleep 5
+    waited=$((waited + 5))
+  done
+}
+
+step_info() {
+  note info
+  {
+    echo "commit $COMMIT, platform $PLATFORM, dry run $DRY_RUN"
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+    command -v nvcc >/dev/null && nvcc --version | tail -2
+    command -v ptxas >/dev/null && ptxas --version | tail -1
+    "$PY" -c "import sys, jax, jaxlib, flax, optax; print('python', sys.version.split()[0], 'jax', jax.__version__,
+'jaxlib', jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__); print(jax.devices())"
+    "$PY" -m kernels.platforms show
+  } 2>&1 | tee "$OUT/info.txt"
+}
+
+step_kernel_tests() {
+  note "kernel-tests: $(echo "$KERNEL_TESTS" | wc -w) files side by side, ${FILE_LIMIT}s each"
+  mkdir -p "$OUT/junit"
+  export PYTEST_FAILURES_FILE=$OUT/failures.txt
+  : >"$PYTEST_FAILURES_FILE"
+  local pids=() f
+  for f in $KERNEL_TESTS; do
+    local stem
+    stem=$(basename "$f" .py)
+    rm -f "$OUT/junit/$stem".*
+    (
+      start=$SECONDS
+      limited "$FILE_LIMIT" "$OUT/junit/$stem.log" "$PY" -m pytest "$f" -p tests.failure_report -p no:cacheprovider \
+        -n "$WORKERS" -v -rfE --tb=long --timeout="$TEST_LIMIT" --timeout-method=thread \
+        --junitxml="$OUT/junit/$stem.xml" "${KERNEL_SELECT[@]}" "${pytest_args[@]}"
+      rc=$?
+      if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        echo "killed at the file's limit of ${FILE_LIMIT}s (exit $rc)" >"$OUT/junit/$stem.timeout"
+        rm -f "$OUT/junit/$stem.xml"
+        printf '=== TIMEOUT %s: killed at the limit of %ss; last lines:\n%s\n\n' "$f" "$FILE_LIMIT" \
+          "$(tail -5 "$OUT/junit/$stem.log")" >>"$PYTEST_FAILURES_FILE"
+      fi
+      echo "$f: exit $rc in $((SECONDS - start))s; $(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped)' \
+        "$OUT/junit/$stem.log" | tail -1)"
+    ) &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  "$PY" -m kernels.platforms record --junit="$OUT/junit" --commit="$COMMIT" --out="$OUT/kernel_passes.json"
+  echo "failures: $(grep -c '^=== ' "$PYTEST_FAILURES_FILE") (full reports in $OUT/failures.txt); first lines:"
+  grep -E '^(=== |E  )' "$PYTEST_FAILURES_FILE" | head -30 | cut -c1-240
+}
+
+step_probe() {
+  local m
+  for m in $MIXERS; do
+    note "probe $m"
+    limited 240 "$OUT/probe-$m.log" "$PY" -m lra_flax.efficiency --config=lra_flax/configs/listops.py:lra_code \
+      --config.model.mixer="$m" "${LISTOPS_TOY[@]}" "${probe_args[@]}" --steps=10 --output="$OUT/probe-$m.json"
+    echo "exit $?: $(tr -d '\n' <"$OUT/probe-$m.json" 2>/dev/null | cut -c1-300)"
+  done
+}
+
+step_train() {
+  start_data
+  wait_data || return 1
+  note "train: ${MIXERS} side by side, ${TRAIN_LIMIT}s"
+  local pids=() m fault_env=()
+  if [ -n "${TRAIN_FAULT:-}" ]; then
+    fault_env=(ZOO_FAULT="$TRAIN_FAULT" PYTHONPATH="$PWD/tests/fault_injection:$PYTHONPATH")
+  fi
+  for m in $MIXERS; do
+    (
+      env "${fault_env[@]}" timeout -s TERM -k 90 "$TRAIN_LIMIT" "$PY" -m lra_flax.main \
+        --config=lra_flax/configs/listops.py:lra_code --workdir="$STATE/listops-$m" --config.model.mixer="$m" \
+        --config.data.dir="$LISTOPS_DIR" "${LISTOPS_TOY[@]}" "${train_args[@]}" >>"$STATE/listops-$m.log" 2>&1
+      rc=$?
+      case $rc in
+        0) state=finished ;;
+        75 | 124) state="stopped at the limit with a checkpoint: the next call resumes" ;;
+        *) state="FAILED (exit $rc)" ;;
+      esac
+      echo "train $m: $state; $(grep -c '"split": "train"' "$STATE/listops-$m/metrics.jsonl" 2>/dev/null) train rows"
+    ) &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  for m in $MIXERS; do
+    mkdir -p "$OUT/train/listops-$m"
+    cp "$STATE/listops-$m.log" "$OUT/train/listops-$m/train.log" 2>/dev/null
+    for f in config.json metrics.jsonl results.json; do
+      cp "$STATE/listops-$m/$f" "$OUT/train/listops-$m/" 2>/dev/null
+    done
+    tail -2 "$STATE/listops-$m/metrics.jsonl" 2>/dev/null | cut -c1-240
+    [ -f "$STATE/listops-$m/results.json" ] && tr -d '\n' <"$STATE/listops-$m/results.json" | cut -c1-300 && echo
+  done
+}
+
+step_bench() {
+  note bench
+  limited "$BENCH_LIMIT" "$OUT/bench.log" "$PY" -m kernels.bench --out="$OUT/bench" "${BENCH_SIZES[@]}" \
+    "${bench_args[@]}"
+  echo "exit $?"
+  grep -E "^\[" "$OUT/bench.log" | cut -c1-200 | tail -40
+}
+
+case " $* " in *" train "*) start_data ;; esac # data first: it runs on the CPU while the GPU steps run
+for s in "$@"; do
+  case $s in
+    info) step_info ;;
+    data) start_data ;;
+    kernel-tests) step_kernel_tests ;;
+    probe) step_probe ;;
+    train) step_train ;;
+    bench) step_bench ;;
+  esac
+done
+# A data generation this call started and that is still running goes on only while the call lasts: wait for it
+# when nothing else is left (its files stay under runs/gpu for the next call).
+if [ -f "$LISTOPS_DIR.pid" ] && [ ! -f "$LISTOPS_DIR.done" ]; then
+  note "waiting for the data generation to finish"
+  wait
+fi
+echo "=== done ($(date +%T)); results under $OUT"

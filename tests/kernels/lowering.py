@@ -41,6 +41,7 @@ def every_lowering_case(test):
         pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16]),
         pytest.mark.parametrize("grad", [False, True]),
         pytest.mark.parametrize("platform", PLATFORMS),
+        pytest.mark.lowering,
     ):
         test = mark(test)
     return test

@@ -68,10 +68,12 @@ def test_block_size_variants_are_separate_cases_and_reach_the_kernels(tmp_path):
     assert bench.block_sizes(bench.Case("linear", "pallas", 1, 1, 64, 64, "float32", True, "32,4")).chunk == 32
 
 
+@pytest.mark.lowering
 @pytest.mark.parametrize("op", ["relu", "linear"])
 def test_on_hopper_pallas_times_triton_and_mosaic_times_the_mosaic_kernels(op, monkeypatch):
-    """`pallas_backend="gpu"` would pick Mosaic GPU on an H100; the bench keeps "pallas" = Triton so that the two
-    builds are timed side by side. Checked by lowering each case's function for CUDA as an H100 would."""
+    """`pallas_backend="gpu"` picks Mosaic GPU on an H100 once it passed there; the bench keeps "pallas" = Triton
+    so that the two builds are timed side by side. Checked by lowering each case's function for CUDA as an H100
+    would."""
     import kernels.platforms
 
     monkeypatch.setattr(kernels.platforms.jax, "default_backend", lambda: "gpu")

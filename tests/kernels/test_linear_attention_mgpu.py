@@ -98,6 +98,7 @@ def test_chunked_product_is_the_masked_bilinear_sum(mode):
     chex.assert_trees_all_close(got, want, atol=1e-3, rtol=1e-5)  # sums of 256 terms of ~16: fp32 rounding
 
 
+@pytest.mark.lowering
 @pytest.mark.parametrize("t, d", [(1024, 64), (16384, 128)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("grad", [False, True])

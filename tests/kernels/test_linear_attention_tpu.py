@@ -95,6 +95,7 @@ def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, 
         assert not layout_copies(text), layout_copies(text)
 
 
+@pytest.mark.lowering
 @pytest.mark.parametrize("causal", [False, True])
 def test_column_split_lowers_to_the_triton_kernels(causal):
     """block_dv (grid batch × heads × column blocks, for a batch · heads smaller than the SM count) still

@@ -120,6 +120,7 @@ def _linear(**kw):
     )
 
 
+@pytest.mark.lowering
 def test_on_hopper_the_ops_run_triton_while_mosaic_gpu_has_no_passing_record(hopper, monkeypatch):
     monkeypatch.setattr(platforms, "_committed_passes", lambda: ())
     assert _lowered(_relu(impl="pallas")) == (0, 1)
@@ -129,6 +130,7 @@ def test_on_hopper_the_ops_run_triton_while_mosaic_gpu_has_no_passing_record(hop
     assert _lowered(_linear()) == (0, 0)
 
 
+@pytest.mark.lowering
 def test_on_hopper_auto_runs_the_kernels_that_passed_from_their_crossover_length(hopper, monkeypatch):
     records = (_run("relu_attention", "triton", auto_from_length=1024), _run("linear_attention", auto_from_length=2048))
     monkeypatch.setattr(platforms, "device_class", lambda device=None: "cuda-sm90")
@@ -139,6 +141,7 @@ def test_on_hopper_auto_runs_the_kernels_that_passed_from_their_crossover_length
     assert _lowered(_linear()) == (0, 0)  # 1,024 < 2,048: xla
 
 
+@pytest.mark.lowering
 def test_on_hopper_the_ops_run_the_mosaic_kernels_where_they_can(hopper, monkeypatch):
     monkeypatch.setattr(platforms, "_committed_passes", lambda: MOSAIC_PASSED)
 

@@ -27,6 +27,7 @@ def _attend(causal, t, backward="mosaic", warp_specialized=True):
     return attend
 
 
+@pytest.mark.lowering
 @pytest.mark.parametrize("t, d", [(1024, 64), (16384, 128)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(

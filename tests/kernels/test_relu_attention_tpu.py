@@ -84,6 +84,7 @@ def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, 
         assert not layout_copies(text), layout_copies(text)
 
 
+@pytest.mark.lowering
 @pytest.mark.parametrize("grad", [False, True])
 def test_row_stats_kernel_lowers_for_cuda(grad):
     """relu_attention_and_row_stats: one forward kernel for the output and the row statistics, the two
