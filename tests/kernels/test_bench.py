@@ -11,19 +11,49 @@ from kernels import bench
 from tests.kernels.tolerances import fp32
 
 
+def _lengths_every_impl_takes(args: list[str], count: int = 2) -> list[int]:
+    """The `count` shortest lengths (multiples of 64) at which no default case of this backend is refused by its
+    kernels' declared limits (`bench.refusal`): on a CPU 64 and 128; on an H100 the Mosaic GPU tiles decide."""
+    taken = []
+    for t in range(64, 4097, 64):
+        namespace = bench.parse_args([*args, f"--lengths={t}"])
+        cases = bench.default_cases(bench.jax.default_backend(), namespace, bench.gpu_compute_capability())
+        if all(bench.refusal(c) is None for c in cases):
+            taken.append(t)
+        if len(taken) == count:
+            return taken
+    raise AssertionError(f"no length up to 4096 that every default impl takes: {args}")
+
+
 def test_bench_writes_results_with_the_device_named(tmp_path):
-    path = bench.main(["--lengths=64,128", "--repeats=1", "--tokens=128", "--heads=2", f"--out={tmp_path}"])
+    dtype = "float32" if bench.jax.default_backend() == "cpu" else "bfloat16"  # every impl of this backend
+    args = ["--repeats=1", "--heads=2", "--head_dims=64", f"--dtypes={dtype}", "--causal=true", "--check=false"]
+    lengths = _lengths_every_impl_takes(args)
+    path = bench.main(
+        [*args, f"--lengths={','.join(map(str, lengths))}", f"--tokens={lengths[-1]}", f"--out={tmp_path}"]
+    )
     payload = json.loads(path.read_text())
     assert payload["device"]["platform"] == bench.jax.default_backend()
     assert path.name == f"kernels-{bench.device_name()}.json"
     results = payload["results"]
-    assert {(r["op"], r["length"]) for r in results} == {
-        (op, t) for op in ("relu", "linear", "softmax") for t in (64, 128)
-    }
-    for r in results:
-        assert r["forward_ms"] > 0 and r["forward_backward_ms"] > 0 and r["forward_tflops"] > 0
+    expected = bench.default_cases(
+        bench.jax.default_backend(), bench.parse_args([*args, f"--lengths={lengths[0]},{lengths[1]}"]),
+        bench.gpu_compute_capability(),
+    )  # fmt: skip
+    assert [(r["op"], r["impl"], r["length"]) for r in results] == [(c.op, c.impl, c.length) for c in expected]
+    assert {r["op"] for r in results} == {"relu", "linear", "softmax"}
+    for r in results:  # every case timed: none skipped, none failed
+        assert r["forward_ms"] > 0 and r["forward_backward_ms"] > 0 and r["forward_tflops"] > 0, r
         assert r["forward_temp_mib"] is not None
     assert (tmp_path / f"kernels-{bench.device_name()}.svg").read_text().startswith("<svg")
+
+
+def test_a_case_outside_a_kernels_declared_limits_is_skipped_with_the_reason():
+    mosaic = bench.Case("relu", "mosaic", 1, 2, 100, 64, "bfloat16", True)  # not whole tiles
+    assert "whole tiles" in bench.refusal(mosaic)
+    assert "whole tiles" in bench.run_case(mosaic, repeats=1)["skipped"]
+    assert "half precision" in bench.refusal(bench.Case("softmax", "cudnn", 1, 2, 128, 64, "float32", True))
+    assert bench.refusal(bench.Case("relu", "xla", 1, 2, 100, 64, "float32", True)) is None
 
 
 def test_flop_convention():

@@ -8,7 +8,7 @@ import pytest
 from absl.testing import parameterized
 
 import kernels
-from tests.kernels.tolerances import fp32
+from tests.kernels.tolerances import bound, fp32
 
 
 def _inputs(b=2, t=45, h=3, m=8, d=6, dtype=jnp.float32, seed=0):
@@ -38,7 +38,7 @@ class LinearAttentionTest(parameterized.TestCase):
         out, ref = run("xla"), run("reference")
         chex.assert_shape(out, v.shape)
         chex.assert_type(out, dtype)
-        tol = fp32(2e-5) if dtype == jnp.float32 else 3e-2
+        tol = bound(dtype)
         chex.assert_trees_all_close(out.astype(jnp.float32), ref.astype(jnp.float32), atol=tol, rtol=tol)
 
     @parameterized.product(causal=[False, True])
