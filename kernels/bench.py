@@ -147,10 +147,10 @@ def refusal(case: Case) -> str | None:
     if case.op == "relu":
         from kernels.relu_attention_mgpu import MgpuBlockSizes, supported
 
-        return supported(x, x, x, MgpuBlockSizes())
+        return supported(x, x, x, MgpuBlockSizes(), case.causal)
     from kernels.linear_attention_mgpu import MgpuChunkSizes, supported
 
-    return supported(x, x, MgpuChunkSizes(64))  # the chunk _fn asks for
+    return supported(x, x, MgpuChunkSizes(64), causal=case.causal)  # the chunk _fn asks for
 
 
 def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0, check_max_length: int = 1 << 30) -> dict:

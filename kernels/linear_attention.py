@@ -132,7 +132,7 @@ def _xla_causal(phi_q, phi_k, v, eps, eps_mode, chunk):
     return _split_num_den(acc, eps, eps_mode, v.dtype)
 
 
-def _mosaic_refusal(phi_q, v, chunk_size, block_sizes):
+def _mosaic_refusal(phi_q, v, chunk_size, block_sizes, causal: bool):
     """Why the Mosaic GPU kernels cannot take these inputs (None: they can)."""
 
     def refusal():
@@ -142,16 +142,16 @@ def _mosaic_refusal(phi_q, v, chunk_size, block_sizes):
             sizes = mgpu_chunk_sizes(chunk_size, block_sizes)
         except ValueError as e:
             return str(e)
-        return supported(phi_q, v, sizes)
+        return supported(phi_q, v, sizes, causal=causal)
 
     return refusal
 
 
-def _pallas_backend(requested, phi_q, v, chunk_size, block_sizes) -> str:
+def _pallas_backend(requested, phi_q, v, chunk_size, block_sizes, causal: bool) -> str:
     """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
     from kernels.platforms import resolve_pallas_backend
 
-    refusal = _mosaic_refusal(phi_q, v, chunk_size, block_sizes)
+    refusal = _mosaic_refusal(phi_q, v, chunk_size, block_sizes, causal)
     return resolve_pallas_backend(requested, refusal, op="linear_attention")
 
 
@@ -192,7 +192,7 @@ def linear_attention(
     if impl == "auto":  # "pallas" only where kernels/kernel_passes.json records a pass and a speed-up here
         from kernels.platforms import auto_pallas_backend
 
-        refusal = _mosaic_refusal(phi_q, v, chunk_size, pallas_block_sizes)
+        refusal = _mosaic_refusal(phi_q, v, chunk_size, pallas_block_sizes, causal)
         auto_backend = auto_pallas_backend("linear_attention", phi_k.shape[1], {"mosaic_gpu": refusal})
         impl, pallas_backend = ("pallas", auto_backend) if auto_backend else ("xla", pallas_backend)
     if impl == "reference":  # the definition: φ must be non-negative (checked here, where it is cheap)
@@ -200,7 +200,7 @@ def linear_attention(
         check_non_negative("phi_k", phi_k)
         return _reference(phi_q, phi_k, v, causal, eps, eps_mode)
     if impl == "pallas":
-        backend = _pallas_backend(pallas_backend, phi_q, v, chunk_size, pallas_block_sizes)
+        backend = _pallas_backend(pallas_backend, phi_q, v, chunk_size, pallas_block_sizes, causal)
         interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
         if backend == "mosaic_gpu":
             from kernels.linear_attention_mgpu import linear_attention_mgpu, mgpu_chunk_sizes

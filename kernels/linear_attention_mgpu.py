@@ -10,7 +10,7 @@ The numerator is a chunked product, computed in two chunk-parallel kernels with 
   2. The exclusive prefix over chunks, in XLA: O(B·H·T/C·m·d_v), a few MiB per head at T 16K.
   3. `chunk_outputs`: one CUDA block per (chunk, head, batch): φq_c P_c + tril(φq_c φk_cᵀ) v_c, wgmma into an
      fp32 accumulator, rows scaled by 1/stab(den) before the store. P_c is a wgmma operand, so it goes in as
-     bf16/fp16 twice — P = P_hi + P_lo, both rounded — which keeps ~16 bits of the fp32 state.
+     bf16 twice — P = P_hi + P_lo, both rounded — which keeps ~16 bits of the fp32 state.
 
 The within-chunk scores go through bf16 as the second wgmma's operand (as P does in flash attention); the
 Triton kernels keep theirs in fp32, so dφq's error is about twice theirs (1.1% against 0.4% of the largest
@@ -30,7 +30,11 @@ da = product(dO, c, b; r), db = product(c, G, a) and dc = product(b, a, G) with 
 (prefixes, hi/lo split, masks, the custom VJP) is tested against the reference on any machine; the kernels
 themselves lower for CUDA on a CPU (tests/kernels/test_linear_attention_mgpu.py) and run only on a GPU —
 JAX 0.10's GPU interpret mode cannot execute wgmma on transposed shared-memory refs.
-Limits: bf16/fp16, m and d_v multiples of 64 with m·d_v ≤ 128², lengths whole chunks (`supported` says why not).
+Limits (`supported` says why not; reviewed against JAX's attention_mgpu: kernels/README.md): bf16 inputs of one
+dtype (fp16's range is too small for the rounded prefix state), m and d_v multiples of 64 with m·d_v ≤ 128²,
+chunk·(max(m, d_v) + 1.5·chunk) ≤ 200·128 (chunk 64 at dims up to 256), lengths whole chunks, no causal masks with
+CUDA 12.8–12.9.0. Neither `impl="auto"` nor `pallas_backend="gpu"` selects these kernels until
+`kernels/kernel_passes.json` records their tests passing on a Hopper GPU (`kernels.platforms`).
 """
 
 from __future__ import annotations
@@ -44,11 +48,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from kernels.linear_attention import stabilise_denominator
-from kernels.mgpu_tiles import scores_tile, swizzled, visible
+from kernels.mgpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
 
 MODES = ("causal", "anticausal", "full")
 MAX_STATE_ENTRIES = 128 * 128
-MAX_CHUNK_ENTRIES = 192 * 128
+# A chunk's fp32 C × d_v output and C × C scores (plus their bf16 copy, half as many registers) in one
+# warpgroup's registers: chunk·(d_v + 1.5·chunk) entries, 200 a thread at most (128 threads), leaving room for
+# addresses. Chunk 64 takes dims up to 256; chunk 128 would need 256 a thread at dims 64 and is refused.
+MAX_CHUNK_ENTRIES = 200 * 128
 _REVERSED = {"causal": "anticausal", "anticausal": "causal", "full": "full"}
 
 
@@ -72,15 +79,22 @@ def mgpu_chunk_sizes(chunk_size: int | None, block_sizes=None) -> MgpuChunkSizes
     return MgpuChunkSizes(chunk=chunk_size) if chunk_size else MgpuChunkSizes()
 
 
-def supported(phi_q: jax.Array, v: jax.Array, sizes: MgpuChunkSizes, kernels: str = "mosaic") -> str | None:
-    """None if the kernels take these inputs, else why not (the XLA stand-ins take any float dtype and dims)."""
+def supported(
+    phi_q: jax.Array, v: jax.Array, sizes: MgpuChunkSizes, kernels: str = "mosaic", causal: bool = True
+) -> str | None:
+    """None if the kernels take these inputs, else why not (the XLA stand-ins take any float dtype and dims).
+    `causal`: the kernels then carry causal masks (refused with the CUDA versions that miscompile them)."""
     if phi_q.shape[1] % sizes.chunk:
         length = phi_q.shape[1]
         return f"Mosaic GPU linear attention needs lengths that are whole chunks: {length} for chunk {sizes.chunk}"
     if kernels != "mosaic":
         return None
-    if phi_q.dtype not in (jnp.bfloat16, jnp.float16):
-        return f"Mosaic GPU linear attention takes bf16/fp16 inputs, got {phi_q.dtype}"
+    if phi_q.dtype != jnp.bfloat16:
+        # fp16 is refused: the fp32 prefix state enters wgmma rounded to the input dtype, and a sum over
+        # thousands of φ(k)vᵀ passes fp16's 65,504 at long lengths (bf16 has fp32's range).
+        return f"Mosaic GPU linear attention takes bf16 inputs, got {phi_q.dtype}"
+    if phi_q.dtype != v.dtype:  # φ(q) is staged in v's dtype
+        return f"Mosaic GPU linear attention needs φ(q), φ(k) and v of one dtype, got {phi_q.dtype}, {v.dtype}"
     if phi_q.shape[-1] % 64 or v.shape[-1] % 64:
         return (
             f"Mosaic GPU linear attention needs feature and value dims that are multiples of 64, "
@@ -94,11 +108,13 @@ def supported(phi_q: jax.Array, v: jax.Array, sizes: MgpuChunkSizes, kernels: st
             f"Mosaic GPU linear attention keeps the m × d_v state in one warpgroup's registers: "
             f"{m} × {dv} is over {MAX_STATE_ENTRIES} entries"
         )
-    if chunk * (chunk + max(m, dv)) > MAX_CHUNK_ENTRIES:
+    if chunk * (max(m, dv) + 1.5 * chunk) > MAX_CHUNK_ENTRIES:
         return (
             f"Mosaic GPU linear attention keeps a chunk's scores and outputs in one warpgroup's registers: "
             f"chunk {chunk} with dims {m}, {dv} is over {MAX_CHUNK_ENTRIES} entries (a smaller chunk)"
         )
+    if causal and (reason := masked_refusal()):
+        return reason
     return None
 
 
@@ -191,7 +207,7 @@ def _chunk_outputs_mosaic(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.
                 return acc_ref[...]
 
             acc = pl.run_scoped(output, plgpu.ACC((chunk, y), jnp.float32))
-            scale = plgpu.load(r_smem, (), layout=plgpu.Layout.WGMMA.reduce(1))
+            scale = load_reduced(r_smem, plgpu.Layout.WGMMA.reduce(1))
             o_smem[...] = (acc * lax.broadcast_in_dim(scale, (chunk, y), [0])).astype(dtype)
             plgpu.commit_smem()
             plgpu.copy_smem_to_gmem(o_smem, o_ref.at[rows])
@@ -317,7 +333,9 @@ def linear_attention_mgpu(
     if kernels not in _KERNELS:
         raise ValueError(f"unknown kernels {kernels!r}; valid: {', '.join(_KERNELS)}")
     sizes = block_sizes or MgpuChunkSizes()
-    reason = supported(phi_q, v, sizes, kernels)
+    reason = supported(phi_q, v, sizes, kernels, causal)
+    if not reason and kernels == "mosaic" and phi_k.dtype != phi_q.dtype:
+        reason = f"Mosaic GPU linear attention needs φ(q), φ(k) and v of one dtype, got φ(k) {phi_k.dtype}"
     if reason:
         raise ValueError(reason)
     kf = phi_k.astype(jnp.float32)

@@ -6,9 +6,46 @@ not to import the ops).
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+
+# CUDA runtimes whose ptxas miscompiles the masks of causal attention kernels: JAX's own Hopper attention
+# (jax/experimental/pallas/ops/gpu/attention_mgpu.py) refuses causal inputs for 12.8.0 up to 12.9.1.
+PTXAS_CAUSAL_MISCOMPILE = (12080, 12091)  # [first, last) cudaRuntimeGetVersion values
+
+
+def cuda_runtime_version() -> int | None:
+    """The CUDA runtime version as cudaRuntimeGetVersion gives it (12090 = 12.9), None without a CUDA plugin
+    (a CPU lowering a kernel for CUDA: nothing is compiled by ptxas there)."""
+    from jax._src.lib import cuda_versions
+
+    return None if cuda_versions is None else int(cuda_versions.cuda_runtime_get_version())
+
+
+def masked_refusal(version: int | None = None) -> str | None:
+    """Why kernels with causal (or anti-causal) masks must not be compiled by this CUDA's ptxas, or None."""
+    version = cuda_runtime_version() if version is None else version
+    first, last = PTXAS_CAUSAL_MISCOMPILE
+    if version is not None and first <= version < last:
+        return (
+            f"CUDA runtime {version // 1000}.{version % 1000 // 10}: its ptxas miscompiles causal masks in "
+            f"Mosaic GPU attention kernels (refused from 12.8 up to 12.9.1, as JAX's own attention_mgpu does); "
+            f"use CUDA ≥ 12.9.1 or the Triton kernels"
+        )
+    return None
+
+
+def load_reduced(ref, layout):
+    """`plgpu.load(ref, layout=...)` of a whole small ref: jax 0.10 needs the index `()`, jax 0.11 deprecates it."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    idx = inspect.signature(plgpu.load).parameters.get("idx")
+    if idx is not None and idx.default is inspect.Parameter.empty:
+        return plgpu.load(ref, (), layout=layout)
+    return plgpu.load(ref, layout=layout)
 
 
 def swizzled(dtype) -> tuple:

@@ -251,7 +251,7 @@ def xlogx(a: jax.Array) -> jax.Array:
     return jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0)
 
 
-def _mosaic_refusal(q, k, v, block_sizes, fused_row_stats: bool = False):
+def _mosaic_refusal(q, k, v, block_sizes, causal: bool, fused_row_stats: bool = False):
     """Why the Mosaic GPU kernels cannot take these inputs (None: they can)."""
 
     def refusal():
@@ -261,16 +261,16 @@ def _mosaic_refusal(q, k, v, block_sizes, fused_row_stats: bool = False):
             return "the row statistics come out of the Triton forward kernel only"
         if block_sizes is not None and not isinstance(block_sizes, MgpuBlockSizes):
             return f"block sizes {type(block_sizes).__name__} are for other kernels"
-        return supported(q, k, v, block_sizes or MgpuBlockSizes())
+        return supported(q, k, v, block_sizes or MgpuBlockSizes(), causal)
 
     return refusal
 
 
-def _pallas_backend(requested, q, k, v, block_sizes, fused_row_stats: bool = False) -> str:
+def _pallas_backend(requested, q, k, v, block_sizes, causal: bool, fused_row_stats: bool = False) -> str:
     """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
     from kernels.platforms import resolve_pallas_backend
 
-    refusal = _mosaic_refusal(q, k, v, block_sizes, fused_row_stats)
+    refusal = _mosaic_refusal(q, k, v, block_sizes, causal, fused_row_stats)
     return resolve_pallas_backend(requested, refusal, op="relu_attention")
 
 
@@ -280,7 +280,9 @@ def _resolve_impl(impl: str) -> str:
     return impl
 
 
-def _choose_impl(impl: str, q, k, v, block_sizes, fused_row_stats: bool = False) -> tuple[str, str | None]:
+def _choose_impl(
+    impl: str, q, k, v, block_sizes, causal: bool, fused_row_stats: bool = False
+) -> tuple[str, str | None]:
     """(impl, pallas_backend) to run: "auto" is "pallas" with the backend `kernels.platforms` records as passed
     and faster on this device class from this length on, else "xla"."""
     impl = _resolve_impl(impl)
@@ -288,7 +290,7 @@ def _choose_impl(impl: str, q, k, v, block_sizes, fused_row_stats: bool = False)
         return impl, None
     from kernels.platforms import auto_pallas_backend
 
-    refusal = _mosaic_refusal(q, k, v, block_sizes, fused_row_stats)
+    refusal = _mosaic_refusal(q, k, v, block_sizes, causal, fused_row_stats)
     backend = auto_pallas_backend("relu_attention", k.shape[1], {"mosaic_gpu": refusal})
     return ("pallas", backend) if backend else ("xla", None)
 
@@ -327,13 +329,13 @@ def relu_attention(
     """
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-    impl, auto_backend = _choose_impl(impl, q, k, v, pallas_block_sizes)
+    impl, auto_backend = _choose_impl(impl, q, k, v, pallas_block_sizes, causal)
     pallas_backend = auto_backend or pallas_backend
     if impl == "reference":
         return _reference(q, k, v, key_mask, gamma_h, causal, row_scale)
     if impl == "pallas":
         factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])  # differentiable: dγ flows through it
-        backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes)
+        backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes, causal)
         interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
         if backend == "mosaic_gpu":  # Hopper kernels (MgpuBlockSizes.backward picks the backward)
             from kernels.relu_attention_mgpu import relu_attention_mgpu
@@ -422,11 +424,11 @@ def relu_attention_and_row_stats(
     Mosaic GPU kernels) compute the two separately. Arguments as `relu_attention`.
     """
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
-    impl, auto_backend = _choose_impl(impl, q, k, v, pallas_block_sizes, fused_row_stats=True)
+    impl, auto_backend = _choose_impl(impl, q, k, v, pallas_block_sizes, causal, fused_row_stats=True)
     pallas_backend = auto_backend or pallas_backend
     opts = dict(causal=causal, key_mask=key_mask, gamma=gamma, impl=impl, row_scale=row_scale)
     pallas = impl == "pallas"
-    backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes, fused_row_stats=True) if pallas else None
+    backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes, causal, True) if pallas else None
     if not pallas or backend in ("tpu", "mosaic_gpu"):
         out = relu_attention(
             q, k, v, block_sizes=block_sizes, pallas_block_sizes=pallas_block_sizes, pallas_backend=backend,

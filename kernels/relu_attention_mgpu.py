@@ -15,10 +15,12 @@ below it — or the Triton kernels of `relu_attention_pallas` (same residuals).
 
 Status: lowers for CUDA on a CPU (tests/kernels/test_relu_attention_mgpu.py, `jax.export`); JAX's GPU
 interpret mode (jax 0.10) cannot run wgmma on transposed shared-memory refs, so its numbers are checked only
-on a GPU (benchmarks/gpu/session.sh, step `mgpu`). `impl="auto"` never selects it; `impl="pallas"` does on
-Hopper for the inputs it takes (`kernels.platforms`).
-Limits: bf16/fp16 inputs, head dims multiples of 64 (128-byte swizzled tiles), lengths whole tiles (64 by
-default; the Triton kernels mask ragged tails, this one does not yet).
+on a GPU (benchmarks/gpu/session.sh, step `kernel-tests`). Neither `impl="auto"` nor `pallas_backend="gpu"`
+selects it until `kernels/kernel_passes.json` records its tests passing on a Hopper GPU (`kernels.platforms`);
+`pallas_backend="mosaic_gpu"` asks for it by name.
+Limits (`supported`, reviewed against JAX's attention_mgpu: kernels/README.md): bf16/fp16 inputs of one dtype,
+head dims multiples of 64 up to 256 (up to 128 with the Mosaic backward), lengths whole tiles (64 by default;
+the Triton kernels mask ragged tails, this one does not yet), 2–32 stages, no causal masks with CUDA 12.8–12.9.0.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.mgpu_tiles import scores_tile, swizzled, visible
+from kernels.mgpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,12 +57,22 @@ class MgpuBlockSizes:
             raise ValueError(f"MgpuBlockSizes.backward must be 'mosaic' or 'triton', got {self.backward!r}")
         if self.block_q % 64 or self.block_k % 64:
             raise ValueError(f"MgpuBlockSizes: tiles must be multiples of 64, got {self.block_q}×{self.block_k}")
-        if self.stages < 1:
-            raise ValueError(f"MgpuBlockSizes.stages must be ≥ 1, got {self.stages}")
+        if self.block_k > 256:  # a wgmma's N is at most 256
+            raise ValueError(f"MgpuBlockSizes.block_k must be at most 256, got {self.block_k}")
+        # One stage serialises every copy with the compute (JAX's attention_mgpu asks for ≥ 2 as well); an
+        # mbarrier group holds at most 32 barriers.
+        if not 2 <= self.stages <= 32:
+            raise ValueError(f"MgpuBlockSizes.stages must be from 2 to 32, got {self.stages}")
 
 
-def supported(q: jax.Array, k: jax.Array, v: jax.Array, sizes: MgpuBlockSizes) -> str | None:
-    """None if the kernel takes these inputs, else why not."""
+# fp32 registers a thread of a dk/dv warpgroup holds at head dim D: two 64 × D accumulators (dk, dv) are
+# 2·64·D/128 = D registers, 256 at D 256 — over the 255 a thread may have, before the score tiles: it spills.
+MOSAIC_BACKWARD_MAX_HEAD_DIM = 128
+
+
+def supported(q: jax.Array, k: jax.Array, v: jax.Array, sizes: MgpuBlockSizes, causal: bool = True) -> str | None:
+    """None if the kernels take these inputs (forward and the backward `sizes.backward` names), else why not.
+    `causal`: the kernels then carry causal masks (refused with the CUDA versions that miscompile them)."""
     if q.shape[1] % sizes.forward_rows or k.shape[1] % sizes.block_k:
         # attention_mgpu in JAX's own ops asks the same: reads past the end are not relied on
         return (
@@ -69,10 +81,20 @@ def supported(q: jax.Array, k: jax.Array, v: jax.Array, sizes: MgpuBlockSizes) -
         )
     if q.dtype not in (jnp.bfloat16, jnp.float16):
         return f"Mosaic GPU ReLU attention takes bf16/fp16 inputs, got {q.dtype}"
+    if not q.dtype == k.dtype == v.dtype:  # the tiles are staged in one dtype
+        return f"Mosaic GPU ReLU attention needs q, k, v of one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
     if q.shape[-1] % 64 or v.shape[-1] % 64:
         return f"Mosaic GPU ReLU attention needs head dims that are multiples of 64, got {q.shape[-1]}, {v.shape[-1]}"
     if max(q.shape[-1], v.shape[-1]) > 256:  # a 64 × D fp32 accumulator in one warpgroup: 128 registers at D 256
         return f"Mosaic GPU ReLU attention takes head dims up to 256, got {q.shape[-1]}, {v.shape[-1]}"
+    if sizes.backward == "mosaic" and max(q.shape[-1], v.shape[-1]) > MOSAIC_BACKWARD_MAX_HEAD_DIM:
+        return (
+            f"Mosaic GPU ReLU attention's dk/dv kernel holds two 64 × D fp32 accumulators a warpgroup: head dims "
+            f"{q.shape[-1]}, {v.shape[-1]} are over {MOSAIC_BACKWARD_MAX_HEAD_DIM} (they would spill); "
+            f"MgpuBlockSizes(backward='triton') takes them"
+        )
+    if causal and (reason := masked_refusal()):
+        return reason
     need = shared_memory_bytes(sizes, q.shape[-1], v.shape[-1], q.dtype.itemsize)
     if need > SHARED_MEMORY_BYTES:
         return (
@@ -167,7 +189,7 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
 
             if causal:
                 lax.fori_loop(steps, block_steps, release, None)
-            f = plgpu.load(f_smem, (), layout=plgpu.Layout.WGMMA.reduce(1))
+            f = load_reduced(f_smem, plgpu.Layout.WGMMA.reduce(1))
             q_smem[...] = (acc * lax.broadcast_in_dim(f, (bq, dv), [0])).astype(dtype)  # q's tile stages the output
             plgpu.commit_smem()
             plgpu.copy_smem_to_gmem(q_smem, o_ref.at[rows])
@@ -351,7 +373,7 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
 
             for i in range(3):
                 plgpu.barrier_wait(bar.at[i])
-            f = lax.broadcast_in_dim(plgpu.load(f_smem, (), layout=plgpu.Layout.WGMMA.reduce(1)), (bq, bk), [0])
+            f = lax.broadcast_in_dim(load_reduced(f_smem, plgpu.Layout.WGMMA.reduce(1)), (bq, bk), [0])
 
             def with_accumulator(dq_acc):
                 def step(j, slot, pdp):
@@ -415,7 +437,7 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
                     for barrier in (q_bar, do_bar, f_bar):
                         plgpu.barrier_wait(barrier.at[slot])
                     s_t = scores_tile(k_smem, q_smem.at[slot], (bk, bq)) * scale
-                    f = plgpu.load(f_smem.at[slot], (), layout=plgpu.Layout.WGMMA.reduce(0))
+                    f = load_reduced(f_smem.at[slot], plgpu.Layout.WGMMA.reduce(0))
                     f = lax.broadcast_in_dim(f, (bk, bq), [1])
                     live = s_t > 0
                     if causal:
@@ -518,7 +540,7 @@ def relu_attention_mgpu(
     or the Triton kernels (`MgpuBlockSizes.backward`). Arguments as `relu_attention_pallas`; raises ValueError
     for inputs `supported` refuses."""
     sizes = block_sizes or MgpuBlockSizes()
-    reason = supported(q, k, v, sizes)
+    reason = supported(q, k, v, sizes, causal)
     if reason:
         raise ValueError(reason)
     if causal and q.shape[1] != k.shape[1]:

@@ -127,16 +127,24 @@ def test_lowers_for_cuda_to_the_mosaic_kernels(grad, causal, t, d):
 def test_refuses_inputs_it_cannot_take_with_the_reason():
     ok = jnp.ones((1, 128, 2, 64), jnp.bfloat16)
     opts = dict(causal=True, eps=1e-6)
-    with pytest.raises(ValueError, match="bf16/fp16"):
+    with pytest.raises(ValueError, match="takes bf16 inputs, got float32"):
         linear_attention_mgpu(ok.astype(jnp.float32), ok, ok, **opts)
+    half = ok.astype(jnp.float16)  # the rounded prefix state would pass fp16's range at long lengths
+    with pytest.raises(ValueError, match="takes bf16 inputs, got float16"):
+        linear_attention_mgpu(half, half, half, **opts)
+    with pytest.raises(ValueError, match="of one dtype"):
+        linear_attention_mgpu(ok, ok, half, **opts)
+    with pytest.raises(ValueError, match="of one dtype, got φ\\(k\\) float16"):
+        linear_attention_mgpu(ok, half, ok, **opts)
     with pytest.raises(ValueError, match="multiples of 64, got 64, 48"):
         linear_attention_mgpu(ok, ok, ok[..., :48], **opts)
     wide = jnp.ones((1, 128, 2, 256), jnp.bfloat16)
     with pytest.raises(ValueError, match="256 × 256 is over 16384 entries"):
         linear_attention_mgpu(wide, wide, wide, **opts)
     assert supported(wide, ok, MgpuChunkSizes()) is None  # FAVOR+'s m 256 with d_v 64: 256 × 64
-    with pytest.raises(ValueError, match="chunk 128 with dims 64, 128 is over 24576 entries"):
-        linear_attention_mgpu(ok, ok, wide[..., :128], block_sizes=MgpuChunkSizes(128), **opts)
+    with pytest.raises(ValueError, match="chunk 128 with dims 64, 64 is over 25600 entries"):
+        linear_attention_mgpu(ok, ok, ok, block_sizes=MgpuChunkSizes(128), **opts)
+    assert supported(wide, wide[..., :64], MgpuChunkSizes(64)) is None  # chunk 64 at dims 256: 22,528 entries
     with pytest.raises(ValueError, match="whole chunks: 100"):
         linear_attention_mgpu(ok[:, :100], ok[:, :100], ok[:, :100], **opts)
     with pytest.raises(ValueError, match="multiple of 64, got 32"):
@@ -167,3 +175,13 @@ def test_kernels_match_their_stand_ins_and_the_reference_where_they_run(causal):
         *f32
     )
     assert max(_relative_errors([out, *grads], [ref, *ref_grads])) < bound(jnp.bfloat16, "grad")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_causal_masks_are_refused_with_the_cuda_versions_whose_ptxas_miscompiles_them(causal, monkeypatch):
+    import kernels.mgpu_tiles
+
+    ok = jnp.ones((1, 128, 2, 64), jnp.bfloat16)
+    monkeypatch.setattr(kernels.mgpu_tiles, "cuda_runtime_version", lambda: 12085)
+    reason = supported(ok, ok, MgpuChunkSizes(), causal=causal)
+    assert (reason is not None and "ptxas miscompiles causal masks" in reason) == causal, reason

@@ -65,8 +65,13 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
     wide = jnp.zeros((1, 128, 2, 320), jnp.bfloat16)
     assert "head dims up to 256, got 320" in supported(wide, wide, wide, MgpuBlockSizes())
     d256 = jnp.zeros((1, 128, 2, 256), jnp.bfloat16)
-    assert supported(d256, d256, d256, MgpuBlockSizes()) is None  # 192 KiB of tiles
-    assert "over the 232448 a Hopper block has" in supported(d256, d256, d256, MgpuBlockSizes(stages=3))
+    assert "over 128 (they would spill)" in supported(d256, d256, d256, MgpuBlockSizes())  # the dk/dv registers
+    triton_backward = MgpuBlockSizes(backward="triton")
+    assert supported(d256, d256, d256, triton_backward) is None  # the forward: 192 KiB of tiles
+    assert "over the 232448 a Hopper block has" in supported(
+        d256, d256, d256, MgpuBlockSizes(stages=3, backward="triton")
+    )
+    assert "of one dtype" in supported(ok, ok.astype(jnp.float16), ok, MgpuBlockSizes())
     odd_pairs = jnp.zeros((1, 192, 2, 64), jnp.bfloat16)  # 3 query tiles: the warp-specialised forward takes pairs
     assert "whole tiles: 192 and 192 for 128×64" in supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes())
     assert supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes(warp_specialized=False)) is None
@@ -74,6 +79,24 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
         MgpuBlockSizes(block_q=32)
     with pytest.raises(ValueError, match="'mosaic' or 'triton'"):
         MgpuBlockSizes(backward="xla")
+    with pytest.raises(ValueError, match="stages must be from 2 to 32, got 1"):
+        MgpuBlockSizes(stages=1)
+    with pytest.raises(ValueError, match="block_k must be at most 256"):
+        MgpuBlockSizes(block_k=320)
+
+
+@pytest.mark.parametrize("version, refused", [(12080, True), (12090, True), (12091, False), (12060, False)])
+def test_causal_masks_are_refused_with_the_cuda_versions_whose_ptxas_miscompiles_them(version, refused, monkeypatch):
+    """CUDA 12.8.0 up to 12.9.1: as JAX's own attention_mgpu, causal inputs go to Triton (by "gpu"), non-causal
+    ones still run; without a CUDA plugin (lowering on a CPU) nothing is refused."""
+    import kernels.mgpu_tiles
+
+    ok = jnp.zeros((1, 128, 2, 64), jnp.bfloat16)
+    assert kernels.mgpu_tiles.cuda_runtime_version() is None or jax.default_backend() == "gpu"
+    monkeypatch.setattr(kernels.mgpu_tiles, "cuda_runtime_version", lambda: version)
+    reason = supported(ok, ok, ok, MgpuBlockSizes(), causal=True)
+    assert (reason is not None and "ptxas miscompiles causal masks" in reason) == refused, reason
+    assert supported(ok, ok, ok, MgpuBlockSizes(), causal=False) is None
 
 
 @pytest.mark.parametrize("backward, warp_specialized", [("mosaic", True), ("mosaic", False), ("triton", True)])
