@@ -20,12 +20,30 @@ from zoo.training.optim import make_optimizer
 from zoo.training.steps import make_eval_step, make_train_step
 
 
-def test_rsqrt_schedule_is_lra_formula():
-    sched = make_schedule(train_config(schedule="rsqrt", learning_rate=0.05, warmup_steps=1000))
-    for step in (0, 499, 999, 1999, 4999):
-        s = step + 1
-        expected = 0.05 * min(1.0, s / 1000) / np.sqrt(max(s, 1000))
-        np.testing.assert_allclose(float(sched(step)), expected, rtol=1e-5)
+@pytest.mark.parametrize("base, warmup", [(0.05, 1000), (0.05, 8000)])  # LRA ListOps; Text and Retrieval
+def test_rsqrt_schedule_is_the_lra_code_schedule_to_the_step(base, warmup):
+    """lra_benchmarks/utils/train_utils.py:118-147 (create_learning_rate_scheduler, commit cd31e5c) with
+    factors "constant * linear_warmup * rsqrt_decay": lr(s) = base · min(1, s/w) / √max(s, w), and the step the
+    train step passes is optimizer.state.step, 0 for the first update (listops/train.py:116-117)."""
+    sched = make_schedule(train_config(schedule="rsqrt", learning_rate=base, warmup_steps=warmup))
+
+    def lra(step):  # the factors, one by one, as train_utils.step_fn multiplies them
+        return base * min(1.0, step / warmup) / np.sqrt(max(step, warmup))
+
+    for step in (0, warmup - 1, warmup, warmup + 1, 10 * warmup):
+        np.testing.assert_allclose(float(sched(step)), lra(step), rtol=1e-6, atol=0)
+    assert float(sched(0)) == 0.0  # the first update does not move the parameters, as in the LRA code
+    np.testing.assert_allclose(float(sched(warmup)), base / np.sqrt(warmup), rtol=1e-6)  # the peak
+
+
+def test_rsqrt_schedule_is_fairseqs_inverse_sqrt():
+    """fairseq/optim/lr_scheduler/inverse_square_root_schedule.py (warmup_init_lr 0): lr(n) = n·lr/w below the
+    warmup, lr·√w/√n after; `learning_rate` = fairseq's lr · √w. fairseq's k-th update uses lr(k − 1)."""
+    lr, w = 5e-4, 4000
+    sched = make_schedule(train_config(schedule="rsqrt", learning_rate=lr * np.sqrt(w), warmup_steps=w))
+    for n in (0, 1, 3999, 4000, 4001, 40000):
+        fairseq = n * lr / w if n < w else lr * np.sqrt(w) / np.sqrt(n)
+        np.testing.assert_allclose(float(sched(n)), fairseq, rtol=1e-6, atol=1e-12)
 
 
 def test_cosine_and_constant_schedules():

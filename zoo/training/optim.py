@@ -13,9 +13,11 @@ SCHEDULES = ("rsqrt", "cosine", "constant")
 def make_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
     base, warmup = train.learning_rate, max(int(train.warmup_steps), 0)
     if train.schedule == "rsqrt":
-        # LRA: constant * linear_warmup * rsqrt_decay (step counted from 1, as in the LRA code).
+        # The LRA code's constant * linear_warmup * rsqrt_decay, with the optimiser's step count from 0 as
+        # there (its first update has lr 0) — also fairseq's inverse_sqrt with warmup_init_lr 0 when
+        # learning_rate is fairseq's lr · √warmup (docs in the README's presets table).
         def rsqrt(step):
-            s = jnp.asarray(step, jnp.float32) + 1.0
+            s = jnp.asarray(step, jnp.float32)
             w = float(max(warmup, 1))
             return base * jnp.minimum(1.0, s / w) * jnp.sqrt(1.0 / jnp.maximum(s, w))
 
