@@ -115,7 +115,7 @@ def _examples(config, corpus: mt_data.Corpus, tokenizer, split: str, stats: dict
             too_long(group[0], max(len(s), len(t)), "the source" if len(s) > max_length else "the target")
             continue
         stats["examples"] += 1
-        ref = " ".join(corpus.target[i] for i in group)
+        ref = tokenizer.detokenize(" ".join(corpus.target[i] for i in group))  # as hypotheses are decoded
         yield {"src": np.asarray(s, np.int32), "tgt": np.asarray(t, np.int32), "ref": ref}
 
 
@@ -123,7 +123,12 @@ def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokeni
     """Writes (once) the split's examples to ArrayRecord, with their lengths alongside (`.lengths.npy`)."""
     d = config.data
     key = data_lib.source_key(
-        *_corpus_key(config, split), tokenizer_path, config.model.max_length, d.doc_length, d.too_long
+        *_corpus_key(config, split),
+        tokenizer_path,
+        config.model.max_length,
+        d.doc_length,
+        d.too_long,
+        "references detokenized",  # caches from before references had BPE undone are not reused
     )
     path = _cache_dir(config) / f"{split}-{key}.array_record"
     lengths_path = path.with_suffix(".lengths.npy")

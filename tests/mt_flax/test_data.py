@@ -121,6 +121,26 @@ def test_too_long_pairs_filtered_and_counted_or_error(tmp_path, capsys):
         input_pipeline.cache_split(config, "train", tok, path)
 
 
+def test_references_have_bpe_undone_as_hypotheses_do(tmp_path):
+    """fairseq removes BPE from hypotheses and references alike (--remove-bpe): a reference left with "@@ "
+    could never match a word BPE split, so a perfect translation would not score 100."""
+    from mt_flax import bleu
+
+    _write(
+        tmp_path, "train", ["das haus ist sehr groß", "das ist gut"], ["the hou@@ se is very big", "that is go@@ od"]
+    )
+    config = _config(tmp_path)
+    tok, path = input_pipeline.load_or_train_tokenizer(config)
+    records_path = input_pipeline.cache_split(config, "train", tok, path)
+    from zoo.training.data import read_records
+
+    refs = input_pipeline.references(records_path)
+    assert refs == ["the house is very big", "that is good"]
+    hyps = [tok.decode(r["tgt"]) for r in read_records(records_path)]  # the targets, decoded as a beam's output
+    assert hyps == refs
+    assert bleu.score(hyps, refs)["bleu_tokenized"] == pytest.approx(100.0)
+
+
 def test_document_examples_and_references(tmp_path):
     _write(tmp_path, "train", ["a b", "c", "", "d e f"], ["A B", "C", "", "D E F"])
     config = _config(tmp_path, doc_length=6)

@@ -29,6 +29,7 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
     def decode(self, ids: Sequence[int]) -> str: ...
+    def detokenize(self, text: str) -> str: ...
     def piece_to_id(self, piece: str) -> int: ...
     def word_starts(self) -> np.ndarray: ...
     def save(self, path: str | os.PathLike) -> Path: ...
@@ -69,6 +70,10 @@ class SentencePieceTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.sp.decode(_strip_specials(ids))
+
+    def detokenize(self, text: str) -> str:
+        """Raw text is what `decode` gives back: nothing to undo."""
+        return text
 
     def piece_to_id(self, piece: str) -> int:
         i = self.sp.piece_to_id(piece)
@@ -167,7 +172,11 @@ class WordTokenizer:
         return [self.ids.get(tok, UNK_ID) for tok in text.split()]
 
     def decode(self, ids: Sequence[int]) -> str:
-        text = " ".join(self.pieces[i] for i in _strip_specials(ids))
+        return self.detokenize(" ".join(self.pieces[i] for i in _strip_specials(ids)))
+
+    def detokenize(self, text: str) -> str:
+        """`text` as `decode` writes its output: BPE pieces joined into words (fairseq's --remove-bpe). A
+        reference must go through this too, or every word BPE split can never match a hypothesis."""
         if self.bpe_separator:
             text = (text + " ").replace(self.bpe_separator, "").strip()
         return text
