@@ -1,5 +1,6 @@
 """Cross-platform lowering on this CPU: `jax.export` for TPU (Mosaic) or CUDA (Triton), and what to look for."""
 
+import contextlib
 import re
 
 import jax
@@ -11,6 +12,26 @@ PLATFORMS = ("tpu", "cuda")
 BACKEND = {"tpu": "tpu", "cuda": "triton"}  # the kernels' `pallas_backend` for each export platform
 KERNEL_CALL = {"tpu": "tpu_custom_call", "cuda": "__gpu$xla.gpu.triton"}
 SHAPES = [(1024, 64), (1000, 128), (16384, 128)]  # (T, D): ragged and long sequences, both head dims
+KERNEL_TARGETS = ("__gpu$xla.gpu.triton", "mosaic_gpu_v2", "tpu_custom_call")
+
+
+def _cuda_target():
+    """The GPU a CUDA export on a machine without one lowers for: an H100. jax ≥ 0.11's Triton lowering asks
+    the abstract mesh's device ("No supported GPU devices found" otherwise; jax 0.10 assumed sm_90 itself), the
+    Mosaic GPU lowering assumes sm_90. An empty mesh: only its device is read (axes would add sharding ops)."""
+    sharding = jax.sharding
+    if not hasattr(sharding, "AbstractDevice") or jax.devices()[0].platform == "gpu":
+        return contextlib.nullcontext()
+    device = sharding.AbstractDevice(device_kind="NVIDIA H100", num_cores=132, platform="gpu")
+    return sharding.use_abstract_mesh(sharding.AbstractMesh((), (), abstract_device=device))
+
+
+def exported_text(fn, platform: str, *args) -> str:
+    """The StableHLO text `jax.jit(fn)(*args)` exports to for `platform` ("cuda" or "tpu") from this machine.
+    The kernels' custom-call targets are not on export's list of stable ones: expected, so unchecked."""
+    unchecked = [export.DisabledSafetyCheck.custom_call(name) for name in KERNEL_TARGETS]
+    with _cuda_target() if platform == "cuda" else contextlib.nullcontext():
+        return export.export(jax.jit(fn), platforms=[platform], disabled_checks=unchecked)(*args).mlir_module()
 
 
 def lowered_kernels(attend, platform: str, shape: tuple[int, ...], dtype, *, grad: bool, prefix: str):
@@ -19,9 +40,7 @@ def lowered_kernels(attend, platform: str, shape: tuple[int, ...], dtype, *, gra
     if grad:
         fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
     x = jax.ShapeDtypeStruct(shape, dtype)
-    # The kernels' custom-call targets are not on export's list of stable ones: expected, so unchecked.
-    unchecked = [export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
-    text = export.export(jax.jit(fn), platforms=[platform], disabled_checks=unchecked)(x, x, x).mlir_module()
+    text = exported_text(fn, platform, x, x, x)
     return text.count(KERNEL_CALL[platform]), set(re.findall(rf"{prefix}\w+", text)), text
 
 

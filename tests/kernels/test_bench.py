@@ -5,9 +5,9 @@ import json
 import jax
 import jax.numpy as jnp
 import pytest
-from jax import export
 
 from kernels import bench
+from tests.kernels.lowering import exported_text
 from tests.kernels.tolerances import fp32
 
 
@@ -109,12 +109,10 @@ def test_on_hopper_pallas_times_triton_and_mosaic_times_the_mosaic_kernels(op, m
     monkeypatch.setattr(kernels.platforms.jax, "default_backend", lambda: "gpu")
     monkeypatch.setattr(kernels.platforms, "gpu_compute_capability", lambda: (9, 0))
     x = jax.ShapeDtypeStruct((1, 1024, 2, 128), jnp.bfloat16)
-    unchecked = [export.DisabledSafetyCheck.custom_call(n) for n in ("mosaic_gpu_v2", "__gpu$xla.gpu.triton")]
     calls = {}
     for impl in ("pallas", "mosaic"):
         case = bench.Case(op, impl, 1, 2, 1024, 128, "bfloat16", True)
-        text = export.export(jax.jit(bench._fn(case)), platforms=["cuda"], disabled_checks=unchecked)(x, x, x)
-        text = text.mlir_module()
+        text = exported_text(bench._fn(case), "cuda", x, x, x)
         calls[impl] = (text.count("__gpu$xla.gpu.triton") > 0, text.count("mosaic_gpu_v2") > 0)
     assert calls == {"pallas": (True, False), "mosaic": (False, True)}
 

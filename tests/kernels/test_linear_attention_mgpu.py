@@ -6,14 +6,11 @@ import chex
 import jax
 import jax.numpy as jnp
 import pytest
-from jax import export
 
 import kernels
 from kernels.linear_attention_mgpu import MgpuChunkSizes, chunked_product, linear_attention_mgpu, supported
-from tests.kernels.lowering import layout_copies
+from tests.kernels.lowering import exported_text, layout_copies
 from tests.kernels.tolerances import bound, fp32
-
-UNCHECKED = [export.DisabledSafetyCheck.custom_call("mosaic_gpu_v2")]
 
 
 def _features(shape, dv, dtype, seed=0):
@@ -118,7 +115,7 @@ def test_lowers_for_cuda_to_the_mosaic_kernels(grad, causal, t, d):
     if grad:
         fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
     x = jax.ShapeDtypeStruct((2, t, 4, d), jnp.bfloat16)
-    text = export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=UNCHECKED)(x, x, x).mlir_module()
+    text = exported_text(fn, "cuda", x, x, x)
     assert text.count("mosaic_gpu_v2") == (8 if grad else 2)
     assert "stablehlo.dot_general" not in text
     assert not layout_copies(text), layout_copies(text)

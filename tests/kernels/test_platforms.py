@@ -10,13 +10,13 @@ import types
 import jax
 import jax.numpy as jnp
 import pytest
-from jax import export
 
 import kernels
 import kernels.platforms as platforms
 from kernels.linear_attention_mgpu import MgpuChunkSizes
 from kernels.platforms import KernelRun, gpu_compute_capability, resolve_pallas_backend
 from kernels.relu_attention_pallas import PallasBlockSizes
+from tests.kernels.lowering import exported_text
 
 HERE = jax.__version__
 
@@ -96,8 +96,7 @@ def test_this_machine_reports_its_capability_or_none():
 
 def _lowered(attend, t=1024, d=128, dtype=jnp.bfloat16):
     x = jax.ShapeDtypeStruct((1, t, 2, d), dtype)
-    unchecked = [export.DisabledSafetyCheck.custom_call(n) for n in ("mosaic_gpu_v2", "__gpu$xla.gpu.triton")]
-    text = export.export(jax.jit(attend), platforms=["cuda"], disabled_checks=unchecked)(x, x, x).mlir_module()
+    text = exported_text(attend, "cuda", x, x, x)
     return text.count("mosaic_gpu_v2"), text.count("__gpu$xla.gpu.triton")
 
 

@@ -6,14 +6,11 @@ import chex
 import jax
 import jax.numpy as jnp
 import pytest
-from jax import export
 
 import kernels
 from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu, supported
-from tests.kernels.lowering import layout_copies
+from tests.kernels.lowering import exported_text, layout_copies
 from tests.kernels.tolerances import bound
-
-UNCHECKED = [export.DisabledSafetyCheck.custom_call(n) for n in ("mosaic_gpu_v2", "__gpu$xla.gpu.triton")]
 
 
 def _attend(causal, t, backward="mosaic", warp_specialized=True):
@@ -44,7 +41,7 @@ def test_lowers_for_cuda_to_the_mosaic_kernels(grad, backward, warp_specialized,
         attend = fn
         fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
     x = jax.ShapeDtypeStruct((2, t, 4, d), jnp.bfloat16)
-    text = export.export(jax.jit(fn), platforms=["cuda"], disabled_checks=UNCHECKED)(x, x, x).mlir_module()
+    text = exported_text(fn, "cuda", x, x, x)
     mosaic, triton = {(False, "mosaic"): (1, 0), (True, "mosaic"): (2, 0), (True, "triton"): (0, 2)}[grad, backward]
     assert (text.count("mosaic_gpu_v2"), text.count("__gpu$xla.gpu.triton")) == (mosaic, triton)
     assert "stablehlo.dot_general" not in text
