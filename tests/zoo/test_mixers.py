@@ -231,3 +231,47 @@ def test_wrong_input_is_an_error_naming_the_mixer_and_shape(name):
     with pytest.raises(ValueError, match=rf"mixer '{name}'.*mask must be bool"):
         mixer(_x(), mask=MASK.astype(jnp.float32))
     assert mixer(_x(), mask=MASK).shape == (B, T, D)
+
+
+def test_qkv_width_apart_from_d_model_and_projections_without_biases():
+    """The LRA code's Image model: d_model 128 with q/k/v 64 wide (8 heads of 8), no biases on q/k/v/out."""
+    cfg = mixers.default_config("softmax")
+    cfg.d_model, cfg.num_heads, cfg.qkv_dim, cfg.attention_bias = 128, 8, 64, False
+    layer = mixers.build(cfg, rngs=nnx.Rngs(0))
+    assert (layer.num_heads, layer.head_dim) == (8, 8)
+    assert layer.query.kernel.shape == (128, 64) and layer.out.kernel.shape == (64, 128)
+    assert all(p.bias is None for p in (layer.query, layer.key, layer.value, layer.out))
+    x = jax.random.normal(jax.random.key(0), (2, 5, 128))
+    chex.assert_shape(layer(x), (2, 5, 128))
+    cfg.qkv_dim = 60
+    with pytest.raises(ValueError, match="qkv_dim=60 is not divisible by num_heads=8"):
+        mixers.build(cfg, rngs=nnx.Rngs(0))
+
+
+def _softmax_with_dropout(rate):
+    cfg = mixers.default_config("softmax")
+    cfg.d_model, cfg.num_heads, cfg.attention_dropout = 16, 2, rate
+    return mixers.build(cfg, rngs=nnx.Rngs(0))
+
+
+def test_attention_dropout_drops_weights_per_element_in_training_only():
+    x = jax.random.normal(jax.random.key(1), (2, 6, 16))
+    mask = jnp.arange(6)[None] < jnp.array([[6], [4]])
+    plain = _softmax_with_dropout(0.0)(x, mask=mask)
+    layer = _softmax_with_dropout(0.5)
+    # Same parameters (same seed): without rngs in eval mode it is the plain attention, to the bit.
+    layer.eval()
+    chex.assert_trees_all_close(layer(x, mask=mask), plain, atol=1e-6)
+    layer.train()
+    rngs = nnx.Rngs(dropout=3)
+    draws = jnp.stack([layer(x, mask=mask, rngs=rngs) for _ in range(400)])
+    assert float(jnp.max(jnp.abs(draws[0] - draws[1]))) > 1e-3  # a new mask each call
+    # Inverted dropout keeps the expectation: the mean of 400 draws is near the plain output.
+    assert float(jnp.max(jnp.abs(draws.mean(0) - plain))) < 0.15 * float(jnp.max(jnp.abs(plain)))
+    # Padded keys stay invisible under dropout: changing them changes nothing.
+    y1 = layer(x, mask=mask, rngs=nnx.Rngs(dropout=7))
+    y2 = layer(x.at[1, 4:].set(9.0), mask=mask, rngs=nnx.Rngs(dropout=7))
+    chex.assert_trees_all_close(y1[1, :4], y2[1, :4], atol=1e-5)
+    all_dropped = _softmax_with_dropout(0.0)
+    all_dropped.weights_dropout.rate = 1.0
+    assert float(jnp.max(jnp.abs(all_dropped(x, mask=mask, rngs=rngs) - all_dropped.out.bias[...]))) < 1e-6

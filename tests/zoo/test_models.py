@@ -86,3 +86,57 @@ def test_a_stored_model_config_from_before_a_new_field_still_builds():
     cfg = stored_model_config(old)
     assert cfg.remat == "none" and cfg.d_model == 32 and cfg.mixer_options.relu.gamma_init == 1.0
     models.Encoder(cfg, rngs=nnx.Rngs(0))
+
+
+def _block_cfg(**fields):
+    return models.model_config(mixer="softmax", d_model=16, num_heads=2, mlp_dim=24, max_length=8, **fields)
+
+
+def test_post_ln_block_is_layernorm_after_each_residual_and_the_stack_has_no_final_norm():
+    cfg = _block_cfg(norm="post", dropout=0.0)
+    block = models.Block(cfg, max_length=8, cross=False, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(0), (2, 8, 16))
+    mask = jnp.ones((2, 8), bool)
+    h = block.mixer_norm(x + block.mixer(x, mask=mask))
+    want = block.ffn_norm(h + block.ffn(h))
+    chex.assert_trees_all_close(block(x, mask=mask, causal=False), want, atol=1e-6)
+    pre = models.Block(_block_cfg(dropout=0.0), max_length=8, cross=False, rngs=nnx.Rngs(0))
+    h = x + pre.mixer(pre.mixer_norm(x), mask=mask)
+    chex.assert_trees_all_close(pre(x, mask=mask, causal=False), h + pre.ffn(pre.ffn_norm(h)), atol=1e-6)
+    assert models.Encoder(cfg, rngs=nnx.Rngs(0)).final_norm is None
+    assert models.Encoder(_block_cfg(), rngs=nnx.Rngs(0)).final_norm is not None
+    with pytest.raises(ValueError, match="model.norm='sandwich' is unknown; valid: pre, post"):
+        models.Block(_block_cfg(norm="sandwich"), max_length=8, cross=False, rngs=nnx.Rngs(0))
+
+
+def test_ffn_dropout_apart_from_the_residual_dropout_and_ffn_initialisers():
+    block = models.Block(_block_cfg(dropout=0.3, ffn_dropout=0.0), max_length=8, cross=False, rngs=nnx.Rngs(0))
+    assert block.dropout.rate == 0.3 and block.ffn.dropout.rate == 0.0  # fairseq: activation_dropout 0
+    same = models.Block(_block_cfg(dropout=0.3), max_length=8, cross=False, rngs=nnx.Rngs(0))
+    assert same.ffn.dropout.rate == 0.3  # -1: the residual rate (the LRA code's MlpBlock)
+    with pytest.raises(ValueError, match="model.ffn_dropout=1.5 must be in"):
+        models.Block(_block_cfg(ffn_dropout=1.5), max_length=8, cross=False, rngs=nnx.Rngs(0))
+    d, m = 64, 256
+    lra = FeedForward(d, m, kind="gelu", dropout=0.0, init="xavier_uniform", dtype=jnp.float32, rngs=nnx.Rngs(0))
+    bias = lra.wi.bias[...]
+    assert 0 < float(jnp.std(bias)) < 1e-5  # N(0, 1e-6²): the LRA code's MlpBlock
+    assert float(jnp.max(jnp.abs(lra.wi.kernel[...]))) <= np.sqrt(6 / (d + m)) + 1e-6  # xavier_uniform's bound
+    torch = FeedForward(d, m, kind="relu", dropout=0.0, init="torch", dtype=jnp.float32, rngs=nnx.Rngs(0))
+    for layer, fan_in in ((torch.wi, d), (torch.wo, m)):
+        bound = 1 / np.sqrt(fan_in)
+        for p in (layer.kernel[...], layer.bias[...]):
+            assert float(jnp.max(jnp.abs(p))) <= bound and float(jnp.max(jnp.abs(p))) > 0.9 * bound
+    with pytest.raises(ValueError, match="model.ffn_init='he' is unknown"):
+        FeedForward(d, m, kind="relu", dropout=0.0, init="he", dtype=jnp.float32, rngs=nnx.Rngs(0))
+
+
+def test_attention_dropout_on_a_mixer_without_attention_weights_warns_once(caplog):
+    import logging
+
+    from absl import logging as absl_logging
+
+    absl_logging.get_absl_logger().propagate = True
+    with caplog.at_level(logging.WARNING):
+        models.Encoder(models.model_config(mixer="linear", d_model=16, num_heads=2, attention_dropout=0.1),
+                       rngs=nnx.Rngs(0))  # fmt: skip
+    assert "model.attention_dropout=0.1 does not apply to mixer 'linear'" in caplog.text

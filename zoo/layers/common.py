@@ -47,16 +47,25 @@ def logical(initializer, *axes: str | None):
 
 
 def dense(
-    d_in: int, d_out: int, axes: tuple[str | None, str | None], *, dtype, rngs: nnx.Rngs, use_bias=True, init=None
+    d_in: int,
+    d_out: int,
+    axes: tuple[str | None, str | None],
+    *,
+    dtype,
+    rngs: nnx.Rngs,
+    use_bias=True,
+    init=None,
+    bias_init=None,
 ):
-    """nnx.Linear whose kernel is tagged `axes` and whose bias is tagged with the output axis."""
+    """nnx.Linear whose kernel is tagged `axes` and whose bias is tagged with the output axis (defaults:
+    lecun_normal kernel, zero bias — flax's Dense)."""
     init = init or nnx.initializers.lecun_normal()
     return nnx.Linear(
         d_in,
         d_out,
         use_bias=use_bias,
         kernel_init=logical(init, *axes),
-        bias_init=logical(nnx.initializers.zeros_init(), axes[1]),
+        bias_init=logical(bias_init or nnx.initializers.zeros_init(), axes[1]),
         dtype=dtype,
         rngs=rngs,
     )

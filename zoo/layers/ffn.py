@@ -17,6 +17,24 @@ from zoo.layers.common import dense
 
 FFN_KINDS = ("relu", "gelu", "softmax_memory", "softmax_ln_memory", "relu_memory", "none")
 _MEMORY = ("softmax_memory", "softmax_ln_memory", "relu_memory")
+FFN_INITS = ("lecun_normal", "xavier_uniform", "torch")
+
+
+def _fan_in_uniform(fan_in: int):
+    """U(±1/√fan_in): PyTorch's nn.Linear default for its weight (kaiming_uniform, a = √5) and its bias."""
+    bound = 1.0 / fan_in**0.5
+    return lambda key, shape, dtype=jax.numpy.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+def initializers(kind: str, fan_in: int) -> tuple:
+    """(kernel init, bias init) of an FFN layer with `fan_in` inputs, by model.ffn_init."""
+    if kind == "lecun_normal":
+        return nnx.initializers.lecun_normal(), nnx.initializers.zeros_init()
+    if kind == "xavier_uniform":  # the LRA code's MlpBlock (common_layers.py): bias_init normal(stddev=1e-6)
+        return nnx.initializers.xavier_uniform(), nnx.initializers.normal(stddev=1e-6)
+    if kind == "torch":
+        return _fan_in_uniform(fan_in), _fan_in_uniform(fan_in)
+    raise ValueError(f"config field model.ffn_init={kind!r} is unknown; valid: {', '.join(FFN_INITS)}")
 
 
 class FeedForward(nnx.Module):
@@ -31,13 +49,20 @@ class FeedForward(nnx.Module):
         rngs: nnx.Rngs,
         layer_norm_eps: float = 1e-6,
         gelu_approximate: bool = True,
+        init: str = "lecun_normal",
     ):
         if kind not in FFN_KINDS or kind == "none":
             raise ValueError(f"unknown ffn kind {kind!r}; valid: {', '.join(k for k in FFN_KINDS if k != 'none')}")
         bias = kind not in _MEMORY
         self.kind = kind
-        self.wi = dense(d_model, hidden, ("embed", "mlp"), use_bias=bias, dtype=dtype, rngs=rngs)  # keys K
-        self.wo = dense(hidden, d_model, ("mlp", "embed"), use_bias=bias, dtype=dtype, rngs=rngs)  # values V
+        w_init, b_init = initializers(init, d_model)
+        self.wi = dense(
+            d_model, hidden, ("embed", "mlp"), use_bias=bias, init=w_init, bias_init=b_init, dtype=dtype, rngs=rngs
+        )  # keys K
+        w_init, b_init = initializers(init, hidden)
+        self.wo = dense(
+            hidden, d_model, ("mlp", "embed"), use_bias=bias, init=w_init, bias_init=b_init, dtype=dtype, rngs=rngs
+        )  # values V
         ln_memory = kind == "softmax_ln_memory"
         self.norm = nnx.LayerNorm(d_model, epsilon=layer_norm_eps, dtype=dtype, rngs=rngs) if ln_memory else None
         self.gelu_approximate = gelu_approximate

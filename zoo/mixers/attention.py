@@ -19,20 +19,26 @@ from zoo.mixers.inputs import check_mixer_input
 
 class MultiHeadMixer(nnx.Module):
     supports_causal = True
+    # Whether `attend` forms the attention probabilities and applies `weights_dropout` to them (it then takes
+    # an `rngs` argument); model.attention_dropout does not apply to mixers that do not.
+    has_attention_weights = False
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
         d, h = cfg.d_model, cfg.num_heads
-        if d % h:
-            raise ValueError(f"mixer {cfg.name!r}: d_model={d} is not divisible by num_heads={h}")
+        width = cfg.qkv_dim or d
+        if width % h:
+            what = f"qkv_dim={width}" if cfg.qkv_dim else f"d_model={d}"  # model.qkv_dim 0: as wide as d_model
+            raise ValueError(f"mixer {cfg.name!r}: {what} is not divisible by num_heads={h}")
         self.name = cfg.name
-        self.num_heads, self.head_dim = h, d // h
+        self.d_model, self.num_heads, self.head_dim = d, h, width // h
         self.dtype = compute_dtype(cfg.dtype)
-        init = nnx.initializers.xavier_uniform()
+        init, bias = nnx.initializers.xavier_uniform(), cfg.attention_bias
         # Heads are split over the `tensor` mesh axis: q/k/v shard their outputs, `out` its inputs.
         self.query, self.key, self.value = (
-            dense(d, d, ("embed", "heads"), init=init, dtype=self.dtype, rngs=rngs) for _ in range(3)
+            dense(d, width, ("embed", "heads"), init=init, use_bias=bias, dtype=self.dtype, rngs=rngs) for _ in range(3)
         )
-        self.out = dense(d, d, ("heads", "embed"), init=init, dtype=self.dtype, rngs=rngs)
+        self.out = dense(width, d, ("heads", "embed"), init=init, use_bias=bias, dtype=self.dtype, rngs=rngs)
+        self.weights_dropout = nnx.Dropout(cfg.attention_dropout)
 
     def attend(self, q, k, v, mask, causal):
         raise NotImplementedError
@@ -53,8 +59,10 @@ class MultiHeadMixer(nnx.Module):
         context: jax.Array | None = None,
         context_mask: jax.Array | None = None,
         context_kv: dict | None = None,
+        rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
         """Self-attention over x, or cross-attention from x to `context` (keys/values) when given.
+        `rngs`: dropout on the attention weights (training; mixers with `has_attention_weights`).
 
         `context_kv` (from `project_context`) replaces `context` with its projected keys and values, so
         step-by-step decoding projects the encoder output once, not at every step.
@@ -63,17 +71,17 @@ class MultiHeadMixer(nnx.Module):
             raise ValueError(f"mixer {self.name!r} has no causal form")
         if context is not None and causal:
             raise ValueError(f"mixer {self.name!r}: cross-attention cannot be causal")
-        d_model = self.num_heads * self.head_dim
-        check_mixer_input(self.name, x, d_model, mask if context is None and context_kv is None else None)
+        check_mixer_input(self.name, x, self.d_model, mask if context is None and context_kv is None else None)
         if context is not None:
-            check_mixer_input(self.name, context, d_model, context_mask, what="context")
+            check_mixer_input(self.name, context, self.d_model, context_mask, what="context")
         q = self._split(self.query(x))
         if context_kv is not None:
             k, v, source_mask = context_kv["k"], context_kv["v"], context_mask
         else:
             source, source_mask = (x, mask) if context is None else (context, context_mask)
             k, v = self._split(self.key(source)), self._split(self.value(source))
-        o = self.attend(q, k, v, source_mask, causal)
+        extra = {"rngs": rngs} if self.has_attention_weights else {}
+        o = self.attend(q, k, v, source_mask, causal, **extra)
         return self.out(self.combine(o.reshape(*x.shape[:2], -1)))
 
     # -- incremental decoding ------------------------------------------------------------------

@@ -16,6 +16,11 @@ SHARED_FIELDS = {
     "dtype": "float32",
     "layer_norm_eps": 1e-6,
     "gelu_approximate": True,
+    # Attention-type mixers (zoo.mixers.attention): q/k/v width (0: d_model), projection biases, dropout on the
+    # attention weights where a mixer forms them; the model section's fields of the same names.
+    "qkv_dim": 0,
+    "attention_bias": True,
+    "attention_dropout": 0.0,
 }
 
 
@@ -48,6 +53,11 @@ def _entry(name: str) -> _Entry:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown mixer {name!r}; valid mixers: {', '.join(names())}") from None
+
+
+def forms_attention_weights(name: str) -> bool:
+    """Whether mixer `name` forms attention probabilities (so that model.attention_dropout applies to it)."""
+    return getattr(_entry(name).cls, "has_attention_weights", False)
 
 
 def default_config(name: str) -> ml_collections.ConfigDict:

@@ -99,7 +99,7 @@ class ReLA(MultiHeadMixer):
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
         self.impl = cfg.impl
-        self.gate = RMSNormGate(cfg.d_model, eps=cfg.rms_norm_eps, dtype=self.dtype)
+        self.gate = RMSNormGate(self.num_heads * self.head_dim, eps=cfg.rms_norm_eps, dtype=self.dtype)
 
     def attend(self, q, k, v, mask, causal):
         return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, row_scale="none", impl=self.impl)

@@ -117,7 +117,8 @@ class SpatialGatingMixer(nnx.Module):
             return gate
         return z1 * gate
 
-    def __call__(self, x, *, mask=None, causal=False, context=None, context_mask=None):
+    def __call__(self, x, *, mask=None, causal=False, context=None, context_mask=None, rngs=None):
+        """`rngs` is accepted as every mixer's is and unused: the gate has no attention weights to drop."""
         if context is not None:
             raise ValueError(f"mixer {self.name!r} mixes only within a sequence; it cannot be used as cross-attention")
         check_mixer_input(self.name, x, self.proj_in.in_features, mask)

@@ -78,6 +78,8 @@ def attend_with_key_lengths(q, k, v, mask, causal: bool, *, implementation: str)
 
 
 class SoftmaxAttention(MultiHeadMixer):
+    has_attention_weights = True
+
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
         check_implementation(cfg.implementation)
@@ -99,22 +101,38 @@ class SoftmaxAttention(MultiHeadMixer):
         )
         return jnp.transpose(self.relative_bias[...][buckets], (2, 0, 1))[None]
 
-    def __call__(self, x, *, mask=None, causal=False, context=None, context_mask=None, context_kv=None):
+    def __call__(self, x, *, mask=None, causal=False, context=None, context_mask=None, context_kv=None, rngs=None):
         if self.relative_bias is not None and (context is not None or context_kv is not None):
             raise ValueError(f"mixer {self.name!r}: the relative position bias is for self-attention only")
         return super().__call__(
-            x, mask=mask, causal=causal, context=context, context_mask=context_mask, context_kv=context_kv
+            x, mask=mask, causal=causal, context=context, context_mask=context_mask, context_kv=context_kv, rngs=rngs
         )
 
-    def attend(self, q, k, v, mask, causal):
+    def attend(self, q, k, v, mask, causal, rngs=None):
+        bias = None if self.relative_bias is None else self.position_bias(q.shape[1], causal).astype(q.dtype)
+        if self.weights_dropout.rate > 0 and not self.weights_dropout.deterministic:
+            return self._attend_with_weights_dropout(q, k, v, mask, causal, bias, rngs)
         impl = softmax_implementation(
             self.implementation, jax.default_backend(), q.dtype, q.shape[-1], self.relative_bias is not None
         )
         if impl == "cudnn" and (q.shape[1] > 1 or self.implementation == "cudnn"):
             return attend_with_key_lengths(q, k, v, mask, causal, implementation="cudnn")
         bias_mask = None if mask is None else mask[:, None, None, :]
-        bias = None if self.relative_bias is None else self.position_bias(q.shape[1], causal).astype(q.dtype)
         return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=bias_mask, is_causal=causal, implementation="xla")
+
+    def _attend_with_weights_dropout(self, q, k, v, mask, causal, bias, rngs):
+        """Training with model.attention_dropout: the probabilities formed explicitly (fp32), dropped per element
+        and rescaled by 1/(1 − rate) as flax's attention_dropout_rate (broadcast_dropout=False) does in the LRA
+        code; neither cuDNN's nor XLA's fused attention takes a dropout."""
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(q.shape[-1])
+        if bias is not None:
+            s = s + bias.astype(jnp.float32)
+        visible = jnp.ones((1, 1, 1, k.shape[1]), bool) if mask is None else mask[:, None, None, :]
+        if causal:
+            visible = visible & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))[None, None]
+        p = jax.nn.softmax(jnp.where(visible, s, jnp.finfo(jnp.float32).min), axis=-1)
+        p = self.weights_dropout(p, rngs=rngs)
+        return jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v)
 
     def init_cache(self, batch: int, max_length: int) -> dict:
         if self.relative_bias is not None:

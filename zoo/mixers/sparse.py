@@ -93,11 +93,13 @@ def _visibility(mask, tq, tk, batch, causal):
 
 class SparseAttention(MultiHeadMixer):
     normaliser = staticmethod(sparsemax)
+    has_attention_weights = True
 
-    def attend(self, q, k, v, mask, causal):
+    def attend(self, q, k, v, mask, causal, rngs=None):
         s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / jnp.sqrt(q.shape[-1])
         vis = _visibility(mask, q.shape[1], k.shape[1], q.shape[0], causal)
         p = jnp.where(vis, self.normaliser(jnp.where(vis, s, _MASKED)), 0.0)
+        p = self.weights_dropout(p, rngs=rngs)
         return jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v)
 
 

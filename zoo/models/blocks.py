@@ -1,4 +1,4 @@
-"""The pre-LN block every model stacks: token mixer, optional cross-attention, optional FFN."""
+"""The block every model stacks: token mixer, optional cross-attention, optional FFN; pre- or post-LN."""
 
 from __future__ import annotations
 
@@ -10,13 +10,23 @@ from zoo import mixers
 from zoo.layers import FeedForward, compute_dtype
 from zoo.models.config import mixer_config
 
+NORMS = ("pre", "post")
+
 
 class Block(nnx.Module):
-    """x + Drop(mixer(LN x)); [x + Drop(cross(LN x, context))]; [x + Drop(FFN(LN x))]."""
+    """model.norm "pre": x + Drop(mixer(LN x)); [x + Drop(cross(LN x, context))]; [x + Drop(FFN(LN x))].
+    "post": LN(x + Drop(mixer(x))); [LN(x + Drop(cross(x, context)))]; [LN(x + Drop(FFN(x)))]."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int, cross: bool, rngs: nnx.Rngs):
+        if cfg.norm not in NORMS:
+            raise ValueError(f"config field model.norm={cfg.norm!r} is unknown; valid: {', '.join(NORMS)}")
+        if not 0.0 <= cfg.attention_dropout < 1.0:
+            raise ValueError(f"config field model.attention_dropout={cfg.attention_dropout} must be in [0, 1)")
+        if not (cfg.ffn_dropout == -1.0 or 0.0 <= cfg.ffn_dropout < 1.0):
+            raise ValueError(f"config field model.ffn_dropout={cfg.ffn_dropout} must be in [0, 1), or -1 for dropout")
         dtype = compute_dtype(cfg.dtype)
         eps = cfg.layer_norm_eps
+        self.pre_norm = cfg.norm == "pre"
         self.mixer_norm = nnx.LayerNorm(cfg.d_model, epsilon=eps, dtype=dtype, rngs=rngs)
         self.mixer = mixers.build(mixer_config(cfg, max_length=max_length), rngs=rngs)
         # NNX: each optional sub-module is assigned once (a module or None), never None then a module.
@@ -35,9 +45,10 @@ class Block(nnx.Module):
                 cfg.d_model,
                 cfg.mlp_dim,
                 kind=cfg.ffn,
-                dropout=cfg.dropout,
+                dropout=cfg.dropout if cfg.ffn_dropout == -1.0 else cfg.ffn_dropout,
                 layer_norm_eps=eps,
                 gelu_approximate=cfg.gelu_approximate,
+                init=cfg.ffn_init,
                 dtype=dtype,
                 rngs=rngs,
             )
@@ -46,16 +57,25 @@ class Block(nnx.Module):
         )
         self.dropout = nnx.Dropout(cfg.dropout)
 
+    def _residual(self, x, norm, sublayer, rngs):
+        """One sub-layer with its residual and LayerNorm, before (pre) or after (post) it."""
+        if self.pre_norm:
+            return x + self.dropout(sublayer(norm(x)), rngs=rngs)
+        return norm(x + self.dropout(sublayer(x), rngs=rngs))
+
     def _cross_and_ffn(self, x, context, context_mask, rngs, context_kv=None):
         if self.cross is not None:
-            y = self.cross(self.cross_norm(x), context=context, context_mask=context_mask, context_kv=context_kv)
-            x = x + self.dropout(y, rngs=rngs)
+
+            def cross(h):
+                return self.cross(h, context=context, context_mask=context_mask, context_kv=context_kv, rngs=rngs)
+
+            x = self._residual(x, self.cross_norm, cross, rngs)
         if self.ffn is not None:
-            x = x + self.dropout(self.ffn(self.ffn_norm(x), rngs=rngs), rngs=rngs)
+            x = self._residual(x, self.ffn_norm, lambda h: self.ffn(h, rngs=rngs), rngs)
         return x
 
     def __call__(self, x, *, mask, causal: bool, context=None, context_mask=None, rngs: nnx.Rngs | None = None):
-        x = x + self.dropout(self.mixer(self.mixer_norm(x), mask=mask, causal=causal), rngs=rngs)
+        x = self._residual(x, self.mixer_norm, lambda h: self.mixer(h, mask=mask, causal=causal, rngs=rngs), rngs)
         return self._cross_and_ffn(x, context, context_mask, rngs)
 
     def init_cache(self, batch: int, max_length: int) -> dict:
@@ -68,5 +88,10 @@ class Block(nnx.Module):
         self, x: jax.Array, cache: dict, *, context=None, context_mask=None, context_kv=None
     ) -> tuple[jax.Array, dict]:
         """One causal step for x `[batch, 1, d_model]` (inference: no dropout)."""
-        y, cache = self.mixer.decode(self.mixer_norm(x), cache)
-        return self._cross_and_ffn(x + y, context, context_mask, None, context_kv), cache
+        if self.pre_norm:
+            y, cache = self.mixer.decode(self.mixer_norm(x), cache)
+            x = x + y
+        else:
+            y, cache = self.mixer.decode(x, cache)
+            x = self.mixer_norm(x + y)
+        return self._cross_and_ffn(x, context, context_mask, None, context_kv), cache

@@ -8,7 +8,11 @@ from zoo import mixers
 
 
 def model_config(**overrides) -> ml_collections.ConfigDict:
-    """Defaults for pre-LN models; `mixer_options.<name>` holds each mixer's own fields."""
+    """Defaults for the models every task builds; `mixer_options.<name>` holds each mixer's own fields.
+
+    Fields that reproduce a reference implementation's block (the LRA code's `lra_code` presets, fairseq's
+    `iwslt_de_en`) default to this project's own choice: pre-LN, q/k/v as wide as the model, projections with
+    biases, no dropout on attention weights, the FFN's dropout = `dropout`, flax's lecun_normal FFN init."""
     cfg = ml_collections.ConfigDict(
         {
             "mixer": "relu",  # self-attention / token mixer of every block
@@ -18,8 +22,28 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
             "d_model": 128,
             "num_heads": 4,
             "mlp_dim": 256,
+            # Width of the q/k/v projections (heads × head dim) of attention-type mixers; 0: d_model. The LRA
+            # code sets it apart on Image (64 for d 128) and Pathfinder (16 for d 32).
+            "qkv_dim": 0,
+            # Biases on the q/k/v/out projections (the LRA code has none; fairseq and BERT have them).
+            "attention_bias": True,
             "max_length": 512,
             "dropout": 0.1,
+            # Dropout on the attention probabilities of mixers that form them (softmax, sparsemax, entmax):
+            # the LRA code's attention_dropout_rate (flax, per element). ReLU attention's kernels and linear
+            # attention never form the T×T weights, and SGU has none: for them it does not apply (a warning).
+            "attention_dropout": 0.0,
+            # Dropout on the FFN's hidden activations; -1: `dropout` (the LRA code's MlpBlock); fairseq's
+            # activation_dropout is 0.
+            "ffn_dropout": -1.0,
+            # FFN initialisers: lecun_normal (flax's Dense: kernels lecun_normal, biases 0), xavier_uniform
+            # (the LRA code's MlpBlock: kernels xavier_uniform, biases N(0, 1e-6²)), torch (PyTorch's nn.Linear,
+            # fairseq: kernels and biases U(±1/√fan_in)).
+            "ffn_init": "lecun_normal",
+            # LayerNorm placement of every block: pre (x + f(LN x), one final LN after the stack; the LRA code,
+            # BERT-style stacks here) or post (LN(x + f(x)), no final LN; fairseq's transformer, the original
+            # Transformer).
+            "norm": "pre",
             "ffn": "relu",  # see zoo.layers.ffn.FFN_KINDS; "none" for gMLP-style blocks
             "positional": "sinusoidal",
             # Learned positions ~ N(0, σ²) beside N(0, 1) token embeddings: the LRA code's σ 0.02 (50× smaller
@@ -56,6 +80,11 @@ def mixer_config(
     cfg = mixers.default_config(name)  # raises, listing valid names, for an unknown mixer
     cfg.update(model.mixer_options[name])
     cfg.d_model, cfg.num_heads, cfg.dtype = model.d_model, model.num_heads, model.dtype
+    cfg.qkv_dim, cfg.attention_bias, cfg.attention_dropout = (
+        model.qkv_dim,
+        model.attention_bias,
+        model.attention_dropout,
+    )
     cfg.layer_norm_eps, cfg.gelu_approximate = model.layer_norm_eps, model.gelu_approximate
     cfg.max_length = model.max_length if max_length is None else max_length
     return cfg

@@ -1,11 +1,13 @@
-"""Stacks of pre-LN blocks: an encoder (any mixer, optionally causal) and a decoder with incremental decoding."""
+"""Stacks of blocks: an encoder (any mixer, optionally causal) and a decoder with incremental decoding."""
 
 from __future__ import annotations
 
 import jax
 import ml_collections
+from absl import logging
 from flax import nnx
 
+from zoo import mixers
 from zoo.layers import compute_dtype
 from zoo.layers.common import constrain_batch_sharded
 from zoo.models.blocks import Block
@@ -24,7 +26,8 @@ def _stack_layer_axis(blocks: nnx.Module) -> None:
 
 
 class Encoder(nnx.Module):
-    """Blocks and a final LayerNorm over `[batch, length, d_model]` inputs.
+    """Blocks and, with pre-LN blocks, a final LayerNorm over `[batch, length, d_model]` inputs (post-LN blocks
+    end in a LayerNorm already: fairseq's post-LN encoder has none after the stack).
 
     `model.scan_layers`: the blocks are one `Block` with every parameter stacked on a leading layer axis
     (built by `nnx.vmap` over split keys), applied by `nnx.scan`; dropout keys are split per layer.
@@ -56,11 +59,19 @@ class Encoder(nnx.Module):
             self.blocks = nnx.List(
                 [Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)]
             )
+        if cfg.attention_dropout and not mixers.forms_attention_weights(cfg.mixer):
+            logging.warning(
+                "model.attention_dropout=%s does not apply to mixer %r: it never forms attention weights",
+                cfg.attention_dropout,
+                cfg.mixer,
+            )
         if cfg.remat not in REMAT:
             raise ValueError(f"config field model.remat={cfg.remat!r} is unknown; valid: {', '.join(REMAT)}")
         self.remat = cfg.remat
-        self.final_norm = nnx.LayerNorm(
-            cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=compute_dtype(cfg.dtype), rngs=rngs
+        self.final_norm = (
+            nnx.LayerNorm(cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=compute_dtype(cfg.dtype), rngs=rngs)
+            if cfg.norm == "pre"
+            else None
         )
 
     def __call__(
@@ -81,7 +92,7 @@ class Encoder(nnx.Module):
         if not self.scan_layers:
             for block in self.blocks:
                 x = constrain_batch_sharded(apply(block, x, mask, context, context_mask, rngs))
-            return self.final_norm(x)
+            return self._final_norm(x)
 
         def layer(x, block, rngs):
             return constrain_batch_sharded(apply(block, x, mask, context, context_mask, rngs))
@@ -93,7 +104,10 @@ class Encoder(nnx.Module):
         else:
             with nnx.split_rngs(rngs, splits=self.num_layers):  # a key per layer, as the unrolled blocks draw
                 x = nnx.scan(layer, in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry)(x, self.blocks, rngs)
-        return self.final_norm(x)
+        return self._final_norm(x)
+
+    def _final_norm(self, x: jax.Array) -> jax.Array:
+        return x if self.final_norm is None else self.final_norm(x)
 
     def layers(self) -> list[Block]:
         """The blocks in order; with `scan_layers`, views of layer i of the stacked parameters."""
@@ -125,4 +139,4 @@ class Decoder(Encoder):
         for block, c, kv in zip(layers, cache, context_kv, strict=True):
             x, c = block.decode(x, c, context=context, context_mask=context_mask, context_kv=kv)
             new_cache.append(c)
-        return self.final_norm(x), new_cache
+        return self._final_norm(x), new_cache
