@@ -4,11 +4,28 @@ from __future__ import annotations
 
 import ml_collections
 
+from zoo.models import model_config
 from zoo.training import mesh_config, train_config
 
+# The LRA code read for these presets: google-research/long-range-arena at commit cd31e5c (README's
+# "lra_code vs the LRA code" table; tests/lra_flax/test_lra_code_presets.py cites file and line per field).
+LRA_CODE_COMMIT = "cd31e5c6b8e5bceabd28de2d2afb23f7ae5d36d8"
 
-def lra_code_train(*, steps: int, warmup_steps: int, batch_size: int = 32) -> ml_collections.ConfigDict:
-    """AdamW (β2 0.98, ε 1e-9, weight decay 0.1), lr 0.05 with linear warmup then rsqrt decay (SPEC §3)."""
+
+def lra_code_model(**fields) -> ml_collections.ConfigDict:
+    """The LRA code's Transformer encoder (models/transformer/transformer.py, layers/common_layers.py): softmax
+    attention without q/k/v/out biases and with dropout on its weights, pre-LN, an MLP Dense → GELU (tanh) →
+    Dense with xavier_uniform kernels and N(0, 1e-6²) biases. `fields`: the task's sizes and rates (qkv_dim,
+    attention_dropout, ...); other mixers by override (`--config.model.mixer=relu`)."""
+    block = dict(mixer="softmax", attention_bias=False, ffn="gelu", ffn_init="xavier_uniform", norm="pre")
+    return model_config(**{**block, **fields})
+
+
+def lra_code_train(
+    *, steps: int, warmup_steps: int, batch_size: int = 32, grad_clip_norm: float = 0.0
+) -> ml_collections.ConfigDict:
+    """AdamW (β2 0.98, ε 1e-9, weight decay 0.1), lr 0.05 with linear warmup then rsqrt decay, no gradient
+    clipping (the text tasks' train.py clips nothing)."""
     return train_config(
         steps=steps,
         batch_size=batch_size,
@@ -18,6 +35,7 @@ def lra_code_train(*, steps: int, warmup_steps: int, batch_size: int = 32) -> ml
         weight_decay=0.1,
         b2=0.98,
         eps=1e-9,
+        grad_clip_norm=grad_clip_norm,
         log_every=100,
         eval_every=1000,
         checkpoint_every=1000,

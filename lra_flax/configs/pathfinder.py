@@ -8,14 +8,18 @@ Presets (after the colon):
               Hardware: 2 CPU cores, about 5 minutes of training after ~5 minutes of generation. Expected:
               near the 50% majority rate — Pathfinder stays at chance for many models for thousands of steps;
               see README for the measured figure.
-  lra_code    The LRA code's setting (SPEC §3): 4 layers, d 32, 4 heads, MLP 32, dropout 0.2, mean pooling,
-              batch 512, 62,400 steps (200 epochs of 160k), AdamW lr 1e-3 cosine, weight decay 0. Data:
+  lra_code    The LRA code's Pathfinder-32 Transformer (README "lra_code vs the LRA code"): softmax attention,
+              4 layers, d 32, q/k/v 16 wide, 4 heads, MLP 32 (GELU), dropout 0.2 and 0.1 on attention weights,
+              mean pooling, black pixels hidden from attention (the LRA code's `inputs > 0` mask), batch 512,
+              62,400 steps (200 epochs of 160k), AdamW lr 1e-3 cosine, weight decay 0, no clipping. Data:
               LRA's release (data.dir = lra_release) or 200k generated images.
                 lra-train --config=lra_flax/configs/pathfinder.py:lra_code --workdir=runs/pathfinder \\
                   --config.data.dir=/path/to/lra_release --config.data.generate=False
               Hardware: one GPU or TPU host. Expected: about 71% with softmax attention (LRA paper 71.40).
-  pathx       Path-X: pathfinder128 hard, 1 layer, d 32, 2 heads, MLP 32, mean pooling, batch 64, grad clip 1.0,
-              16,384 tokens. Softmax attention's T×T scores are 1 GiB per head and example at fp32.
+  pathx       The LRA code's Path-X (pathfinder128 hard, 16,384 tokens): softmax attention, 1 layer, d 32, q/k/v 16,
+              2 heads, MLP 32 (GELU), dropout 0.1 and 0.1 on attention weights, learned positions, mean pooling,
+              black pixels hidden, batch 64, 500k steps, 2,500 warm-up steps, lr 1e-3 cosine, grad clip 1.0.
+              Softmax attention's T×T scores are 1 GiB per head and example at fp32.
                 lra-train --config=lra_flax/configs/pathfinder.py:pathx --workdir=runs/pathx \\
                   --config.model.mixer=linear --config.data.dir=/path/to/lra_release --config.data.generate=False
               Every model in the LRA paper failed Path-X (50%); S5 reaches 98.58.
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra_flax.configs.common import base_config, check_preset
+from lra_flax.configs.common import base_config, check_preset, lra_code_model
 from lra_flax.configs.image import pixel_model
 from zoo.training import train_config
 
@@ -51,18 +55,28 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             "cache_dir": "data/lra-pathfinder",  # cached examples go under cache/ there
         }
     )
+    if preset == "demo":
+        config.model = pixel_model(
+            mixer="relu", num_layers=1, d_model=32, num_heads=4, mlp_dim=32, max_length=1024, dropout=0.0,
+            pooling="mean",
+        )  # fmt: skip
+    elif preset == "lra_code":  # pathfinder32/base_pathfinder32_config.py and transformer_base.py
+        config.model = lra_code_model(
+            pad_id=-1, pixel_zero_is_padding=True, num_layers=4, d_model=32, qkv_dim=16, num_heads=4, mlp_dim=32,
+            max_length=1024, dropout=0.2, attention_dropout=0.1, pooling="mean",
+        )  # fmt: skip
+    elif preset == "pathx":  # pathfinder128/base_pathfinder128_config.py
+        config.model = lra_code_model(
+            pad_id=-1, pixel_zero_is_padding=True, num_layers=1, d_model=32, qkv_dim=16, num_heads=2, mlp_dim=32,
+            max_length=128 * 128, dropout=0.1, attention_dropout=0.1, pooling="mean", positional="learned",
+        )  # fmt: skip
+    else:
+        config.model = pixel_model(
+            mixer="linear", num_layers=1, d_model=32, num_heads=2, mlp_dim=32, max_length=128 * 128, dropout=0.0,
+            pooling="mean",
+        )  # fmt: skip
     if preset in ("demo", "lra_code"):
         demo = preset == "demo"
-        config.model = pixel_model(
-            mixer="relu",
-            num_layers=1 if demo else 4,
-            d_model=32,
-            num_heads=4,
-            mlp_dim=32,
-            max_length=1024,
-            dropout=0.0 if demo else 0.2,
-            pooling="mean",
-        )
         config.train = train_config(
             steps=300 if demo else 62400,
             batch_size=32 if demo else 512,
@@ -70,6 +84,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             schedule="cosine",
             warmup_steps=30 if demo else 312,
             weight_decay=0.0,
+            grad_clip_norm=1.0 if demo else 0.0,
             log_every=50 if demo else 100,
             eval_every=0 if demo else 1000,
             checkpoint_every=150 if demo else 1000,
@@ -77,22 +92,12 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         )
     else:
         demo = preset == "pathx_demo"
-        config.model = pixel_model(
-            mixer="linear" if demo else "relu",
-            num_layers=1,
-            d_model=32,
-            num_heads=2,
-            mlp_dim=32,
-            max_length=128 * 128,
-            dropout=0.0,
-            pooling="mean",
-        )
         config.train = train_config(
-            steps=5 if demo else 62400,
+            steps=5 if demo else 500000,
             batch_size=8 if demo else 64,
             learning_rate=1e-3,
             schedule="cosine",
-            warmup_steps=1 if demo else 312,
+            warmup_steps=1 if demo else 2500,
             weight_decay=0.0,
             grad_clip_norm=1.0,
             log_every=1 if demo else 100,

@@ -66,8 +66,14 @@ Images = tuple[np.ndarray, np.ndarray]  # (uint8 [N, 32, 32], int labels [N])
 
 
 def to_grey(rgb: np.ndarray) -> np.ndarray:
-    """uint8 [..., 3] → uint8 [...] with LRA's weights, rounded to the nearest value."""
-    return np.clip(np.rint(np.asarray(rgb, np.float64) @ GREY_WEIGHTS), 0, 255).astype(np.uint8)
+    """uint8 [..., 3] → uint8 [...] as the LRA code's tf.image.rgb_to_grayscale on uint8 images computes it
+    (image/input_pipeline.py:72): convert_image_dtype to float32 (x · (1/255)), Σ_c w_c x_c in float32 with
+    w = (0.2989, 0.5870, 0.1140), then convert_image_dtype back: the cast of gray · 255.5 to uint8, which
+    truncates — so (0, 255, 0) is 149, where rounding 0.587 · 255 would give 150."""
+    x = np.asarray(rgb, np.uint8).astype(np.float32) * np.float32(1.0 / 255)
+    w = GREY_WEIGHTS.astype(np.float32)
+    grey = x[..., 0] * w[0] + x[..., 1] * w[1] + x[..., 2] * w[2]
+    return (grey * np.float32(255.5)).astype(np.uint8)
 
 
 def pad_to(images: np.ndarray, size: int = SIZE) -> np.ndarray:
@@ -304,7 +310,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     cache_dir = Path(data.cache_dir)
     # A release folder's listing and mtime are part of the key, so replaced files are read again.
     folder = Path(data.dir) if data.source in ("cifar10", "idx") and Path(data.dir).exists() else data.dir
-    key = (data.source, folder, data.tfds_data_dir, data.split_seed, "grey-v1")
+    key = (data.source, folder, data.tfds_data_dir, data.split_seed, "grey-tf")
 
     caches = {s: input_pipeline.cache_path(cache_dir, f"image-{s}", *key) for s in ("train", "valid", "test")}
     source_file = cache_dir / "cache" / f"image-source-{data_lib.source_key(*key)}.txt"

@@ -30,11 +30,24 @@ def _write_idx(folder, split, images, labels, gz=True):
         (folder / name).write_bytes(gzip.compress(data) if gz else data)
 
 
-def test_grey_is_lra_weights_rounded():
-    rgb = np.random.default_rng(0).integers(0, 256, (50, 4, 3), dtype=np.uint8)
-    expected = np.rint(0.2989 * rgb[..., 0] + 0.5870 * rgb[..., 1] + 0.1140 * rgb[..., 2])
-    np.testing.assert_array_equal(image.to_grey(rgb), expected.astype(np.uint8))
-    assert image.to_grey(np.full((1, 3), 255, np.uint8))[0] == 255
+def test_grey_is_tensorflows_rgb_to_grayscale_on_uint8():
+    """tf.image.rgb_to_grayscale (tensorflow/python/ops/image_ops_impl.py): convert_image_dtype(uint8 → float32)
+    multiplies by 1/255, the weights (0.2989, 0.5870, 0.1140) are summed in float32, and convert_image_dtype back
+    scales by 255 + 0.5 and casts, truncating. Expected values worked out by hand from those steps."""
+    cases = {
+        (0, 0, 0): 0,
+        (255, 255, 255): 255,  # 0.9999 · 255.5 = 255.47
+        (255, 0, 0): 76,  # 0.2989 · 255.5 = 76.37
+        (0, 255, 0): 149,  # 0.5870 · 255.5 = 149.98, truncated (rounding 0.587 · 255 = 149.69 would give 150)
+        (0, 0, 255): 29,  # 0.1140 · 255.5 = 29.13
+        (10, 20, 30): 18,  # (2.989 + 11.74 + 3.42) / 255 = 0.071173; · 255.5 = 18.18
+    }
+    rgb = np.array(list(cases), np.uint8)
+    np.testing.assert_array_equal(image.to_grey(rgb), np.array(list(cases.values()), np.uint8))
+    rgb = np.random.default_rng(0).integers(0, 256, (200, 4, 3), dtype=np.uint8)
+    rounded = np.rint(rgb.astype(np.float64) @ np.array([0.2989, 0.587, 0.114]))
+    assert 0 < np.mean(image.to_grey(rgb) != rounded) < 0.6  # truncation differs from rounding, by at most one
+    assert np.max(np.abs(image.to_grey(rgb).astype(int) - rounded)) == 1
 
 
 @pytest.mark.parametrize("gz", [True, False])

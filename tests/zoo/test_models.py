@@ -140,3 +140,40 @@ def test_attention_dropout_on_a_mixer_without_attention_weights_warns_once(caplo
         models.Encoder(models.model_config(mixer="linear", d_model=16, num_heads=2, attention_dropout=0.1),
                        rngs=nnx.Rngs(0))  # fmt: skip
     assert "model.attention_dropout=0.1 does not apply to mixer 'linear'" in caplog.text
+
+
+def _pixel_classifier(zero_is_padding, pooling="cls"):
+    cfg = models.model_config(
+        mixer="softmax", d_model=16, num_heads=2, mlp_dim=16, max_length=12, pad_id=-1, dropout=0.0,
+        pixel_zero_is_padding=zero_is_padding, pooling=pooling,
+    )  # fmt: skip
+    return models.SequenceClassifier(cfg, vocab_size=256, num_classes=3, rngs=nnx.Rngs(0))
+
+
+def test_pixel_zero_as_padding_hides_black_pixels_from_attention():
+    """The LRA code's `inputs > 0` mask on pixel tasks: with [CLS] pooling the logits cannot depend on what a black
+    pixel's token embeds to; without the quirk they do."""
+    pixels = jnp.array([[0, 5, 0, 200, 7, 0, 0, 9, 1, 0, 3, 0]])
+    for quirk, depends in ((True, False), (False, True)):
+        model = _pixel_classifier(quirk)
+        before = model(pixels)
+        table = model.encoder.embed.embed.embedding
+        table[...] = table[...].at[0].add(jax.random.normal(jax.random.key(1), (16,)))  # not a constant: LN
+        changed = float(jnp.max(jnp.abs(model(pixels) - before))) > 1e-4
+        assert changed == depends, quirk
+
+
+def test_first_token_pooling_adds_no_cls_and_deeper_heads_halve():
+    cfg = models.model_config(
+        mixer="softmax", d_model=16, num_heads=2, mlp_dim=32, max_length=8, pooling="first", dropout=0.0
+    )
+    cfg.head_layers = 2
+    model = models.SequenceClassifier(cfg, vocab_size=20, num_classes=2, rngs=nnx.Rngs(0))
+    assert model.encoder.cls is None
+    assert model.head.hidden.kernel.shape == (16, 32) and model.head.deeper[0].kernel.shape == (32, 16)
+    assert model.head.logits.kernel.shape == (16, 2)
+    tokens = jax.random.randint(jax.random.key(0), (2, 8), 1, 20)
+    chex.assert_shape(model(tokens), (2, 2))
+    one = models.SequenceClassifier(models.model_config(d_model=16, num_heads=2, mlp_dim=32, max_length=8),
+                                    vocab_size=20, num_classes=2, rngs=nnx.Rngs(0))  # fmt: skip
+    assert one.head.deeper is None  # a one-layer head keeps the parameter layout of older checkpoints

@@ -1,6 +1,8 @@
-"""Classification heads: pool a sequence, then Dense → ReLU → Dense (the LRA head)."""
+"""Classification heads: pool a sequence, then (Dense → ReLU) × layers → Dense (the LRA heads)."""
 
 from __future__ import annotations
+
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -8,12 +10,13 @@ from flax import nnx
 
 from zoo.layers.common import dense
 
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "first", "mean")
 
 
 def pool(x: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
-    """`[batch, length, d]` → `[batch, d]`: the first position, or the mean over real positions."""
-    if pooling == "cls":
+    """`[batch, length, d]` → `[batch, d]`: the first position (a [CLS] token's, or with "first" the first input
+    token's), or the mean over real positions."""
+    if pooling in ("cls", "first"):
         return x[:, 0]
     if pooling == "mean":
         w = mask.astype(x.dtype)[..., None]
@@ -22,9 +25,25 @@ def pool(x: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
 
 
 class ClassificationHead(nnx.Module):
-    def __init__(self, d_in: int, hidden: int, num_classes: int, *, dtype, rngs: nnx.Rngs):
+    """`layers` hidden Dense → ReLU layers, the first `hidden` wide and each next one half as wide, then the
+    logits: 1 is the LRA classifier head (common_layers.py's classifier_head), 2 its matching head
+    (Dense(mlp) → ReLU → Dense(mlp/2) → ReLU → Dense(classes))."""
+
+    def __init__(self, d_in: int, hidden: int, num_classes: int, *, dtype, rngs: nnx.Rngs, layers: int = 1):
+        if layers < 1 or hidden >> (layers - 1) < 1:
+            raise ValueError(f"a head of {layers} hidden layers halving from {hidden} units is not possible")
+        widths = [hidden >> i for i in range(layers)]
         self.hidden = dense(d_in, hidden, ("embed", "mlp"), dtype=dtype, rngs=rngs)
-        self.logits = dense(hidden, num_classes, ("mlp", None), dtype=dtype, rngs=rngs)
+        # Further hidden layers only when asked: a one-layer head keeps the parameter layout of older checkpoints.
+        self.deeper = (
+            nnx.List([dense(a, b, ("mlp", None), dtype=dtype, rngs=rngs) for a, b in itertools.pairwise(widths)])
+            if layers > 1
+            else None
+        )
+        self.logits = dense(widths[-1], num_classes, ("mlp", None), dtype=dtype, rngs=rngs)
 
     def __call__(self, pooled: jax.Array) -> jax.Array:
-        return self.logits(jax.nn.relu(self.hidden(pooled))).astype(jnp.float32)
+        h = jax.nn.relu(self.hidden(pooled))
+        for layer in self.deeper or ():
+            h = jax.nn.relu(layer(h))
+        return self.logits(h).astype(jnp.float32)

@@ -20,13 +20,17 @@ class SequenceEncoder(nnx.Module):
 
     `cfg.pad_id` is the padding id (0 for text; -1 for pixels, where 0 is black and every token is real).
     `cfg.max_length` counts input tokens (without [CLS]); `cfg.positional="learned"` learns one vector per
-    position, [CLS] included.
+    position, [CLS] included. `cfg.pooling`: "cls" prepends a learned [CLS] (zeros at init) and reads its
+    output, "first" reads the first token's (the LRA dual encoder's, which adds no [CLS]), "mean" averages.
+    `cfg.pixel_zero_is_padding` (the LRA code's quirk on pixel tasks: its padding mask is `inputs > 0`): black
+    pixels are hidden from attention as keys; they still count as positions for pooling, as there.
     """
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
         self.max_length, self.pooling, self.positional = cfg.max_length, cfg.pooling, cfg.positional
         self.pad_id = cfg.get("pad_id", PAD_ID)
+        self.zero_is_padding = cfg.get("pixel_zero_is_padding", False)
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
         self.cls = nnx.Param(jnp.zeros((cfg.d_model,), jnp.float32)) if cfg.pooling == "cls" else None
         extra = 1 if cfg.pooling == "cls" else 0
@@ -42,14 +46,15 @@ class SequenceEncoder(nnx.Module):
         if tokens.shape[1] > self.max_length:
             raise ValueError(f"input length {tokens.shape[1]} exceeds model.max_length={self.max_length}")
         mask = tokens != self.pad_id
+        keys = mask & (tokens != 0) if self.zero_is_padding else mask
         x = self.embed(tokens)
         if self.cls is not None:
             cls = jnp.broadcast_to(self.cls[...].astype(x.dtype), (x.shape[0], 1, x.shape[2]))
             x = jnp.concatenate([cls, x], axis=1)
-            mask = jnp.concatenate([jnp.ones((x.shape[0], 1), bool), mask], axis=1)
+            mask, keys = (jnp.concatenate([jnp.ones((x.shape[0], 1), bool), m], axis=1) for m in (mask, keys))
         # after [CLS], as LRA does, so [CLS] is not all-zero
         x = self.positions(x) if self.positions is not None else add_positions(x, self.positional)
-        x = self.encoder(self.dropout(x, rngs=rngs), mask=mask, rngs=rngs)
+        x = self.encoder(self.dropout(x, rngs=rngs), mask=keys, rngs=rngs)
         return pool(x, mask, self.pooling)
 
 
@@ -58,7 +63,9 @@ class SequenceClassifier(nnx.Module):
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs):
         self.encoder = SequenceEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
-        self.head = ClassificationHead(cfg.d_model, cfg.mlp_dim, num_classes, dtype=compute_dtype(cfg.dtype), rngs=rngs)
+        self.head = ClassificationHead(
+            cfg.d_model, cfg.mlp_dim, num_classes, dtype=compute_dtype(cfg.dtype), rngs=rngs, layers=cfg.head_layers
+        )
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         return self.head(self.encoder(tokens, rngs=rngs))
@@ -80,7 +87,7 @@ class DualEncoder(nnx.Module):
         self.encoder = SequenceEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
         dtype = compute_dtype(cfg.dtype)
         width = (4 if self.pair_features == "nli" else 2) * cfg.d_model
-        self.head = ClassificationHead(width, cfg.mlp_dim, num_classes, dtype=dtype, rngs=rngs)
+        self.head = ClassificationHead(width, cfg.mlp_dim, num_classes, dtype=dtype, rngs=rngs, layers=cfg.head_layers)
 
     def features(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         if self.pair_features == "concat":

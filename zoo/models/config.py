@@ -49,7 +49,12 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
             # Learned positions ~ N(0, σ²) beside N(0, 1) token embeddings: the LRA code's σ 0.02 (50× smaller
             # than its tokens); BERT draws both tables alike (its presets: 1.0).
             "position_init_stddev": 0.02,
-            "pooling": "cls",
+            "pooling": "cls",  # cls | first | mean (zoo.models.classifiers.SequenceEncoder)
+            # Hidden Dense → ReLU layers of a classifier's head, each half as wide as the one before (the first
+            # mlp_dim wide): 1 the LRA classifier head, 2 the LRA matching (Retrieval) head.
+            "head_layers": 1,
+            # The LRA code's padding mask on pixel tasks, `inputs > 0`: black pixels hidden from attention as keys.
+            "pixel_zero_is_padding": False,
             "pad_id": 0,  # the token id that is padding (masked out); -1: none (pixel tasks, every id is real)
             "dtype": "float32",  # compute dtype; parameters stay float32
             # Rematerialisation of each block in the backward pass: none | full (keep only block inputs) |

@@ -20,8 +20,9 @@ from zoo import mixers
 from zoo.files import is_url
 from zoo.layers.common import DTYPES
 from zoo.layers.embeddings import POSITIONAL
-from zoo.layers.ffn import FFN_KINDS
+from zoo.layers.ffn import FFN_INITS, FFN_KINDS
 from zoo.layers.heads import POOLINGS
+from zoo.models.blocks import NORMS
 from zoo.models.config import mixer_config
 from zoo.models.encoder import REMAT
 from zoo.models.seq2seq import TIE_EMBEDDINGS
@@ -93,6 +94,14 @@ MODEL_RULES: dict[str, _Rule] = {
     "layer_norm_eps": _above(0),
     "gelu_approximate": _one_of(True, False),
     "tie_embeddings": _one_of(*TIE_EMBEDDINGS),
+    "qkv_dim": _integer(0),
+    "attention_bias": _one_of(True, False),
+    "attention_dropout": _in_range(0, 1),
+    "ffn_dropout": ((lambda x: x == -1 or (isinstance(x, (int, float)) and 0 <= x < 1)), "must be in [0, 1) or -1"),
+    "ffn_init": _one_of(*FFN_INITS),
+    "norm": _one_of(*NORMS),
+    "head_layers": _integer(1),
+    "pixel_zero_is_padding": _one_of(True, False),
 }
 # Mixer options by name (the same name means the same thing in every mixer that has it).
 OPTION_RULES: dict[str, _Rule] = {
