@@ -50,6 +50,7 @@ def translate_ids(model, config, sources: list[np.ndarray], *, limit_batch: int 
             beam_size=dec.beam_size,
             max_length=config.model.max_length,
             length_penalty=dec.length_penalty,
+            length_penalty_form=dec.length_penalty_form,
             max_length_a=dec.max_length_a,
             max_length_b=dec.max_length_b,
             bos_id=BOS_ID,

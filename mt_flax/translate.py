@@ -29,7 +29,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "A mt-train workdir (config.json
 _INPUT = flags.DEFINE_string("input", None, "Source text, one sentence per line ('-' for stdin).")
 _OUTPUT = flags.DEFINE_string("output", "-", "Where translations go, one per line ('-' for stdout).")
 _BEAM = flags.DEFINE_integer("beam_size", None, "Beam size (default: the run's decode.beam_size).")
-_ALPHA = flags.DEFINE_float("length_penalty", None, "GNMT length penalty alpha (default: the run's).")
+_ALPHA = flags.DEFINE_float("length_penalty", None, "Length penalty alpha (default: the run's).")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
 flags.mark_flags_as_required(["workdir", "input"])
 
@@ -42,6 +42,8 @@ def load_run(workdir: str | Path, step: int | None = None):
         raise FileNotFoundError(f"{config_path} does not exist: --workdir must be an mt-train run directory")
     config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
     config.model = stored_model_config(config.model.to_dict())
+    # Decoding fields added since a run was written take the value older runs decoded with.
+    config.decode = ml_collections.ConfigDict({"length_penalty_form": "gnmt", **config.decode.to_dict()})
     tok_path = next((workdir / n for n in ("spm.model", "vocab.txt") if (workdir / n).exists()), None)
     if tok_path is None:
         raise FileNotFoundError(f"{workdir} has no tokenizer (spm.model or vocab.txt)")

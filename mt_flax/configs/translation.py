@@ -9,11 +9,14 @@ Presets (after the colon):
                Hardware: 2 CPU cores, under 10 minutes with the data download. Expected: a low but
                non-trivial BLEU (a few points; see README for the measured figure).
   tiny         2+2 layers, d 64: smoke tests and synthetic tasks (used by the test suite).
-  iwslt_de_en  fairseq's transformer_iwslt_de_en (SPEC §4): 6+6 layers, d 512, FFN 1024, 4 heads, dropout
-               0.3, label smoothing 0.1, inverse-sqrt schedule peaking at 5e-4 after 4k warmup steps,
-               4096 tokens per batch, beam 5. Data: prepare-iwslt14.sh's BPE'd output used as it is.
+  iwslt_de_en  fairseq's transformer_iwslt_de_en and its IWSLT'14 recipe (README "iwslt_de_en vs fairseq"):
+               softmax attention, post-LN, 6+6 layers, d 512, FFN 1024, 4 heads, dropout 0.3 (none in the
+               FFN or on attention weights), √d-scaled N(0, 1/d) embeddings tied in the decoder, fairseq's
+               initialisers, label smoothing 0.1, inverse-sqrt schedule peaking at 5e-4 after 4k warmup
+               steps, 4096 tokens per batch, beam 5 with fairseq's length penalty. Data: prepare-iwslt14.sh's
+               BPE'd output used as it is (BPE undone before scoring, hypotheses and references alike).
                  mt-train --config=mt_flax/configs/translation.py:iwslt_de_en --workdir=runs/iwslt \\
-                   --config.data.dir=/path/to/iwslt14.tokenized.de-en [--config.model.mixer=softmax]
+                   --config.data.dir=/path/to/iwslt14.tokenized.de-en [--config.model.mixer=relu]
                Hardware: one GPU, about 50k steps. Expected: about 34-35 tokenised BLEU for softmax
                attention (fairseq's Transformer); ReLUFormer reports parity.
 
@@ -73,7 +76,8 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     config.decode = ml_collections.ConfigDict(
         {
             "beam_size": 4,
-            "length_penalty": 0.6,  # GNMT alpha; 0 with beam_size 1 is greedy
+            "length_penalty": 0.6,  # alpha; 0 with beam_size 1 is greedy
+            "length_penalty_form": "gnmt",  # gnmt: ((5 + |y|) / 6)^alpha | fairseq: |y|^alpha
             "max_length_a": 1.5,  # each hypothesis stops at a · source length + b tokens
             "max_length_b": 10,
             "batch_size": 64,  # sentences per decoding batch
@@ -100,15 +104,23 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         config.decode.batch_size = 32
     else:
         config.data.update(source="text", dir="data/iwslt14.tokenized.de-en", tokenizer="pretokenized", vocab_size=0)
+        # fairseq's transformer_iwslt_de_en (fairseq/models/transformer/transformer_legacy.py) and its layers: the
+        # README table "iwslt_de_en vs fairseq" gives file and line for each field.
         config.model = model_config(
-            mixer="relu",
+            mixer="softmax",
             num_layers=6,
             d_model=512,
             num_heads=4,
             mlp_dim=1024,
             max_length=256,
             dropout=0.3,
+            ffn_dropout=0.0,  # activation_dropout 0
+            attention_dropout=0.0,
+            norm="post",  # normalize_before False: LayerNorm after each residual, none after the stack
             layer_norm_eps=1e-5,  # fairseq's (PyTorch's) LayerNorm
+            embed_scale="sqrt_d",  # N(0, d^-½) tables, inputs × √d
+            attention_init="fairseq",  # q/k/v xavier_uniform gain 1/√2, PyTorch's default biases
+            ffn_init="torch",  # nn.Linear's default
             tie_embeddings="decoder",  # the recipe's --share-decoder-input-output-embed
         )
         # fairseq's inverse_sqrt peaks at 5e-4 after 4k steps; "rsqrt" peaks at learning_rate / √warmup.
@@ -117,7 +129,8 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             weight_decay=0.0001, b2=0.98, eps=1e-8, label_smoothing=0.1, grad_clip_norm=0.0,
             log_every=100, eval_every=5000, checkpoint_every=2500,
         )  # fmt: skip
-        config.decode.beam_size = 5
-        config.decode.length_penalty = 1.0
+        # fairseq-generate --beam 5 (its defaults: lenpen 1 dividing by |y|, max_len_a 0, max_len_b 200)
+        config.decode.update(beam_size=5, length_penalty=1.0, length_penalty_form="fairseq")
+        config.decode.update(max_length_a=0.0, max_length_b=200)
     config.lock()
     return config

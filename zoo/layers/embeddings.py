@@ -36,29 +36,44 @@ def add_positions(x: jax.Array, kind: str, offset: int = 0) -> jax.Array:
     raise ValueError(f"unknown positional encoding {kind!r}; valid: {', '.join(POSITIONAL)}")
 
 
-class TokenEmbedding(nnx.Module):
-    """Token ids → vectors in the compute dtype (positions are added by the model, after any [CLS])."""
+EMBED_SCALES = ("none", "sqrt_d")
 
-    def __init__(self, vocab_size: int, d_model: int, *, dtype, rngs: nnx.Rngs):
+
+class TokenEmbedding(nnx.Module):
+    """Token ids → vectors in the compute dtype (positions are added by the model, after any [CLS]).
+
+    `scale` (model.embed_scale) — two parametrisations with unit-variance inputs and O(1) tied logits at init:
+      "none"    an N(0, 1) table, used as it is; tied logits h · Eᵀ / √d (the LRA code's embedding).
+      "sqrt_d"  an N(0, 1/d) table, inputs E[t] · √d; tied logits h · Eᵀ (fairseq, Vaswani et al.). Adam's
+                steps are ~√d larger relative to this table, so the two train differently.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, *, dtype, rngs: nnx.Rngs, scale: str = "none"):
+        if scale not in EMBED_SCALES:
+            raise ValueError(f"config field model.embed_scale={scale!r} is unknown; valid: {', '.join(EMBED_SCALES)}")
+        self.scale = scale
+        stddev = 1.0 if scale == "none" else d_model**-0.5
         self.embed = nnx.Embed(
             vocab_size,
             d_model,
             dtype=dtype,
             # Vocabulary rows stay whole: a gather from a vocab-sharded table forces XLA to rematerialise
             # it. Output projections shard the vocabulary instead ("vocab" → tensor).
-            embedding_init=logical(nnx.initializers.normal(stddev=1.0), None, "embed"),
+            embedding_init=logical(nnx.initializers.normal(stddev=stddev), None, "embed"),
             rngs=rngs,
         )
         self.dtype = dtype
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
-        return self.embed(tokens).astype(self.dtype)
+        x = self.embed(tokens).astype(self.dtype)
+        return x * math.sqrt(x.shape[-1]) if self.scale == "sqrt_d" else x
 
     def attend(self, h: jax.Array) -> jax.Array:
-        """Tied output logits h · Eᵀ / √d `[..., vocab]`. The table is N(0, 1), so 1/√d keeps logits O(1)
-        at initialisation — fairseq's N(0, d^−½) table with √d-scaled inputs, the scale moved to the output."""
+        """Tied output logits `[..., vocab]`: h · Eᵀ, divided by √d for the N(0, 1) table so that logits stay
+        O(1) at initialisation either way."""
         table = self.embed.embedding[...]
-        return jnp.einsum("...d,vd->...v", h, table.astype(h.dtype)) * (1.0 / math.sqrt(table.shape[-1]))
+        logits = jnp.einsum("...d,vd->...v", h, table.astype(h.dtype))
+        return logits * (1.0 / math.sqrt(table.shape[-1])) if self.scale == "none" else logits
 
 
 class LearnedPositions(nnx.Module):

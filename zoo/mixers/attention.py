@@ -16,6 +16,20 @@ from flax import nnx
 from zoo.layers.common import compute_dtype, dense
 from zoo.mixers.inputs import check_mixer_input
 
+ATTENTION_INITS = ("xavier_uniform", "fairseq")
+
+
+def attention_initializers(kind: str, d_model: int) -> tuple:
+    """(kernel, bias) initialisers of the q/k/v projections by model.attention_init (the out projection is
+    xavier_uniform with zero bias either way)."""
+    if kind == "xavier_uniform":
+        return nnx.initializers.xavier_uniform(), None
+    if kind == "fairseq":  # fairseq/modules/multihead_attention.py reset_parameters, nn.Linear's default bias
+        from zoo.layers.ffn import initializers
+
+        return nnx.initializers.variance_scaling(0.5, "fan_avg", "uniform"), initializers("torch", d_model)[1]
+    raise ValueError(f"config field model.attention_init={kind!r} is unknown; valid: {', '.join(ATTENTION_INITS)}")
+
 
 class MultiHeadMixer(nnx.Module):
     supports_causal = True
@@ -32,12 +46,23 @@ class MultiHeadMixer(nnx.Module):
         self.name = cfg.name
         self.d_model, self.num_heads, self.head_dim = d, h, width // h
         self.dtype = compute_dtype(cfg.dtype)
-        init, bias = nnx.initializers.xavier_uniform(), cfg.attention_bias
+        bias, (qkv_init, qkv_bias_init) = cfg.attention_bias, attention_initializers(cfg.attention_init, d)
         # Heads are split over the `tensor` mesh axis: q/k/v shard their outputs, `out` its inputs.
         self.query, self.key, self.value = (
-            dense(d, width, ("embed", "heads"), init=init, use_bias=bias, dtype=self.dtype, rngs=rngs) for _ in range(3)
+            dense(
+                d,
+                width,
+                ("embed", "heads"),
+                init=qkv_init,
+                bias_init=qkv_bias_init,
+                use_bias=bias,
+                dtype=self.dtype,
+                rngs=rngs,
+            )
+            for _ in range(3)
         )
-        self.out = dense(width, d, ("heads", "embed"), init=init, use_bias=bias, dtype=self.dtype, rngs=rngs)
+        out_init = nnx.initializers.xavier_uniform()
+        self.out = dense(width, d, ("heads", "embed"), init=out_init, use_bias=bias, dtype=self.dtype, rngs=rngs)
         self.weights_dropout = nnx.Dropout(cfg.attention_dropout)
 
     def attend(self, q, k, v, mask, causal):

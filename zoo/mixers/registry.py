@@ -21,6 +21,7 @@ SHARED_FIELDS = {
     "qkv_dim": 0,
     "attention_bias": True,
     "attention_dropout": 0.0,
+    "attention_init": "xavier_uniform",
 }
 
 

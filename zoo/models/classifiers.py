@@ -31,7 +31,7 @@ class SequenceEncoder(nnx.Module):
         self.max_length, self.pooling, self.positional = cfg.max_length, cfg.pooling, cfg.positional
         self.pad_id = cfg.get("pad_id", PAD_ID)
         self.zero_is_padding = cfg.get("pixel_zero_is_padding", False)
-        self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
+        self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         self.cls = nnx.Param(jnp.zeros((cfg.d_model,), jnp.float32)) if cfg.pooling == "cls" else None
         extra = 1 if cfg.pooling == "cls" else 0
         self.encoder = Encoder(cfg, max_length=cfg.max_length + extra, rngs=rngs)

@@ -40,6 +40,11 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
             # (the LRA code's MlpBlock: kernels xavier_uniform, biases N(0, 1e-6²)), torch (PyTorch's nn.Linear,
             # fairseq: kernels and biases U(±1/√fan_in)).
             "ffn_init": "lecun_normal",
+            # Token embeddings: none (N(0, 1), tied logits ÷ √d) or sqrt_d (N(0, 1/d), inputs × √d: fairseq).
+            "embed_scale": "none",
+            # q/k/v/out initialisers: xavier_uniform (flax, the LRA code: kernels xavier_uniform, biases 0) or
+            # fairseq (q/k/v kernels xavier_uniform with gain 1/√2 and PyTorch's U(±1/√d) biases; out as xavier).
+            "attention_init": "xavier_uniform",
             # LayerNorm placement of every block: pre (x + f(LN x), one final LN after the stack; the LRA code,
             # BERT-style stacks here) or post (LN(x + f(x)), no final LN; fairseq's transformer, the original
             # Transformer).
@@ -85,11 +90,8 @@ def mixer_config(
     cfg = mixers.default_config(name)  # raises, listing valid names, for an unknown mixer
     cfg.update(model.mixer_options[name])
     cfg.d_model, cfg.num_heads, cfg.dtype = model.d_model, model.num_heads, model.dtype
-    cfg.qkv_dim, cfg.attention_bias, cfg.attention_dropout = (
-        model.qkv_dim,
-        model.attention_bias,
-        model.attention_dropout,
-    )
+    for field in ("qkv_dim", "attention_bias", "attention_dropout", "attention_init"):  # attention-type mixers
+        cfg[field] = model[field]
     cfg.layer_norm_eps, cfg.gelu_approximate = model.layer_norm_eps, model.gelu_approximate
     cfg.max_length = model.max_length if max_length is None else max_length
     return cfg

@@ -35,8 +35,20 @@ def _disallow(logits: jax.Array, force_eos: jax.Array, *, bos_id: int, eos_id: i
     return jnp.where(banned, NEG_INF, logits)
 
 
-def _length_penalty(length: jax.Array, alpha: float) -> jax.Array:
-    return ((5.0 + length.astype(jnp.float32)) / 6.0) ** alpha
+LENGTH_PENALTIES = ("gnmt", "fairseq")
+
+
+def _length_penalty(length: jax.Array, alpha: float, form: str = "gnmt") -> jax.Array:
+    """What a finished hypothesis' log-probability is divided by: GNMT's ((5 + |y|) / 6)^α (Wu et al. 2016) or
+    fairseq's |y|^α (sequence_generator.py: eos_scores / (step + 1) ** len_penalty); |y| counts EOS."""
+    length = length.astype(jnp.float32)
+    if form == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if form == "fairseq":
+        return length**alpha
+    raise ValueError(
+        f"config field decode.length_penalty_form={form!r} is unknown; valid: {', '.join(LENGTH_PENALTIES)}"
+    )
 
 
 def _reorder(cache, index: jax.Array, rows: int):
@@ -87,6 +99,7 @@ def beam_search(
     beam_size: int,
     max_length: int,
     length_penalty: float = 0.6,
+    length_penalty_form: str = "gnmt",
     max_length_a: float = 1.5,
     max_length_b: int = 10,
     bos_id: int,
@@ -105,7 +118,7 @@ def beam_search(
     fin_seq = jnp.full((batch, k, max_length + 1), PAD_ID, jnp.int32)
     fin_score = jnp.full((batch, k), NEG_INF, jnp.float32)
     # The best a live beam can still reach: its log-probability only falls, and lp is largest at the limit.
-    best_lp = _length_penalty(limits, length_penalty)
+    best_lp = _length_penalty(limits, length_penalty, length_penalty_form)
 
     def cond(carry):
         t, _, alive_logp, _, fin_score, _ = carry
@@ -128,7 +141,8 @@ def beam_search(
         # Finished: EOS candidates ranked within the best k (as fairseq does, so beam size 1 is greedy), scored
         # with the length penalty and merged with the old finished set.
         finishes = is_eos & (jnp.arange(2 * k) < k) & (top_logp > NEG_INF / 2)
-        new_score = jnp.where(finishes, top_logp / _length_penalty(t + 1, length_penalty), NEG_INF)
+        lp = _length_penalty(t + 1, length_penalty, length_penalty_form)
+        new_score = jnp.where(finishes, top_logp / lp, NEG_INF)
         all_score = jnp.concatenate([fin_score, new_score], axis=1)
         all_seq = jnp.concatenate([fin_seq, seqs], axis=1)
         fin_score, keep = jax.lax.top_k(all_score, k)
@@ -155,6 +169,7 @@ def beam_search(
         "beam_size",
         "max_length",
         "length_penalty",
+        "length_penalty_form",
         "max_length_a",
         "max_length_b",
         "bos_id",
@@ -165,6 +180,7 @@ def _translate_jit(graphdef, state, src, *, beam_size, **kwargs):
     model = nnx.merge(graphdef, state)
     if beam_size == 1 and not kwargs["length_penalty"]:
         kwargs.pop("length_penalty")
+        kwargs.pop("length_penalty_form")
         return greedy_search(model, src, **kwargs)
     return beam_search(model, src, beam_size=beam_size, **kwargs)
 
@@ -175,6 +191,7 @@ def translate(
     *,
     beam_size: int = 4,
     length_penalty: float = 0.6,
+    length_penalty_form: str = "gnmt",
     max_length_a: float = 1.5,
     max_length_b: int = 10,
     **specials: int,
@@ -183,7 +200,13 @@ def translate(
 
     `specials`: max_length, bos_id and eos_id, as `beam_search` takes them."""
     graphdef, state = nnx.split(model)
+    if length_penalty_form not in LENGTH_PENALTIES:
+        raise ValueError(
+            f"config field decode.length_penalty_form={length_penalty_form!r} is unknown; valid: "
+            f"{', '.join(LENGTH_PENALTIES)}"
+        )
     limits = dict(
-        length_penalty=float(length_penalty), max_length_a=float(max_length_a), max_length_b=int(max_length_b)
-    )
+        length_penalty=float(length_penalty), length_penalty_form=length_penalty_form,
+        max_length_a=float(max_length_a), max_length_b=int(max_length_b),
+    )  # fmt: skip
     return _translate_jit(graphdef, state, src, beam_size=beam_size, **limits, **specials)

@@ -28,7 +28,7 @@ class TextEncoder(nnx.Module):
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
         self.max_length, self.positional = cfg.max_length, cfg.positional
-        self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
+        self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         self.positions = (
             LearnedPositions(cfg.max_length, cfg.d_model, stddev=cfg.position_init_stddev, rngs=rngs)
             if cfg.positional == "learned"

@@ -46,7 +46,7 @@ class CausalLM(nnx.Module):
         dtype = compute_dtype(cfg.dtype)
         tie = _check_tie(cfg, TIE_EMBEDDINGS)
         self.positional, self.max_length = cfg.positional, cfg.max_length
-        self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
+        self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         self.decoder = Decoder(cfg, rngs=rngs)
         self.logits = (
             None if tie != "none" else dense(cfg.d_model, vocab_size, ("embed", "vocab"), dtype=dtype, rngs=rngs)
@@ -89,10 +89,12 @@ class EncoderDecoder(nnx.Module):
                 "target tokens"
             )
         self.positional, self.max_length = cfg.positional, cfg.max_length
-        self.tgt_embed = TokenEmbedding(tgt_vocab, cfg.d_model, dtype=dtype, rngs=rngs)
+        self.tgt_embed = TokenEmbedding(tgt_vocab, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         # "all": one module referenced twice (NNX keeps shared references: one parameter, summed gradients).
         self.src_embed = (
-            self.tgt_embed if tie == "all" else TokenEmbedding(src_vocab, cfg.d_model, dtype=dtype, rngs=rngs)
+            self.tgt_embed
+            if tie == "all"
+            else TokenEmbedding(src_vocab, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         )
         self.encoder = Encoder(cfg, rngs=rngs)
         self.decoder = Decoder(cfg, num_layers=cfg.num_decoder_layers or cfg.num_layers, cross=True, rngs=rngs)

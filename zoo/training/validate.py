@@ -19,9 +19,10 @@ from kernels.relu_attention import IMPLS as RELU_IMPLS
 from zoo import mixers
 from zoo.files import is_url
 from zoo.layers.common import DTYPES
-from zoo.layers.embeddings import POSITIONAL
+from zoo.layers.embeddings import EMBED_SCALES, POSITIONAL
 from zoo.layers.ffn import FFN_INITS, FFN_KINDS
 from zoo.layers.heads import POOLINGS
+from zoo.mixers.attention import ATTENTION_INITS
 from zoo.models.blocks import NORMS
 from zoo.models.config import mixer_config
 from zoo.models.encoder import REMAT
@@ -102,6 +103,8 @@ MODEL_RULES: dict[str, _Rule] = {
     "norm": _one_of(*NORMS),
     "head_layers": _integer(1),
     "pixel_zero_is_padding": _one_of(True, False),
+    "embed_scale": _one_of(*EMBED_SCALES),
+    "attention_init": _one_of(*ATTENTION_INITS),
 }
 # Mixer options by name (the same name means the same thing in every mixer that has it).
 OPTION_RULES: dict[str, _Rule] = {
