@@ -135,7 +135,10 @@ def test_attention_dropout_on_a_mixer_without_attention_weights_warns_once(caplo
 
     from absl import logging as absl_logging
 
+    from zoo.models import encoder
+
     absl_logging.get_absl_logger().propagate = True
+    encoder._WARNED.discard("linear")
     with caplog.at_level(logging.WARNING):
         models.Encoder(models.model_config(mixer="linear", d_model=16, num_heads=2, attention_dropout=0.1),
                        rngs=nnx.Rngs(0))  # fmt: skip

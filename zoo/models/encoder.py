@@ -15,6 +15,7 @@ from zoo.models.blocks import Block
 # model.remat → what jax.checkpoint keeps of a block for the backward pass (None: only its inputs).
 REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 REMAT = ("none", *REMAT_POLICIES)
+_WARNED: set[str] = set()  # mixers already warned about model.attention_dropout
 
 
 def _stack_layer_axis(blocks: nnx.Module) -> None:
@@ -59,7 +60,8 @@ class Encoder(nnx.Module):
             self.blocks = nnx.List(
                 [Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)]
             )
-        if cfg.attention_dropout and not mixers.forms_attention_weights(cfg.mixer):
+        if cfg.attention_dropout and not mixers.forms_attention_weights(cfg.mixer) and cfg.mixer not in _WARNED:
+            _WARNED.add(cfg.mixer)  # once a process: studies build many models
             logging.warning(
                 "model.attention_dropout=%s does not apply to mixer %r: it never forms attention weights",
                 cfg.attention_dropout,
