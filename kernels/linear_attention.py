@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_non_negative
+from kernels.masking import zero_masked_rows
 
 IMPLS = ("auto", "reference", "xla", "pallas")
 EPS_MODES = ("add", "guard")
@@ -65,12 +66,6 @@ def _check(phi_q, phi_k, v, key_mask, causal):
         raise ValueError(
             f"causal linear attention needs equal query and key lengths, got {phi_q.shape[1]}, {phi_k.shape[1]}"
         )
-
-
-def _mask_keys(phi_k, key_mask):
-    if key_mask is None:
-        return phi_k
-    return jnp.where(key_mask[:, :, None, None], phi_k, jnp.zeros((), phi_k.dtype))
 
 
 def _reference(phi_q, phi_k, v, causal, eps, eps_mode):
@@ -188,7 +183,7 @@ def linear_attention(
         raise ValueError(f"unknown linear_attention impl {impl!r}; valid: {', '.join(IMPLS)}")
     if eps_mode not in EPS_MODES:
         raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
-    phi_k = _mask_keys(phi_k, key_mask)
+    phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
     if impl == "auto":  # "pallas" only where kernels/kernel_passes.json records a pass and a speed-up here
         from kernels.platforms import auto_pallas_backend
 

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_positive
+from kernels.masking import zero_masked_rows
 
 IMPLS = ("auto", "reference", "xla", "pallas")
 
@@ -328,6 +329,7 @@ def relu_attention(
       pallas_interpret: run the kernels in Pallas interpret mode (default: on a CPU backend).
     """
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
+    k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     impl, auto_backend = _choose_impl(impl, q, k, v, pallas_block_sizes, causal)
     pallas_backend = auto_backend or pallas_backend
@@ -375,6 +377,7 @@ def relu_attention_row_stats(
     `jax.checkpoint`, so neither forward nor backward holds the T×T matrix.
     """
     _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
+    k = zero_masked_rows(k, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
 
     if _resolve_impl(impl) == "reference":
@@ -437,6 +440,7 @@ def relu_attention_and_row_stats(
         return out, *relu_attention_row_stats(q, k, block_sizes=block_sizes, **opts)
     from kernels.relu_attention_pallas import relu_attention_pallas
 
+    k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])
     interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret

@@ -3,6 +3,7 @@ accepted int32 inputs, float masks, causal="no", γ ≤ 0, T = 0 and negative fe
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import kernels
@@ -72,3 +73,30 @@ def test_good_inputs_still_pass_in_every_impl():
     for impl in IMPLS:
         assert kernels.relu_attention(q, k, v, key_mask=mask, causal=True, gamma=0.5, impl=impl).shape == v.shape
         assert kernels.linear_attention(q, k, v, key_mask=mask, causal=True, impl=impl).shape == v.shape
+
+
+@pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_nan_or_inf_in_padded_rows_never_reaches_an_output_or_gradient(impl, causal):
+    """A masked key has weight 0, but 0 × NaN is NaN: padding must be unable to matter whatever it holds."""
+    import kernels
+
+    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(key, (2, 24, 2, 16)) for key in (kq, kk, kv))
+    mask = jnp.arange(24)[None] < jnp.array([[24], [15]])
+    padded = ~mask[:, :, None, None]
+    poisoned = [jnp.where(padded, bad, x) for x, bad in ((k, jnp.nan), (v, jnp.inf))]
+    cleaned = [jnp.where(padded, 0.0, x) for x in (k, v)]
+
+    def relu(k, v):
+        return kernels.relu_attention(q, k, v, key_mask=mask, causal=causal, impl=impl)
+
+    def linear(phi_k, v):  # φ(k) as the op takes it: a NaN row there is padding the caller did not clean
+        return kernels.linear_attention(jax.nn.softplus(q), jnp.abs(phi_k), v, key_mask=mask, causal=causal, impl=impl)
+
+    for op in (relu, linear):
+        out = op(*poisoned)
+        assert bool(jnp.all(jnp.isfinite(out))), op.__name__  # every row, padded queries' too
+        np.testing.assert_allclose(out, op(*cleaned), rtol=1e-5, atol=1e-5)
+        grads = jax.grad(lambda k, v, op=op: jnp.sum(op(k, v)), argnums=(0, 1))(*poisoned)
+        assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads), op.__name__
