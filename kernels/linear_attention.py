@@ -1,4 +1,4 @@
-"""Linear attention with a feature map φ (SPEC §1.4), given φ(q) and φ(k).
+"""Linear attention with a feature map φ (docs/mixers.md), given φ(q) and φ(k).
 
     h_i = φ(q_i)ᵀ S_i / stab(φ(q_i)ᵀ z_i),   S_i = Σ_j m_ij φ(k_j) v_jᵀ,   z_i = Σ_j m_ij φ(k_j)
 

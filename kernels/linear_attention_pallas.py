@@ -1,4 +1,4 @@
-"""Pallas kernels for linear attention (SPEC §2): chunked prefix sums forward, two scans backward.
+"""Pallas kernels for linear attention (docs/kernels.md): chunked prefix sums forward, two scans backward.
 
 One program per (batch, head) walks the sequence in chunks of C, carrying the fp32 state S (m × d_v)
 and z (m) in registers/VMEM; inside a chunk the causal part is a masked C×C product:
@@ -12,7 +12,7 @@ and h = −(dO·out)/stab(den) per row (computed outside, O(T); stab has slope 1
     dφk_j = R_j v_j + r_j,  dv_j = R_jᵀ φk_j          (reverse scan: R_j = Σ_{i≥j} φq_i g_iᵀ, r_j = Σ_{i≥j} φq_i h_i)
 
 Non-causal attention uses the same kernels with the totals instead of prefixes. The normaliser's
-path into dφk (the r term) is explicit: public kernels have dropped it before (SPEC §2).
+path into dφk (the r term) is explicit: public kernels have dropped it before (docs/kernels.md).
 """
 
 from __future__ import annotations

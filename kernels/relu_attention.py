@@ -1,4 +1,4 @@
-"""ReLU attention with ReLUFormer's variance-reduction factor (SPEC §1.2).
+"""ReLU attention with ReLUFormer's variance-reduction factor (docs/mixers.md).
 
     s_ij = q_i·k_j / √d
     m_ij = 1 if key j is visible to query i (key mask, and j ≤ i when causal)
@@ -311,7 +311,7 @@ def relu_attention(
     pallas_backend: str | None = None,
     pallas_interpret: bool | None = None,
 ) -> jax.Array:
-    """ReLU attention (SPEC §1.2). q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
+    """ReLU attention (docs/mixers.md). q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
 
     Args:
       key_mask: `[batch, key_length]` bool, True = real token; None means every key is real.

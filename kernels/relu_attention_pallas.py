@@ -1,4 +1,4 @@
-"""Pallas kernels for ReLU attention (SPEC §2): forward, and dq / dk-dv backward, under a custom VJP.
+"""Pallas kernels for ReLU attention (docs/kernels.md): forward, and dq / dk-dv backward, under a custom VJP.
 
 Tiled like flash attention, with none of softmax's bookkeeping: no running max, no log-sum-exp, no
 delta pre-pass. A query block accumulates Σ_blocks ReLU(q kᵀ/√d)·m @ v in fp32; the row factor

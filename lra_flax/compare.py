@@ -36,7 +36,7 @@ from zoo.training.distributed import PREEMPTED_EXIT_CODE
 FAILED = "failed.json"
 RESULTS = "results.json"
 
-# Published accuracies (%) on the LRA tasks (SPEC §1.4, §3): rows shown beside the sweep's own.
+# Published accuracies (%) on the LRA tasks (docs/mixers.md, docs/tasks.md): rows shown beside the sweep's own.
 PUBLISHED = {
     "LRA paper: Transformer": {
         "listops": 36.37,

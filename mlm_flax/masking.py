@@ -1,4 +1,4 @@
-"""BERT's masking (SPEC §5) as a pure numpy function of the tokens and a random generator.
+"""BERT's masking (docs/tasks.md) as a pure numpy function of the tokens and a random generator.
 
 Of the maskable tokens (everything but padding and special symbols) `rate` (15%) are chosen, at most
 `max_predictions` per sequence; a chosen token becomes [MASK] with probability 0.8, a random ordinary

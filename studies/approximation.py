@@ -1,4 +1,4 @@
-"""How close each linear-attention feature map gets to softmax attention (trainable-kernel paper, SPEC §1.4):
+"""How close each linear-attention feature map gets to softmax attention (trainable-kernel paper, docs/mixers.md):
 fixed maps (elu1, relu), FAVOR+ against its number of random features m, and trainable kernels (softplus,
 GLU, OGLU, 2×GLU, 3×AOGLU) fitted to reproduce softmax attention — error against m or parameters.
 
@@ -133,7 +133,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "approximation", tiny,
         title="How close each feature map gets to softmax attention",
-        claim="(trainable-kernel paper, SPEC §1.4): a trainable feature map can approximate softmax attention "
+        claim="(trainable-kernel paper, docs/mixers.md): a trainable feature map can approximate softmax attention "
         "better than fixed ones (elu1, ReLU); FAVOR+'s error falls as its number of random features m grows.",
         setting=f"q, k, v ~ N(0, 1), head dim {D}, {T} keys and queries; held-out relative error ‖approx − "
         f"softmax‖ / ‖softmax‖; trained kernels fitted with Adam for {steps} steps on fresh draws; FAVOR+ "

@@ -1,4 +1,4 @@
-"""ReLUFormer: "ReLU attention can capture more distant correlations" than softmax attention (SPEC §1.2). Mean
+"""ReLUFormer: "ReLU attention can capture more distant correlations" than softmax attention (docs/mixers.md). Mean
 attention distance per layer and head, and attention maps, of trained models on held-out inputs.
 
     python -m studies.attention_distance          # the seed-0 models of studies.stability (train them first)
@@ -154,7 +154,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "attention_distance", tiny,
         title="Mean attention distance of trained ReLU and softmax attention",
-        claim="(ReLUFormer, SPEC §1.2): ReLU attention captures more distant correlations than softmax attention.",
+        claim="(ReLUFormer, docs/mixers.md): ReLU attention captures more distant correlations than softmax attention.",
         setting="the seed-0 models of `studies.stability` ("
         + ("tiny" if tiny else "ListOps, 512–1,024 tokens, 2 layers, 4 heads, 300 steps")
         + f"), {EXAMPLES} held-out examples; distance = Σ_j a_ij |i − j| / Σ_j a_ij over real tokens.",

@@ -1,4 +1,4 @@
-"""ReLUFormer: the FFN read as a key-value memory with n slots (SPEC §1.3). A ReLU FFN beats a softmax memory
+"""ReLUFormer: the FFN read as a key-value memory with n slots (docs/mixers.md). A ReLU FFN beats a softmax memory
 Softmax(x Kᵀ) V for every n in 32 … 4,096; LayerNorm on the softmax memory's output recovers most of the gap,
 and ReLU beats it again at n ≥ 3,072 (IWSLT14 De-En BLEU: ReLU FFN 34.22, softmax memory 33.08).
 
@@ -9,8 +9,8 @@ Here on causal language modelling instead of translation: the `lm` preset of the
 (`studies.mlm_setting`: KJV, 1k vocabulary, 64-token sequences; a 3-layer d 128 Transformer decoder, softmax
 attention, sinusoidal positions) with its FFN replaced — `relu` (the standard FFN), `softmax_memory`,
 `softmax_ln_memory` (`zoo.layers.ffn`) — and n the FFN's hidden size, 1,000 steps. Measured: held-out next-token
-perplexity, mean over seeds. Reproduced if the claim's three parts as SPEC §1.3 states them hold (`PARTS`: ReLU beats
-the softmax memory at every n; LayerNorm recovers most of the gap; ReLU beats softmax + LN at the largest n); not
+perplexity, mean over seeds. Reproduced if the claim's three parts as docs/mixers.md states them hold (`PARTS`: ReLU
+beats the softmax memory at every n; LayerNorm recovers most of the gap; ReLU beats softmax + LN at the largest n); not
 measurable if no model leaves the unigram plateau (`studies.common.left_the_plateau`).
 
 Why a causal LM: the first version used the BERT encoder of the masked-LM setting, which stays on the unigram
@@ -36,7 +36,7 @@ KINDS = {"ReLU FFN": "relu", "softmax memory": "softmax_memory", "softmax memory
 STEPS = 1000
 
 
-PARTS = {  # the claim's three parts as SPEC §1.3 states them
+PARTS = {  # the claim's three parts as docs/mixers.md states them
     "relu_beats_softmax_at_every_n": "ReLU beats the softmax memory at every n",
     "ln_recovers_most_of_the_gap_at_every_n": "LN recovers over half the softmax memory's gap to ReLU at every n",
     "relu_beats_softmax_ln_at_the_largest_n": "ReLU beats softmax + LN at the largest n (the paper: n ≥ 3,072)",
@@ -140,7 +140,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "ffn_memory", tiny,
         title="The FFN as a key-value memory: ReLU against softmax slots",
-        claim="(ReLUFormer, SPEC §1.3): a ReLU FFN beats a softmax memory at every slot count n (32 … 4,096); "
+        claim="(ReLUFormer, docs/mixers.md): a ReLU FFN beats a softmax memory at every slot count n (32 … 4,096); "
         "LayerNorm on the softmax memory recovers most of the gap; ReLU beats softmax + LN again at n ≥ 3,072 "
         "(IWSLT14 De-En: 34.22 vs 33.08 BLEU).",
         setting="causal LM instead of translation: the `lm` decoder of `studies/mlm_setting.py`"

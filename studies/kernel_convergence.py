@@ -1,5 +1,5 @@
 """The trainable-kernel paper: "a single-layer OGLU converges faster and with less variance between runs than
-the orthogonal linear kernel" (SPEC §1.4). Learning curves over 5 seeds of each, on ListOps.
+the orthogonal linear kernel" (docs/mixers.md). Learning curves over 5 seeds of each, on ListOps.
 
     python -m studies.kernel_convergence          # 2 × 5 runs of 300 steps, about 15 minutes on 2 CPU cores
     python -m studies.kernel_convergence --tiny   # 2 × 2 runs of 4 steps on 128 examples, seconds
@@ -96,7 +96,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "kernel_convergence", tiny,
         title="Convergence of a one-layer OGLU vs the orthogonal linear kernel",
-        claim="(trainable-kernel paper, SPEC §1.4): a single-layer OGLU converges faster and with less variance "
+        claim="(trainable-kernel paper, docs/mixers.md): a single-layer OGLU converges faster and with less variance "
         "between runs than the orthogonal linear kernel.",
         setting=f"ListOps demo data and model (2 layers, d 128) with `mixer=linear`, `kernel_depth=1`, {steps[-1]} "
         f"steps, seeds {', '.join(map(str, seeds))}.",

@@ -1,5 +1,5 @@
 """The trainable-kernel paper's budget: every feature-map row of its Table 1 adds under 10% parameters to the
-model (SPEC §1.4). Counted here for the whole LRA model of Text, Retrieval and ListOps at the `lra_code`
+model (docs/mixers.md). Counted here for the whole LRA model of Text, Retrieval and ListOps at the `lra_code`
 sizes, against the same model with softmax attention.
 
     python -m studies.parameter_budget          # seconds: the models are built abstractly (nnx.eval_shape)
@@ -77,7 +77,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "parameter_budget", tiny,
         title="Parameter budget of the trainable feature maps (linear attention with a trainable kernel)",
-        claim="(SPEC §1.4): the trainable kernels of the paper's Table 1 keep the extra parameters under 10% of "
+        claim="(docs/mixers.md): the trainable kernels of the paper's Table 1 keep the extra parameters under 10% of "
         "the model.",
         setting=f"each LRA model (embeddings, encoder, head) at the `{preset}` preset, built abstractly, with "
         "`model.mixer=linear` and the row's `feature_map` / `kernel_depth`, against the same model with softmax "

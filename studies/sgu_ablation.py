@@ -77,7 +77,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "sgu_ablation", tiny,
         title="The spatial gating unit's gating function (gMLP Table 3)",
-        claim="(gMLP paper, SPEC §1.5, Table 3): multiplicative gating with a split (Z1 ⊙ f(Z2)) beats "
+        claim="(gMLP paper, docs/mixers.md, Table 3): multiplicative gating with a split (Z1 ⊙ f(Z2)) beats "
         "multiplicative without a split, which beats additive, which beats a linear f(Z): perplexity 4.35 < 4.53 "
         "< 4.97 < 5.14 (C4, base-size models).",
         setting="the shared small MLM setting of `studies/mlm_setting.py`"

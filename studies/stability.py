@@ -1,5 +1,5 @@
 """ReLUFormer: "plain ReLU attention without the variance-reduction factor trains unstably; the factor fixes it"
-(SPEC §1.2). The same small model on long ListOps inputs, ReLU attention with and without 1/√(n/2), softmax as
+(docs/mixers.md). The same small model on long ListOps inputs, ReLU attention with and without 1/√(n/2), softmax as
 the baseline, three seeds each.
 
     python -m studies.stability          # 3 × 3 runs of 300 steps on 512–1,024-token inputs, ~55 min on 2 CPU cores
@@ -163,7 +163,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "stability", tiny,
         title="Training stability of ReLU attention with and without the variance-reduction factor",
-        claim="(ReLUFormer, SPEC §1.2): plain ReLU attention without the 1/√(n/2) factor trains unstably on long "
+        claim="(ReLUFormer, docs/mixers.md): plain ReLU attention without the 1/√(n/2) factor trains unstably on long "
         "inputs; the factor fixes it.",
         setting=f"ListOps demo model (2 layers, d 128, 4 heads) and optimiser (AdamW 1e-3, cosine), "
         f"{'short' if tiny else '512–1,024-token'} expressions, batch {train.batch_size}, {train.steps} steps, "

@@ -1,5 +1,5 @@
 """gMLP paper: the learned spatial weights W of a gMLP trained on real text become Toeplitz-like (shift-invariant
-bands along the diagonal; the paper's figure of W, SPEC §1.5). Toeplitz score per layer against training steps.
+bands along the diagonal; the paper's figure of W, docs/mixers.md). Toeplitz score per layer against training steps.
 
     python -m studies.toeplitz          # reads (or trains) the 2 seeds of the split gMLP of studies.sgu_ablation
     python -m studies.toeplitz --tiny   # 1 seed of 4 steps on a Markov-chain corpus, seconds
@@ -83,7 +83,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "toeplitz", tiny,
         title="Toeplitz-like spatial weights in a gMLP trained on real text",
-        claim="(gMLP paper, SPEC §1.5): the spatial weights W a gMLP learns on text are Toeplitz-like — bands "
+        claim="(gMLP paper, docs/mixers.md): the spatial weights W a gMLP learns on text are Toeplitz-like — bands "
         "along the diagonal, the same for every position (the paper's figure of W).",
         setting="the split gMLP of the shared small MLM setting (`studies/mlm_setting.py`"
         + (", tiny: a Markov-chain corpus, 4 steps" if tiny else ": KJV, 1k vocabulary, 64 tokens, 4 layers d 128, "

@@ -1,5 +1,5 @@
 """ReLUFormer's variance claim: at initialisation the output variance of plain ReLU attention grows with the
-number of keys n, softmax's shrinks, and ReLU with the 1/√(n/2) factor stays flat (SPEC §1.2).
+number of keys n, softmax's shrinks, and ReLU with the 1/√(n/2) factor stays flat (docs/mixers.md).
 
     python -m studies.variance          # n = 16 … 16,384, about a minute on 2 CPU cores
     python -m studies.variance --tiny   # n = 16 … 256, seconds
@@ -87,7 +87,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     readme = study_readme(
         "variance", tiny,
         title="Variance of attention outputs at initialisation (ReLUFormer)",
-        claim="(ReLUFormer, SPEC §1.2): the output variance of plain ReLU attention grows with the number of keys "
+        claim="(ReLUFormer, docs/mixers.md): the output variance of plain ReLU attention grows with the number of keys "
         "n, softmax's shrinks, and the 1/√(n/2) factor keeps ReLU attention's flat.",
         setting=f"q, k, v ~ N(0, 1), head dim {HEAD_DIM}, n = {', '.join(map(str, lengths))}, {queries} queries × "
         f"{draws} draws per point, the project's kernels (`kernels.relu_attention`, impl \"xla\") and "

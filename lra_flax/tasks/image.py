@@ -1,4 +1,4 @@
-"""LRA Image: 10-class images as 1,024-pixel sequences, one token per grey value (SPEC §3).
+"""LRA Image: 10-class images as 1,024-pixel sequences, one token per grey value (docs/tasks.md).
 
 A colour image becomes grey as LRA does (ITU-R 601: 0.2989 R + 0.5870 G + 0.1140 B, rounded), is read
 row by row, and each pixel value 0..255 is a token. There is no padding id: every image is full length,

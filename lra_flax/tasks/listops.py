@@ -1,4 +1,4 @@
-"""ListOps: generator, tokenizer and task (SPEC §3).
+"""ListOps: generator, tokenizer and task (docs/tasks.md).
 
 The generator follows the LRA generator's distribution (operators MIN MAX MED SM, a node is an
 operator with probability 0.25 below `max_depth`, 2..max_args arguments, values 0..9, keep trees with

@@ -1,4 +1,4 @@
-"""LRA Pathfinder and Path-X: are the two markers joined by one dashed contour? (SPEC §3)
+"""LRA Pathfinder and Path-X: are the two markers joined by one dashed contour? (docs/tasks.md)
 
 Images (32×32 for Pathfinder, 128×128 = 16,384 tokens for Path-X) are read row by row, one token per grey
 value 0..255, no padding id (`model.pad_id = -1`; black is a real token).

@@ -1,4 +1,4 @@
-"""LRA Retrieval ("matching"): do two documents cite each other? Two byte-level towers, shared weights (SPEC §3).
+"""LRA Retrieval ("matching"): do two documents cite each other? Two byte-level towers, shared weights (docs/tasks.md).
 
 Each document is cut to `data.max_doc_bytes` (LRA: 10,000) bytes, tokenised as bytes (ids 1..256,
 0 = padding) and cut to `model.max_length` (LRA: 4,000) tokens. The towers never attend across the

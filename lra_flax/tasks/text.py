@@ -1,4 +1,4 @@
-"""LRA Text: IMDB movie-review sentiment from UTF-8 bytes (SPEC §3).
+"""LRA Text: IMDB movie-review sentiment from UTF-8 bytes (docs/tasks.md).
 
 Tokens are the review's bytes (ids 1..256, 0 = padding, as LRA's ByteTextEncoder), cut to
 `model.max_length` (LRA: 1K–4K). Sources, by `data.source`:

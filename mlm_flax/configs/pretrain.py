@@ -1,4 +1,4 @@
-"""Masked-language-model pretraining of gMLP, aMLP and BERT encoders at matched sizes (gMLP paper, SPEC §1.5, §5).
+"""Masked-language-model pretraining of gMLP, aMLP and BERT encoders at matched sizes (gMLP paper; docs/tasks.md).
 
 Presets (after the colon) are ARCH_SIZE; `demo` is gmlp_demo.
   ARCH  gmlp         gMLP blocks (spatial gating unit, no FFN), no positional encodings

@@ -1,4 +1,4 @@
-"""Translation with an encoder-decoder of any token mixer (ReLUFormer's setting, SPEC §4).
+"""Translation with an encoder-decoder of any token mixer (ReLUFormer's setting, docs/tasks.md).
 
 Presets (after the colon):
 

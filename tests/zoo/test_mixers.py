@@ -174,7 +174,7 @@ def test_relu_regularisers_sown_in_training_only_and_match_dense_definition(impl
     layer(x, mask=MASK, causal=True)
     (sown,) = jax.tree.leaves(nnx.pop(layer, AuxLoss))
 
-    # Dense re-computation of the SPEC §1.2 definitions from the attention matrix.
+    # Dense re-computation of the definitions in docs/mixers.md from the attention matrix.
     b, t = x.shape[:2]
     split = lambda y: y.reshape(b, t, H, D // H)
     q, k = split(layer.query(x)), split(layer.key(x))

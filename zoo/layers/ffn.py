@@ -1,4 +1,4 @@
-"""Position-wise feed-forward layers, read as key-value memories (SPEC §1.3).
+"""Position-wise feed-forward layers, read as key-value memories (docs/mixers.md).
 
 relu               ReLU(x W1 + b1) W2 + b2 (the standard FFN)
 gelu               GELU(x W1 + b1) W2 + b2

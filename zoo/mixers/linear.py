@@ -1,4 +1,4 @@
-"""Linear attention with fixed, random or trainable feature maps (SPEC §1.4).
+"""Linear attention with fixed, random or trainable feature maps (docs/mixers.md).
 
 Feature maps φ (applied head-wise, the same φ for queries and keys, weights `[heads, d, d]` per head):
   elu1           ELU(x) + 1 (Katharopoulos et al. 2020)

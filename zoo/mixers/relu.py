@@ -1,4 +1,4 @@
-"""The ReLU family (SPEC §1.2): ReLUFormer, ReLA and ReLU/L attention.
+"""The ReLU family (docs/mixers.md): ReLUFormer, ReLA and ReLU/L attention.
 
 ReLUFormer: ReLU scores scaled by 1/(γ_h √(n_i/2)), with a normalisation and an entropy regulariser
 computed in training only (a module in `.eval()` mode skips them) and sown, already weighted, as

@@ -1,4 +1,4 @@
-"""gMLP's spatial gating unit and aMLP (SPEC §1.5) as token mixers.
+"""gMLP's spatial gating unit and aMLP (docs/mixers.md) as token mixers.
 
     mixer(x) = (Z1 ⊙ (W · LN(Z2) + b [+ tiny_attn(x)])) V,   Z = GELU(x U),  Z1, Z2 = split(Z)
 

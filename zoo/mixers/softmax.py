@@ -1,7 +1,7 @@
-"""Softmax attention, the baseline (SPEC §1.1), through `jax.nn.dot_product_attention`.
+"""Softmax attention, the baseline (docs/mixers.md), through `jax.nn.dot_product_attention`.
 
 Option `relative_buckets` > 0 adds T5's learned relative position bias (one scalar per head and
-log-spaced distance bucket) to the scores: the "BERT + rel pos" baseline of the gMLP paper (SPEC §1.5).
+log-spaced distance bucket) to the scores: the "BERT + rel pos" baseline of the gMLP paper (docs/mixers.md).
 
 Option `implementation`: "xla" (materialises the T×T scores), "cudnn" (cuDNN flash attention: GPU, bf16 or
 fp16, head dim ≤ 128 and a multiple of 8, no position bias) or "auto" (the default: cuDNN where those hold

