@@ -52,9 +52,9 @@ def recording_attention(records: list):
     originals = {cls: vars(cls)["attend"] for cls in classes}
 
     def recorder(original):
-        def attend(self, q, k, v, mask, causal):
+        def attend(self, q, k, v, mask, causal, **kwargs):  # kwargs: rngs, for mixers that drop attention weights
             records.append((self, original, q, k, mask, causal))
-            return original(self, q, k, v, mask, causal)
+            return original(self, q, k, v, mask, causal, **kwargs)
 
         return attend
 
