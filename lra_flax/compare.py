@@ -28,6 +28,7 @@ from pathlib import Path
 
 import ml_collections
 
+from lra_flax.tasks import REGISTRY, published_rows
 from zoo.files import atomic_write_bytes, parse_ordered_pair
 from zoo.plots import pyplot, save_figure
 from zoo.training.config import flatten_config
@@ -36,29 +37,7 @@ from zoo.training.distributed import PREEMPTED_EXIT_CODE
 FAILED = "failed.json"
 RESULTS = "results.json"
 
-# Published accuracies (%) on the LRA tasks (docs/mixers.md, docs/tasks.md): rows shown beside the sweep's own.
-PUBLISHED = {
-    "LRA paper: Transformer": {
-        "listops": 36.37,
-        "text": 64.27,
-        "retrieval": 57.46,
-        "image": 42.44,
-        "pathfinder": 71.40,
-        "pathx": None,
-    },
-    "LRA paper: Linear Trans.": {
-        "listops": 16.13,
-        "text": 65.90,
-        "retrieval": 53.09,
-        "image": 42.34,
-        "pathfinder": 75.30,
-    },
-    "LRA paper: Performer": {"listops": 18.01, "text": 65.40, "retrieval": 53.82, "image": 42.77, "pathfinder": 77.05},
-    "kernel paper: linear kernel": {"text": 65.77, "retrieval": 73.51, "listops": 18.54},
-    "kernel paper: 2×GLU": {"text": 65.99, "retrieval": 73.36, "listops": 18.42},
-    "kernel paper: 3×AOGLU": {"text": 66.06, "retrieval": 72.57, "listops": 18.45},
-}
-TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+TASK_ORDER = tuple(REGISTRY)  # the LRA paper's table order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,7 +401,7 @@ def accuracy_table(config: ml_collections.ConfigDict, rows: list[dict]) -> str:
         means = [stats[variant, t][0] for t in tasks if isinstance(stats.get((variant, t)), tuple)]
         average = f"{sum(means) / len(means):.1f}" if len(means) == len(tasks) else "—"
         lines.append(f"| {variant} | " + " | ".join(fmt(variant, t) for t in tasks) + f" | {average} |")
-    for name, numbers in PUBLISHED.items():
+    for name, numbers in published_rows().items():  # docs/tasks.md
         if not any(numbers.get(t) is not None for t in tasks):
             continue
         cells_text = [f"{numbers[t]:.2f}" if numbers.get(t) is not None else "—" for t in tasks]

@@ -24,7 +24,7 @@ import time
 from absl import app, flags
 
 from lra_flax import pathfinder_generator
-from lra_flax.tasks import image, listops, pathfinder, retrieval
+from lra_flax.tasks import REGISTRY
 from zoo.training import cli
 from zoo.training.config import check_output_dir
 
@@ -54,42 +54,8 @@ _IMAGES_PER_BATCH = flags.DEFINE_integer("images_per_batch", 1000, "pathfinder: 
 flags.mark_flag_as_required("output_dir")
 
 
-def _listops():
-    settings = {f.name: f.value for f in (_NUM_TRAIN, _NUM_VALID, _NUM_TEST, _MIN_LENGTH, _MAX_LENGTH, _MAX_DEPTH)}
-    return listops.write_dataset(_OUTPUT_DIR.value, seed=_SEED.value, max_args=_MAX_ARGS.value, **settings)
-
-
-def _retrieval():
-    return retrieval.write_bible_pairs(
-        _OUTPUT_DIR.value,
-        wheel_cache=_WHEEL_CACHE.value,
-        seed=_SEED.value,
-        valid_fraction=_VALID_FRACTION.value,
-        test_fraction=_TEST_FRACTION.value,
-        same_book_negatives=_SAME_BOOK.value,
-    )
-
-
-def _pathfinder():
-    resolution = int(_RESOLUTION.value)
-    directory = pathfinder.dataset_dir(_OUTPUT_DIR.value, resolution, _DIFFICULTY.value)
-    stats = pathfinder_generator.write_dataset(
-        directory,
-        pathfinder_generator.lra_params(resolution, _DIFFICULTY.value),
-        num_images=_NUM_IMAGES.value,
-        seed=_SEED.value,
-        images_per_batch=_IMAGES_PER_BATCH.value,
-        workers=_WORKERS.value or None,
-    )
-    print(f"{stats['images']} images in {stats['seconds']:.1f}s ({stats['images_per_s']:.2f} images/s)")
-    return {"images": directory / "imgs", "metadata": directory / "metadata"}
-
-
-def _image():
-    return {"fashion-mnist": image.fetch_fashion_mnist(_OUTPUT_DIR.value)}
-
-
-SUBCOMMANDS = {"listops": _listops, "retrieval": _retrieval, "pathfinder": _pathfinder, "image": _image}
+# Every registered task that writes data has a sub-command of its name (Path-X is `pathfinder --resolution=128`).
+SUBCOMMANDS = {name: spec.write_data for name, spec in REGISTRY.items() if spec.write_data}
 
 
 def main(argv: list[str]) -> None:
@@ -98,7 +64,7 @@ def main(argv: list[str]) -> None:
     start = time.perf_counter()
     try:
         check_output_dir(_OUTPUT_DIR.value, "--output_dir")
-        paths = SUBCOMMANDS[argv[1]]()
+        paths = SUBCOMMANDS[argv[1]](_OUTPUT_DIR.value, flags.FLAGS.flag_values_dict())
     except (ValueError, RuntimeError, OSError) as e:  # one line, exit status 2, as every CLI here
         print(f"lra-data: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)

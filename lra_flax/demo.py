@@ -9,16 +9,15 @@ Re-running resumes (or, when finished, re-evaluates) from the workdir's checkpoi
 
 from __future__ import annotations
 
-import importlib
 import time
 
 from absl import flags
 
 from lra_flax import input_pipeline
-from lra_flax.tasks import TASKS, make_task
+from lra_flax.tasks import REGISTRY, make_task, with_demo
 from zoo.training import cli, train_and_evaluate
 
-_TASK = flags.DEFINE_enum("task", "listops", sorted(TASKS), "LRA task.")
+_TASK = flags.DEFINE_enum("task", "listops", with_demo(), "LRA task.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default runs/<task>-demo).")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Overrides the preset's data.dir (ListOps, Retrieval).")
 _MIXER = flags.DEFINE_string("mixer", "relu", "Token mixer (see zoo.mixers.names()).")
@@ -27,7 +26,7 @@ _MIXER = flags.DEFINE_string("mixer", "relu", "Token mixer (see zoo.mixers.names
 def main(argv: list[str]) -> None:
     del argv
     task_name = _TASK.value
-    config = importlib.import_module(f"lra_flax.configs.{task_name}").get_config("demo")
+    config = REGISTRY[task_name].get_config("demo")
     if _DATA_DIR.value:
         config.data.dir = _DATA_DIR.value
     config.model.mixer = _MIXER.value

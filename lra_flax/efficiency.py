@@ -16,8 +16,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from lra_flax.input_pipeline import BYTE_VOCAB_SIZE
-from lra_flax.tasks import image, listops, make_task, pathfinder, retrieval, text
+from lra_flax.tasks import TASK_MODULES, make_task
 from zoo.files import atomic_write_bytes
 from zoo.training import cli, throughput
 
@@ -27,24 +26,16 @@ _WARMUP = flags.DEFINE_integer("warmup", 1, "Untimed steps after compilation.")
 _OUTPUT = flags.DEFINE_string("output", None, "Where to write the JSON result (also printed).")
 flags.mark_flags_as_required(["config"])
 
-# Token vocabulary and classes of each task's model (the synthetic batch draws ids and labels from them).
-VOCAB_AND_CLASSES = {
-    "listops": (len(listops.VOCAB), listops.NUM_CLASSES),
-    "text": (BYTE_VOCAB_SIZE, text.NUM_CLASSES),
-    "retrieval": (BYTE_VOCAB_SIZE, retrieval.NUM_CLASSES),
-    "image": (image.PIXEL_VOCAB_SIZE, image.NUM_CLASSES),
-    "pathfinder": (image.PIXEL_VOCAB_SIZE, pathfinder.NUM_CLASSES),
-}
-
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
     task = make_task(config)
-    vocab, classes = VOCAB_AND_CLASSES[config.task]
+    # the synthetic batch draws ids and labels from the task's own vocabulary and classes
+    spec = TASK_MODULES[config.task].SPECS[0]
     result = throughput.measure(
-        config, task, vocab_size=vocab, num_classes=classes, steps=_STEPS.value, warmup=_WARMUP.value
+        config, task, vocab_size=spec.vocab_size, num_classes=spec.num_classes, steps=_STEPS.value, warmup=_WARMUP.value
     )
     result.update(
         mixer=config.model.mixer,

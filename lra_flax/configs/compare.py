@@ -30,37 +30,19 @@ from __future__ import annotations
 
 import ml_collections
 
+from lra_flax.tasks import REGISTRY, reported_by, with_demo
+
 PRESETS = ("demo", "kernel_paper", "lra", "efficiency", "efficiency_cpu")
 
-DEMO_TASKS = {
-    "listops": "listops:demo",
-    "text": "text:demo",
-    "retrieval": "retrieval:demo",
-    "image": "image:demo",
-    "pathfinder": "pathfinder:demo",
-}
-LRA_TASKS = {
-    "listops": "listops:lra_code",
-    "text": "text:lra_code",
-    "retrieval": "retrieval:lra_code",
-    "image": "image:lra_code",
-    "pathfinder": "pathfinder:lra_code",
-    "pathx": "pathfinder:pathx",
-}
+DEMO_TASKS = {name: REGISTRY[name].config_spec("demo") for name in with_demo()}
+LRA_TASKS = {name: spec.config_spec() for name, spec in REGISTRY.items()}
 
-
-# The `demo` sweep's cut of each task's demo preset (train steps, batch, evaluated batches per split): 70
-# cells at ~75 s each on 2 CPU cores. Softmax at 1,024 tokens (Image, Pathfinder) runs 0.3–0.7 steps/s there
+# The `demo` sweep cuts each task's demo preset (`LraTask.demo_cut`: train steps, evaluated batches per split):
+# 70 cells at ~75 s each on 2 CPU cores. Softmax at 1,024 tokens (Image, Pathfinder) runs 0.3–0.7 steps/s there
 # and evaluation of a full split can cost more than the training, hence the caps (Image: 512 of the 10,000
 # test images; Retrieval: 1,024 of 1,492; Pathfinder: 256 of 400; ListOps and Text: every example). A cap reads
 # the first batches of a split, which is fair only where the split is in random order (checked for these).
-DEMO_CUTS = {
-    "listops": {"steps": 200},
-    "text": {"steps": 100},  # no cap: its splits are grouped by label, so a prefix is one class
-    "retrieval": {"steps": 100, "eval_max_batches": 8},
-    "image": {"steps": 100, "eval_max_batches": 4},
-    "pathfinder": {"steps": 24, "eval_max_batches": 1},
-}
+DEMO_CUTS = {name: dict(REGISTRY[name].demo_cut) for name in with_demo()}
 
 
 def variant(mixer: str, **options) -> dict:
@@ -105,7 +87,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         variants = {k: MAIN_VARIANTS[k] for k in ("softmax", "relu", "linear_elu1")}
         efficiency.update(task="text:demo", lengths=[1000, 2000, 3000, 4000], overrides={"train": {"batch_size": 4}})
     elif preset == "kernel_paper":
-        tasks = {name: LRA_TASKS[name] for name in ("text", "retrieval", "listops")}
+        tasks = {name: LRA_TASKS[name] for name in reported_by("kernel paper")}
         variants, seeds = KERNEL_PAPER_VARIANTS, [0, 1, 2, 3, 4]
     else:
         tasks = LRA_TASKS

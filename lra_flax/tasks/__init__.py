@@ -1,21 +1,50 @@
-"""LRA tasks by config name: each module maps a config to a `zoo.training.Task` (`make_task`)."""
+"""The LRA task registry: every task module's `SPECS`, by row name, in the LRA paper's table order.
+
+Tools look tasks up here (never by a literal name): `REGISTRY[name]` is an `LraTask` (config module and
+presets, vocabulary and classes, published accuracies, demo cut, `lra-data` writer) and `make_task(config)`
+builds the `zoo.training.Task` of `config.task`. A new task = a module here with `make_task` and `SPECS`, a
+config module, a test file, and its module in `_MODULES` below.
+"""
+
+from types import ModuleType
 
 import ml_collections
 
 from lra_flax.tasks import image, listops, pathfinder, retrieval, text
+from lra_flax.tasks.spec import LraTask
 from zoo.training import Task
 
-TASKS = {
-    "listops": listops.make_task,
-    "text": text.make_task,
-    "retrieval": retrieval.make_task,
-    "image": image.make_task,
-    "pathfinder": pathfinder.make_task,
-}
+_MODULES: tuple[ModuleType, ...] = (listops, text, retrieval, image, pathfinder)
+
+REGISTRY: dict[str, LraTask] = {spec.name: spec for module in _MODULES for spec in module.SPECS}
+# config.task → the module whose make_task builds it (Path-X is Pathfinder's module at 128 × 128).
+TASK_MODULES: dict[str, ModuleType] = {module.__name__.rpartition(".")[2]: module for module in _MODULES}
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
     """The `Task` that `config.task` names; an error lists the valid names."""
-    if config.task not in TASKS:
-        raise ValueError(f"config field task={config.task!r} is unknown; valid: {', '.join(TASKS)}")
-    return TASKS[config.task](config)
+    if config.task not in TASK_MODULES:
+        raise ValueError(f"config field task={config.task!r} is unknown; valid: {', '.join(TASK_MODULES)}")
+    return TASK_MODULES[config.task].make_task(config)
+
+
+def with_demo() -> list[str]:
+    """Rows that have a CPU demo preset (`make demo-*`, the `lra-compare` demo sweep)."""
+    return [name for name, spec in REGISTRY.items() if spec.demo_preset]
+
+
+def reported_by(source: str) -> list[str]:
+    """Rows with a published accuracy from `source` (a row-label prefix such as "kernel paper")."""
+    return [name for name, spec in REGISTRY.items() if any(label.startswith(source) for label in spec.published)]
+
+
+def published_rows() -> dict[str, dict[str, float | None]]:
+    """{row label: {task: accuracy}} over every task, labels in order of first appearance."""
+    rows: dict[str, dict[str, float | None]] = {}
+    for name, spec in REGISTRY.items():
+        for label, accuracy in spec.published.items():
+            rows.setdefault(label, {})[name] = accuracy
+    return rows
+
+
+__all__ = ["REGISTRY", "TASK_MODULES", "LraTask", "make_task", "published_rows", "reported_by", "with_demo"]

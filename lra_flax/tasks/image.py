@@ -29,13 +29,16 @@ import pickle
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import ml_collections
 import numpy as np
 
 from lra_flax import input_pipeline
 from lra_flax.input_pipeline import DataFormatError
+from lra_flax.tasks.spec import LraTask
 from zoo.files import atomic_write_bytes
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training import Task
@@ -352,6 +355,25 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         final_results=final_results,
     )
 
+
+def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
+    """`lra-data image`: the offline Image data (Fashion-MNIST IDX files from Debian's package)."""
+    del flags  # nothing to choose
+    return {"fashion-mnist": fetch_fashion_mnist(output_dir)}
+
+
+SPECS = (
+    LraTask(
+        name="image",
+        config="image",
+        make_task=make_task,
+        vocab_size=PIXEL_VOCAB_SIZE,
+        num_classes=NUM_CLASSES,
+        demo_cut={"steps": 100, "eval_max_batches": 4},
+        published={"LRA paper: Transformer": 42.44, "LRA paper: Linear Trans.": 42.34, "LRA paper: Performer": 42.77},
+        write_data=write_data,
+    ),
+)
 
 __all__ = [
     "check_pixel_model",

@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import random
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import ml_collections
 
 from lra_flax import input_pipeline
+from lra_flax.tasks.spec import LraTask
 from zoo.progress import WorkProgress
 from zoo.training import Task
 
@@ -230,5 +232,32 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         num_classes=NUM_CLASSES,
     )
 
+
+def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
+    """`lra-data listops`: the generator's fields from the command line."""
+    names = ("num_train", "num_valid", "num_test", "min_length", "max_length", "max_depth", "max_args", "seed")
+    return write_dataset(output_dir, **{name: flags[name] for name in names})
+
+
+SPECS = (
+    LraTask(
+        name="listops",
+        config="listops",
+        make_task=make_task,
+        vocab_size=len(VOCAB),
+        num_classes=NUM_CLASSES,
+        demo_cut={"steps": 200},
+        # docs/tasks.md: the LRA paper's Table 1 and the trainable-kernel paper's Table 1.
+        published={
+            "LRA paper: Transformer": 36.37,
+            "LRA paper: Linear Trans.": 16.13,
+            "LRA paper: Performer": 18.01,
+            "kernel paper: linear kernel": 18.54,
+            "kernel paper: 2×GLU": 18.42,
+            "kernel paper: 3×AOGLU": 18.45,
+        },
+        write_data=write_data,
+    ),
+)
 
 __all__ = ["VOCAB", "encode", "evaluate_tree", "generate", "make_task", "write_dataset"]

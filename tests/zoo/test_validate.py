@@ -7,6 +7,7 @@ import re
 import pytest
 
 from lra_flax.configs import listops
+from lra_flax.tasks import REGISTRY
 from lra_flax.tasks import listops as listops_task
 from zoo.training.loop import train_and_evaluate
 from zoo.training.validate import MODEL_RULES, OPTION_RULES, TRAIN_RULES, config_problems
@@ -83,8 +84,11 @@ def test_every_problem_is_reported_at_once():
 
 @pytest.mark.parametrize(
     "module",
-    [f"lra_flax.configs.{t}" for t in ("listops", "text", "retrieval", "image", "pathfinder")]
-    + ["mt_flax.configs.translation", "mlm_flax.configs.pretrain"],
+    [
+        *sorted({f"lra_flax.configs.{spec.config}" for spec in REGISTRY.values()}),
+        "mt_flax.configs.translation",
+        "mlm_flax.configs.pretrain",
+    ],
 )
 def test_every_shipped_preset_validates(module):
     mod = importlib.import_module(module)

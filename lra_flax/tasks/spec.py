@@ -1,0 +1,58 @@
+"""What an LRA task module declares about itself, so that every tool finds it in one registry.
+
+A task module (`lra_flax/tasks/<name>.py`) ends with `SPECS = (LraTask(...), ...)`: one entry per row of the
+LRA benchmark it serves (Pathfinder serves two, Pathfinder and Path-X). `lra_flax.tasks.REGISTRY` collects
+them; `lra-train`, `lra-data`, `lra-compare`, the efficiency runs, the demo and the studies read it instead of
+naming tasks themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+
+from zoo.training import Task
+
+
+@dataclasses.dataclass(frozen=True)
+class LraTask:
+    """One LRA benchmark row.
+
+    name:        the row's label in sweeps and tables (`lra-compare` tasks, results.csv).
+    config:      the config module under lra_flax/configs that builds it (its `config.task` names the
+                 module in lra_flax/tasks whose `make_task` runs it).
+    make_task:   config → the `zoo.training.Task` the loop trains.
+    vocab_size:  token ids the model embeds (the efficiency runs draw synthetic batches from them).
+    num_classes: label classes.
+    lra_preset:  the config preset with the LRA code's settings for this row.
+    demo_preset: the CPU demo preset (`make demo-*`), or None when the row has none (Path-X).
+    demo_cut:    the `lra-compare` demo sweep's cut of the demo preset (train fields: steps, eval_max_batches).
+    published:   published test accuracy (%) by row label ("LRA paper: Transformer", ...); None = failed.
+    write_data:  (output directory, `lra-data` flag values) → {what: path}; None when the task needs no
+                 `lra-data` sub-command (its offline data is read straight from a package).
+    """
+
+    name: str
+    config: str
+    make_task: Callable[[ml_collections.ConfigDict], Task]
+    vocab_size: int
+    num_classes: int
+    lra_preset: str = "lra_code"
+    demo_preset: str | None = "demo"
+    demo_cut: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    published: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
+    write_data: Callable[[str, Mapping[str, Any]], dict[str, Path]] | None = None
+
+    def get_config(self, preset: str | None = None) -> ml_collections.ConfigDict:
+        """The config of `preset` (default: this row's LRA preset)."""
+        module = importlib.import_module(f"lra_flax.configs.{self.config}")
+        return module.get_config(preset or self.lra_preset)
+
+    def config_spec(self, preset: str | None = None) -> str:
+        """'config_module:preset', the form `lra-compare` sweeps name configs by."""
+        return f"{self.config}:{preset or self.lra_preset}"
