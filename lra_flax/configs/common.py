@@ -7,8 +7,8 @@ import ml_collections
 from zoo.models import model_config
 from zoo.training import mesh_config, train_config
 
-# The LRA code read for these presets: google-research/long-range-arena at commit cd31e5c (README's
-# "lra_code vs the LRA code" table; tests/lra_flax/test_lra_code_presets.py cites file and line per field).
+# The LRA code read for these presets: google-research/long-range-arena at commit cd31e5c (docs/presets.md,
+# "lra_code vs the LRA code"; tests/lra_flax/test_lra_code_presets.py cites file and line per field).
 LRA_CODE_COMMIT = "cd31e5c6b8e5bceabd28de2d2afb23f7ae5d36d8"
 
 

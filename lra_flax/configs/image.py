@@ -7,8 +7,8 @@ Presets (after the colon):
             ReLU-attention encoder over all 1,024 pixels, mean pooling.
               lra-train --config=lra_flax/configs/image.py:demo --workdir=runs/image-demo
             Hardware: 2 CPU cores, about 5 minutes. Expected: test accuracy far above the 10% majority rate
-            (see README for the measured figure). Not CIFAR-10: results.json's data_note says so.
-  lra_code  The LRA code's CIFAR-10 Transformer (README "lra_code vs the LRA code"): softmax attention, 1 layer,
+            (docs/results.md has the measured figure). Not CIFAR-10: results.json's data_note says so.
+  lra_code  The LRA code's CIFAR-10 Transformer (docs/presets.md): softmax attention, 1 layer,
             d 128, q/k/v 64 wide, 8 heads, MLP 128 (GELU), dropout 0.3 and 0.2 on attention weights, learned
             positions, [CLS] pooling, black pixels hidden from attention (the LRA code's `inputs > 0` mask),
             batch 256, 35k steps (~200 epochs of 45k), AdamW lr 5e-4 cosine with 175 warm-up steps, no weight

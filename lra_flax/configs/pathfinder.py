@@ -7,8 +7,8 @@ Presets (after the colon):
                 lra-train --config=lra_flax/configs/pathfinder.py:demo --workdir=runs/pathfinder-demo
               Hardware: 2 CPU cores, about 5 minutes of training after ~5 minutes of generation. Expected:
               near the 50% majority rate — Pathfinder stays at chance for many models for thousands of steps;
-              see README for the measured figure.
-  lra_code    The LRA code's Pathfinder-32 Transformer (README "lra_code vs the LRA code"): softmax attention,
+              docs/results.md has the measured figure.
+  lra_code    The LRA code's Pathfinder-32 Transformer (docs/presets.md): softmax attention,
               4 layers, d 32, q/k/v 16 wide, 4 heads, MLP 32 (GELU), dropout 0.2 and 0.1 on attention weights,
               mean pooling, black pixels hidden from attention (the LRA code's `inputs > 0` mask), batch 512,
               62,400 steps (200 epochs of 160k), AdamW lr 1e-3 cosine, weight decay 0, no clipping. Data:

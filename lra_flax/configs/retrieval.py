@@ -6,8 +6,8 @@ Presets (after the colon):
             the first 256 bytes of each chapter, a 2-layer d 64 ReLU-attention tower.
               lra-train --config=lra_flax/configs/retrieval.py:demo --workdir=runs/retrieval-demo
             Hardware: 2 CPU cores, about 5 minutes. Expected: test accuracy clearly above 50% (balanced
-            labels); see README for the measured figure. Not AAN: not comparable with LRA's numbers.
-  lra_code  The LRA code's dual encoder (README "lra_code vs the LRA code"): softmax attention, 4K bytes per
+            labels); docs/results.md has the measured figure. Not AAN: not comparable with LRA's numbers.
+  lra_code  The LRA code's dual encoder (docs/presets.md): softmax attention, 4K bytes per
             document, 4 layers, d 128, 4 heads, MLP 512 (GELU), dropout 0.1 and 0.1 on attention weights, the
             first byte's output as each document's encoding, [x1, x2] into a two-hidden-layer head, batch 32,
             5k steps, AdamW lr 0.05 with rsqrt decay and 8000 warmup steps (never reached), no clipping.

@@ -12,7 +12,7 @@ Presets (after the colon) are ARCH_SIZE; `demo` is gmlp_demo.
                      embeddings); sequences of 128 from the offline corpus (Wikipedia sample of the gensim wheel).
                        mlm-train --config=mlm_flax/configs/pretrain.py:demo --workdir=runs/mlm-demo
                      Hardware: 2 CPU cores, about 3 minutes (make demo-mlm). Expected: held-out perplexity
-                     far below the unigram perplexity of the corpus (README has the measured figures).
+                     far below the unigram perplexity of the corpus (docs/results.md has the measured figures).
         tiny         d 64, 2 layers, sequences of 64: smoke tests (used by the test suite).
         base         the paper's base models: gMLP 48 layers / aMLP 36 layers, d 512, d_ffn 3072; BERT
                      12 layers, d 768, 12 heads, FFN 3072; vocabulary 32k, sequences of 128, batch 2048,

@@ -7,9 +7,9 @@ Presets (after the colon):
                attention, beam 4.
                  mt-train --config=mt_flax/configs/translation.py:demo --workdir=runs/mt-demo
                Hardware: 2 CPU cores, under 10 minutes with the data download. Expected: a low but
-               non-trivial BLEU (a few points; see README for the measured figure).
+               non-trivial BLEU (a few points; docs/results.md has the measured figure).
   tiny         2+2 layers, d 64: smoke tests and synthetic tasks (used by the test suite).
-  iwslt_de_en  fairseq's transformer_iwslt_de_en and its IWSLT'14 recipe (README "iwslt_de_en vs fairseq"):
+  iwslt_de_en  fairseq's transformer_iwslt_de_en and its IWSLT'14 recipe (docs/presets.md):
                softmax attention, post-LN, 6+6 layers, d 512, FFN 1024, 4 heads, dropout 0.3 (none in the
                FFN or on attention weights), √d-scaled N(0, 1/d) embeddings tied in the decoder, fairseq's
                initialisers, label smoothing 0.1, inverse-sqrt schedule peaking at 5e-4 after 4k warmup
@@ -105,7 +105,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     else:
         config.data.update(source="text", dir="data/iwslt14.tokenized.de-en", tokenizer="pretokenized", vocab_size=0)
         # fairseq's transformer_iwslt_de_en (fairseq/models/transformer/transformer_legacy.py) and its layers: the
-        # README table "iwslt_de_en vs fairseq" gives file and line for each field.
+        # comparison field by field is in docs/presets.md; tests/mt_flax/test_iwslt_preset.py cites file and line.
         config.model = model_config(
             mixer="softmax",
             num_layers=6,

@@ -1,7 +1,7 @@
 """`iwslt_de_en` is fairseq's transformer_iwslt_de_en with its IWSLT'14 De-En recipe, field by field.
 
 Reference: facebookresearch/fairseq at commit 3d262bb; paths under fairseq/ unless they start with examples/.
-The fields that still differ are listed, with the reason, in the README table "iwslt_de_en vs fairseq".
+The fields that still differ are listed, with the reason, in docs/presets.md ("iwslt_de_en vs fairseq").
 """
 
 import math

@@ -1,7 +1,7 @@
 """Conventions that differ between reference implementations are config fields, used everywhere (issue 20.3).
 
 Each is checked against an independent float64 formula, and the presets' choices are pinned to their
-sources (README "Conventions").
+sources (docs/conventions.md).
 """
 
 import math

@@ -68,7 +68,7 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
             # One block traced once and run by a scan over stacked [num_layers, ...] parameters: compile time
             # stops growing with depth. Checkpoints are laid out differently from the unrolled model's.
             "scan_layers": False,
-            # Conventions that differ between reference implementations (README "Conventions"): flax's and
+            # Conventions that differ between reference implementations (docs/conventions.md): flax's and
             # the LRA code's LayerNorm ε 1e-6 (PyTorch's is 1e-5, BERT's 1e-12), and GELU's tanh form (jax's
             # and BERT's; PyTorch's nn.GELU and g-mlp-pytorch use the exact erf form: False).
             "layer_norm_eps": 1e-6,

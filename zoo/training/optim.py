@@ -15,7 +15,7 @@ def make_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
     if train.schedule == "rsqrt":
         # The LRA code's constant * linear_warmup * rsqrt_decay, with the optimiser's step count from 0 as
         # there (its first update has lr 0) — also fairseq's inverse_sqrt with warmup_init_lr 0 when
-        # learning_rate is fairseq's lr · √warmup (docs in the README's presets table).
+        # learning_rate is fairseq's lr · √warmup (docs/presets.md).
         def rsqrt(step):
             s = jnp.asarray(step, jnp.float32)
             w = float(max(warmup, 1))
