@@ -70,4 +70,3 @@ def test_task_names_are_not_spelled_out_outside_their_own_modules():
                 if isinstance(node, ast.Constant) and node.value in REGISTRY:
                     hits.append(f"{relative}:{node.lineno}: {node.value!r}")
     assert len(hits) <= MAX_NAME_LITERALS, "\n".join(hits)
-
