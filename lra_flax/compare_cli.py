@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from lra_flax import compare
 from zoo.files import require_local
+from zoo.training import cli
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Sweep config (lra_flax/configs/compare.py:PRESET).")
+_CONFIG = cli.define_config_flag("Sweep config (lra_flax/configs/compare.py:PRESET).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory: cells/ and the reports.")
 _CELLS = flags.DEFINE_bool("cells", False, "List the cells and their state; run nothing.")
 _SHARD = flags.DEFINE_string("shard", "1/1", "Run only shard i of n (cell k belongs to shard k mod n + 1).")
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("lra-compare"))
 
 
 if __name__ == "__main__":

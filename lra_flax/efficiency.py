@@ -14,13 +14,12 @@ from pathlib import Path
 
 import jax
 from absl import app, flags
-from ml_collections import config_flags
 
 from lra_flax.tasks import TASK_MODULES, make_task
 from zoo.files import atomic_write_bytes
 from zoo.training import cli, throughput
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Task config file with a preset after ':'.", lock_config=True)
+_CONFIG = cli.define_config_flag("Task config file with a preset after ':'.")
 _STEPS = flags.DEFINE_integer("steps", 3, "Timed train steps (after compilation and warm-up).")
 _WARMUP = flags.DEFINE_integer("warmup", 1, "Untimed steps after compilation.")
 _OUTPUT = flags.DEFINE_string("output", None, "Where to write the JSON result (also printed).")

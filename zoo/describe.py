@@ -16,12 +16,12 @@ import jax
 import ml_collections
 from absl import app, flags
 from flax import nnx
-from ml_collections import config_flags
 
 from zoo.mixers.softmax import softmax_implementation
 from zoo.models import Encoder
+from zoo.training import cli
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "A task config with a `model` section.", lock_config=False)
+_CONFIG = cli.define_config_flag("A task config with a `model` section.", lock_config=False)
 
 
 def parameter_counts(model_cfg: ml_collections.ConfigDict) -> dict[str, dict[str, int]]:
@@ -84,4 +84,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main)
+    app.run(main, flags_parser=cli.flags_parser("zoo.describe"))

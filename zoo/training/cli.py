@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import sys
 from collections.abc import Callable, Sequence
 
@@ -52,16 +51,10 @@ USER_ERRORS = (ValueError, OSError, FloatingPointError, NoCheckpointRestores)
 LOST_PEER_EXIT_CODE = 3
 
 
-def unknown_override(argv: Sequence[str], flag: str = "config") -> str | None:
-    """An error message for the first `--config.a.b=v` naming a field the config does not have, else None."""
-    spec = next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{flag}=")), None)
-    if spec is None:
-        return None
-    path, _, preset = spec.partition(":")
-    try:
-        get_config = runpy.run_path(path)["get_config"]
-        config = get_config(preset) if preset else get_config()
-    except Exception:
+def unknown_override(argv: Sequence[str], config, flag: str = "config") -> str | None:
+    """An error message for the first `--config.a.b=v` naming a field that `config` (the config the flag
+    loaded) does not have, with the valid fields at that level; else None."""
+    if not isinstance(config, ml_collections.ConfigDict):
         return None
     for arg in argv:
         if not arg.startswith(f"--{flag}."):
@@ -76,6 +69,46 @@ def unknown_override(argv: Sequence[str], flag: str = "config") -> str | None:
             node = node[part]
             walked.append(part)
     return None
+
+
+class _KeepsLoadedConfig(flags.ArgumentParser):
+    """A config file flag's parser that keeps the config it loaded, so that an override naming a missing field
+    can be reported against it (the flag itself fails before it holds a value)."""
+
+    def __init__(self, inner: flags.ArgumentParser):
+        self.inner, self.config = inner, None
+
+    def parse(self, argument):
+        self.config = self.inner.parse(argument)
+        return self.config
+
+    def flag_type(self) -> str:
+        return self.inner.flag_type()
+
+
+def define_config_flag(help_text: str, *, lock_config: bool = True):
+    """`--config=FILE[:preset]` with `--config.a.b=v` overrides (ml_collections), whose unknown fields
+    `flags_parser` reports with the valid ones beside them."""
+    holder = config_flags.DEFINE_config_file("config", None, help_text, lock_config=lock_config)
+    flags.FLAGS["config"].parser = _KeepsLoadedConfig(flags.FLAGS["config"].parser)
+    return holder
+
+
+def flags_parser(prog: str) -> Callable[[list[str]], list[str]]:
+    """absl's flag parsing, with a bad flag or override reported as one line and exit status 2: an unknown
+    `--config.a.b` names the valid fields beside it (the config file is loaded once, by the flag itself)."""
+
+    def parse(argv: list[str]) -> list[str]:
+        try:
+            return flags.FLAGS(argv)
+        except (flags.Error, AttributeError, KeyError) as e:
+            parser = flags.FLAGS["config"].parser if "config" in flags.FLAGS else None
+            loaded = parser.config if isinstance(parser, _KeepsLoadedConfig) else None
+            message = unknown_override(argv[1:], loaded) or " ".join(str(e).split())
+            print(f"{prog}: error: {message}", file=sys.stderr)
+            sys.exit(2)
+
+    return parse
 
 
 def config_file_problem(argv: Sequence[str], flag: str = "config") -> str | None:
@@ -101,7 +134,7 @@ def show_command_flags(main: Callable, *modules: str) -> None:
 
 def run(main: Callable[[list[str]], None], prog: str) -> None:
     """`app.run(main)` with checked overrides, distributed start-up and WARNING-level library logs."""
-    message = unknown_override(sys.argv[1:]) or config_file_problem(sys.argv[1:])
+    message = config_file_problem(sys.argv[1:])
     if message:
         print(f"{prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
@@ -145,7 +178,7 @@ def run(main: Callable[[list[str]], None], prog: str) -> None:
             # Skip interpreter shutdown: its distributed-shutdown barrier would wait for the dead process.
             os._exit(LOST_PEER_EXIT_CODE)
 
-    app.run(wrapped)
+    app.run(wrapped, flags_parser=flags_parser(prog))
 
 
 def task_main(make_task: Callable[[ml_collections.ConfigDict], Task], prog: str, command_module: str) -> None:
@@ -154,9 +187,7 @@ def task_main(make_task: Callable[[ml_collections.ConfigDict], Task], prog: str,
     `command_module` is the calling module's `__name__`: its docstring is the command's `--help` text.
     `--config=FILE:preset` (with `--config.a.b=v` overrides) and `--workdir`; `--plan_memory` prints the
     per-device memory plan instead of training. The results dict is printed as JSON at the end."""
-    config_flag = config_flags.DEFINE_config_file(
-        "config", None, "Config file with a preset after ':'.", lock_config=True
-    )
+    config_flag = define_config_flag("Config file with a preset after ':'.")
     workdir_flag = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
     plan_flag = flags.DEFINE_bool(
         "plan_memory", False, "Compile the train step for the configured mesh, print per-device memory, and exit."
