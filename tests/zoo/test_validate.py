@@ -9,15 +9,23 @@ import pytest
 from lra_flax.configs import listops
 from lra_flax.tasks import REGISTRY
 from lra_flax.tasks import listops as listops_task
+from zoo.models.config import MODEL_FIELDS
+from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS
 from zoo.training.loop import train_and_evaluate
-from zoo.training.validate import MODEL_RULES, OPTION_RULES, TRAIN_RULES, config_problems
+from zoo.training.validate import OPTION_RULES, config_problems
+
+SECTION_RULES = {
+    section: {f.name: f.rule for f in fields if f.rule is not None}
+    for section, fields in (("train", TRAIN_FIELDS), ("model", MODEL_FIELDS), ("mesh", MESH_FIELDS))
+}
+TRAIN_RULES = SECTION_RULES["train"]
 
 CANDIDATES = (-5, 2, 0, -5.0, 2.0, 0.0, float("nan"), "bogus")
 
 
 def _bad_value(current, rule):
     """A value of the field's own type that the rule rejects (ConfigDict keeps types)."""
-    ok, _ = rule
+    ok = rule.check
     kind = float if isinstance(current, float) else type(current)
     for value in CANDIDATES:
         if isinstance(value, kind) and not isinstance(value, bool) and not ok(value):
@@ -28,7 +36,7 @@ def _bad_value(current, rule):
 def _cases():
     config = listops.get_config("demo")
     cases = []
-    for section, rules in (("train", TRAIN_RULES), ("model", MODEL_RULES)):
+    for section, rules in SECTION_RULES.items():
         for name, rule in rules.items():
             if name in config[section] and _bad_value(config[section][name], rule) is not None:
                 cases.append(f"{section}.{name}")
@@ -44,6 +52,7 @@ CASES = _cases()
 
 def test_the_cases_cover_every_numeric_train_field():
     assert {c.split(".")[1] for c in CASES if c.startswith("train.")} == set(TRAIN_RULES)
+    assert {c.split(".")[1] for c in CASES if c.startswith("mesh.")} == {"data", "fsdp", "tensor", "sharding_tolerance"}
     assert len([c for c in CASES if c.startswith("model.mixer_options.")]) > 20
 
 
@@ -54,7 +63,8 @@ def test_an_out_of_range_field_is_named_and_the_workdir_untouched(path, tmp_path
     node = config
     for part in parents:
         node = node[part]
-    bad = _bad_value(node[leaf], ({**TRAIN_RULES, **MODEL_RULES, **OPTION_RULES}[leaf]))
+    rules = OPTION_RULES if "mixer_options" in parents else SECTION_RULES[parents[0]]
+    bad = _bad_value(node[leaf], rules[leaf])
     node[leaf] = bad
     workdir = tmp_path / "run"
     with pytest.raises(ValueError, match=re.escape(f"{path}={bad!r}")):

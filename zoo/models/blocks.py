@@ -8,9 +8,7 @@ from flax import nnx
 
 from zoo import mixers
 from zoo.layers import FeedForward, compute_dtype
-from zoo.models.config import mixer_config
-
-NORMS = ("pre", "post")
+from zoo.models.config import NORMS, mixer_config
 
 
 class Block(nnx.Module):

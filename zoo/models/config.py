@@ -5,79 +5,88 @@ from __future__ import annotations
 import ml_collections
 
 from zoo import mixers
+from zoo.config_fields import BOOLEAN, Field, Rule, above, at_least, in_range, integer, one_of, section
+from zoo.layers.common import DTYPES
+from zoo.layers.embeddings import EMBED_SCALES, POSITIONAL
+from zoo.layers.ffn import FFN_INITS, FFN_KINDS
+from zoo.layers.heads import POOLINGS
+from zoo.mixers.attention import ATTENTION_INITS
+
+NORMS = ("pre", "post")
+REMAT = ("none", "full", "dots")  # zoo.models.encoder.REMAT_POLICIES has the last two
+TIE_EMBEDDINGS = ("none", "decoder", "all")
+
+
+_FFN_DROPOUT = Rule(lambda x: x == -1 or (isinstance(x, int | float) and 0 <= x < 1), "must be in [0, 1) or -1",
+                    "[0, 1) or -1")  # fmt: skip
+
+# Fields that reproduce a reference implementation's block (the LRA code's `lra_code` presets, fairseq's
+# `iwslt_de_en`) default to this project's own choice: pre-LN, q/k/v as wide as the model, projections with
+# biases, no dropout on attention weights, the FFN's dropout = `dropout`, flax's lecun_normal FFN init.
+MODEL_FIELDS: tuple[Field, ...] = (
+    # Mixer names are checked against the registry by zoo/training/validate.py (its message lists them).
+    Field("mixer", "relu", None, "self-attention / token mixer of every block (docs/mixers.md)"),
+    Field("cross_mixer", "softmax", None, "encoder-decoder cross-attention (attention-type mixers only)"),
+    Field("num_layers", 2, integer(1), "blocks in the encoder (and the decoder unless num_decoder_layers)"),
+    Field("num_decoder_layers", 0, integer(0), "encoder-decoder: decoder blocks; 0: num_layers"),
+    Field("d_model", 128, integer(1), "model width"),
+    Field("num_heads", 4, integer(1), "attention heads"),
+    Field("mlp_dim", 256, integer(1), "FFN hidden width"),
+    Field("qkv_dim", 0, integer(0), "width of the q/k/v projections (heads × head dim) of attention-type mixers; "
+          "0: d_model. The LRA code sets it apart on Image (64 for d 128) and Pathfinder (16 for d 32)"),
+    Field("attention_bias", True, BOOLEAN, "biases on the q/k/v/out projections (the LRA code has none; fairseq "
+          "and BERT have them)"),
+    Field("max_length", 512, integer(1), "longest input in tokens (positions, masks, kernels' blocks)"),
+    Field("dropout", 0.1, in_range(0, 1), "dropout on embeddings and every residual branch"),
+    Field("attention_dropout", 0.0, in_range(0, 1), "dropout on the attention probabilities of mixers that form "
+          "them (softmax, sparsemax, entmax): the LRA code's attention_dropout_rate. ReLU attention's kernels, "
+          "linear attention and SGU never form them: there it does not apply (a warning says so)"),
+    Field("ffn_dropout", -1.0, _FFN_DROPOUT, "dropout on the FFN's hidden activations; -1: `dropout` (the LRA "
+          "code's MlpBlock); fairseq's activation_dropout is 0"),
+    Field("ffn_init", "lecun_normal", one_of(*FFN_INITS), "FFN initialisers: lecun_normal (flax's Dense, biases "
+          "0), xavier_uniform (the LRA code's MlpBlock, biases N(0, 1e-6²)), torch (PyTorch's nn.Linear, fairseq: "
+          "kernels and biases U(±1/√fan_in))"),
+    Field("embed_scale", "none", one_of(*EMBED_SCALES), "token embeddings: none (N(0, 1), tied logits ÷ √d) or "
+          "sqrt_d (N(0, 1/d), inputs × √d: fairseq)"),
+    Field("attention_init", "xavier_uniform", one_of(*ATTENTION_INITS), "q/k/v/out initialisers: xavier_uniform "
+          "(flax, the LRA code; biases 0) or fairseq (q/k/v xavier_uniform with gain 1/√2 and PyTorch's U(±1/√d) "
+          "biases; out as xavier)"),
+    Field("norm", "pre", one_of(*NORMS), "LayerNorm placement: pre (x + f(LN x), a final LN after the stack; the "
+          "LRA code, BERT-style stacks here) or post (LN(x + f(x)), no final LN; fairseq, the original "
+          "Transformer)"),
+    Field("ffn", "relu", one_of(*FFN_KINDS), "the block's FFN (zoo/layers/ffn.py); none for gMLP-style blocks"),
+    Field("positional", "sinusoidal", one_of(*POSITIONAL), "position information added to the token embeddings"),
+    Field("position_init_stddev", 0.02, at_least(0), "σ of learned positions beside N(0, 1) token embeddings: the "
+          "LRA code's 0.02 (50× smaller than its tokens); BERT draws both tables alike (its presets: 1.0)"),
+    Field("pooling", "cls", one_of(*POOLINGS), "classifiers' pooling: cls, first or mean "
+          "(zoo.models.classifiers.SequenceEncoder)"),
+    Field("head_layers", 1, integer(1), "hidden Dense → ReLU layers of a classifier's head, each half as wide as "
+          "the one before (the first mlp_dim wide): 1 the LRA classifier head, 2 the LRA matching (Retrieval) head"),
+    Field("pixel_zero_is_padding", False, BOOLEAN, "the LRA code's padding mask on pixel tasks, `inputs > 0`: "
+          "black pixels hidden from attention as keys"),
+    Field("pad_id", 0, integer(-1), "the token id that is padding (masked out); -1: none (pixel tasks, every id "
+          "is real)"),
+    Field("dtype", "float32", one_of(*DTYPES), "compute dtype; parameters stay float32"),
+    Field("remat", "none", one_of(*REMAT), "rematerialisation of each block in the backward pass: none, full "
+          "(keep only block inputs) or dots (keep matmul outputs without batch dims: "
+          "jax's dots_with_no_batch_dims)"),
+    Field("scan_layers", False, BOOLEAN, "one block traced once and run by a scan over stacked [num_layers, ...] "
+          "parameters: compile time stops growing with depth (checkpoints are laid out differently)"),
+    Field("layer_norm_eps", 1e-6, above(0), "LayerNorm ε: flax's and the LRA code's 1e-6 (PyTorch 1e-5, BERT "
+          "1e-12; docs/conventions.md)"),
+    Field("gelu_approximate", True, BOOLEAN, "GELU's tanh form (jax's and BERT's); False: the exact erf form "
+          "(PyTorch's nn.GELU, g-mlp-pytorch)"),
+    Field("tie_embeddings", "none", one_of(*TIE_EMBEDDINGS), "generative models: none, decoder (output "
+          "projection = target embedding) or all (+ source)"),
+    Field("mixer_options", None, None, "each mixer's own fields, model.mixer_options.NAME.* (docs/mixers.md); "
+          "every mixer's are checked, the inactive ones' too"),
+)  # fmt: skip
 
 
 def model_config(**overrides) -> ml_collections.ConfigDict:
-    """Defaults for the models every task builds; `mixer_options.<name>` holds each mixer's own fields.
-
-    Fields that reproduce a reference implementation's block (the LRA code's `lra_code` presets, fairseq's
-    `iwslt_de_en`) default to this project's own choice: pre-LN, q/k/v as wide as the model, projections with
-    biases, no dropout on attention weights, the FFN's dropout = `dropout`, flax's lecun_normal FFN init."""
-    cfg = ml_collections.ConfigDict(
-        {
-            "mixer": "relu",  # self-attention / token mixer of every block
-            "cross_mixer": "softmax",  # encoder-decoder cross-attention (attention types only)
-            "num_layers": 2,
-            "num_decoder_layers": 0,  # encoder-decoder: 0 means num_layers
-            "d_model": 128,
-            "num_heads": 4,
-            "mlp_dim": 256,
-            # Width of the q/k/v projections (heads × head dim) of attention-type mixers; 0: d_model. The LRA
-            # code sets it apart on Image (64 for d 128) and Pathfinder (16 for d 32).
-            "qkv_dim": 0,
-            # Biases on the q/k/v/out projections (the LRA code has none; fairseq and BERT have them).
-            "attention_bias": True,
-            "max_length": 512,
-            "dropout": 0.1,
-            # Dropout on the attention probabilities of mixers that form them (softmax, sparsemax, entmax):
-            # the LRA code's attention_dropout_rate (flax, per element). ReLU attention's kernels and linear
-            # attention never form the T×T weights, and SGU has none: for them it does not apply (a warning).
-            "attention_dropout": 0.0,
-            # Dropout on the FFN's hidden activations; -1: `dropout` (the LRA code's MlpBlock); fairseq's
-            # activation_dropout is 0.
-            "ffn_dropout": -1.0,
-            # FFN initialisers: lecun_normal (flax's Dense: kernels lecun_normal, biases 0), xavier_uniform
-            # (the LRA code's MlpBlock: kernels xavier_uniform, biases N(0, 1e-6²)), torch (PyTorch's nn.Linear,
-            # fairseq: kernels and biases U(±1/√fan_in)).
-            "ffn_init": "lecun_normal",
-            # Token embeddings: none (N(0, 1), tied logits ÷ √d) or sqrt_d (N(0, 1/d), inputs × √d: fairseq).
-            "embed_scale": "none",
-            # q/k/v/out initialisers: xavier_uniform (flax, the LRA code: kernels xavier_uniform, biases 0) or
-            # fairseq (q/k/v kernels xavier_uniform with gain 1/√2 and PyTorch's U(±1/√d) biases; out as xavier).
-            "attention_init": "xavier_uniform",
-            # LayerNorm placement of every block: pre (x + f(LN x), one final LN after the stack; the LRA code,
-            # BERT-style stacks here) or post (LN(x + f(x)), no final LN; fairseq's transformer, the original
-            # Transformer).
-            "norm": "pre",
-            "ffn": "relu",  # see zoo.layers.ffn.FFN_KINDS; "none" for gMLP-style blocks
-            "positional": "sinusoidal",
-            # Learned positions ~ N(0, σ²) beside N(0, 1) token embeddings: the LRA code's σ 0.02 (50× smaller
-            # than its tokens); BERT draws both tables alike (its presets: 1.0).
-            "position_init_stddev": 0.02,
-            "pooling": "cls",  # cls | first | mean (zoo.models.classifiers.SequenceEncoder)
-            # Hidden Dense → ReLU layers of a classifier's head, each half as wide as the one before (the first
-            # mlp_dim wide): 1 the LRA classifier head, 2 the LRA matching (Retrieval) head.
-            "head_layers": 1,
-            # The LRA code's padding mask on pixel tasks, `inputs > 0`: black pixels hidden from attention as keys.
-            "pixel_zero_is_padding": False,
-            "pad_id": 0,  # the token id that is padding (masked out); -1: none (pixel tasks, every id is real)
-            "dtype": "float32",  # compute dtype; parameters stay float32
-            # Rematerialisation of each block in the backward pass: none | full (keep only block inputs) |
-            # dots (keep matmul outputs without batch dims, recompute the rest: jax's dots_with_no_batch_dims).
-            "remat": "none",
-            # One block traced once and run by a scan over stacked [num_layers, ...] parameters: compile time
-            # stops growing with depth. Checkpoints are laid out differently from the unrolled model's.
-            "scan_layers": False,
-            # Conventions that differ between reference implementations (docs/conventions.md): flax's and
-            # the LRA code's LayerNorm ε 1e-6 (PyTorch's is 1e-5, BERT's 1e-12), and GELU's tanh form (jax's
-            # and BERT's; PyTorch's nn.GELU and g-mlp-pytorch use the exact erf form: False).
-            "layer_norm_eps": 1e-6,
-            "gelu_approximate": True,
-            # Generative models: none | decoder (output projection = target embedding) | all (+ source).
-            "tie_embeddings": "none",
-            "mixer_options": mixers.options_config(),
-        }
-    )
+    """`MODEL_FIELDS`' defaults, with `overrides`; `mixer_options.<name>` holds each mixer's own fields."""
+    cfg = section(MODEL_FIELDS)
+    cfg.mixer_options = mixers.options_config()
     cfg.update(overrides)
     return cfg
 

@@ -11,10 +11,10 @@ from zoo import mixers
 from zoo.layers import compute_dtype
 from zoo.layers.common import constrain_batch_sharded
 from zoo.models.blocks import Block
+from zoo.models.config import REMAT
 
 # model.remat → what jax.checkpoint keeps of a block for the backward pass (None: only its inputs).
 REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
-REMAT = ("none", *REMAT_POLICIES)
 _WARNED: set[str] = set()  # mixers already warned about model.attention_dropout
 
 

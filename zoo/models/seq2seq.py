@@ -15,6 +15,7 @@ from flax import nnx
 from zoo.layers import TokenEmbedding, add_positions, compute_dtype, dense
 from zoo.layers.embeddings import sinusoidal_positions
 from zoo.models.classifiers import PAD_ID
+from zoo.models.config import TIE_EMBEDDINGS
 from zoo.models.encoder import Decoder, Encoder
 
 
@@ -24,9 +25,6 @@ def _positions_at(x: jax.Array, index: jax.Array, kind: str, max_length: int) ->
         return x
     row = jax.lax.dynamic_slice_in_dim(sinusoidal_positions(max_length, x.shape[-1]), index, 1)
     return x + row[None].astype(x.dtype)
-
-
-TIE_EMBEDDINGS = ("none", "decoder", "all")
 
 
 def _check_tie(cfg: ml_collections.ConfigDict, choices: tuple[str, ...]) -> str:

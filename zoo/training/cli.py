@@ -20,6 +20,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from zoo import config_fields
 from zoo.files import parse_ordered_pair
 from zoo.training import distributed, memory
 from zoo.training.checkpoints import NoCheckpointRestores
@@ -132,15 +133,18 @@ def show_command_flags(main: Callable, *modules: str) -> None:
         main_module.__doc__ = sys.modules[main.__module__].__doc__  # the usage text absl prints first
 
 
-def run(main: Callable[[list[str]], None], prog: str) -> None:
-    """`app.run(main)` with checked overrides, distributed start-up and WARNING-level library logs."""
+def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = "") -> None:
+    """`app.run(main)` with checked overrides, distributed start-up and WARNING-level library logs;
+    `--help` prints the usage, the flags, then `help_epilogue`."""
     message = config_file_problem(sys.argv[1:])
     if message:
         print(f"{prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
     show_command_flags(main)
     if any(arg in ("--help", "-h", "-?", "--helpshort") for arg in sys.argv[1:]):
-        app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)  # absl's own --help exits with status 1
+        app.usage(shorthelp=True, writeto_stdout=True)
+        print(help_epilogue, end="")
+        sys.exit(0)  # absl's own --help exits with status 1
 
     def wrapped(argv):
         if not flags.FLAGS["verbosity"].present:
@@ -209,7 +213,15 @@ def task_main(make_task: Callable[[ml_collections.ConfigDict], Task], prog: str,
         print(json.dumps(results, indent=2, sort_keys=True))
 
     main.__module__ = command_module
-    run(main, prog)
+    run(main, prog, help_epilogue=config_fields_help())
+
+
+def config_fields_help() -> str:
+    """The shared config sections' fields, from their declarations (docs/config.md has them as tables)."""
+    lines = ["", "Config fields of every task (--config.SECTION.FIELD=value; data.*: see the task's config file):"]
+    for name, fields in config_fields.declared_sections().items():
+        lines += config_fields.help_lines(fields, name)
+    return "\n".join(lines) + "\n"
 
 
 def train_rate(results: dict) -> str:

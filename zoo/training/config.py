@@ -7,8 +7,10 @@ import os
 
 import ml_collections
 
+from zoo.config_fields import Field, Rule, above, at_least, in_range, integer, one_of, section
 from zoo.files import as_path, atomic_write_bytes, is_url
-from zoo.training.mesh import LOGICAL_RULES
+from zoo.training.mesh import LOGICAL_RULES, PARAMETER_AXES
+from zoo.training.optim import SCHEDULES
 
 # Fields that may change when a run is resumed: they alter when things happen, not what is computed.
 RESUMABLE_FIELDS = frozenset(
@@ -29,44 +31,38 @@ class ConfigMismatchError(ValueError):
     """Resuming a workdir with a config that would alter the run."""
 
 
-def train_config(**overrides) -> ml_collections.ConfigDict:
-    """Optimiser, schedule and loop fields.
+TRAIN_FIELDS: tuple[Field, ...] = (
+    Field("steps", 1000, integer(0), "train steps; 0 evaluates the initialised model only"),
+    Field("batch_size", 32, integer(0), "examples per global batch, split over processes and the data × fsdp "
+          "mesh axes; 0 for tasks that batch by tokens (translation: data.max_tokens)"),
+    Field("eval_batch_size", 0, integer(0), "examples per evaluation batch; 0: batch_size"),
+    Field("eval_max_batches", 0, integer(0), "evaluate only the first N batches of each split (quick sweeps); 0: "
+          "all. A prefix is a fair sample only where the split is in random order (never cap LRA Text's)"),
+    Field("learning_rate", 1e-3, above(0), "peak learning rate (rsqrt: the factor; the peak is "
+          "learning_rate/√warmup_steps)"),
+    Field("schedule", "cosine", one_of(*SCHEDULES), "rsqrt: the LRA code's constant · linear_warmup · "
+          "rsqrt_decay, lr = learning_rate · min(1, s/warmup) / √max(s, warmup); cosine: linear warmup, cosine "
+          "decay to 0 at train.steps; constant: linear warmup, then constant"),
+    Field("warmup_steps", 100, integer(0), "steps of linear warm-up"),
+    Field("weight_decay", 0.1, at_least(0), "AdamW's decoupled weight decay"),
+    Field("weight_decay_mask", "all", one_of("all", "no_norm_or_bias"), "which parameters decay: all, or none of "
+          "the norms and biases (BERT); never γ or the SGU bias (zoo/training/optim.py)"),
+    Field("b1", 0.9, in_range(0, 1), "Adam's β₁"),
+    Field("b2", 0.98, in_range(0, 1), "Adam's β₂"),
+    Field("eps", 1e-9, above(0), "Adam's ε"),
+    Field("grad_clip_norm", 1.0, at_least(0), "clip the global gradient norm to this; 0 disables clipping"),
+    Field("grad_accum_steps", 1, integer(1), "micro-batches per step (batch_size must be divisible by it)"),
+    Field("label_smoothing", 0.0, in_range(0, 1), "label smoothing of the cross-entropy"),
+    Field("log_every", 50, integer(1), "steps between log lines (metrics.jsonl, TensorBoard, progress)"),
+    Field("eval_every", 500, integer(0), "steps between evaluations of the first eval split; 0 disables them"),
+    Field("checkpoint_every", 500, integer(1), "steps between checkpoints (and one at the last step)"),
+    Field("keep_checkpoints", 3, integer(1), "checkpoints kept in the workdir"),
+)  # fmt: skip
 
-    schedule:
-      "rsqrt"     LRA's `constant * linear_warmup * rsqrt_decay`: lr = learning_rate · min(1, s/warmup) /
-                  √max(s, warmup); the peak is learning_rate/√warmup (0.05 and 1000 give 1.6e-3).
-      "cosine"    linear warmup to learning_rate, cosine decay to 0 at train.steps.
-      "constant"  linear warmup to learning_rate, then constant.
-    """
-    cfg = ml_collections.ConfigDict(
-        {
-            "steps": 1000,  # 0: no training, evaluate the initialised model
-            # Examples per global batch, split over processes and the data × fsdp mesh axes. 0 for tasks that
-            # batch by tokens (translation: data.max_tokens, rows a multiple of data.row_multiple).
-            "batch_size": 32,
-            "eval_batch_size": 0,  # 0: same as batch_size
-            # Evaluate only the first N batches of each split (quick sweeps); 0: all. A prefix is a fair sample
-            # only where the split is in random order (LRA Text's splits are grouped by label: never cap them).
-            "eval_max_batches": 0,
-            "learning_rate": 1e-3,
-            "schedule": "cosine",
-            "warmup_steps": 100,
-            "weight_decay": 0.1,
-            "weight_decay_mask": "all",  # all | no_norm_or_bias (BERT); never γ or the SGU bias (zoo.training.optim)
-            "b1": 0.9,
-            "b2": 0.98,
-            "eps": 1e-9,
-            "grad_clip_norm": 1.0,  # 0 disables clipping
-            "grad_accum_steps": 1,  # micro-batches per step; batch_size must be divisible by it
-            "label_smoothing": 0.0,
-            "log_every": 50,
-            "eval_every": 500,  # 0 disables periodic evaluation
-            "checkpoint_every": 500,
-            "keep_checkpoints": 3,
-        }
-    )
-    cfg.update(overrides)
-    return cfg
+
+def train_config(**overrides) -> ml_collections.ConfigDict:
+    """Optimiser, schedule and loop fields (`TRAIN_FIELDS`' defaults, with `overrides`)."""
+    return section(TRAIN_FIELDS, **overrides)
 
 
 def small_run_config(steps: int, *, eval_every: int = 0, **fields) -> ml_collections.ConfigDict:
@@ -75,22 +71,35 @@ def small_run_config(steps: int, *, eval_every: int = 0, **fields) -> ml_collect
     return train_config(steps=steps, eval_every=eval_every, checkpoint_every=eval_every or steps, **fields)
 
 
-def mesh_config(**overrides) -> ml_collections.ConfigDict:
-    """Device-mesh axis sizes (-1 takes all remaining devices; default: every device on `data`), the rules that
-    map parameters' logical axes to mesh axes ("" = replicated), and how much more parameter memory than an
-    even fsdp × tensor split a device may hold before the run is refused (MaxText's sharding_tolerance)."""
-    cfg = ml_collections.ConfigDict(
-        {
-            "data": -1,
-            "fsdp": 1,
-            "tensor": 1,
-            "rules": dict(LOGICAL_RULES),
-            # 5%: under fsdp alone, the biases of tensor-split layers stay whole (2.4% on lra_code at fsdp=8).
-            "sharding_tolerance": 0.05,
-        }
+def _mesh_axis(size) -> bool:
+    return isinstance(size, int) and not isinstance(size, bool) and (size == -1 or size >= 1)
+
+
+def _logical_rules(rules) -> bool:
+    return isinstance(rules, dict | ml_collections.ConfigDict) and all(
+        axis in ("", *PARAMETER_AXES) for axis in dict(rules).values()
     )
-    cfg.update(overrides)
-    return cfg
+
+
+_AXIS = Rule(_mesh_axis, "must be -1 (every remaining device) or an integer ≥ 1", "-1 or int ≥ 1")
+MESH_FIELDS: tuple[Field, ...] = (
+    Field("data", -1, _AXIS, "devices on the data axis (batch split); -1: every remaining device"),
+    Field("fsdp", 1, _AXIS, "devices on the fsdp axis (batch and parameters split)"),
+    Field("tensor", 1, _AXIS, "devices on the tensor axis (parameters split along heads and hidden units)"),
+    Field("rules", dict(LOGICAL_RULES), Rule(_logical_rules, f"must map logical axes to one of "
+          f"{', '.join(PARAMETER_AXES)} or ''", "axis map"), "parameters' logical axes → mesh axes ('' = "
+          "replicated)"),
+    Field("sharding_tolerance", 0.05, Rule(lambda x: isinstance(x, int | float) and 0 <= x <= 1, "must be a "
+          "number in [0, 1]", "[0, 1]"), "how much more parameter memory than an even fsdp × tensor split a "
+          "device may hold before the run is refused (MaxText's sharding_tolerance); 5%: under fsdp alone the "
+          "biases of tensor-split layers stay whole (2.4% on lra_code at fsdp=8)"),
+)  # fmt: skip
+
+
+def mesh_config(**overrides) -> ml_collections.ConfigDict:
+    """Device-mesh axis sizes (default: every device on `data`), the logical-axis rules and the sharding
+    tolerance (`MESH_FIELDS`' defaults, with `overrides`)."""
+    return section(MESH_FIELDS, **overrides)
 
 
 def flatten_config(d: dict, prefix: str = "") -> dict:

@@ -1,0 +1,68 @@
+"""Config fields are declared once (zoo.config_fields): the sections, their validation, --help and docs/config.md
+all come from the declarations, so none of them can drift from the others."""
+
+from pathlib import Path
+
+import ml_collections
+import pytest
+
+from zoo import config_fields
+from zoo.models import model_config
+from zoo.models.encoder import REMAT_POLICIES
+from zoo.training import cli, mesh_config, train_config
+from zoo.training.validate import config_problems
+
+SECTIONS = config_fields.declared_sections()
+BUILT = {"train": train_config(), "model": model_config(), "mesh": mesh_config()}
+
+
+@pytest.mark.parametrize("name", list(SECTIONS))
+def test_a_section_holds_exactly_its_declared_fields_at_their_defaults(name):
+    fields = SECTIONS[name]
+    assert set(BUILT[name].keys()) == {f.name for f in fields}
+    assert len({f.name for f in fields}) == len(fields)  # each declared once
+    for f in fields:
+        if f.default is not None:
+            value = BUILT[name][f.name]
+            assert (value.to_dict() if isinstance(value, ml_collections.ConfigDict) else value) == f.default, f.name
+        if f.rule is not None:
+            assert f.rule.check(f.default), f"{name}.{f.name}'s default {f.default!r} breaks its own rule"
+
+
+def test_every_declared_field_has_help_and_a_rule_unless_checked_elsewhere():
+    unchecked = {f"{n}.{f.name}" for n, fields in SECTIONS.items() for f in fields if f.rule is None}
+    assert unchecked == {"model.mixer", "model.cross_mixer", "model.mixer_options"}  # validate.py checks them
+    assert all(len(f.help) > 5 for fields in SECTIONS.values() for f in fields)
+
+
+def test_an_undeclared_override_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"unknown config field\(s\) stepz; valid: steps, batch_size"):
+        train_config(stepz=3)
+
+
+def test_validation_uses_the_declared_rules():
+    config = {"train": train_config(steps=-1), "mesh": mesh_config(fsdp=0), "model": model_config(norm="middle")}
+    assert config_problems(ml_collections.ConfigDict(config)) == [
+        "train.steps=-1 must be an integer ≥ 0",
+        "mesh.fsdp=0 must be -1 (every remaining device) or an integer ≥ 1",
+        "model.norm='middle' must be one of pre, post",
+    ]
+    model = ml_collections.ConfigDict({"model": model_config(cross_mixer="softmaxx")})
+    assert config_problems(model)[0].startswith("model.cross_mixer: unknown mixer 'softmaxx'; valid mixers: ")
+
+
+def test_help_lists_every_declared_field():
+    text = cli.config_fields_help()
+    for name, fields in SECTIONS.items():
+        for f in fields:
+            assert f"  {name}.{f.name} (" in text, f.name
+
+
+def test_docs_config_md_is_generated_from_the_declarations():
+    committed = (Path(__file__).parents[2] / "docs" / "config.md").read_text()
+    assert committed == config_fields.markdown(), "run: python -m zoo.config_fields > docs/config.md"
+
+
+def test_the_declared_remat_values_are_the_encoders_policies():
+    remat = next(f for f in SECTIONS["model"] if f.name == "remat")
+    assert remat.rule.kind == "one of " + ", ".join(("none", *REMAT_POLICIES))
