@@ -8,6 +8,7 @@ from absl import app, flags
 
 from lra_flax import compare
 from zoo.files import require_local
+from zoo.plots import MissingExtra
 from zoo.training import cli
 
 _CONFIG = cli.define_config_flag("Sweep config (lra_flax/configs/compare.py:PRESET).")
@@ -38,10 +39,10 @@ def main(argv: list[str]) -> None:
             counts = compare.run_sweep(config, root, shard_spec=_SHARD.value, retry_failed=_RETRY.value)
             if _SHARD.value == "1/1" and not counts.get("preempted"):
                 compare.run_efficiency(config, root)  # one machine only: timings on a shared host would mislead
-    except ValueError as e:
+        paths = compare.write_report(config, root)
+    except (ValueError, MissingExtra) as e:
         print(f"lra-compare: error: {e}", file=sys.stderr)
         sys.exit(2)
-    paths = compare.write_report(config, root)
     print("\n".join(f"{name}: {path}" for name, path in paths.items()))
     if counts.get("preempted"):
         sys.exit(compare.PREEMPTED_EXIT_CODE)

@@ -1,9 +1,14 @@
 import os
+from pathlib import Path
 
 import pytest
 
 # Tests run on the CPU with the default single device unless a test spawns its own process.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# A persistent compilation cache, shared by the pytest workers, the commands tests start (they inherit the
+# environment) and later runs: the same small models compile in many tests. Set before jax is imported.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).parents[1] / ".cache" / "jax-tests"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 
 def pytest_configure(config):

@@ -11,9 +11,19 @@ from etils import epath
 from zoo.files import as_path, atomic_write_bytes, is_url
 
 
+class MissingExtra(ImportError):
+    """An optional dependency that a command needs is not installed (the message names the extra)."""
+
+
 def pyplot():
     """`matplotlib.pyplot` on the Agg backend (imported on first use: most commands draw nothing)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingExtra(
+            "drawing figures needs matplotlib, an optional dependency: pip install 'relu-linear-gmlp-zoo[plots]' "
+            "(or pip install -e '.[plots]' in a checkout)"
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

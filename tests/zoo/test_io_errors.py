@@ -93,3 +93,18 @@ def test_help_lists_the_commands_own_flags(module, own_flags):
     usage = run.stdout.split("flags:")[0]
     assert "--helpfull" not in usage  # the usage text comes first, from the command's own docstring
     assert "--workdir" in usage or "--output" in usage, usage
+
+
+def test_a_missing_optional_dependency_names_its_extra(monkeypatch):
+    """matplotlib and tensorflow-datasets are extras: without them, the commands that need them say which."""
+    import sys
+
+    from zoo.plots import MissingExtra, pyplot
+    from zoo.training.data import open_tfds
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what `import matplotlib` does when not installed
+    with pytest.raises(MissingExtra, match=r"pip install 'relu-linear-gmlp-zoo\[plots\]'"):
+        pyplot()
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)
+    with pytest.raises(FileNotFoundError, match=r"needs tensorflow-datasets.*'\.\[tfds\]'.*or use data.source='x'"):
+        open_tfds("imdb_reviews", "train", None, "data.source='x'")

@@ -22,6 +22,7 @@ from ml_collections import config_flags
 
 from zoo import config_fields
 from zoo.files import parse_ordered_pair
+from zoo.plots import MissingExtra
 from zoo.training import distributed, memory
 from zoo.training.checkpoints import NoCheckpointRestores
 from zoo.training.loop import Task, train_and_evaluate
@@ -47,7 +48,7 @@ def parse_profile_steps(value: str | None) -> tuple[int, int] | None:
 # Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run): one clear
 # line and exit status 2, no traceback.
 # I/O failures (OSError: a missing or unreadable file, a full disk) are reported the same way.
-USER_ERRORS = (ValueError, OSError, FloatingPointError, NoCheckpointRestores)
+USER_ERRORS = (ValueError, OSError, FloatingPointError, NoCheckpointRestores, MissingExtra)
 # Another process of a multi-process run died: this one stops at once with this status.
 LOST_PEER_EXIT_CODE = 3
 

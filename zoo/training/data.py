@@ -69,8 +69,13 @@ def open_tfds(name: str, split: str, data_dir: str | None, alternative: str):
 
     `alternative` names the offline config choice for the message (e.g. "data.source='text'").
     """
-    import tensorflow_datasets as tfds
-
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise FileNotFoundError(
+            f"TFDS dataset {name!r} needs tensorflow-datasets, an optional dependency: pip install -e '.[tfds]' "
+            f"(and prepare it with TensorFlow: '.[tf]'; tfds build), or use {alternative}"
+        ) from None
     try:
         return tfds.data_source(name, split=split, data_dir=data_dir)
     except Exception as e:
