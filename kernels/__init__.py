@@ -4,12 +4,8 @@
 This package imports only jax, so its tests and benchmarks run on any machine with jax installed.
 """
 
-from kernels.linear_attention import (
-    EPS_MODES,
-    linear_attention,
-    linear_attention_init_state,
-    linear_attention_step,
-)
+from kernels.linear_attention import linear_attention, linear_attention_init_state, linear_attention_step
+from kernels.numerics import EPS_MODES
 from kernels.relu_attention import (
     relu_attention,
     relu_attention_and_row_stats,

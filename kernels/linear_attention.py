@@ -33,18 +33,15 @@ import jax.numpy as jnp
 from jax import lax
 
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_non_negative
+from kernels.linear_attention_mgpu import linear_attention_mgpu, mgpu_chunk_sizes, supported
+from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
+from kernels.linear_attention_tpu import linear_attention_tpu
 from kernels.masking import zero_masked_rows
+from kernels.numerics import EPS_MODES, stabilise_denominator
+from kernels.platforms import auto_pallas_backend, resolve_pallas_backend
 
 IMPLS = ("auto", "reference", "xla", "pallas")
-EPS_MODES = ("add", "guard")
 DEFAULT_CHUNK = 64
-
-
-def stabilise_denominator(den: jax.Array, eps: float, eps_mode: str) -> jax.Array:
-    """The normaliser with ε applied by `eps_mode` (module docstring); its derivative is 1 either way."""
-    if eps_mode == "add":
-        return den + eps
-    return den + jnp.where(jnp.abs(den) <= eps, 2 * eps, 0.0).astype(den.dtype)
 
 
 def _check(phi_q, phi_k, v, key_mask, causal):
@@ -131,8 +128,6 @@ def _mosaic_refusal(phi_q, v, chunk_size, block_sizes, causal: bool):
     """Why the Mosaic GPU kernels cannot take these inputs (None: they can)."""
 
     def refusal():
-        from kernels.linear_attention_mgpu import mgpu_chunk_sizes, supported
-
         try:
             sizes = mgpu_chunk_sizes(chunk_size, block_sizes)
         except ValueError as e:
@@ -144,8 +139,6 @@ def _mosaic_refusal(phi_q, v, chunk_size, block_sizes, causal: bool):
 
 def _pallas_backend(requested, phi_q, v, chunk_size, block_sizes, causal: bool) -> str:
     """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
-    from kernels.platforms import resolve_pallas_backend
-
     refusal = _mosaic_refusal(phi_q, v, chunk_size, block_sizes, causal)
     return resolve_pallas_backend(requested, refusal, op="linear_attention")
 
@@ -185,8 +178,6 @@ def linear_attention(
         raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
     phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
     if impl == "auto":  # "pallas" only where kernels/kernel_passes.json records a pass and a speed-up here
-        from kernels.platforms import auto_pallas_backend
-
         refusal = _mosaic_refusal(phi_q, v, chunk_size, pallas_block_sizes, causal)
         auto_backend = auto_pallas_backend("linear_attention", phi_k.shape[1], {"mosaic_gpu": refusal})
         impl, pallas_backend = ("pallas", auto_backend) if auto_backend else ("xla", pallas_backend)
@@ -198,21 +189,15 @@ def linear_attention(
         backend = _pallas_backend(pallas_backend, phi_q, v, chunk_size, pallas_block_sizes, causal)
         interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
         if backend == "mosaic_gpu":
-            from kernels.linear_attention_mgpu import linear_attention_mgpu, mgpu_chunk_sizes
-
             sizes = mgpu_chunk_sizes(chunk_size, pallas_block_sizes)
             return linear_attention_mgpu(
                 phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes
             )  # fmt: skip
         if backend == "tpu":
-            from kernels.linear_attention_tpu import linear_attention_tpu
-
             return linear_attention_tpu(
                 phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=pallas_block_sizes,
                 interpret=interpret,
             )  # fmt: skip
-        from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
-
         sizes = pallas_block_sizes or (LinearBlockSizes(chunk=chunk_size) if chunk_size else None)
         return linear_attention_pallas(
             phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, backend=backend,

@@ -47,8 +47,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.linear_attention import stabilise_denominator
 from kernels.mgpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
+from kernels.numerics import stabilise_denominator
 
 MODES = ("causal", "anticausal", "full")
 MAX_STATE_ENTRIES = 128 * 128

@@ -34,6 +34,11 @@ from jax import lax
 
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_positive
 from kernels.masking import zero_masked_rows
+from kernels.numerics import xlogx
+from kernels.platforms import auto_pallas_backend, resolve_pallas_backend
+from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu, supported
+from kernels.relu_attention_pallas import relu_attention_pallas
+from kernels.relu_attention_tpu import relu_attention_tpu
 
 IMPLS = ("auto", "reference", "xla", "pallas")
 
@@ -247,17 +252,10 @@ _xla.defvjp(_xla_fwd, _xla_bwd)
 # ----------------------------------------------------------------------------------------------
 
 
-def xlogx(a: jax.Array) -> jax.Array:
-    """a log a, 0 where a ≤ 0 (the entropy regulariser's convention)."""
-    return jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0)
-
-
 def _mosaic_refusal(q, k, v, block_sizes, causal: bool, fused_row_stats: bool = False):
     """Why the Mosaic GPU kernels cannot take these inputs (None: they can)."""
 
     def refusal():
-        from kernels.relu_attention_mgpu import MgpuBlockSizes, supported
-
         if fused_row_stats:
             return "the row statistics come out of the Triton forward kernel only"
         if block_sizes is not None and not isinstance(block_sizes, MgpuBlockSizes):
@@ -269,8 +267,6 @@ def _mosaic_refusal(q, k, v, block_sizes, causal: bool, fused_row_stats: bool = 
 
 def _pallas_backend(requested, q, k, v, block_sizes, causal: bool, fused_row_stats: bool = False) -> str:
     """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
-    from kernels.platforms import resolve_pallas_backend
-
     refusal = _mosaic_refusal(q, k, v, block_sizes, causal, fused_row_stats)
     return resolve_pallas_backend(requested, refusal, op="relu_attention")
 
@@ -289,8 +285,6 @@ def _choose_impl(
     impl = _resolve_impl(impl)
     if impl != "auto":
         return impl, None
-    from kernels.platforms import auto_pallas_backend
-
     refusal = _mosaic_refusal(q, k, v, block_sizes, causal, fused_row_stats)
     backend = auto_pallas_backend("relu_attention", k.shape[1], {"mosaic_gpu": refusal})
     return ("pallas", backend) if backend else ("xla", None)
@@ -340,17 +334,11 @@ def relu_attention(
         backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes, causal)
         interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
         if backend == "mosaic_gpu":  # Hopper kernels (MgpuBlockSizes.backward picks the backward)
-            from kernels.relu_attention_mgpu import relu_attention_mgpu
-
             return relu_attention_mgpu(q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes)
         if backend == "tpu":
-            from kernels.relu_attention_tpu import relu_attention_tpu
-
             return relu_attention_tpu(
                 q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes, interpret=interpret
             )
-        from kernels.relu_attention_pallas import relu_attention_pallas
-
         return relu_attention_pallas(
             q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes, backend=backend,
             interpret=interpret,
@@ -438,8 +426,6 @@ def relu_attention_and_row_stats(
             pallas_interpret=pallas_interpret, **opts,
         )  # fmt: skip
         return out, *relu_attention_row_stats(q, k, block_sizes=block_sizes, **opts)
-    from kernels.relu_attention_pallas import relu_attention_pallas
-
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])

@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 import kernels
-from kernels.linear_attention import stabilise_denominator
+from kernels.numerics import stabilise_denominator
 from zoo import mixers
 from zoo.mixers.linear import favor_features, orthogonal_random_features
 
