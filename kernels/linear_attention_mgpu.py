@@ -70,15 +70,6 @@ class MgpuChunkSizes:
             raise ValueError(f"MgpuChunkSizes.chunk must be a positive multiple of 64, got {self.chunk}")
 
 
-def mgpu_chunk_sizes(chunk_size: int | None, block_sizes=None) -> MgpuChunkSizes:
-    """The sizes `linear_attention`'s arguments ask for; ValueError if they are another kernel's or invalid."""
-    if block_sizes is not None:
-        if not isinstance(block_sizes, MgpuChunkSizes):
-            raise ValueError(f"block sizes {type(block_sizes).__name__} are not MgpuChunkSizes")
-        return block_sizes
-    return MgpuChunkSizes(chunk=chunk_size) if chunk_size else MgpuChunkSizes()
-
-
 def supported(
     phi_q: jax.Array, v: jax.Array, sizes: MgpuChunkSizes, kernels: str = "mosaic", causal: bool = True
 ) -> str | None:
@@ -327,7 +318,7 @@ def linear_attention_mgpu(
     block_sizes: MgpuChunkSizes | None = None,
     kernels: str = "mosaic",
 ) -> jax.Array:
-    """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`.
+    """The Mosaic GPU kernels, from what every linear backend takes (kernels/README.md).
     `kernels="xla"`: the same chunk algorithm without the Mosaic kernels (module docstring). Raises
     ValueError for inputs `supported` refuses."""
     if kernels not in _KERNELS:

@@ -336,7 +336,8 @@ def linear_attention_pallas(
     backend: str | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
-    """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`."""
+    """The Triton kernels, from what every linear backend takes (kernels/README.md). `backend`: the platform to
+    build for (default: the running one); `interpret`: Pallas interpret mode (default: on a CPU)."""
     backend = backend or jax.default_backend()  # the platform to build for (lowering for another is allowed)
     interpret = jax.default_backend() == "cpu" if interpret is None else interpret
     sizes = block_sizes or LinearBlockSizes()

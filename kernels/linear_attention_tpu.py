@@ -245,7 +245,8 @@ def linear_attention_tpu(
     block_sizes: TpuChunkSizes | None = None,
     interpret: bool = False,
 ) -> jax.Array:
-    """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`."""
+    """The Mosaic TPU kernels, from what every linear backend takes (kernels/README.md); `interpret` runs them
+    on any platform."""
     sizes = block_sizes or TpuChunkSizes()
     t = phi_q.shape[1]
     t_pad = round_up(t, sizes.chunk)

@@ -342,10 +342,9 @@ def relu_attention_pallas(
     interpret: bool | None = None,
     row_stats: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
-    """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j via the Pallas kernels.
-
-    q, k, v: `[batch, length, heads, dim]`; key_mask `[batch, key_length]` bool; factor
-    `[batch, heads, q_length]` float32 (the row scale, differentiable: dγ flows through it).
+    """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j by the Triton kernels, from the arrays every ReLU backend
+    takes (kernels/README.md). `backend`: the platform to build for (default: the running one); `interpret`:
+    Pallas interpret mode (default: on a CPU).
     row_stats: also return Σ_j p_ij and Σ_j p_ij log p_ij, p = ReLU(s)·m before the factor, `[batch, heads,
     q_length]` float32, accumulated by the forward kernel in the same pass (and differentiable).
     """

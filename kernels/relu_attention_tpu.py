@@ -298,11 +298,8 @@ def relu_attention_tpu(
     block_sizes: TpuBlockSizes | None = None,
     interpret: bool = False,
 ) -> jax.Array:
-    """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j with the Mosaic TPU kernels (`interpret`: on any backend).
-
-    q, k, v: `[batch, length, heads, dim]`; key_mask `[batch, key_length]` bool; factor
-    `[batch, heads, q_length]` float32 (differentiable: dγ flows through it).
-    """
+    """The Mosaic TPU kernels, from the arrays every ReLU backend takes (kernels/README.md); `interpret` runs
+    them on any platform."""
     sizes = block_sizes or TpuBlockSizes()
     tq, d = q.shape[1], q.shape[-1]
     tk = k.shape[1]

@@ -14,8 +14,7 @@ import ml_collections
 from absl import logging
 from flax import nnx
 
-from kernels.linear_attention import IMPLS as LINEAR_IMPLS
-from kernels.relu_attention import IMPLS as RELU_IMPLS
+from kernels.options import IMPLS
 from zoo import mixers
 from zoo.files import is_url
 from zoo.layers.common import DTYPES
@@ -108,7 +107,7 @@ MODEL_RULES: dict[str, _Rule] = {
 }
 # Mixer options by name (the same name means the same thing in every mixer that has it).
 OPTION_RULES: dict[str, _Rule] = {
-    "impl": _one_of(*dict.fromkeys(RELU_IMPLS + LINEAR_IMPLS)),  # the kernels' own lists
+    "impl": _one_of(*IMPLS),  # the kernels' own list
     "eps": _above(0),
     "rms_norm_eps": _above(0),
     "gamma_init": _above(0),
