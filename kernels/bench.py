@@ -25,8 +25,15 @@ import jax
 import jax.numpy as jnp
 
 from kernels.linear_attention import linear_attention
+from kernels.linear_attention_mgpu import MgpuChunkSizes
+from kernels.linear_attention_mgpu import supported as linear_mgpu_supported
+from kernels.linear_attention_pallas import LinearBlockSizes
+from kernels.options import LinearAttentionOptions, ReluAttentionOptions
 from kernels.platforms import gpu_compute_capability
 from kernels.relu_attention import relu_attention
+from kernels.relu_attention_mgpu import MgpuBlockSizes
+from kernels.relu_attention_mgpu import supported as relu_mgpu_supported
+from kernels.relu_attention_pallas import PallasBlockSizes
 
 # Dense peak (TFLOP/s) per dtype and HBM bandwidth (TB/s), by device kind substring.
 PEAKS = {
@@ -79,11 +86,7 @@ def block_sizes(case: Case):
         return None
     n = [int(x) for x in case.blocks.split(",")]
     if case.op == "relu":
-        from kernels.relu_attention_pallas import PallasBlockSizes
-
         return PallasBlockSizes(*n[:4], num_warps=n[4] if len(n) > 4 else None, num_stages=n[5] if len(n) > 5 else 2)
-    from kernels.linear_attention_pallas import LinearBlockSizes
-
     return LinearBlockSizes(
         n[0],
         num_warps=n[1] if len(n) > 1 and n[1] else None,
@@ -101,14 +104,13 @@ def _fn(case: Case):
     else:
         impl, backend = case.impl, "triton" if jax.default_backend() == "gpu" else None
     if case.op == "relu":
-        return lambda q, k, v: relu_attention(
-            q, k, v, causal=case.causal, impl=impl, pallas_block_sizes=sizes, pallas_backend=backend
-        )  # fmt: skip
+        relu = ReluAttentionOptions(impl=impl, pallas_backend=backend, pallas_block_sizes=sizes)
+        return lambda q, k, v: relu_attention(q, k, v, causal=case.causal, options=relu)
     if case.op == "linear":
+        linear = LinearAttentionOptions(impl=impl, pallas_backend=backend, pallas_block_sizes=sizes, chunk_size=64)
         return lambda q, k, v: linear_attention(
-            jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=case.causal, impl=impl, chunk_size=64,
-            pallas_block_sizes=sizes, pallas_backend=backend,
-        )  # fmt: skip
+            jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=case.causal, options=linear
+        )
     implementation = "cudnn" if case.impl == "cudnn" else "xla"
     return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=case.causal, implementation=implementation)
 
@@ -145,12 +147,8 @@ def refusal(case: Case) -> str | None:
         return None
     x = jax.ShapeDtypeStruct((case.batch, case.length, case.heads, case.head_dim), jnp.dtype(case.dtype))
     if case.op == "relu":
-        from kernels.relu_attention_mgpu import MgpuBlockSizes, supported
-
-        return supported(x, x, x, MgpuBlockSizes(), case.causal)
-    from kernels.linear_attention_mgpu import MgpuChunkSizes, supported
-
-    return supported(x, x, MgpuChunkSizes(64), causal=case.causal)  # the chunk _fn asks for
+        return relu_mgpu_supported(x, x, x, MgpuBlockSizes(), case.causal)
+    return linear_mgpu_supported(x, x, MgpuChunkSizes(64), causal=case.causal)  # the chunk _fn asks for
 
 
 def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0, check_max_length: int = 1 << 30) -> dict:

@@ -11,14 +11,15 @@ The denominator's ε, two conventions (`eps_mode`):
   "guard"  stab(x) = x + 2ε only where |x| ≤ ε (Performer's FAVOR+ code). FAVOR+'s stabilisers scale φ by
            exp(−max), so its denominators can be ~ε: adding ε there pulls outputs towards 0.
 
-Implementations:
+Implementations (`LinearAttentionOptions.impl`, kernels/options.py):
   "reference"  dense fp32 definition through the T×T matrix φ(Q)φ(K)ᵀ (for tests).
   "xla"        non-causal: two einsums. Causal: chunkwise — an fp32 state (S | z) carried across chunks
                by `lax.scan`, the intra-chunk part a masked C×C product; a ones column appended to v
                gives S and z from one matmul. Memory O(T·C) forward and backward.
   "pallas"     one program per (batch, head) scanning chunks, custom VJP with a forward scan for dφ(q)
                and a reverse scan for dφ(k), dv: `linear_attention_tpu` (Mosaic) for TPU,
-               `linear_attention_pallas` (Triton) for GPU; interpret mode on CPU.
+               `linear_attention_pallas` (Triton) for GPU; interpret mode on CPU. `linear_attention_mgpu`
+               (Mosaic GPU, Hopper) is chunk-parallel instead.
   "auto"       "pallas" where `kernels/kernel_passes.json` records that these kernels passed their tests on
                this device class (and jax minor) and beat "xla" from this length on; "xla" everywhere else
                (`kernels.platforms`).
@@ -33,18 +34,14 @@ import jax.numpy as jnp
 from jax import lax
 
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_non_negative
+from kernels.linear_attention_mgpu import MgpuChunkSizes, linear_attention_mgpu, supported
+from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
+from kernels.linear_attention_tpu import linear_attention_tpu
 from kernels.masking import zero_masked_rows
+from kernels.numerics import EPS_MODES, stabilise_denominator
+from kernels.options import LinearAttentionOptions
 
-IMPLS = ("auto", "reference", "xla", "pallas")
-EPS_MODES = ("add", "guard")
 DEFAULT_CHUNK = 64
-
-
-def stabilise_denominator(den: jax.Array, eps: float, eps_mode: str) -> jax.Array:
-    """The normaliser with ε applied by `eps_mode` (module docstring); its derivative is 1 either way."""
-    if eps_mode == "add":
-        return den + eps
-    return den + jnp.where(jnp.abs(den) <= eps, 2 * eps, 0.0).astype(den.dtype)
 
 
 def _check(phi_q, phi_k, v, key_mask, causal):
@@ -127,14 +124,27 @@ def _xla_causal(phi_q, phi_k, v, eps, eps_mode, chunk):
     return _split_num_den(acc, eps, eps_mode, v.dtype)
 
 
-def _mosaic_refusal(phi_q, v, chunk_size, block_sizes, causal: bool):
+# ----------------------------------------------------------------------------------------------
+# Which implementation runs, and the kernels
+# ----------------------------------------------------------------------------------------------
+
+
+def _mgpu_sizes(options: LinearAttentionOptions) -> MgpuChunkSizes:
+    """The Mosaic GPU kernels' sizes the options ask for; ValueError if they are another build's or invalid."""
+    sizes = options.pallas_block_sizes
+    if sizes is not None:
+        if not isinstance(sizes, MgpuChunkSizes):
+            raise ValueError(f"block sizes {type(sizes).__name__} are not MgpuChunkSizes")
+        return sizes
+    return MgpuChunkSizes(chunk=options.chunk_size) if options.chunk_size else MgpuChunkSizes()
+
+
+def _mosaic_refusal(phi_q, v, options: LinearAttentionOptions, causal: bool):
     """Why the Mosaic GPU kernels cannot take these inputs (None: they can)."""
 
     def refusal():
-        from kernels.linear_attention_mgpu import mgpu_chunk_sizes, supported
-
         try:
-            sizes = mgpu_chunk_sizes(chunk_size, block_sizes)
+            sizes = _mgpu_sizes(options)
         except ValueError as e:
             return str(e)
         return supported(phi_q, v, sizes, causal=causal)
@@ -142,12 +152,30 @@ def _mosaic_refusal(phi_q, v, chunk_size, block_sizes, causal: bool):
     return refusal
 
 
-def _pallas_backend(requested, phi_q, v, chunk_size, block_sizes, causal: bool) -> str:
-    """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
-    from kernels.platforms import resolve_pallas_backend
+def _kernels(backend: str, options: LinearAttentionOptions, phi_q, phi_k, v, causal: bool, eps, eps_mode):
+    """Runs the kernels `backend` names (`LinearAttentionOptions.plan`). What every linear backend takes: φ(q), φ(k)
+    `[batch, length, heads, m]` with padded keys' rows zeroed, v `[..., d_v]`, `causal`, ε and its mode, and its
+    own block-size dataclass; it returns the output `[..., d_v]` in v's dtype."""
+    if backend == "mosaic_gpu":
+        sizes = _mgpu_sizes(options)
+        return linear_attention_mgpu(phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes)
+    sizes = options.block_sizes_for(backend)
+    interpret = options.interpret()
+    if backend == "tpu":
+        return linear_attention_tpu(
+            phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, interpret=interpret
+        )
+    if sizes is None and options.chunk_size:
+        sizes = LinearBlockSizes(chunk=options.chunk_size)
+    return linear_attention_pallas(
+        phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, backend=backend,
+        interpret=interpret,
+    )  # fmt: skip
 
-    refusal = _mosaic_refusal(phi_q, v, chunk_size, block_sizes, causal)
-    return resolve_pallas_backend(requested, refusal, op="linear_attention")
+
+# ----------------------------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------------------------
 
 
 def linear_attention(
@@ -159,68 +187,31 @@ def linear_attention(
     key_mask: jax.Array | None = None,
     eps: float = 1e-6,
     eps_mode: str = "add",
-    impl: str = "auto",
-    chunk_size: int | None = None,
-    pallas_block_sizes=None,
-    pallas_backend: str | None = None,
-    pallas_interpret: bool | None = None,
+    options: LinearAttentionOptions | None = None,
 ) -> jax.Array:
     """Linear attention over non-negative features. phi_q, phi_k: `[batch, length, heads, m]`; v: `[..., d_v]`.
 
     φ must be non-negative (elu+1, softplus, FAVOR+'s exp features): with negative features the
     denominator can reach 0 and the output is meaningless. "reference" checks it on concrete inputs.
 
-    Returns v's shape and dtype. `eps_mode`: how ε enters the denominator (module docstring).
-    `chunk_size` is the causal chunk length for impl="xla" (default 64) and "pallas";
-    `pallas_block_sizes` (a LinearBlockSizes, or a TpuChunkSizes for TPU) overrides it for "pallas".
-    `pallas_backend` ("tpu": the Mosaic kernels of `linear_attention_tpu`; "triton": `linear_attention_pallas`;
-    "mosaic_gpu": the chunk-parallel Hopper kernels of `linear_attention_mgpu`, block sizes an MgpuChunkSizes;
-    "gpu": by compute capability, `kernels.platforms`; default: the running backend's) and `pallas_interpret`
-    (default: on a CPU backend) as for `relu_attention`.
+    Returns v's shape and dtype. `eps_mode`: how ε enters the denominator (module docstring). `options`: which
+    implementation runs and how it is chunked and tiled (`kernels.options`); None: the defaults (impl "auto").
     """
+    options = options or LinearAttentionOptions()
     _check(phi_q, phi_k, v, key_mask, causal)
-    if impl not in IMPLS:
-        raise ValueError(f"unknown linear_attention impl {impl!r}; valid: {', '.join(IMPLS)}")
     if eps_mode not in EPS_MODES:
         raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
+    impl, backend = options.plan(phi_k.shape[1], _mosaic_refusal(phi_q, v, options, causal))
     phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
-    if impl == "auto":  # "pallas" only where kernels/kernel_passes.json records a pass and a speed-up here
-        from kernels.platforms import auto_pallas_backend
-
-        refusal = _mosaic_refusal(phi_q, v, chunk_size, pallas_block_sizes, causal)
-        auto_backend = auto_pallas_backend("linear_attention", phi_k.shape[1], {"mosaic_gpu": refusal})
-        impl, pallas_backend = ("pallas", auto_backend) if auto_backend else ("xla", pallas_backend)
     if impl == "reference":  # the definition: φ must be non-negative (checked here, where it is cheap)
         check_non_negative("phi_q", phi_q)
         check_non_negative("phi_k", phi_k)
         return _reference(phi_q, phi_k, v, causal, eps, eps_mode)
     if impl == "pallas":
-        backend = _pallas_backend(pallas_backend, phi_q, v, chunk_size, pallas_block_sizes, causal)
-        interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
-        if backend == "mosaic_gpu":
-            from kernels.linear_attention_mgpu import linear_attention_mgpu, mgpu_chunk_sizes
-
-            sizes = mgpu_chunk_sizes(chunk_size, pallas_block_sizes)
-            return linear_attention_mgpu(
-                phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes
-            )  # fmt: skip
-        if backend == "tpu":
-            from kernels.linear_attention_tpu import linear_attention_tpu
-
-            return linear_attention_tpu(
-                phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=pallas_block_sizes,
-                interpret=interpret,
-            )  # fmt: skip
-        from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
-
-        sizes = pallas_block_sizes or (LinearBlockSizes(chunk=chunk_size) if chunk_size else None)
-        return linear_attention_pallas(
-            phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, backend=backend,
-            interpret=interpret,
-        )  # fmt: skip
+        return _kernels(backend, options, phi_q, phi_k, v, causal, eps, eps_mode)
     if not causal:
         return _xla_noncausal(phi_q, phi_k, v, eps, eps_mode)
-    return _xla_causal(phi_q, phi_k, v, eps, eps_mode, chunk_size or DEFAULT_CHUNK)
+    return _xla_causal(phi_q, phi_k, v, eps, eps_mode, options.chunk_size or DEFAULT_CHUNK)
 
 
 def linear_attention_init_state(

@@ -47,8 +47,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.linear_attention import stabilise_denominator
 from kernels.mgpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
+from kernels.numerics import stabilise_denominator
 
 MODES = ("causal", "anticausal", "full")
 MAX_STATE_ENTRIES = 128 * 128
@@ -68,15 +68,6 @@ class MgpuChunkSizes:
     def __post_init__(self):
         if self.chunk < 64 or self.chunk % 64:
             raise ValueError(f"MgpuChunkSizes.chunk must be a positive multiple of 64, got {self.chunk}")
-
-
-def mgpu_chunk_sizes(chunk_size: int | None, block_sizes=None) -> MgpuChunkSizes:
-    """The sizes `linear_attention`'s arguments ask for; ValueError if they are another kernel's or invalid."""
-    if block_sizes is not None:
-        if not isinstance(block_sizes, MgpuChunkSizes):
-            raise ValueError(f"block sizes {type(block_sizes).__name__} are not MgpuChunkSizes")
-        return block_sizes
-    return MgpuChunkSizes(chunk=chunk_size) if chunk_size else MgpuChunkSizes()
 
 
 def supported(
@@ -327,7 +318,7 @@ def linear_attention_mgpu(
     block_sizes: MgpuChunkSizes | None = None,
     kernels: str = "mosaic",
 ) -> jax.Array:
-    """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`.
+    """The Mosaic GPU kernels, from what every linear backend takes (kernels/README.md).
     `kernels="xla"`: the same chunk algorithm without the Mosaic kernels (module docstring). Raises
     ValueError for inputs `supported` refuses."""
     if kernels not in _KERNELS:

@@ -25,8 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.linear_attention import stabilise_denominator
-from kernels.relu_attention_pallas import _compiler_params, _round_up
+from kernels.numerics import lower_triangle, round_up, stabilise_denominator, triton_compiler_params
 from kernels.tiles import Extent, load_tile, store_tile
 
 
@@ -49,10 +48,6 @@ class LinearBlockSizes:
 
 def _dot(a, b, contract_a, contract_b):
     return lax.dot_general(a, b, (((contract_a,), (contract_b,)), ((), ())), preferred_element_type=jnp.float32)
-
-
-def _tril(c):
-    return lax.broadcasted_iota(jnp.int32, (c, c), 0) >= lax.broadcasted_iota(jnp.int32, (c, c), 1)
 
 
 def _advance(s, z, k, v):
@@ -109,7 +104,7 @@ def _initial_state(k_ref, v_ref, chunk, causal, dims):
 def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, eps_mode, causal, dims):
     n = q_ref.shape[0] // chunk
     col0 = dims.first_column()
-    mask = _tril(chunk) if causal else None
+    mask = lower_triangle(chunk) if causal else None
 
     def body(c, carry):
         s, z = carry
@@ -140,7 +135,7 @@ def _first_column_block() -> jax.Array:
 def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal, dims):
     """dφq_i = S_i g_i + z_i h_i (S, z prefix sums when causal, totals otherwise), for this column block."""
     n = k_ref.shape[0] // chunk
-    mask = _tril(chunk) if causal else None
+    mask = lower_triangle(chunk) if causal else None
     once = _first_column_block()
     col0 = dims.first_column()
 
@@ -168,7 +163,7 @@ def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, ca
     column block's part of dφk)."""
     t, m = q_ref.shape
     n = t // chunk
-    mask = _tril(chunk) if causal else None
+    mask = lower_triangle(chunk) if causal else None
     once = _first_column_block()
     col0 = dims.first_column()
 
@@ -235,7 +230,7 @@ def _call(kernel, ins, out_shapes, out_specs, in_specs, sizes, backend, interpre
         in_specs=in_specs,
         out_specs=out_specs,
         out_shape=out_shapes,
-        compiler_params=_compiler_params(backend, sizes, head_dim),
+        compiler_params=triton_compiler_params(backend, sizes.num_warps, sizes.num_stages, head_dim),
         interpret=interpret,
         name=name,
     )(*ins)
@@ -341,11 +336,12 @@ def linear_attention_pallas(
     backend: str | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
-    """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`."""
+    """The Triton kernels, from what every linear backend takes (kernels/README.md). `backend`: the platform to
+    build for (default: the running one); `interpret`: Pallas interpret mode (default: on a CPU)."""
     backend = backend or jax.default_backend()  # the platform to build for (lowering for another is allowed)
     interpret = jax.default_backend() == "cpu" if interpret is None else interpret
     sizes = block_sizes or LinearBlockSizes()
     # Whole chunks in the grid; the arrays stay as they are (rows and columns past the end are masked inside
     # the kernels and read as zeros, which add nothing to S, z or the outputs).
-    t_pad = _round_up(phi_q.shape[1], sizes.chunk)
+    t_pad = round_up(phi_q.shape[1], sizes.chunk)
     return _attend(phi_q, phi_k, v, t_pad, causal, eps, eps_mode, sizes, backend, interpret)

@@ -26,9 +26,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels.linear_attention import stabilise_denominator
-from kernels.relu_attention_pallas import _round_up
-from kernels.relu_attention_tpu import _TRANS_B, LANES
+from kernels.numerics import LANES, TRANS_B, lower_triangle, round_up, stabilise_denominator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,10 +40,6 @@ class TpuChunkSizes:
 
 def _params():
     return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
-
-
-def _tril(c):
-    return lax.broadcasted_iota(jnp.int32, (c, c), 0) >= lax.broadcasted_iota(jnp.int32, (c, c), 1)
 
 
 def _t(x, dtype):
@@ -70,8 +64,8 @@ def _fwd_kernel(q_ref, k_ref, v_ref, s0_ref, z0_ref, o_ref, den_ref, s_acc, z_ac
     den = jnp.sum(qf * z_acc[...], axis=1, keepdims=True)
     if causal:
         k, v = k_ref[...], v_ref[...]
-        a = lax.dot_general(q, k, _TRANS_B, preferred_element_type=jnp.float32)
-        a = jnp.where(_tril(a.shape[0]), a, 0.0)
+        a = lax.dot_general(q, k, TRANS_B, preferred_element_type=jnp.float32)
+        a = jnp.where(lower_triangle(a.shape[0]), a, 0.0)
         num += lax.dot(a.astype(v.dtype), v, preferred_element_type=jnp.float32)
         den += jnp.sum(a, axis=1, keepdims=True)
         s_acc[...] += lax.dot(_t(k, v.dtype), v, preferred_element_type=jnp.float32)
@@ -119,11 +113,11 @@ def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, s0_ref, z0_ref, dq_ref, s_acc,
         z_acc[...] = z0_ref[...]
 
     g, hcol = g_ref[...], h_ref[...][:, :1]
-    dq = lax.dot_general(g, s_acc[...], _TRANS_B, preferred_element_type=jnp.float32) + hcol * z_acc[...]
+    dq = lax.dot_general(g, s_acc[...], TRANS_B, preferred_element_type=jnp.float32) + hcol * z_acc[...]
     if causal:  # the chunk's own keys j ≤ i: (tril(g vᵀ + h)) k
         k, v = k_ref[...], v_ref[...]
-        mix = lax.dot_general(g, v.astype(jnp.float32), _TRANS_B, preferred_element_type=jnp.float32) + hcol
-        mix = jnp.where(_tril(mix.shape[0]), mix, 0.0)
+        mix = lax.dot_general(g, v.astype(jnp.float32), TRANS_B, preferred_element_type=jnp.float32) + hcol
+        mix = jnp.where(lower_triangle(mix.shape[0]), mix, 0.0)
         dq += lax.dot(mix.astype(k.dtype), k, preferred_element_type=jnp.float32)
         s_acc[...] += lax.dot(_t(k, v.dtype), v, preferred_element_type=jnp.float32)
         z_acc[...] += jnp.sum(k.astype(jnp.float32), axis=0, keepdims=True)
@@ -137,16 +131,16 @@ def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, r0_ref, rz0_ref, dk_ref, dv_
         rz_acc[...] = rz0_ref[...]
 
     k, v = k_ref[...], v_ref[...]
-    dk = lax.dot_general(v.astype(jnp.float32), r_acc[...], _TRANS_B, preferred_element_type=jnp.float32)
+    dk = lax.dot_general(v.astype(jnp.float32), r_acc[...], TRANS_B, preferred_element_type=jnp.float32)
     dk += rz_acc[...]
     dv = lax.dot(k.astype(jnp.float32), r_acc[...], preferred_element_type=jnp.float32)
     if causal:  # the chunk's own queries i ≥ j
         q, g, hcol = q_ref[...], g_ref[...], h_ref[...][:, :1]
-        lower = _tril(q.shape[0])
-        mix = lax.dot_general(g, v.astype(jnp.float32), _TRANS_B, preferred_element_type=jnp.float32) + hcol
+        lower = lower_triangle(q.shape[0])
+        mix = lax.dot_general(g, v.astype(jnp.float32), TRANS_B, preferred_element_type=jnp.float32) + hcol
         mix = jnp.where(lower, mix, 0.0)  # [i, j] = g_i·v_j + h_i for i ≥ j
         dk += lax.dot(mix.T.astype(q.dtype), q, preferred_element_type=jnp.float32)
-        p = jnp.where(lower, lax.dot_general(q, k, _TRANS_B, preferred_element_type=jnp.float32), 0.0)
+        p = jnp.where(lower, lax.dot_general(q, k, TRANS_B, preferred_element_type=jnp.float32), 0.0)
         dv += lax.dot(p.T, g, preferred_element_type=jnp.float32)
         r_acc[...] += lax.dot(q.astype(jnp.float32).T, g, preferred_element_type=jnp.float32)
         rz_acc[...] += jnp.sum(q.astype(jnp.float32) * hcol, axis=0, keepdims=True)
@@ -251,10 +245,11 @@ def linear_attention_tpu(
     block_sizes: TpuChunkSizes | None = None,
     interpret: bool = False,
 ) -> jax.Array:
-    """phi_q, phi_k `[batch, length, heads, m]` (padded keys already zeroed), v `[..., d_v]` → `[..., d_v]`."""
+    """The Mosaic TPU kernels, from what every linear backend takes (kernels/README.md); `interpret` runs them
+    on any platform."""
     sizes = block_sizes or TpuChunkSizes()
     t = phi_q.shape[1]
-    t_pad = _round_up(t, sizes.chunk)
+    t_pad = round_up(t, sizes.chunk)
 
     def head_major(x):  # zero rows add nothing to the state and their outputs are dropped
         return jnp.pad(x, ((0, 0), (0, t_pad - t), (0, 0), (0, 0))).transpose(0, 2, 1, 3)

@@ -8,12 +8,12 @@
 
 `row_scale` swaps √(n_i/2) for n_i (ReLU/L, Wortsman et al. 2023) or 1 (ReLA; the ablation).
 
-Implementations:
+Implementations (`ReluAttentionOptions.impl`, kernels/options.py):
   "reference"  dense fp32 definition (materialises the T×T matrix; for tests).
   "xla"        blocked over keys with a `lax.scan`; the T×T matrix is never built, forward or
                backward (custom VJP that recomputes scores per key block).
   "pallas"     tiled kernels: `relu_attention_tpu` (Mosaic) for TPU, `relu_attention_pallas` (Triton) for
-               GPU; interpret mode on CPU.
+               GPU, `relu_attention_mgpu` (Mosaic GPU) for Hopper; interpret mode on CPU.
   "auto"       "pallas" where `kernels/kernel_passes.json` records that these kernels passed their tests on
                this device class (and jax minor) and beat "xla" from this length on; "xla" everywhere else
                (`kernels.platforms`). A kernel that only lowered, or ran in interpret mode, is never chosen.
@@ -24,7 +24,6 @@ the mask, so it is applied once after the sum over key blocks.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
@@ -34,15 +33,11 @@ from jax import lax
 
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_positive
 from kernels.masking import zero_masked_rows
-
-IMPLS = ("auto", "reference", "xla", "pallas")
-
-
-@dataclasses.dataclass(frozen=True)
-class XlaBlockSizes:
-    """Key-block length of the blocked XLA implementation; memory is O(T_q · block_k) per step."""
-
-    block_k: int = 512
+from kernels.numerics import xlogx
+from kernels.options import ReluAttentionOptions
+from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu, supported
+from kernels.relu_attention_pallas import relu_attention_pallas
+from kernels.relu_attention_tpu import relu_attention_tpu
 
 
 def visible_key_counts(key_mask: jax.Array, *, causal: bool, q_length: int | None = None) -> jax.Array:
@@ -243,150 +238,61 @@ _xla.defvjp(_xla_fwd, _xla_bwd)
 
 
 # ----------------------------------------------------------------------------------------------
-# Public API
+# Which implementation runs, and the kernels
 # ----------------------------------------------------------------------------------------------
 
 
-def xlogx(a: jax.Array) -> jax.Array:
-    """a log a, 0 where a ≤ 0 (the entropy regulariser's convention)."""
-    return jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0)
-
-
-def _mosaic_refusal(q, k, v, block_sizes, causal: bool, fused_row_stats: bool = False):
+def _mosaic_refusal(q, k, v, options: ReluAttentionOptions, causal: bool, fused_row_stats: bool = False):
     """Why the Mosaic GPU kernels cannot take these inputs (None: they can)."""
 
     def refusal():
-        from kernels.relu_attention_mgpu import MgpuBlockSizes, supported
-
+        sizes = options.pallas_block_sizes
         if fused_row_stats:
             return "the row statistics come out of the Triton forward kernel only"
-        if block_sizes is not None and not isinstance(block_sizes, MgpuBlockSizes):
-            return f"block sizes {type(block_sizes).__name__} are for other kernels"
-        return supported(q, k, v, block_sizes or MgpuBlockSizes(), causal)
+        if sizes is not None and not isinstance(sizes, MgpuBlockSizes):
+            return f"block sizes {type(sizes).__name__} are for other kernels"
+        return supported(q, k, v, sizes or MgpuBlockSizes(), causal)
 
     return refusal
 
 
-def _pallas_backend(requested, q, k, v, block_sizes, causal: bool, fused_row_stats: bool = False) -> str:
-    """The kernels "pallas" runs (`kernels.platforms.resolve_pallas_backend`)."""
-    from kernels.platforms import resolve_pallas_backend
-
-    refusal = _mosaic_refusal(q, k, v, block_sizes, causal, fused_row_stats)
-    return resolve_pallas_backend(requested, refusal, op="relu_attention")
-
-
-def _resolve_impl(impl: str) -> str:
-    if impl not in IMPLS:
-        raise ValueError(f"unknown relu_attention impl {impl!r}; valid: {', '.join(IMPLS)}")
-    return impl
-
-
-def _choose_impl(
-    impl: str, q, k, v, block_sizes, causal: bool, fused_row_stats: bool = False
-) -> tuple[str, str | None]:
-    """(impl, pallas_backend) to run: "auto" is "pallas" with the backend `kernels.platforms` records as passed
-    and faster on this device class from this length on, else "xla"."""
-    impl = _resolve_impl(impl)
-    if impl != "auto":
-        return impl, None
-    from kernels.platforms import auto_pallas_backend
-
-    refusal = _mosaic_refusal(q, k, v, block_sizes, causal, fused_row_stats)
-    backend = auto_pallas_backend("relu_attention", k.shape[1], {"mosaic_gpu": refusal})
-    return ("pallas", backend) if backend else ("xla", None)
+def _kernels(backend: str, options: ReluAttentionOptions, q, k, v, key_mask, factor, causal: bool, row_stats=False):
+    """Runs the kernels `backend` names (`ReluAttentionOptions.plan`). What every ReLU backend takes: q, k, v
+    `[batch, length, heads, dim]` with padded keys' rows zeroed, key_mask `[batch, key_length]` bool, the row
+    factor 1/(γ_h r(n_i)) `[batch, heads, q_length]` float32 (differentiable: dγ flows through it), `causal`, and
+    its own block-size dataclass; it returns Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j in v's dtype. With
+    `row_stats` (Triton only) also Σ_j p_ij and Σ_j p_ij log p_ij of the unscaled p, `[batch, heads, q_length]`."""
+    sizes = options.block_sizes_for(backend)
+    if backend == "mosaic_gpu":  # Hopper kernels (MgpuBlockSizes.backward picks the backward)
+        return relu_attention_mgpu(q, k, v, key_mask, factor, causal=causal, block_sizes=sizes)
+    interpret = options.interpret()
+    if backend == "tpu":
+        return relu_attention_tpu(q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, interpret=interpret)
+    return relu_attention_pallas(
+        q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, backend=backend, interpret=interpret,
+        row_stats=row_stats,
+    )  # fmt: skip
 
 
-def relu_attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    *,
-    causal: bool = False,
-    key_mask: jax.Array | None = None,
-    gamma: jax.Array | float = 1.0,
-    impl: str = "auto",
-    row_scale: str = "sqrt_half",
-    block_sizes: XlaBlockSizes | None = None,
-    pallas_block_sizes=None,
-    pallas_backend: str | None = None,
-    pallas_interpret: bool | None = None,
-) -> jax.Array:
-    """ReLU attention (docs/mixers.md). q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
-
-    Args:
-      key_mask: `[batch, key_length]` bool, True = real token; None means every key is real.
-      gamma: scalar or `[heads]`, the per-head temperature γ_h (positive).
-      row_scale: "sqrt_half" divides row i by √(n_i/2) (ReLUFormer); "count" by n_i (ReLU/L);
-        "none" by 1 (ReLA, and ReLUFormer's non-converging ablation).
-      block_sizes: key-block length for impl="xla"; pallas_block_sizes: a PallasBlockSizes ("pallas" on GPU
-        or in interpret mode) or a TpuBlockSizes ("pallas" for TPU).
-      pallas_backend: the kernels "pallas" runs (`kernels.platforms`) — "tpu" (Mosaic TPU,
-        `relu_attention_tpu`), "triton" (`relu_attention_pallas`), "mosaic_gpu" (Hopper, `relu_attention_mgpu`;
-        experimental), "gpu" (by compute capability: Mosaic GPU on Hopper for the inputs it takes and
-        `pallas_block_sizes` None or an MgpuBlockSizes, Triton otherwise) — default: the running backend's.
-        Lowering for another platform than the running one (e.g. `jax.export(..., platforms=["tpu"])` on a CPU)
-        needs it.
-      pallas_interpret: run the kernels in Pallas interpret mode (default: on a CPU backend).
-    """
-    _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
-    k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
-    key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-    impl, auto_backend = _choose_impl(impl, q, k, v, pallas_block_sizes, causal)
-    pallas_backend = auto_backend or pallas_backend
+def _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options: ReluAttentionOptions, impl, backend):
+    """The output by `impl` (and `backend` for "pallas"), on prepared inputs (`_prepare`)."""
     if impl == "reference":
         return _reference(q, k, v, key_mask, gamma_h, causal, row_scale)
-    if impl == "pallas":
-        factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])  # differentiable: dγ flows through it
-        backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes, causal)
-        interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
-        if backend == "mosaic_gpu":  # Hopper kernels (MgpuBlockSizes.backward picks the backward)
-            from kernels.relu_attention_mgpu import relu_attention_mgpu
-
-            return relu_attention_mgpu(q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes)
-        if backend == "tpu":
-            from kernels.relu_attention_tpu import relu_attention_tpu
-
-            return relu_attention_tpu(
-                q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes, interpret=interpret
-            )
-        from kernels.relu_attention_pallas import relu_attention_pallas
-
-        return relu_attention_pallas(
-            q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes, backend=backend,
-            interpret=interpret,
-        )  # fmt: skip
-    block_k = (block_sizes or XlaBlockSizes()).block_k
-    return _xla(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
+    if impl == "xla":
+        return _xla(q, k, v, key_mask, gamma_h, causal, row_scale, options.xla_block_k)
+    factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])  # differentiable: dγ flows through it
+    return _kernels(backend, options, q, k, v, key_mask, factor, causal)
 
 
-def relu_attention_row_stats(
-    q: jax.Array,
-    k: jax.Array,
-    *,
-    causal: bool = False,
-    key_mask: jax.Array | None = None,
-    gamma: jax.Array | float = 1.0,
-    impl: str = "auto",
-    row_scale: str = "sqrt_half",
-    block_sizes: XlaBlockSizes | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    """Row sums S_i = Σ_j a_ij and E_i = Σ_j a_ij log a_ij, each `[batch, q_length, heads]` float32.
-
-    These are what ReLUFormer's normalisation and entropy regularisers need (the entropy of
-    p = a / (S + ε) is −E/(S+ε) + S/(S+ε)·log(S+ε)). "xla" recomputes each key block under
-    `jax.checkpoint`, so neither forward nor backward holds the T×T matrix.
-    """
-    _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
-    k = zero_masked_rows(k, key_mask)
-    key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-
-    if _resolve_impl(impl) == "reference":
+def _row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, block_k):
+    """(S_i, E_i) `[batch, q_length, heads]` on prepared inputs: dense for "reference", else key-blocked XLA."""
+    if impl == "reference":
         a = _reference_weights(q, k, key_mask, gamma_h, causal, row_scale)
         return a.sum(-1).transpose(0, 2, 1), xlogx(a).sum(-1).transpose(0, 2, 1)
 
     b, tq, h, _ = q.shape
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
-    kb, _, mb, bk, nb = _key_blocks(k, k, key_mask, (block_sizes or XlaBlockSizes()).block_k)
+    kb, _, mb, bk, nb = _key_blocks(k, k, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
 
     @jax.checkpoint
@@ -402,6 +308,63 @@ def relu_attention_row_stats(
     return row_sum.transpose(0, 2, 1), row_xlogx.transpose(0, 2, 1)
 
 
+# ----------------------------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------------------------
+
+
+def relu_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool = False,
+    key_mask: jax.Array | None = None,
+    gamma: jax.Array | float = 1.0,
+    row_scale: str = "sqrt_half",
+    options: ReluAttentionOptions | None = None,
+) -> jax.Array:
+    """ReLU attention (docs/mixers.md). q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
+
+    Args:
+      key_mask: `[batch, key_length]` bool, True = real token; None means every key is real.
+      gamma: scalar or `[heads]`, the per-head temperature γ_h (positive).
+      row_scale: "sqrt_half" divides row i by √(n_i/2) (ReLUFormer); "count" by n_i (ReLU/L);
+        "none" by 1 (ReLA, and ReLUFormer's non-converging ablation).
+      options: which implementation runs and how it is tiled (`kernels.options`); None: the defaults (impl "auto").
+    """
+    options = options or ReluAttentionOptions()
+    _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
+    impl, backend = options.plan(k.shape[1], _mosaic_refusal(q, k, v, options, causal))
+    k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
+    key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
+    return _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl, backend)
+
+
+def relu_attention_row_stats(
+    q: jax.Array,
+    k: jax.Array,
+    *,
+    causal: bool = False,
+    key_mask: jax.Array | None = None,
+    gamma: jax.Array | float = 1.0,
+    row_scale: str = "sqrt_half",
+    options: ReluAttentionOptions | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Row sums S_i = Σ_j a_ij and E_i = Σ_j a_ij log a_ij, each `[batch, q_length, heads]` float32.
+
+    These are what ReLUFormer's normalisation and entropy regularisers need (the entropy of
+    p = a / (S + ε) is −E/(S+ε) + S/(S+ε)·log(S+ε)). Every impl but "reference" recomputes each key block of
+    the XLA impl under `jax.checkpoint`, so neither forward nor backward holds the T×T matrix. Arguments as
+    `relu_attention`.
+    """
+    options = options or ReluAttentionOptions()
+    _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
+    k = zero_masked_rows(k, key_mask)
+    key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
+    return _row_stats(q, k, key_mask, gamma_h, causal, row_scale, options.impl, options.xla_block_k)
+
+
 def relu_attention_and_row_stats(
     q: jax.Array,
     k: jax.Array,
@@ -410,12 +373,8 @@ def relu_attention_and_row_stats(
     causal: bool = False,
     key_mask: jax.Array | None = None,
     gamma: jax.Array | float = 1.0,
-    impl: str = "auto",
     row_scale: str = "sqrt_half",
-    block_sizes: XlaBlockSizes | None = None,
-    pallas_block_sizes=None,
-    pallas_backend: str | None = None,
-    pallas_interpret: bool | None = None,
+    options: ReluAttentionOptions | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`relu_attention`'s output and `relu_attention_row_stats`' (S_i, E_i), `[batch, q_length, heads]`.
 
@@ -426,28 +385,16 @@ def relu_attention_and_row_stats(
     S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p). Other impls (and the TPU and
     Mosaic GPU kernels) compute the two separately. Arguments as `relu_attention`.
     """
+    options = options or ReluAttentionOptions()
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
-    impl, auto_backend = _choose_impl(impl, q, k, v, pallas_block_sizes, causal, fused_row_stats=True)
-    pallas_backend = auto_backend or pallas_backend
-    opts = dict(causal=causal, key_mask=key_mask, gamma=gamma, impl=impl, row_scale=row_scale)
-    pallas = impl == "pallas"
-    backend = _pallas_backend(pallas_backend, q, k, v, pallas_block_sizes, causal, True) if pallas else None
-    if not pallas or backend in ("tpu", "mosaic_gpu"):
-        out = relu_attention(
-            q, k, v, block_sizes=block_sizes, pallas_block_sizes=pallas_block_sizes, pallas_backend=backend,
-            pallas_interpret=pallas_interpret, **opts,
-        )  # fmt: skip
-        return out, *relu_attention_row_stats(q, k, block_sizes=block_sizes, **opts)
-    from kernels.relu_attention_pallas import relu_attention_pallas
-
+    impl, backend = options.plan(k.shape[1], _mosaic_refusal(q, k, v, options, causal, fused_row_stats=True))
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
+    if impl != "pallas" or backend in ("tpu", "mosaic_gpu"):
+        out = _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl, backend)
+        return out, *_row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, options.xla_block_k)
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])
-    interpret = jax.default_backend() == "cpu" if pallas_interpret is None else pallas_interpret
-    out, p_sum, p_xlogx = relu_attention_pallas(
-        q, k, v, key_mask, factor, causal=causal, block_sizes=pallas_block_sizes, backend=backend,
-        interpret=interpret, row_stats=True,
-    )  # fmt: skip
+    out, p_sum, p_xlogx = _kernels(backend, options, q, k, v, key_mask, factor, causal, row_stats=True)
     row_sum = factor * p_sum
     row_xlogx = factor * (jnp.log(factor) * p_sum + p_xlogx)
     return out, row_sum.transpose(0, 2, 1), row_xlogx.transpose(0, 2, 1)

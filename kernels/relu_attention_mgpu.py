@@ -537,8 +537,8 @@ def relu_attention_mgpu(
     backward_block_sizes=None,
 ) -> jax.Array:
     """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j: forward by the Mosaic GPU kernel, backward by the Mosaic
-    or the Triton kernels (`MgpuBlockSizes.backward`). Arguments as `relu_attention_pallas`; raises ValueError
-    for inputs `supported` refuses."""
+    or the Triton kernels (`MgpuBlockSizes.backward`), from the arrays every ReLU backend takes (kernels/README.md);
+    `backward_block_sizes`: the Triton backward's. Raises ValueError for inputs `supported` refuses."""
     sizes = block_sizes or MgpuBlockSizes()
     reason = supported(q, k, v, sizes, causal)
     if reason:

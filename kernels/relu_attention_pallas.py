@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.relu_attention import xlogx
+from kernels.numerics import padded_lengths, triton_compiler_params, xlogx
 from kernels.tiles import Extent, load_tile, store_tile
 
 
@@ -50,32 +50,6 @@ class PallasBlockSizes:
             # and 3 stages took forward 5.63 → 3.50 ms and forward+backward 21.9 → 12.5 ms against 8 warps, 2 stages.
             return cls(block_q=64, block_k=64, block_q_bwd=64, block_k_bwd=64, num_warps=4, num_stages=3)
         return cls(block_q=32, block_k=32, block_q_bwd=32, block_k_bwd=32)  # interpret mode: small is fast
-
-
-def _compiler_params(backend: str, sizes: PallasBlockSizes, head_dim: int):
-    if backend == "gpu":
-        from jax.experimental.pallas import triton as plgpu
-
-        warps = sizes.num_warps or (4 if head_dim <= 64 else 8)
-        return plgpu.CompilerParams(num_warps=warps, num_stages=sizes.num_stages)
-    if backend == "tpu":
-        raise ValueError(
-            "these are the GPU (Triton) kernels; TPU has its own in relu_attention_tpu / linear_attention_tpu"
-        )
-    return None
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-def padded_lengths(tq: int, tk: int, causal: bool, q_blocks: tuple[int, ...], k_blocks: tuple[int, ...]):
-    """(query, key) lengths padded to whole blocks of every kernel; causal pads both to one length so that
-    query and key positions stay aligned."""
-    if causal:
-        unit = math.lcm(*q_blocks, *k_blocks)
-        return _round_up(tq, unit), _round_up(tq, unit)
-    return _round_up(tq, math.lcm(*q_blocks)), _round_up(tk, math.lcm(*k_blocks))
 
 
 def _scores(q, k, key_valid, q_start, k_start, block_q, block_k, scale, causal):
@@ -178,7 +152,7 @@ def _forward(q, k, v, valid, factor, dims, sizes, backend, interpret, row_stats=
         ],
         out_specs=out_specs,
         out_shape=out_shape,
-        compiler_params=_compiler_params(backend, sizes, d_pad),
+        compiler_params=triton_compiler_params(backend, sizes.num_warps, sizes.num_stages, d_pad),
         interpret=interpret,
         name="relu_attention_fwd_row_stats" if row_stats else "relu_attention_fwd",
     )(q, k, v, valid, factor)
@@ -270,7 +244,7 @@ def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret, stats
     tq_pad, tk_pad = dims.q_rows.padded, dims.k_rows.padded
     d_pad, dv_pad = dims.head.padded, dims.value.padded
     bq, bk = sizes.block_q_bwd, sizes.block_k_bwd
-    params = _compiler_params(backend, sizes, d_pad)
+    params = triton_compiler_params(backend, sizes.num_warps, sizes.num_stages, d_pad)
     dq, pdp = pl.pallas_call(
         functools.partial(_dq_kernel, block_q=bq, block_k=bk, dims=dims),
         grid=(tq_pad // bq, b, h),
@@ -368,10 +342,9 @@ def relu_attention_pallas(
     interpret: bool | None = None,
     row_stats: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
-    """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j via the Pallas kernels.
-
-    q, k, v: `[batch, length, heads, dim]`; key_mask `[batch, key_length]` bool; factor
-    `[batch, heads, q_length]` float32 (the row scale, differentiable: dγ flows through it).
+    """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j by the Triton kernels, from the arrays every ReLU backend
+    takes (kernels/README.md). `backend`: the platform to build for (default: the running one); `interpret`:
+    Pallas interpret mode (default: on a CPU).
     row_stats: also return Σ_j p_ij and Σ_j p_ij log p_ij, p = ReLU(s)·m before the factor, `[batch, heads,
     q_length]` float32, accumulated by the forward kernel in the same pass (and differentiable).
     """

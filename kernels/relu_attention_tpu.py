@@ -29,10 +29,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels.relu_attention_pallas import padded_lengths
-
-LANES = 128
-_TRANS_B = (((1,), (1,)), ((), ()))  # x @ yᵀ
+from kernels.numerics import LANES, TRANS_B, padded_lengths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +61,7 @@ def _column(lanes: jax.Array, width: int) -> jax.Array:
 
 def _scores(q, k, valid, q_start, k_start, scale, causal):
     """s `[bq, bk]` float32 and the visibility of each (query, key) pair of the tile."""
-    s = lax.dot_general(q, k, _TRANS_B, preferred_element_type=jnp.float32) * scale
+    s = lax.dot_general(q, k, TRANS_B, preferred_element_type=jnp.float32) * scale
     vis = jnp.broadcast_to(valid, s.shape) > 0  # compare after the broadcast: Mosaic broadcasts numbers, not masks
     if causal:
         rows = q_start + lax.broadcasted_iota(jnp.int32, s.shape, 0)
@@ -161,7 +158,7 @@ def _dq_kernel(
         k = k_ref[...]
         s, vis = _scores(q_ref[...], k, valid_ref[...], i * bq, j * bk, scale, causal)
         p = jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
-        dp = lax.dot_general(do_ref[...], v_ref[...], _TRANS_B, preferred_element_type=jnp.float32)
+        dp = lax.dot_general(do_ref[...], v_ref[...], TRANS_B, preferred_element_type=jnp.float32)
         pdp_acc[...] += jnp.sum(p * dp, axis=1, keepdims=True)
         ds = jnp.where(vis & (s > 0), dp * _column(factor_ref[...], s.shape[1]), 0.0) * scale
         dq_acc[...] += lax.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
@@ -185,7 +182,7 @@ def _dkdv_kernel(
         factor = _column(factor_ref[...], s.shape[1])
         a = jnp.where(vis, jnp.maximum(s, 0.0), 0.0) * factor
         dv_acc[...] += lax.dot(a.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
-        dp = lax.dot_general(do, v_ref[...], _TRANS_B, preferred_element_type=jnp.float32)
+        dp = lax.dot_general(do, v_ref[...], TRANS_B, preferred_element_type=jnp.float32)
         ds = jnp.where(vis & (s > 0), dp * factor, 0.0) * scale
         dk_acc[...] += lax.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32)
 
@@ -301,11 +298,8 @@ def relu_attention_tpu(
     block_sizes: TpuBlockSizes | None = None,
     interpret: bool = False,
 ) -> jax.Array:
-    """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j with the Mosaic TPU kernels (`interpret`: on any backend).
-
-    q, k, v: `[batch, length, heads, dim]`; key_mask `[batch, key_length]` bool; factor
-    `[batch, heads, q_length]` float32 (differentiable: dγ flows through it).
-    """
+    """The Mosaic TPU kernels, from the arrays every ReLU backend takes (kernels/README.md); `interpret` runs
+    them on any platform."""
     sizes = block_sizes or TpuBlockSizes()
     tq, d = q.shape[1], q.shape[-1]
     tk = k.shape[1]

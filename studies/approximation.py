@@ -31,6 +31,7 @@ from zoo.plots import pyplot, save_figure
 D, T, BATCH = 32, 256, 8
 TRAINED = [("softplus", "softplus", 1), ("GLU", "glu", 1), ("OGLU", "oglu", 1), ("2×GLU", "glu", 2),
            ("3×AOGLU", "aoglu", 3)]  # fmt: skip
+XLA = kernels.LinearAttentionOptions(impl="xla")
 
 
 def draw(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -53,7 +54,7 @@ def linear_attention(fm: FeatureMap, q, k, v):
     phi_q = fm(q, is_query=True, mask=None, causal=False)
     phi_k = fm(k, is_query=False, mask=None, causal=False)
     eps_mode = "guard" if fm.kind == "favor" else "add"
-    return kernels.linear_attention(phi_q, phi_k, v, causal=False, eps=1e-6, eps_mode=eps_mode, impl="xla")
+    return kernels.linear_attention(phi_q, phi_k, v, causal=False, eps=1e-6, eps_mode=eps_mode, options=XLA)
 
 
 def relative_error(fm: FeatureMap, q, k, v) -> float:

@@ -26,6 +26,7 @@ HEAD_DIM = 64
 PREDICTED_SLOPE = {"softmax": -1.0, "relu (no factor)": 1.0, "relu (ReLUFormer factor)": 0.0, "relu_l": -1.0,
                    "rela": 0.0}  # fmt: skip
 SLOPE_TOLERANCE = 0.15
+XLA = kernels.ReluAttentionOptions(impl="xla")
 
 
 def attend(kind: str, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
@@ -33,10 +34,10 @@ def attend(kind: str, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     if kind == "softmax":
         return jax.nn.dot_product_attention(q, k, v)
     if kind == "rela":
-        out = kernels.relu_attention(q, k, v, row_scale="none", impl="xla")
+        out = kernels.relu_attention(q, k, v, row_scale="none", options=XLA)
         return out * jax.lax.rsqrt(jnp.mean(out * out, axis=-1, keepdims=True) + 1e-8)
     row_scale = {"relu (no factor)": "none", "relu (ReLUFormer factor)": "sqrt_half", "relu_l": "count"}[kind]
-    return kernels.relu_attention(q, k, v, row_scale=row_scale, impl="xla")
+    return kernels.relu_attention(q, k, v, row_scale=row_scale, options=XLA)
 
 
 def output_variance(kind: str, n: int, *, queries: int, draws: int) -> float:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kernels
+from kernels import LinearAttentionOptions, ReluAttentionOptions
 
 IMPLS = ["reference", "xla", "pallas"]
 
@@ -17,11 +18,11 @@ def _qkv(t=8, dtype=jnp.float32):
 
 
 def _relu(impl, q, k, v, **kw):
-    return kernels.relu_attention(q, k, v, impl=impl, **kw)
+    return kernels.relu_attention(q, k, v, options=ReluAttentionOptions(impl=impl), **kw)
 
 
 def _linear(impl, q, k, v, **kw):
-    return kernels.linear_attention(q, k, v, impl=impl, **kw)
+    return kernels.linear_attention(q, k, v, options=LinearAttentionOptions(impl=impl), **kw)
 
 
 BAD = {
@@ -51,36 +52,34 @@ def test_bad_input_names_the_argument(op, kind, impl):
 def test_relu_gamma_must_be_positive(impl, gamma):
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="gamma must be positive"):
-        kernels.relu_attention(q, k, v, gamma=gamma, impl=impl)
+        _relu(impl, q, k, v, gamma=gamma)
 
 
 def test_gamma_is_not_checked_inside_jit():
     # A traced γ (a model parameter) cannot be checked without a host round trip: the op still runs.
     q, k, v = _qkv()
-    out = jax.jit(lambda g: kernels.relu_attention(q, k, v, gamma=g, impl="xla"))(jnp.array([1.0, 2.0]))
+    out = jax.jit(lambda g: _relu("xla", q, k, v, gamma=g))(jnp.array([1.0, 2.0]))
     assert out.shape == v.shape
 
 
 def test_reference_linear_attention_refuses_negative_features():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"phi_k must be non-negative .* minimum -0\.4"):
-        kernels.linear_attention(q, k - 1.0, v, impl="reference")
+        _linear("reference", q, k - 1.0, v)
 
 
 def test_good_inputs_still_pass_in_every_impl():
     q, k, v = _qkv()
     mask = jnp.array([[True] * 6 + [False] * 2])
     for impl in IMPLS:
-        assert kernels.relu_attention(q, k, v, key_mask=mask, causal=True, gamma=0.5, impl=impl).shape == v.shape
-        assert kernels.linear_attention(q, k, v, key_mask=mask, causal=True, impl=impl).shape == v.shape
+        assert _relu(impl, q, k, v, key_mask=mask, causal=True, gamma=0.5).shape == v.shape
+        assert _linear(impl, q, k, v, key_mask=mask, causal=True).shape == v.shape
 
 
 @pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_nan_or_inf_in_padded_rows_never_reaches_an_output_or_gradient(impl, causal):
     """A masked key has weight 0, but 0 × NaN is NaN: padding must be unable to matter whatever it holds."""
-    import kernels
-
     kq, kk, kv = jax.random.split(jax.random.key(0), 3)
     q, k, v = (jax.random.normal(key, (2, 24, 2, 16)) for key in (kq, kk, kv))
     mask = jnp.arange(24)[None] < jnp.array([[24], [15]])
@@ -89,10 +88,10 @@ def test_nan_or_inf_in_padded_rows_never_reaches_an_output_or_gradient(impl, cau
     cleaned = [jnp.where(padded, 0.0, x) for x in (k, v)]
 
     def relu(k, v):
-        return kernels.relu_attention(q, k, v, key_mask=mask, causal=causal, impl=impl)
+        return _relu(impl, q, k, v, key_mask=mask, causal=causal)
 
     def linear(phi_k, v):  # φ(k) as the op takes it: a NaN row there is padding the caller did not clean
-        return kernels.linear_attention(jax.nn.softplus(q), jnp.abs(phi_k), v, key_mask=mask, causal=causal, impl=impl)
+        return _linear(impl, jax.nn.softplus(q), jnp.abs(phi_k), v, key_mask=mask, causal=causal)
 
     for op in (relu, linear):
         out = op(*poisoned)

@@ -8,7 +8,10 @@ import pytest
 from absl.testing import parameterized
 
 import kernels
+from kernels import LinearAttentionOptions
 from tests.kernels.tolerances import bound, fp32
+
+XLA, REFERENCE = LinearAttentionOptions(impl="xla"), LinearAttentionOptions(impl="reference")
 
 
 def _inputs(b=2, t=45, h=3, m=8, d=6, dtype=jnp.float32, seed=0):
@@ -29,9 +32,8 @@ class LinearAttentionTest(parameterized.TestCase):
         def run(impl):
             @self.variant
             def f(phi_q, phi_k, v, mask):
-                return kernels.linear_attention(
-                    phi_q, phi_k, v, causal=causal, key_mask=mask, impl=impl, chunk_size=chunk
-                )
+                options = LinearAttentionOptions(impl=impl, chunk_size=chunk)
+                return kernels.linear_attention(phi_q, phi_k, v, causal=causal, key_mask=mask, options=options)
 
             return f(phi_q, phi_k, v, mask)
 
@@ -47,7 +49,8 @@ class LinearAttentionTest(parameterized.TestCase):
         w = jax.random.normal(jax.random.key(3), v.shape)
 
         def loss(phi_q, phi_k, v, impl):
-            out = kernels.linear_attention(phi_q, phi_k, v, causal=causal, key_mask=mask, impl=impl, chunk_size=8)
+            options = LinearAttentionOptions(impl=impl, chunk_size=8)
+            out = kernels.linear_attention(phi_q, phi_k, v, causal=causal, key_mask=mask, options=options)
             return jnp.sum(out * w)
 
         ref = jax.grad(loss, argnums=(0, 1, 2))(phi_q, phi_k, v, "reference")
@@ -59,9 +62,8 @@ class LinearAttentionTest(parameterized.TestCase):
         ones = jnp.ones_like(v)
 
         def norm_only(phi_k, impl):
-            out = kernels.linear_attention(
-                phi_q, phi_k, ones, causal=causal, key_mask=mask, impl=impl, eps=1.0, chunk_size=8
-            )
+            options = LinearAttentionOptions(impl=impl, chunk_size=8)
+            out = kernels.linear_attention(phi_q, phi_k, ones, causal=causal, key_mask=mask, eps=1.0, options=options)
             return jnp.sum(out)
 
         dk_ref = jax.grad(norm_only)(phi_k, "reference")
@@ -77,13 +79,13 @@ class LinearAttentionTest(parameterized.TestCase):
         noisy_k = jnp.where(pad, 50.0, phi_k)
         noisy_v = jnp.where(pad, -50.0, v)
         for causal in (False, True):
-            a = kernels.linear_attention(phi_q, phi_k, v, causal=causal, key_mask=mask, impl="xla")
-            b = kernels.linear_attention(phi_q, noisy_k, noisy_v, causal=causal, key_mask=mask, impl="xla")
+            a = kernels.linear_attention(phi_q, phi_k, v, causal=causal, key_mask=mask, options=XLA)
+            b = kernels.linear_attention(phi_q, noisy_k, noisy_v, causal=causal, key_mask=mask, options=XLA)
             chex.assert_trees_all_close(jnp.where(pad, 0, a), jnp.where(pad, 0, b), atol=fp32(1e-6))
 
     def test_step_equals_causal_forward(self):
         phi_q, phi_k, v, mask = _inputs(t=20)
-        full = kernels.linear_attention(phi_q, phi_k, v, causal=True, key_mask=mask, impl="reference")
+        full = kernels.linear_attention(phi_q, phi_k, v, causal=True, key_mask=mask, options=REFERENCE)
         state = kernels.linear_attention_init_state(2, 3, 8, 6)
         outs = []
         for t in range(20):
@@ -93,15 +95,18 @@ class LinearAttentionTest(parameterized.TestCase):
 
     def test_causal_cannot_see_the_future(self):
         phi_q, phi_k, v, _ = _inputs(b=1, t=30)
-        a = kernels.linear_attention(phi_q, phi_k, v, causal=True, chunk_size=8)
-        b = kernels.linear_attention(phi_q, phi_k.at[:, 12:].mul(3.0), v.at[:, 12:].add(1.0), causal=True, chunk_size=8)
+        chunks = LinearAttentionOptions(chunk_size=8)
+        a = kernels.linear_attention(phi_q, phi_k, v, causal=True, options=chunks)
+        b = kernels.linear_attention(
+            phi_q, phi_k.at[:, 12:].mul(3.0), v.at[:, 12:].add(1.0), causal=True, options=chunks
+        )
         chex.assert_trees_all_close(a[:, :12], b[:, :12], atol=fp32(1e-6))
         assert not np.allclose(a[:, 12:], b[:, 12:])
 
     def test_bad_inputs(self):
         phi_q, phi_k, v, mask = _inputs()
         with self.assertRaisesRegex(ValueError, "unknown linear_attention impl 'fast'"):
-            kernels.linear_attention(phi_q, phi_k, v, impl="fast")
+            kernels.linear_attention(phi_q, phi_k, v, options=LinearAttentionOptions(impl="fast"))
         with self.assertRaisesRegex(ValueError, r"key_mask shape"):
             kernels.linear_attention(phi_q, phi_k, v, key_mask=mask[:, :3])
 
@@ -111,7 +116,8 @@ def _temp_bytes(t, causal=True):
     v = jax.ShapeDtypeStruct((1, t, 2, 32), jnp.float32)
 
     def loss(phi_q, phi_k, v):
-        return jnp.sum(kernels.linear_attention(phi_q, phi_k, v, causal=causal, impl="xla", chunk_size=64))
+        options = LinearAttentionOptions(impl="xla", chunk_size=64)
+        return jnp.sum(kernels.linear_attention(phi_q, phi_k, v, causal=causal, options=options))
 
     compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(phi, phi, v).compile()
     return compiled.memory_analysis().temp_size_in_bytes

@@ -8,9 +8,12 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
+from kernels import LinearAttentionOptions
 from kernels.linear_attention_mgpu import MgpuChunkSizes, chunked_product, linear_attention_mgpu, supported
 from tests.kernels.lowering import exported_text, layout_copies
 from tests.kernels.tolerances import bound, fp32
+
+REFERENCE = LinearAttentionOptions(impl="reference")
 
 
 def _features(shape, dv, dtype, seed=0):
@@ -48,7 +51,7 @@ def test_chunk_algorithm_matches_reference_fp32(m, dv, chunk, causal, eps_mode):
     sizes = MgpuChunkSizes(chunk)
     grad = _loss(lambda q, k, v: linear_attention_mgpu(q, k, v, block_sizes=sizes, kernels="xla", **opts))
     (_, out), grads = jax.jit(grad)(phi_q, phi_k, v)
-    (_, ref), ref_grads = _loss(lambda q, k, v: kernels.linear_attention(q, k, v, impl="reference", **opts))(
+    (_, ref), ref_grads = _loss(lambda q, k, v: kernels.linear_attention(q, k, v, options=REFERENCE, **opts))(
         phi_q, phi_k, v
     )
     chex.assert_trees_all_close(out, ref, atol=fp32(1e-5), rtol=fp32(1e-5))
@@ -64,7 +67,7 @@ def test_chunk_algorithm_in_bf16_stays_within_bf16_error(causal):
         phi_q, phi_k, v
     )
     f32 = [x.astype(jnp.float32) for x in (phi_q, phi_k, v)]
-    (_, ref), ref_grads = _loss(lambda q, k, v: kernels.linear_attention(q, k, v, causal=causal, impl="reference"))(
+    (_, ref), ref_grads = _loss(lambda q, k, v: kernels.linear_attention(q, k, v, causal=causal, options=REFERENCE))(
         *f32
     )
     assert out.dtype == jnp.bfloat16
@@ -76,9 +79,12 @@ def test_state_split_keeps_the_forward_as_accurate_as_an_fp32_state(causal):
     """The state enters wgmma as bf16 hi + lo: forward error no worse than the Triton kernel's, which keeps
     the state in fp32 (a bf16 state alone is ~12% worse at this size, non-causal)."""
     phi_q, phi_k, v = _features((2, 2048, 2, 64), 64, jnp.bfloat16, seed=1)
-    ref = kernels.linear_attention(*(x.astype(jnp.float32) for x in (phi_q, phi_k, v)), causal=causal, impl="reference")
+    ref = kernels.linear_attention(
+        *(x.astype(jnp.float32) for x in (phi_q, phi_k, v)), causal=causal, options=REFERENCE
+    )
     split = linear_attention_mgpu(phi_q, phi_k, v, causal=causal, eps=1e-6, kernels="xla")
-    fp32_state = kernels.linear_attention(phi_q, phi_k, v, causal=causal, impl="pallas")  # Triton, interpreted
+    triton = LinearAttentionOptions(impl="pallas")  # Triton, interpreted on a CPU
+    fp32_state = kernels.linear_attention(phi_q, phi_k, v, causal=causal, options=triton)
     (split_err,), (fp32_err,) = _relative_errors([split], [ref]), _relative_errors([fp32_state], [ref])
     assert split_err <= 1.02 * fp32_err, (split_err, fp32_err)
 
@@ -107,9 +113,8 @@ def test_lowers_for_cuda_to_the_mosaic_kernels(grad, causal, t, d):
     residual) and of the three backward products. No T×T or chunk product left to XLA, no layout copies."""
 
     def attend(q, k, v):
-        return kernels.linear_attention(
-            jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=causal, impl="pallas", pallas_backend="mosaic_gpu"
-        )
+        options = LinearAttentionOptions(impl="pallas", pallas_backend="mosaic_gpu")
+        return kernels.linear_attention(jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=causal, options=options)
 
     fn = attend
     if grad:
@@ -168,7 +173,7 @@ def test_kernels_match_their_stand_ins_and_the_reference_where_they_run(causal):
     # Same algorithm and the same bf16 roundings: closer to each other than either is to the fp32 reference.
     assert max(_relative_errors([out, *grads], [want.astype(jnp.float32), *want_grads])) < 1e-2
     f32 = [x.astype(jnp.float32) for x in (phi_q, phi_k, v)]
-    (_, ref), ref_grads = _loss(lambda q, k, v: kernels.linear_attention(q, k, v, causal=causal, impl="reference"))(
+    (_, ref), ref_grads = _loss(lambda q, k, v: kernels.linear_attention(q, k, v, causal=causal, options=REFERENCE))(
         *f32
     )
     assert max(_relative_errors([out, *grads], [ref, *ref_grads])) < bound(jnp.bfloat16, "grad")

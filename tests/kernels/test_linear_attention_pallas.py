@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
-from kernels.linear_attention_pallas import LinearBlockSizes
+from kernels import LinearAttentionOptions, LinearBlockSizes
 from tests.kernels.tolerances import bound, fp32, pallas_against_reference
 
 F32_TOL = fp32(2e-5)  # tests/kernels/tolerances.py: exact fp32 on the CPU, TF32 / bf16 passes elsewhere
@@ -29,7 +29,8 @@ def test_pallas_matches_reference(causal, dtype, t, chunk):
     f32 = lambda x: x.astype(jnp.float32)
 
     def loss(a, b, c, impl):
-        out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, impl=impl, chunk_size=chunk)
+        options = LinearAttentionOptions(impl=impl, chunk_size=chunk)
+        out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, options=options)
         return jnp.sum(f32(out) * w), out
 
     out, ref, errors = pallas_against_reference(loss, (phi_q, phi_k, v), ("dphi_q", "dphi_k", "dv"))
@@ -47,7 +48,10 @@ def test_dk_through_the_normaliser(causal):
     ones = jnp.ones_like(v)
 
     def f(phi_k, impl):
-        return jnp.sum(kernels.linear_attention(phi_q, phi_k, ones, causal=causal, key_mask=mask, eps=1.0, impl=impl))
+        options = LinearAttentionOptions(impl=impl)
+        return jnp.sum(
+            kernels.linear_attention(phi_q, phi_k, ones, causal=causal, key_mask=mask, eps=1.0, options=options)
+        )
 
     ref = jax.grad(f)(phi_k, "reference")
     got = jax.grad(f)(phi_k, "pallas")
@@ -65,8 +69,8 @@ def test_value_columns_split_over_programs_give_the_same_output_and_gradients(ca
     sizes = LinearBlockSizes(chunk=16, block_dv=block_dv)
 
     def loss(a, b, c, impl):
-        extra = {"pallas_block_sizes": sizes} if impl == "pallas" else {}
-        out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, eps=0.5, impl=impl, **extra)
+        options = LinearAttentionOptions(impl=impl, pallas_block_sizes=sizes)
+        out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, eps=0.5, options=options)
         return jnp.sum(out * w), out
 
     out, ref, errors = pallas_against_reference(loss, (phi_q, phi_k, v), ("dphi_q", "dphi_k", "dv"))

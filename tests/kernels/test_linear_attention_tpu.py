@@ -8,10 +8,15 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
-from kernels.linear_attention_pallas import LinearBlockSizes
-from kernels.linear_attention_tpu import TpuChunkSizes
+from kernels import LinearAttentionOptions, LinearBlockSizes, TpuChunkSizes
 from tests.kernels.lowering import BACKEND, every_lowering_case, layout_copies, lowered_kernels
 from tests.kernels.tolerances import bound, fp32, pallas_against_reference
+
+
+def _options(impl: str, **sizes) -> LinearAttentionOptions:
+    """`impl`, where "pallas" is the Mosaic TPU kernels in interpret mode on this machine."""
+    return LinearAttentionOptions(impl=impl, pallas_backend="tpu", pallas_interpret=True, **sizes)
+
 
 CASES = [
     # (causal, dtype, length, m, d_v, chunk, eps_mode): ragged lengths, widths that are not 128.
@@ -35,10 +40,8 @@ def test_interpret_mode_matches_reference(causal, dtype, t, m, d, chunk, eps_mod
     f32 = lambda x: x.astype(jnp.float32)
 
     def loss(a, b, c, impl):
-        extra = {}
-        if impl == "pallas":
-            extra = dict(pallas_backend="tpu", pallas_interpret=True, pallas_block_sizes=TpuChunkSizes(chunk))
-        out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, impl=impl, eps_mode=eps_mode, **extra)
+        options = _options(impl, pallas_block_sizes=TpuChunkSizes(chunk))
+        out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, eps_mode=eps_mode, options=options)
         return jnp.sum(f32(out) * w), out
 
     out, ref, errors = pallas_against_reference(loss, (phi_q, phi_k, v), ("dphi_q", "dphi_k", "dv"))
@@ -58,12 +61,11 @@ def test_dk_through_the_normaliser(causal):
     phi_k = jax.nn.softplus(jax.random.normal(k1, (1, 40, 2, 8)))
     ones = jnp.ones((1, 40, 2, 4))
 
-    def f(phi_k, impl, **extra):
-        out = kernels.linear_attention(phi_q, phi_k, ones, causal=causal, eps=1.0, impl=impl, **extra)
-        return jnp.sum(out)
+    def f(phi_k, impl):
+        return jnp.sum(kernels.linear_attention(phi_q, phi_k, ones, causal=causal, eps=1.0, options=_options(impl)))
 
     ref = jax.grad(f)(phi_k, "reference")
-    got = jax.grad(f)(phi_k, "pallas", pallas_backend="tpu", pallas_interpret=True)
+    got = jax.grad(f)(phi_k, "pallas")
     assert float(jnp.abs(ref).max()) > 1e-4
     chex.assert_trees_all_close(got, ref, atol=fp32(1e-6), rtol=fp32(1e-4))
 
@@ -84,9 +86,8 @@ KERNELS = {  # the gradient needs the forward's output and denominator too
 @every_lowering_case
 def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, t, d):
     def attend(a, b, c):
-        return kernels.linear_attention(
-            a, b, c, causal=causal, impl="pallas", pallas_backend=BACKEND[platform], pallas_interpret=False
-        )
+        options = LinearAttentionOptions(impl="pallas", pallas_backend=BACKEND[platform], pallas_interpret=False)
+        return kernels.linear_attention(a, b, c, causal=causal, options=options)
 
     calls, names, text = lowered_kernels(attend, platform, (2, t, 4, d), dtype, grad=grad, prefix="linear_attention_")
     expected = KERNELS[platform, grad]
@@ -102,11 +103,11 @@ def test_column_split_lowers_to_the_triton_kernels(causal):
     lowers to the three kernels for CUDA, gradient included, at a long sequence."""
 
     def attend(a, b, c):
-        sizes = LinearBlockSizes(chunk=64, block_dv=32)
-        return kernels.linear_attention(
-            a, b, c, causal=causal, impl="pallas", pallas_backend="triton", pallas_interpret=False,
-            pallas_block_sizes=sizes,
+        options = LinearAttentionOptions(
+            impl="pallas", pallas_backend="triton", pallas_interpret=False,
+            pallas_block_sizes=LinearBlockSizes(chunk=64, block_dv=32),
         )  # fmt: skip
+        return kernels.linear_attention(a, b, c, causal=causal, options=options)
 
     calls, names, text = lowered_kernels(attend, "cuda", (1, 8192, 2, 128), jnp.bfloat16, grad=True, prefix="linear_")
     assert calls == 3 and set(KERNELS["cuda", True]) <= names, names

@@ -13,9 +13,8 @@ import pytest
 
 import kernels
 import kernels.platforms as platforms
-from kernels.linear_attention_mgpu import MgpuChunkSizes
+from kernels import LinearAttentionOptions, MgpuChunkSizes, PallasBlockSizes, ReluAttentionOptions
 from kernels.platforms import KernelRun, gpu_compute_capability, resolve_pallas_backend
-from kernels.relu_attention_pallas import PallasBlockSizes
 from tests.kernels.lowering import exported_text
 
 HERE = jax.__version__
@@ -109,14 +108,14 @@ def hopper(monkeypatch):
     monkeypatch.setattr(kernels.platforms, "gpu_compute_capability", lambda: (9, 0))
 
 
-def _relu(**kw):
-    return lambda q, k, v: kernels.relu_attention(q, k, v, causal=True, pallas_interpret=False, **kw)
+def _relu(**options):
+    options = ReluAttentionOptions(pallas_interpret=False, **options)
+    return lambda q, k, v: kernels.relu_attention(q, k, v, causal=True, options=options)
 
 
-def _linear(**kw):
-    return lambda q, k, v: kernels.linear_attention(
-        jax.nn.relu(q), jax.nn.relu(k), v, causal=True, pallas_interpret=False, **kw
-    )
+def _linear(**options):
+    options = LinearAttentionOptions(pallas_interpret=False, **options)
+    return lambda q, k, v: kernels.linear_attention(jax.nn.relu(q), jax.nn.relu(k), v, causal=True, options=options)
 
 
 @pytest.mark.lowering
@@ -160,7 +159,8 @@ def test_on_hopper_the_ops_run_the_mosaic_kernels_where_they_can(hopper, monkeyp
     assert _lowered(relu(pallas_backend="triton")) == (0, 1)
 
     def row_stats(q, k, v):  # the fused statistics are the Triton forward kernel's
-        out, s, e = kernels.relu_attention_and_row_stats(q, k, v, causal=True, impl="pallas", pallas_interpret=False)
+        options = ReluAttentionOptions(impl="pallas", pallas_interpret=False)
+        out, s, e = kernels.relu_attention_and_row_stats(q, k, v, causal=True, options=options)
         return out + (s + e)[..., None].astype(out.dtype)
 
     assert _lowered(row_stats) == (0, 1)
@@ -245,10 +245,12 @@ def test_the_ops_with_auto_run_xla_here_and_on_a_device_class_with_no_pass(prete
     q, k, v = (jax.random.normal(jax.random.key(i), (1, 96, 2, 16)) for i in range(3))
     for causal in (False, True):
         auto = kernels.relu_attention(q, k, v, causal=causal)
-        assert jnp.array_equal(auto, kernels.relu_attention(q, k, v, causal=causal, impl="xla"))
+        xla = ReluAttentionOptions(impl="xla")
+        assert jnp.array_equal(auto, kernels.relu_attention(q, k, v, causal=causal, options=xla))
         phi = jax.nn.elu(q) + 1, jax.nn.elu(k) + 1
         auto = kernels.linear_attention(*phi, v, causal=causal)
-        assert jnp.array_equal(auto, kernels.linear_attention(*phi, v, causal=causal, impl="xla"))
+        xla = LinearAttentionOptions(impl="xla")
+        assert jnp.array_equal(auto, kernels.linear_attention(*phi, v, causal=causal, options=xla))
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 from absl.testing import parameterized
 
 import kernels
-from kernels.relu_attention import XlaBlockSizes
+from kernels import ReluAttentionOptions
 from tests.kernels.tolerances import bound, fp32
 
 
@@ -20,6 +20,7 @@ def _inputs(b=2, t=37, h=3, d=16, dtype=jnp.float32, seed=0):
     return q, k, v, mask
 
 
+XLA = ReluAttentionOptions(impl="xla")
 TOLS = {dtype: dict(atol=bound(dtype), rtol=bound(dtype)) for dtype in (jnp.float32, jnp.bfloat16)}
 
 
@@ -33,9 +34,8 @@ class ReluAttentionTest(parameterized.TestCase):
         def run(impl):
             @self.variant
             def attend(q, k, v, mask):
-                return kernels.relu_attention(
-                    q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl, block_sizes=XlaBlockSizes(block)
-                )
+                options = ReluAttentionOptions(impl=impl, xla_block_k=block)
+                return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, gamma=gamma, options=options)
 
             return attend(q, k, v, mask)
 
@@ -52,9 +52,8 @@ class ReluAttentionTest(parameterized.TestCase):
         w = jax.random.normal(jax.random.key(9), q.shape)
 
         def loss(q, k, v, gamma, impl):
-            out = kernels.relu_attention(
-                q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl, block_sizes=XlaBlockSizes(8)
-            )
+            options = ReluAttentionOptions(impl=impl, xla_block_k=8)
+            out = kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, gamma=gamma, options=options)
             return jnp.sum(out.astype(jnp.float32) * w)
 
         grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)), static_argnums=4)
@@ -69,7 +68,8 @@ class ReluAttentionTest(parameterized.TestCase):
 
     def test_padded_keys_and_values_do_not_matter(self):
         q, k, v, mask = _inputs()
-        out = kernels.relu_attention(q, k, v, key_mask=mask, impl="xla", block_sizes=XlaBlockSizes(8))
+        blocks_of_8 = ReluAttentionOptions(impl="xla", xla_block_k=8)
+        out = kernels.relu_attention(q, k, v, key_mask=mask, options=blocks_of_8)
         noise = jax.random.normal(jax.random.key(5), k.shape) * 100
         pad = ~mask[:, :, None, None]
         out2 = kernels.relu_attention(
@@ -77,8 +77,7 @@ class ReluAttentionTest(parameterized.TestCase):
             jnp.where(pad, noise, k),
             jnp.where(pad, noise, v),
             key_mask=mask,
-            impl="xla",
-            block_sizes=XlaBlockSizes(8),
+            options=blocks_of_8,
         )
         real = mask[:, :, None, None]
         chex.assert_trees_all_close(jnp.where(real, out, 0), jnp.where(real, out2, 0), atol=fp32(1e-5))
@@ -86,11 +85,11 @@ class ReluAttentionTest(parameterized.TestCase):
     @parameterized.parameters("reference", "xla")
     def test_causal_cannot_see_the_future(self, impl):
         q, k, v, _ = _inputs(b=1, t=24)
-        out = kernels.relu_attention(q, k, v, causal=True, impl=impl)
+        out = kernels.relu_attention(q, k, v, causal=True, options=ReluAttentionOptions(impl=impl))
         t0 = 10
         k2 = k.at[:, t0 + 1 :].add(5.0)
         v2 = v.at[:, t0 + 1 :].add(5.0)
-        out2 = kernels.relu_attention(q, k2, v2, causal=True, impl=impl)
+        out2 = kernels.relu_attention(q, k2, v2, causal=True, options=ReluAttentionOptions(impl=impl))
         chex.assert_trees_all_close(out[:, : t0 + 1], out2[:, : t0 + 1], atol=fp32(1e-6))
         assert not np.allclose(out[:, t0 + 1 :], out2[:, t0 + 1 :])
 
@@ -107,10 +106,10 @@ class ReluAttentionTest(parameterized.TestCase):
         b, h, d = max(1, 2048 // n), 4, 64
         kq, kk, kv = jax.random.split(jax.random.key(n), 3)
         q, k, v = (jax.random.normal(key, (b, n, h, d)) for key in (kq, kk, kv))
-        out = kernels.relu_attention(q, k, v, impl="xla")
+        out = kernels.relu_attention(q, k, v, options=XLA)
         var = float(jnp.var(out))
         assert 0.8 < var < 1.25, f"n={n}: variance {var:.3f}"
-        raw = kernels.relu_attention(q, k, v, impl="xla", row_scale="none")
+        raw = kernels.relu_attention(q, k, v, row_scale="none", options=XLA)
         raw_var = float(jnp.var(raw))
         assert raw_var == pytest.approx(n / 2 * var, rel=1e-3)
 
@@ -119,7 +118,7 @@ class ReluAttentionTest(parameterized.TestCase):
         for n in (16, 256, 4096):
             kq, kk, kv = jax.random.split(jax.random.key(n), 3)
             q, k, v = (jax.random.normal(key, (1, n, 2, 64)) for key in (kq, kk, kv))
-            variances.append(float(jnp.var(kernels.relu_attention(q, k, v, impl="xla", row_scale="none"))))
+            variances.append(float(jnp.var(kernels.relu_attention(q, k, v, row_scale="none", options=XLA))))
         assert variances[0] * 10 < variances[1] and variances[1] * 10 < variances[2], variances
 
     @parameterized.product(causal=[False, True])
@@ -128,9 +127,8 @@ class ReluAttentionTest(parameterized.TestCase):
         gamma = jnp.array([1.0, 0.8, 1.2])
 
         def f(q, k, impl):
-            s, e = kernels.relu_attention_row_stats(
-                q, k, causal=causal, key_mask=mask, gamma=gamma, impl=impl, block_sizes=XlaBlockSizes(8)
-            )
+            options = ReluAttentionOptions(impl=impl, xla_block_k=8)
+            s, e = kernels.relu_attention_row_stats(q, k, causal=causal, key_mask=mask, gamma=gamma, options=options)
             return jnp.sum(jnp.sin(s)) + jnp.sum(jnp.cos(e)), (s, e)
 
         (_, ref_stats), ref_grads = jax.value_and_grad(f, argnums=(0, 1), has_aux=True)(q, k, "reference")
@@ -139,13 +137,14 @@ class ReluAttentionTest(parameterized.TestCase):
         chex.assert_trees_all_close(grads, ref_grads, atol=fp32(1e-4), rtol=fp32(1e-4))
         # The row sums are the sums of the attention weights: Σ_j a_ij applied to v = 1 gives S_i.
         ones = jnp.ones_like(q)
-        out = kernels.relu_attention(q, k, ones, causal=causal, key_mask=mask, gamma=gamma, impl="reference")
+        reference = ReluAttentionOptions(impl="reference")
+        out = kernels.relu_attention(q, k, ones, causal=causal, key_mask=mask, gamma=gamma, options=reference)
         chex.assert_trees_all_close(out[..., 0], ref_stats[0], atol=fp32(1e-5))
 
     def test_bad_inputs_are_clear_errors(self):
         q, k, v, mask = _inputs()
         with self.assertRaisesRegex(ValueError, "unknown relu_attention impl 'cuda'; valid: auto, reference, xla"):
-            kernels.relu_attention(q, k, v, impl="cuda")
+            kernels.relu_attention(q, k, v, options=ReluAttentionOptions(impl="cuda"))
         with self.assertRaisesRegex(ValueError, r"key_mask shape \(2, 5\)"):
             kernels.relu_attention(q, k, v, key_mask=mask[:, :5])
         with self.assertRaisesRegex(ValueError, "gamma must be a scalar or have shape"):

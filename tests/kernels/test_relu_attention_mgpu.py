@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
+from kernels import ReluAttentionOptions
 from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu, supported
 from tests.kernels.lowering import exported_text, layout_copies
 from tests.kernels.tolerances import bound
@@ -16,11 +17,10 @@ from tests.kernels.tolerances import bound
 def _attend(causal, t, backward="mosaic", warp_specialized=True):
     mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])
     sizes = MgpuBlockSizes(backward=backward, warp_specialized=warp_specialized)
+    options = ReluAttentionOptions(impl="pallas", pallas_backend="mosaic_gpu", pallas_block_sizes=sizes)
 
     def attend(q, k, v):
-        return kernels.relu_attention(
-            q, k, v, causal=causal, key_mask=mask, impl="pallas", pallas_backend="mosaic_gpu", pallas_block_sizes=sizes
-        )
+        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, options=options)
 
     return attend
 
@@ -107,20 +107,21 @@ def test_matches_reference_outputs_and_gradients_where_it_runs(causal, backward,
     mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2 + 7]])
     gamma = jnp.array([1.0, 0.5, 2.0, 1.5])
 
-    def loss(q, k, v, gamma, **impl):
-        out = kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, gamma=gamma, **impl)
+    def loss(q, k, v, gamma, options):
+        out = kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, gamma=gamma, options=options)
         return jnp.sum(out.astype(jnp.float32) ** 2), out
 
     grad = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)
     sizes = MgpuBlockSizes(backward=backward, warp_specialized=warp_specialized)
-    mosaic = jax.jit(lambda *a: grad(*a, impl="pallas", pallas_backend="mosaic_gpu", pallas_block_sizes=sizes))
+    options = ReluAttentionOptions(impl="pallas", pallas_backend="mosaic_gpu", pallas_block_sizes=sizes)
+    mosaic = jax.jit(lambda *a: grad(*a, options))
     if jax.default_backend() != "gpu":
         with pytest.raises(ValueError, match="interpret mode"):
             mosaic(q, k, v, gamma)
         return
     (_, out), grads = mosaic(q, k, v, gamma)
     f32 = [x.astype(jnp.float32) for x in (q, k, v)]
-    (_, ref), ref_grads = grad(*f32, gamma, impl="reference")
+    (_, ref), ref_grads = grad(*f32, gamma, ReluAttentionOptions(impl="reference"))
     real = mask[:, :, None, None]
     got, want = jnp.where(real, out.astype(jnp.float32), 0), jnp.where(real, ref, 0)
     chex.assert_trees_all_close(got, want, atol=bound(jnp.bfloat16), rtol=bound(jnp.bfloat16))

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
-from kernels.relu_attention_pallas import PallasBlockSizes, _num_k_blocks
+from kernels import PallasBlockSizes, ReluAttentionOptions
+from kernels.relu_attention_pallas import _num_k_blocks
 from tests.kernels.tolerances import bound, fp32, pallas_against_reference
 
 F32_TOL = fp32(2e-5)  # tests/kernels/tolerances.py: exact fp32 on the CPU, TF32 / bf16 passes elsewhere
@@ -45,10 +46,10 @@ def test_pallas_matches_reference_outputs_and_gradients(causal, dtype, t, d, row
     w = jax.random.normal(jax.random.key(4), (2, t, 2, d))
 
     def loss(q, k, v, gamma, impl):
+        options = ReluAttentionOptions(impl=impl, pallas_block_sizes=sizes)
         out = kernels.relu_attention(
-            q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl, row_scale=row_scale,
-            pallas_block_sizes=sizes,
-        )  # fmt: skip
+            q, k, v, causal=causal, key_mask=mask, gamma=gamma, row_scale=row_scale, options=options
+        )
         return jnp.sum(out.astype(jnp.float32) * w), out
 
     out, ref_out, errors = pallas_against_reference(loss, (q, k, v, gamma), ("dq", "dk", "dv", "dgamma"))
@@ -63,15 +64,13 @@ def test_pallas_matches_reference_outputs_and_gradients(causal, dtype, t, d, row
 
 def test_padded_keys_do_not_matter_and_causal_cannot_see_the_future():
     q, k, v, mask = _inputs(2, 30, 2, 16, jnp.float32)
-    out = kernels.relu_attention(q, k, v, key_mask=mask, impl="pallas", pallas_block_sizes=SMALL)
+    small = ReluAttentionOptions(impl="pallas", pallas_block_sizes=SMALL)
+    out = kernels.relu_attention(q, k, v, key_mask=mask, options=small)
     pad = ~mask[:, :, None, None]
-    out2 = kernels.relu_attention(
-        q, jnp.where(pad, 9.0, k), jnp.where(pad, -9.0, v), key_mask=mask, impl="pallas", pallas_block_sizes=SMALL
-    )
+    out2 = kernels.relu_attention(q, jnp.where(pad, 9.0, k), jnp.where(pad, -9.0, v), key_mask=mask, options=small)
     chex.assert_trees_all_close(jnp.where(pad, 0, out), jnp.where(pad, 0, out2), atol=fp32(1e-6))
-    c1 = kernels.relu_attention(q, k, v, causal=True, impl="pallas", pallas_block_sizes=SMALL)
-    c2 = kernels.relu_attention(q, k.at[:, 17:].add(3.0), v.at[:, 17:].add(3.0), causal=True, impl="pallas",
-                                pallas_block_sizes=SMALL)  # fmt: skip
+    c1 = kernels.relu_attention(q, k, v, causal=True, options=small)
+    c2 = kernels.relu_attention(q, k.at[:, 17:].add(3.0), v.at[:, 17:].add(3.0), causal=True, options=small)
     chex.assert_trees_all_close(c1[:, :17], c2[:, :17], atol=fp32(1e-6))
 
 
@@ -99,13 +98,13 @@ def test_row_stats_from_the_forward_kernel_match_reference_with_gradients(causal
     w_sum, w_xlogx = jax.random.normal(jax.random.key(5), (2, 2, t, 2))
 
     def loss(q, k, v, gamma, impl):
+        opts = dict(causal=causal, key_mask=mask, gamma=gamma, options=ReluAttentionOptions(impl=impl))
         if impl == "reference":  # the output and the statistics from the two reference functions
-            out = kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl)
-            stats = kernels.relu_attention_row_stats(q, k, causal=causal, key_mask=mask, gamma=gamma, impl=impl)
+            out = kernels.relu_attention(q, k, v, **opts)
+            stats = kernels.relu_attention_row_stats(q, k, **opts)
         else:
-            out, *stats = kernels.relu_attention_and_row_stats(
-                q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl, pallas_block_sizes=sizes
-            )
+            opts["options"] = ReluAttentionOptions(impl=impl, pallas_block_sizes=sizes)
+            out, *stats = kernels.relu_attention_and_row_stats(q, k, v, **opts)
         row_sum, row_xlogx = stats
         value = jnp.sum(out * w) + jnp.sum(row_sum * w_sum) + jnp.sum(row_xlogx * w_xlogx)
         return value, (out, row_sum, row_xlogx)
@@ -129,7 +128,8 @@ def test_row_stats_kernel_is_used_only_when_asked():
     def kernel_names(fn):
         return set(re.findall(r"relu_attention_fwd\w*", str(jax.make_jaxpr(fn)(q, k, v))))
 
-    plain = kernel_names(lambda a, b, c: kernels.relu_attention(a, b, c, key_mask=mask, impl="pallas"))
-    fused = kernel_names(lambda a, b, c: kernels.relu_attention_and_row_stats(a, b, c, key_mask=mask, impl="pallas"))
+    pallas = ReluAttentionOptions(impl="pallas")
+    plain = kernel_names(lambda a, b, c: kernels.relu_attention(a, b, c, key_mask=mask, options=pallas))
+    fused = kernel_names(lambda a, b, c: kernels.relu_attention_and_row_stats(a, b, c, key_mask=mask, options=pallas))
     assert plain == {"relu_attention_fwd"}, plain
     assert fused == {"relu_attention_fwd_row_stats"}, fused

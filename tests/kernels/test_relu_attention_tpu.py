@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
-from kernels.relu_attention_tpu import TpuBlockSizes
+from kernels import ReluAttentionOptions, TpuBlockSizes
 from tests.kernels.lowering import BACKEND, every_lowering_case, layout_copies, lowered_kernels
 from tests.kernels.tolerances import bound, pallas_against_reference
 
@@ -32,9 +32,10 @@ def test_interpret_mode_matches_reference(causal, dtype, t, d, row_scale, sizes)
     w = jax.random.normal(kw, (2, t, 2, d))
 
     def loss(q, k, v, gamma, impl):
-        extra = dict(pallas_backend="tpu", pallas_interpret=True, pallas_block_sizes=sizes) if impl == "pallas" else {}
+        # "pallas": the Mosaic TPU kernels in interpret mode on this machine
+        options = ReluAttentionOptions(impl=impl, pallas_backend="tpu", pallas_interpret=True, pallas_block_sizes=sizes)
         out = kernels.relu_attention(
-            q, k, v, causal=causal, key_mask=mask, gamma=gamma, impl=impl, row_scale=row_scale, **extra
+            q, k, v, causal=causal, key_mask=mask, gamma=gamma, row_scale=row_scale, options=options
         )
         return jnp.sum(out.astype(jnp.float32) * w), out
 
@@ -70,10 +71,8 @@ def test_lowers_to_the_kernels_for_each_platform(platform, grad, dtype, causal, 
     mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])  # padding masked in the kernels
 
     def attend(q, k, v):
-        return kernels.relu_attention(
-            q, k, v, causal=causal, key_mask=mask, impl="pallas", pallas_backend=BACKEND[platform],
-            pallas_interpret=False,
-        )  # fmt: skip
+        options = ReluAttentionOptions(impl="pallas", pallas_backend=BACKEND[platform], pallas_interpret=False)
+        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, options=options)
 
     calls, names, text = lowered_kernels(attend, platform, (2, t, 4, d), dtype, grad=grad, prefix="relu_attention_")
     expected = KERNELS[platform, grad]
@@ -93,8 +92,9 @@ def test_row_stats_kernel_lowers_for_cuda(grad):
     mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])
 
     def attend(q, k, v):
+        options = ReluAttentionOptions(impl="pallas", pallas_backend="triton", pallas_interpret=False)
         out, row_sum, row_xlogx = kernels.relu_attention_and_row_stats(
-            q, k, v, causal=True, key_mask=mask, impl="pallas", pallas_backend="triton", pallas_interpret=False
+            q, k, v, causal=True, key_mask=mask, options=options
         )
         return out + (row_sum + row_xlogx)[..., None].astype(out.dtype)
 

@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 import kernels
-from kernels.linear_attention import stabilise_denominator
+from kernels.numerics import stabilise_denominator
 from zoo import mixers
 from zoo.mixers.linear import favor_features, orthogonal_random_features
 
@@ -53,7 +53,8 @@ def _favor_float64(q, k, v, omega, causal):
 def _favor(q, k, v, omega, causal, eps_mode, impl):
     phi_q = favor_features(q, omega, is_query=True, mask=None, causal=causal)
     phi_k = favor_features(k, omega, is_query=False, mask=None, causal=causal)
-    return kernels.linear_attention(phi_q, phi_k, v, causal=causal, eps=1e-6, eps_mode=eps_mode, impl=impl)
+    options = kernels.LinearAttentionOptions(impl=impl)
+    return kernels.linear_attention(phi_q, phi_k, v, causal=causal, eps=1e-6, eps_mode=eps_mode, options=options)
 
 
 @pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])

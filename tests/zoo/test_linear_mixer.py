@@ -85,7 +85,7 @@ def test_favor_approaches_softmax_as_features_grow():
         omega = orthogonal_random_features(jax.random.key(m), m, d)
         phi_q = favor_features(q, omega, is_query=True, mask=None, causal=False)
         phi_k = favor_features(k, omega, is_query=False, mask=None, causal=False)
-        approx = kernels.linear_attention(phi_q, phi_k, v, impl="reference")
+        approx = kernels.linear_attention(phi_q, phi_k, v, options=kernels.LinearAttentionOptions(impl="reference"))
         errors.append(float(jnp.mean(jnp.abs(approx - exact))))
     assert errors[0] > errors[1] > errors[2] > errors[3], errors
     assert errors[-1] < 0.25 * errors[0] and errors[-1] < 0.03, errors

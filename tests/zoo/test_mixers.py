@@ -180,10 +180,11 @@ def test_relu_regularisers_sown_in_training_only_and_match_dense_definition(impl
     q, k = split(layer.query(x)), split(layer.key(x))
     gamma = jnp.exp(layer.log_gamma[...])
     ones = jnp.ones_like(q)
+    reference = kernels.ReluAttentionOptions(impl="reference")
     a_rows = []
     for j in range(t):  # column j of a: attention to key j, read out through a one-hot value
         onehot = jnp.zeros_like(ones).at[:, j].set(1.0)
-        a_rows.append(kernels.relu_attention(q, k, onehot, causal=True, key_mask=MASK, gamma=gamma, impl="reference"))
+        a_rows.append(kernels.relu_attention(q, k, onehot, causal=True, key_mask=MASK, gamma=gamma, options=reference))
     a = jnp.stack([r[..., 0] for r in a_rows], axis=-1)  # [b, t, H, t]
     s = a.sum(-1)
     p = a / (s[..., None] + 1e-6)

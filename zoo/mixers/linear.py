@@ -167,7 +167,8 @@ class LinearAttention(MultiHeadMixer):
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
         self.feature_map = FeatureMap(cfg, self.num_heads, self.head_dim, rngs=rngs)
-        self.eps, self.impl, self.chunk_size = cfg.eps, cfg.impl, cfg.chunk_size
+        self.eps = cfg.eps
+        self.options = kernels.LinearAttentionOptions(impl=cfg.impl, chunk_size=cfg.chunk_size)
         if cfg.eps_mode not in ("auto", *kernels.EPS_MODES):
             raise ValueError(
                 f"mixer 'linear': unknown eps_mode {cfg.eps_mode!r}; valid: auto, {', '.join(kernels.EPS_MODES)}"
@@ -193,8 +194,7 @@ class LinearAttention(MultiHeadMixer):
             key_mask=mask,
             eps=self.eps,
             eps_mode=self.eps_mode,
-            impl=self.impl,
-            chunk_size=self.chunk_size,
+            options=self.options,
         )
 
     def init_cache(self, batch: int, max_length: int) -> dict:

@@ -48,16 +48,16 @@ class ReLUAttention(MultiHeadMixer):
         self.norm_loss_weight = cfg.norm_loss_weight
         self.entropy_loss_weight = cfg.entropy_loss_weight
         self.entropy_margin = cfg.entropy_margin
-        self.impl = cfg.impl
+        self.options = kernels.ReluAttentionOptions(impl=cfg.impl)
         self.deterministic = False  # set by .eval(); regularisers are training-only
 
     def attend(self, q, k, v, mask, causal):
         gamma = jnp.exp(self.log_gamma[...])
-        opts = dict(causal=causal, key_mask=mask, gamma=gamma, row_scale=self.row_scale)
+        opts = dict(causal=causal, key_mask=mask, gamma=gamma, row_scale=self.row_scale, options=self.options)
         if self.deterministic or not (self.norm_loss_weight or self.entropy_loss_weight):
-            return kernels.relu_attention(q, k, v, impl=self.impl, **opts)
+            return kernels.relu_attention(q, k, v, **opts)
         # The regularisers' row statistics come out of the same pass as the output (on the GPU kernels).
-        out, row_sum, row_xlogx = kernels.relu_attention_and_row_stats(q, k, v, impl=self.impl, **opts)
+        out, row_sum, row_xlogx = kernels.relu_attention_and_row_stats(q, k, v, **opts)
         keys = jnp.ones(k.shape[:2], bool) if mask is None else mask
         counts = kernels.visible_key_counts(keys, causal=causal, q_length=q.shape[1])
         # Real query rows: the key mask for self-attention, every row for cross-attention.
@@ -72,10 +72,10 @@ class ReLUPerLength(MultiHeadMixer):
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
-        self.impl = cfg.impl
+        self.options = kernels.ReluAttentionOptions(impl=cfg.impl)
 
     def attend(self, q, k, v, mask, causal):
-        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, row_scale="count", impl=self.impl)
+        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, row_scale="count", options=self.options)
 
 
 class RMSNormGate(nnx.Module):
@@ -98,11 +98,11 @@ class ReLA(MultiHeadMixer):
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
-        self.impl = cfg.impl
+        self.options = kernels.ReluAttentionOptions(impl=cfg.impl)
         self.gate = RMSNormGate(self.num_heads * self.head_dim, eps=cfg.rms_norm_eps, dtype=self.dtype)
 
     def attend(self, q, k, v, mask, causal):
-        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, row_scale="none", impl=self.impl)
+        return kernels.relu_attention(q, k, v, causal=causal, key_mask=mask, row_scale="none", options=self.options)
 
     def combine(self, o):
         return self.gate(o)

@@ -12,8 +12,7 @@ import ml_collections
 from absl import logging
 from flax import nnx
 
-from kernels.linear_attention import IMPLS as LINEAR_IMPLS
-from kernels.relu_attention import IMPLS as RELU_IMPLS
+from kernels.options import IMPLS
 from zoo import mixers
 from zoo.config_fields import Rule, above, at_least, in_range, integer, one_of
 from zoo.config_fields import problems as field_problems
@@ -23,7 +22,7 @@ from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS
 
 # Mixer options by name (the same name means the same thing in every mixer that has it).
 OPTION_RULES: dict[str, Rule] = {
-    "impl": one_of(*dict.fromkeys(RELU_IMPLS + LINEAR_IMPLS)),  # the kernels' own lists
+    "impl": one_of(*IMPLS),  # the kernels' own list
     "eps": above(0),
     "rms_norm_eps": above(0),
     "gamma_init": above(0),

@@ -1,0 +1,159 @@
+"""How the attention ops run: one frozen options dataclass per op, checked when it is built.
+
+`ReluAttentionOptions` and `LinearAttentionOptions` say which implementation computes an op and how it is tiled;
+they never change what is computed (up to rounding). That — causal or not, the key mask, γ and the row scale of
+ReLU attention, ε and its mode of linear attention — is given by the ops' own arguments. A model builds its
+options once (the zoo's mixers from their `impl` and `chunk_size` settings) and passes them to every call:
+
+    opts = ReluAttentionOptions(impl="pallas", pallas_backend="tpu", pallas_block_sizes=TpuBlockSizes(block_q=256))
+    out = relu_attention(q, k, v, causal=True, options=opts)
+
+Each kernel build's tile sizes are its own dataclass, defined beside its kernels and listed here per op
+(`BLOCK_SIZES`), so sizes for another op or another build are an error that names the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import ClassVar
+
+import jax
+
+from kernels.linear_attention_mgpu import MgpuChunkSizes
+from kernels.linear_attention_pallas import LinearBlockSizes
+from kernels.linear_attention_tpu import TpuChunkSizes
+from kernels.platforms import PALLAS_BACKENDS, auto_pallas_backend, resolve_pallas_backend
+from kernels.relu_attention_mgpu import MgpuBlockSizes
+from kernels.relu_attention_pallas import PallasBlockSizes
+from kernels.relu_attention_tpu import TpuBlockSizes
+
+IMPLS = ("auto", "reference", "xla", "pallas")
+# Each kernel build's tile sizes, per op: sizes of another build, or of the other op, are refused.
+RELU_BLOCK_SIZES = {"triton": PallasBlockSizes, "tpu": TpuBlockSizes, "mosaic_gpu": MgpuBlockSizes}
+LINEAR_BLOCK_SIZES = {"triton": LinearBlockSizes, "tpu": TpuChunkSizes, "mosaic_gpu": MgpuChunkSizes}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KernelOptions:
+    """The options both ops share (use `ReluAttentionOptions` or `LinearAttentionOptions`).
+
+    impl: "reference" (dense fp32 definition), "xla" (blocked or chunked jnp), "pallas" (kernels) or "auto"
+      ("pallas" only where `kernels/kernel_passes.json` records the kernels passing on this device class, else
+      "xla"; `kernels.platforms`).
+    pallas_backend: the kernels "pallas" runs: "tpu", "triton", "mosaic_gpu", "gpu" (Mosaic GPU or Triton by the
+      GPU's compute capability) or None (the running platform's; `kernels.platforms`).
+    pallas_block_sizes: tile sizes of the kernels that run, as their build's dataclass (`BLOCK_SIZES`); None:
+      that build's defaults.
+    pallas_interpret: run the kernels in Pallas interpret mode; None: on a CPU backend only.
+    """
+
+    OP: ClassVar[str]
+    BLOCK_SIZES: ClassVar[dict[str, type]]  # kernel build ("triton", "tpu", "mosaic_gpu") → its tile sizes
+
+    impl: str = "auto"
+    pallas_backend: str | None = None
+    pallas_block_sizes: object = None
+    pallas_interpret: bool | None = None
+
+    def _error(self, field: str, message: str) -> ValueError:
+        return ValueError(f"{type(self).__name__}.{field}: {message}")
+
+    def __post_init__(self):
+        if self.impl not in IMPLS:
+            raise self._error("impl", f"unknown {self.OP} impl {self.impl!r}; valid: {', '.join(IMPLS)}")
+        if self.pallas_backend is not None and self.pallas_backend not in PALLAS_BACKENDS:
+            valid = ", ".join(PALLAS_BACKENDS)
+            raise self._error("pallas_backend", f"unknown pallas_backend {self.pallas_backend!r}; valid: {valid}")
+        if self.pallas_interpret is not None and not isinstance(self.pallas_interpret, bool):
+            raise self._error("pallas_interpret", f"must be True, False or None, got {self.pallas_interpret!r}")
+        sizes = self.pallas_block_sizes
+        if sizes is None:
+            return
+        if not isinstance(sizes, tuple(self.BLOCK_SIZES.values())):
+            valid = ", ".join(f"{t.__name__} ({build})" for build, t in self.BLOCK_SIZES.items())
+            raise self._error("pallas_block_sizes", f"{type(sizes).__name__} are not {self.OP}'s; valid: {valid}")
+        named = self.BLOCK_SIZES.get(self.pallas_backend)
+        if named is not None and not isinstance(sizes, named):
+            raise self._error(
+                "pallas_block_sizes",
+                f"{type(sizes).__name__} are not the {self.pallas_backend} kernels' ({named.__name__})",
+            )
+
+    def _check_length(self, field: str, optional: bool) -> None:
+        """A block or chunk length: a positive whole number (or None where `optional`)."""
+        value = getattr(self, field)
+        if optional and value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self._error(field, f"must be a positive whole number{' or None' if optional else ''}, got {value!r}")
+
+    def plan(self, length: int, mosaic_refusal: Callable[[], str | None]) -> tuple[str, str | None]:
+        """(impl, kernels) to run at sequence (key) `length`. "auto" is "pallas" with the kernels
+        `kernels.platforms` records as passed and faster on this device class from this length on, else "xla".
+        For "pallas" the kernels are those `pallas_backend` means here (`resolve_pallas_backend`: "tpu",
+        "mosaic_gpu", "gpu" for Triton, or the platform's name for Triton in interpret mode), else None.
+        `mosaic_refusal()`: why the Mosaic GPU kernels cannot take the inputs (None: they can)."""
+        impl, requested = self.impl, self.pallas_backend
+        if impl == "auto":
+            requested = auto_pallas_backend(self.OP, length, {"mosaic_gpu": mosaic_refusal})
+            impl = "pallas" if requested else "xla"
+        if impl != "pallas":
+            return impl, None
+        return impl, resolve_pallas_backend(requested, mosaic_refusal, op=self.OP)
+
+    def interpret(self) -> bool:
+        """Whether the kernels run in interpret mode: `pallas_interpret`, by default on a CPU backend."""
+        return jax.default_backend() == "cpu" if self.pallas_interpret is None else self.pallas_interpret
+
+    def block_sizes_for(self, backend: str):
+        """`pallas_block_sizes` for the kernels `backend` names (as `resolve_pallas_backend` returns it), None
+        when unset; ValueError when they are another build's (`pallas_backend` "gpu" that ran Triton with Mosaic
+        GPU tile sizes)."""
+        # `resolve_pallas_backend` names the Triton kernels "gpu", or the platform's name in interpret mode.
+        build = backend if backend in self.BLOCK_SIZES else "triton"
+        sizes = self.pallas_block_sizes
+        if sizes is not None and not isinstance(sizes, self.BLOCK_SIZES[build]):
+            raise self._error(
+                "pallas_block_sizes",
+                f"{type(sizes).__name__} are not for the {build} kernels, which run here and take "
+                f"{self.BLOCK_SIZES[build].__name__} (pallas_backend names the kernels to run)",
+            )
+        return sizes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReluAttentionOptions(KernelOptions):
+    """`relu_attention`'s options: those of `KernelOptions`, and
+
+    xla_block_k: the key-block length of impl "xla" (its memory is O(T_q · xla_block_k) per step).
+    """
+
+    OP: ClassVar[str] = "relu_attention"
+    BLOCK_SIZES: ClassVar[dict[str, type]] = RELU_BLOCK_SIZES
+
+    pallas_block_sizes: PallasBlockSizes | TpuBlockSizes | MgpuBlockSizes | None = None
+    xla_block_k: int = 512
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._check_length("xla_block_k", optional=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LinearAttentionOptions(KernelOptions):
+    """`linear_attention`'s options: those of `KernelOptions`, and
+
+    chunk_size: the causal chunk length of impl "xla" (None: 64) and of the Triton and Mosaic GPU kernels when
+      `pallas_block_sizes` is None (None: theirs by default). The TPU kernels' chunk is `TpuChunkSizes.chunk`.
+    """
+
+    OP: ClassVar[str] = "linear_attention"
+    BLOCK_SIZES: ClassVar[dict[str, type]] = LINEAR_BLOCK_SIZES
+
+    pallas_block_sizes: LinearBlockSizes | TpuChunkSizes | MgpuChunkSizes | None = None
+    chunk_size: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._check_length("chunk_size", optional=True)

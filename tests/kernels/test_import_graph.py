@@ -1,0 +1,160 @@
+"""The `kernels` package's imports, read from its source with `ast` (module-level and function-level statements):
+no circle, no kernel backend that reaches a dispatcher, no module that takes another's private names, and
+nothing imported from outside jax, numpy and the standard library."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "kernels"
+PACKAGE_DIR = Path(__file__).resolve().parents[2] / PACKAGE
+DISPATCHERS = {"kernels.relu_attention", "kernels.linear_attention"}
+BACKEND_SUFFIXES = ("_pallas", "_mgpu", "_tpu")
+ALLOWED_OUTSIDE = {"jax", "jaxlib", "numpy"}  # and the standard library
+
+
+def module_name(path: Path) -> str:
+    return PACKAGE if path.stem == "__init__" else f"{PACKAGE}.{path.stem}"
+
+
+def imports(path: Path, modules: set[str]) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(line, imported module, names taken from it) for every import statement in the file, at any depth.
+
+    `from kernels import x` imports the submodule `kernels.x` when there is one. Relative imports are resolved
+    against the package."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, ()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: `from .x import y` inside kernels/
+                base = ".".join(filter(None, [PACKAGE, base]))
+            names = tuple(alias.name for alias in node.names)
+            submodules = [f"{base}.{name}" for name in names if f"{base}.{name}" in modules]
+            found += [(node.lineno, sub, ()) for sub in submodules]
+            if len(submodules) < len(names):
+                found.append((node.lineno, base, tuple(n for n in names if f"{base}.{n}" not in modules)))
+    return sorted(found, key=lambda item: item[0])
+
+
+def package_imports() -> dict[str, list[tuple[int, str, tuple[str, ...]]]]:
+    paths = sorted(PACKAGE_DIR.glob("*.py"))
+    modules = {module_name(p) for p in paths}
+    return {module_name(p): imports(p, modules) for p in paths}
+
+
+def graph(statements: dict[str, list[tuple[int, str, tuple[str, ...]]]]) -> dict[str, set[str]]:
+    """Module → the package's modules it imports (explicitly; a parent package that Python initialises on the
+    way is not an edge, or every module would reach `kernels/__init__.py`)."""
+    return {m: {target for _, target, _ in found if target in statements} for m, found in statements.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """A circle of imports as [a, b, ..., a], or None (depth-first search, three colours)."""
+    state: dict[str, str] = {}  # "open" while on the stack, "done" after
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+STATEMENTS = package_imports()
+EDGES = graph(STATEMENTS)
+BACKENDS = sorted(m for m in EDGES if m.endswith(BACKEND_SUFFIXES))
+
+
+def test_the_walk_sees_the_package_and_its_lazy_imports():
+    known = {
+        f"kernels.{op}_{build}" for op in ("relu_attention", "linear_attention") for build in ("pallas", "mgpu", "tpu")
+    }
+    assert DISPATCHERS <= set(EDGES) and known <= set(BACKENDS), sorted(EDGES)
+    # Function-level imports count: the Mosaic GPU builders import plgpu inside functions.
+    assert any(target == "jax.experimental.pallas" for _, target, _ in STATEMENTS["kernels.mgpu_tiles"])
+    assert "kernels.numerics" in EDGES["kernels.relu_attention_pallas"]
+
+
+def test_the_package_has_no_import_circle():
+    cycle = find_cycle(EDGES)
+    assert cycle is None, "import circle: " + " → ".join(cycle)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_backend_never_reaches_a_dispatcher(backend):
+    """A backend takes shared helpers from `kernels.numerics` (or `tiles`, `mgpu_tiles`), never from the ops
+    that dispatch to it, directly or through another module."""
+    reached = reachable(EDGES, backend) & (DISPATCHERS | {PACKAGE})
+    assert not reached, f"{backend} imports {', '.join(sorted(reached))}, directly or through another module"
+
+
+def test_no_module_takes_another_modules_private_names():
+    taken = [
+        f"{m}:{line} takes {name} from {target}"
+        for m, found in STATEMENTS.items()
+        for line, target, names in found
+        for name in names
+        if target.startswith(PACKAGE) and target != m and name.startswith("_")
+    ]
+    assert not taken, taken
+
+
+def test_the_package_imports_only_jax_numpy_and_the_standard_library():
+    allowed = ALLOWED_OUTSIDE | set(sys.stdlib_module_names) | {"__future__", PACKAGE}
+    outside = [
+        f"{m}:{line} imports {target}"
+        for m, found in STATEMENTS.items()
+        for line, target, _ in found
+        if target.split(".")[0] not in allowed
+    ]
+    assert not outside, outside
+
+
+def test_the_cycle_finder_reports_a_circle_and_the_walk_resolves_imports(tmp_path):
+    """The checks above are only as good as these two pieces: a circle is found and named, and every form of
+    import statement becomes the edge it is."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+    source = tmp_path / "x.py"
+    source.write_text(
+        "import kernels.numerics as n\n"
+        "from kernels import tiles, EPS_MODES\n"
+        "def f():\n"
+        "    from kernels.relu_attention import _prepare\n"
+        "    from .checks import check_causal\n"
+    )
+    modules = {"kernels", "kernels.numerics", "kernels.tiles", "kernels.relu_attention", "kernels.checks"}
+    assert imports(source, modules) == [
+        (1, "kernels.numerics", ()),
+        (2, "kernels.tiles", ()),
+        (2, "kernels", ("EPS_MODES",)),
+        (4, "kernels.relu_attention", ("_prepare",)),
+        (5, "kernels.checks", ("check_causal",)),
+    ]
