@@ -364,11 +364,10 @@ def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
 
 SPECS = (
     LraTask(
-        name="image",
-        config="image",
-        make_task=make_task,
-        vocab_size=PIXEL_VOCAB_SIZE,
-        num_classes=NUM_CLASSES,
+        "image",
+        make_task,
+        PIXEL_VOCAB_SIZE,
+        NUM_CLASSES,
         demo_cut={"steps": 100, "eval_max_batches": 4},
         published={"LRA paper: Transformer": 42.44, "LRA paper: Linear Trans.": 42.34, "LRA paper: Performer": 42.77},
         write_data=write_data,

@@ -241,11 +241,10 @@ def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
 
 SPECS = (
     LraTask(
-        name="listops",
-        config="listops",
-        make_task=make_task,
-        vocab_size=len(VOCAB),
-        num_classes=NUM_CLASSES,
+        "listops",
+        make_task,
+        len(VOCAB),
+        NUM_CLASSES,
         demo_cut={"steps": 200},
         # docs/tasks.md: the LRA paper's Table 1 and the trainable-kernel paper's Table 1.
         published={

@@ -176,11 +176,10 @@ def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
 
 
 _PATHFINDER = LraTask(
-    name="pathfinder",
-    config="pathfinder",
-    make_task=make_task,
-    vocab_size=PIXEL_VOCAB_SIZE,
-    num_classes=NUM_CLASSES,
+    "pathfinder",
+    make_task,
+    PIXEL_VOCAB_SIZE,
+    NUM_CLASSES,
     demo_cut={"steps": 24, "eval_max_batches": 1},
     published={"LRA paper: Transformer": 71.40, "LRA paper: Linear Trans.": 75.30, "LRA paper: Performer": 77.05},
     write_data=write_data,

@@ -212,11 +212,10 @@ def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
 
 SPECS = (
     LraTask(
-        name="retrieval",
-        config="retrieval",
-        make_task=make_task,
-        vocab_size=input_pipeline.BYTE_VOCAB_SIZE,
-        num_classes=NUM_CLASSES,
+        "retrieval",
+        make_task,
+        input_pipeline.BYTE_VOCAB_SIZE,
+        NUM_CLASSES,
         demo_cut={"steps": 100, "eval_max_batches": 8},
         published={
             "LRA paper: Transformer": 57.46,

@@ -24,11 +24,11 @@ class LraTask:
     """One LRA benchmark row.
 
     name:        the row's label in sweeps and tables (`lra-compare` tasks, results.csv).
-    config:      the config module under lra_flax/configs that builds it (its `config.task` names the
-                 module in lra_flax/tasks whose `make_task` runs it).
     make_task:   config → the `zoo.training.Task` the loop trains.
     vocab_size:  token ids the model embeds (the efficiency runs draw synthetic batches from them).
     num_classes: label classes.
+    config:      the config module under lra_flax/configs that builds it (default: `name`); its `config.task`
+                 names the module in lra_flax/tasks whose `make_task` runs it.
     lra_preset:  the config preset with the LRA code's settings for this row.
     demo_preset: the CPU demo preset (`make demo-*`), or None when the row has none (Path-X).
     demo_cut:    the `lra-compare` demo sweep's cut of the demo preset (train fields: steps, eval_max_batches).
@@ -38,15 +38,19 @@ class LraTask:
     """
 
     name: str
-    config: str
     make_task: Callable[[ml_collections.ConfigDict], Task]
     vocab_size: int
     num_classes: int
+    config: str = ""  # "": the row's name
     lra_preset: str = "lra_code"
     demo_preset: str | None = "demo"
     demo_cut: Mapping[str, int] = dataclasses.field(default_factory=dict)
     published: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
     write_data: Callable[[str, Mapping[str, Any]], dict[str, Path]] | None = None
+
+    def __post_init__(self):
+        if not self.config:
+            object.__setattr__(self, "config", self.name)
 
     def get_config(self, preset: str | None = None) -> ml_collections.ConfigDict:
         """The config of `preset` (default: this row's LRA preset)."""

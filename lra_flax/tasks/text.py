@@ -185,11 +185,10 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
 SPECS = (
     LraTask(
-        name="text",
-        config="text",
-        make_task=make_task,
-        vocab_size=input_pipeline.BYTE_VOCAB_SIZE,
-        num_classes=NUM_CLASSES,
+        "text",
+        make_task,
+        input_pipeline.BYTE_VOCAB_SIZE,
+        NUM_CLASSES,
         demo_cut={"steps": 100},  # no eval cap: the splits are grouped by label, so a prefix is one class
         published={
             "LRA paper: Transformer": 64.27,
