@@ -57,10 +57,10 @@ def test_gelu_form_in_the_ffn_the_sgu_and_the_mlm_head(approximate):
     ffn = FeedForward(
         16, 16, kind="gelu", dropout=0.0, gelu_approximate=approximate, dtype=jnp.float32, rngs=nnx.Rngs(0)
     )
-    ffn.wi.kernel.value = jnp.eye(16)
-    ffn.wi.bias.value = jnp.zeros(16)
-    ffn.wo.kernel.value = jnp.eye(16)
-    ffn.wo.bias.value = jnp.zeros(16)
+    ffn.wi.kernel[...] = jnp.eye(16)
+    ffn.wi.bias[...] = jnp.zeros(16)
+    ffn.wo.kernel[...] = jnp.eye(16)
+    ffn.wo.bias[...] = jnp.zeros(16)
     np.testing.assert_allclose(ffn(x), _gelu64(x, approximate), atol=1e-6)
     # The two forms differ by up to ~5e-4 on this range: the test can tell them apart.
     np.testing.assert_raises(AssertionError, np.testing.assert_allclose, ffn(x), _gelu64(x, not approximate), 0, 1e-4)

@@ -78,7 +78,7 @@ def test_head_is_tied_to_the_input_embeddings():
     tokens = jnp.array([[8, 9, 10]])
     before = model(tokens)
     table = model.backbone.embed.embed.embedding
-    table.value = table.value.at[20].add(jax.random.normal(jax.random.key(2), (32,)))  # row 20: the logit of 20
+    table[...] = table[...].at[20].add(jax.random.normal(jax.random.key(2), (32,)))  # row 20: the logit of 20
     after = model(tokens)
     changed = np.flatnonzero(np.abs(np.asarray(after - before)).max(axis=(0, 1)) > 1e-6)
     np.testing.assert_array_equal(changed, [20])

@@ -116,7 +116,7 @@ def test_gmlp_encoder_has_no_position_parameters_and_no_ffn():
 @pytest.mark.parametrize("name", ["gmlp", "amlp"])
 def test_sgu_variants_compute_their_table_3_formula_and_decode_like_the_full_pass(variant, name):
     layer = _sgu(name, sgu_variant=variant, tiny_attention_dim=8 if name == "amlp" else 0)
-    layer.spatial.value = jax.random.normal(jax.random.key(3), layer.spatial.shape) / N  # a W that mixes
+    layer.spatial[...] = jax.random.normal(jax.random.key(3), layer.spatial.shape) / N  # a W that mixes
     x = _x()
     mask = jnp.arange(N)[None] < jnp.array([[N], [6]])
     # The formula, written out from the layer's own parameters.

@@ -35,10 +35,10 @@ def _untied_copy(tied, tie):
     untied = models.EncoderDecoder(_cfg("none"), src_vocab=V, tgt_vocab=V, rngs=nnx.Rngs(0))
     untied.encoder, untied.decoder = tied.encoder, tied.decoder  # the same blocks (shared references)
     table = tied.tgt_embed.embed.embedding[...]
-    untied.tgt_embed.embed.embedding.value = table
-    untied.src_embed.embed.embedding.value = table if tie == "all" else tied.src_embed.embed.embedding[...]
-    untied.logits.kernel.value = table.T / math.sqrt(D)
-    untied.logits.bias.value = jnp.zeros((V,))
+    untied.tgt_embed.embed.embedding[...] = table
+    untied.src_embed.embed.embedding[...] = table if tie == "all" else tied.src_embed.embed.embedding[...]
+    untied.logits.kernel[...] = table.T / math.sqrt(D)
+    untied.logits.bias[...] = jnp.zeros((V,))
     return untied
 
 
@@ -57,12 +57,12 @@ def test_tied_model_is_the_untied_model_with_equal_tables(tie):
 
     g_tied = nnx.grad(loss)(tied)
     g_untied = nnx.grad(loss)(untied)
-    expected = g_untied.tgt_embed.embed.embedding.value + g_untied.logits.kernel.value.T / math.sqrt(D)
+    expected = g_untied.tgt_embed.embed.embedding[...] + g_untied.logits.kernel[...].T / math.sqrt(D)
     if tie == "all":
-        expected = expected + g_untied.src_embed.embed.embedding.value
+        expected = expected + g_untied.src_embed.embed.embedding[...]
     # A shared module appears once in the state, under its first path in NNX's (sorted) graph order.
     shared = g_tied.src_embed if tie == "all" else g_tied.tgt_embed
-    chex.assert_trees_all_close(shared.embed.embedding.value, expected, atol=1e-5)
+    chex.assert_trees_all_close(shared.embed.embedding[...], expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("tie", ["none", "decoder", "all"])

@@ -151,7 +151,7 @@ class FeatureMap(nnx.Module):
             return jax.nn.relu(x) + 1e-6
         if self.kind == "favor":
             if self.redraw and not self.deterministic and is_query:  # once per forward, before the queries
-                self.omega.value = orthogonal_random_features(self.redraw_rngs.favor(), *self.omega.value.shape)
+                self.omega[...] = orthogonal_random_features(self.redraw_rngs.favor(), *self.omega.shape)
             return favor_features(x, self.omega[...], is_query=is_query, mask=mask, causal=causal).astype(x.dtype)
         for layer in self.layers:
             x = layer(x)
@@ -198,7 +198,7 @@ class LinearAttention(MultiHeadMixer):
         )
 
     def init_cache(self, batch: int, max_length: int) -> dict:
-        m = self.feature_map.omega.value.shape[0] if self.feature_map.kind == "favor" else self.head_dim
+        m = self.feature_map.omega.shape[0] if self.feature_map.kind == "favor" else self.head_dim
         s, z = kernels.linear_attention_init_state(batch, self.num_heads, m, self.head_dim)
         return {"s": s, "z": z, "index": jnp.zeros((), jnp.int32)}
 
