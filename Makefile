@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`.
 WORKERS ?= 2
 
-.PHONY: demo demo-text demo-retrieval demo-image demo-pathfinder demo-mt demo-mlm test lint format bench bench-decode clean
+.PHONY: test-fast demo demo-text demo-retrieval demo-image demo-pathfinder demo-mt demo-mlm test lint format bench bench-decode clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ format: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -n $(WORKERS) --durations=15 -q
+
+# The unit tests alone (no end-to-end runs: tests/conftest.py's END_TO_END_FILES and the slow ones).
+test-fast: lint
+	$(BIN)/python -m pytest -n $(WORKERS) -q -m "not e2e"
 
 # Kernel benchmark for this machine's backend; results under benchmarks/ with the device named.
 bench: $(STAMP)

@@ -24,7 +24,7 @@ import time
 from absl import app, flags
 
 from lra_flax import pathfinder_generator
-from lra_flax.tasks import REGISTRY
+from lra_flax.tasks import data_writers
 from zoo.training import cli
 from zoo.training.config import check_output_dir
 
@@ -54,8 +54,7 @@ _IMAGES_PER_BATCH = flags.DEFINE_integer("images_per_batch", 1000, "pathfinder: 
 flags.mark_flag_as_required("output_dir")
 
 
-# Every registered task that writes data has a sub-command of its name (Path-X is `pathfinder --resolution=128`).
-SUBCOMMANDS = {name: spec.write_data for name, spec in REGISTRY.items() if spec.write_data}
+SUBCOMMANDS = data_writers()  # every registered task that writes data, by its name
 
 
 def main(argv: list[str]) -> None:

@@ -11,17 +11,48 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).parents[1]
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 
+# Test files whose tests start commands or train models end to end (seconds to minutes each): `make test-fast`
+# (`-m "not e2e"`) leaves them out, with every test marked slow; `make test` runs everything.
+END_TO_END_FILES = frozenset(
+    {
+        "launch/test_launch_scripts.py",
+        "lra_flax/test_compare.py",
+        "lra_flax/test_distributed.py",
+        "lra_flax/test_image_pathfinder_train.py",
+        "lra_flax/test_mixer_families.py",
+        "lra_flax/test_text_retrieval_train.py",
+        "lra_flax/test_train_cli.py",
+        "mlm_flax/test_mlm_task.py",
+        "mt_flax/test_bench_decode.py",
+        "mt_flax/test_translation_e2e.py",
+        "studies/test_studies.py",
+        "test_failure_report.py",
+        "test_gpu_session.py",
+        "zoo/test_io_errors.py",
+        "zoo/test_remote_workdir.py",
+        "zoo/test_sharding.py",
+    }
+)
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "lowering: checks what a kernel lowers to for another platform (jax.export); runs on the CPU only",
     )
+    config.addinivalue_line("markers", "e2e: starts commands or trains end to end; `make test-fast` skips these")
 
 
 def pytest_collection_modifyitems(config, items):
-    """On an accelerator the kernels themselves run, so the CPU's cross-platform lowering checks are skipped
-    there (they cost minutes of a rare GPU window and show nothing the real runs do not)."""
+    """Marks the end-to-end tests (`e2e`). On an accelerator the kernels themselves run, so the CPU's
+    cross-platform lowering checks are skipped there (they cost minutes of a rare GPU window and show nothing the
+    real runs do not)."""
     import jax
+
+    tests_dir = Path(__file__).parent
+    for item in items:
+        if "slow" in item.keywords or item.path.relative_to(tests_dir).as_posix() in END_TO_END_FILES:
+            item.add_marker(pytest.mark.e2e)
 
     if jax.default_backend() == "cpu":
         return

@@ -6,6 +6,7 @@ builds the `zoo.training.Task` of `config.task`. A new task = a module here with
 config module, a test file, and its module in `_MODULES` below.
 """
 
+from collections.abc import Callable
 from types import ModuleType
 
 import ml_collections
@@ -38,6 +39,11 @@ def reported_by(source: str) -> list[str]:
     return [name for name, spec in REGISTRY.items() if any(label.startswith(source) for label in spec.published)]
 
 
+def data_writers() -> dict[str, Callable]:
+    """`lra-data`'s sub-commands: every row that writes data, by name (Path-X is `pathfinder --resolution=128`)."""
+    return {name: spec.write_data for name, spec in REGISTRY.items() if spec.write_data}
+
+
 def published_rows() -> dict[str, dict[str, float | None]]:
     """{row label: {task: accuracy}} over every task, labels in order of first appearance."""
     rows: dict[str, dict[str, float | None]] = {}
@@ -47,4 +53,13 @@ def published_rows() -> dict[str, dict[str, float | None]]:
     return rows
 
 
-__all__ = ["REGISTRY", "TASK_MODULES", "LraTask", "make_task", "published_rows", "reported_by", "with_demo"]
+__all__ = [
+    "REGISTRY",
+    "TASK_MODULES",
+    "LraTask",
+    "data_writers",
+    "make_task",
+    "published_rows",
+    "reported_by",
+    "with_demo",
+]

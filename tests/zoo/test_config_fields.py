@@ -31,7 +31,8 @@ def test_a_section_holds_exactly_its_declared_fields_at_their_defaults(name):
 
 def test_every_declared_field_has_help_and_a_rule_unless_checked_elsewhere():
     unchecked = {f"{n}.{f.name}" for n, fields in SECTIONS.items() for f in fields if f.rule is None}
-    assert unchecked == {"model.mixer", "model.cross_mixer", "model.mixer_options"}  # validate.py checks them
+    # validate.py checks these: mixer names against the registry, options per mixer, rules per entry
+    assert unchecked == {"model.mixer", "model.cross_mixer", "model.mixer_options", "mesh.rules"}
     assert all(len(f.help) > 5 for fields in SECTIONS.values() for f in fields)
 
 
@@ -41,10 +42,13 @@ def test_an_undeclared_override_is_refused_by_name():
 
 
 def test_validation_uses_the_declared_rules():
-    config = {"train": train_config(steps=-1), "mesh": mesh_config(fsdp=0), "model": model_config(norm="middle")}
+    mesh = mesh_config(fsdp=0)
+    mesh.rules.embed = "batch"
+    config = {"train": train_config(steps=-1), "mesh": mesh, "model": model_config(norm="middle")}
     assert config_problems(ml_collections.ConfigDict(config)) == [
         "train.steps=-1 must be an integer ≥ 0",
         "mesh.fsdp=0 must be -1 (every remaining device) or an integer ≥ 1",
+        "mesh.rules.embed='batch' must be one of fsdp, tensor or ''",
         "model.norm='middle' must be one of pre, post",
     ]
     model = ml_collections.ConfigDict({"model": model_config(cross_mixer="softmaxx")})

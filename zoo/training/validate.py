@@ -19,6 +19,7 @@ from zoo.config_fields import problems as field_problems
 from zoo.files import is_url
 from zoo.models.config import MODEL_FIELDS, mixer_config
 from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS
+from zoo.training.mesh import PARAMETER_AXES
 
 # Mixer options by name (the same name means the same thing in every mixer that has it).
 OPTION_RULES: dict[str, Rule] = {
@@ -83,6 +84,9 @@ def config_problems(config: ml_collections.ConfigDict) -> list[str]:
     problems = field_problems(config.train, TRAIN_FIELDS, "train") if "train" in config else []
     if "mesh" in config:
         problems += field_problems(config.mesh, MESH_FIELDS, "mesh")
+        for name, axis in config.mesh.get("rules", {}).items():
+            if axis not in ("", *PARAMETER_AXES):
+                problems.append(f"mesh.rules.{name}={axis!r} must be one of {', '.join(PARAMETER_AXES)} or ''")
     problems += _url_data_paths(config.get("data"), "data")
     if "model" in config:
         model = config.model
