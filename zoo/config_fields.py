@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import ml_collections
@@ -76,13 +76,18 @@ def section(fields: Iterable[Field], **overrides) -> ml_collections.ConfigDict:
     return cfg
 
 
-def problems(config: ml_collections.ConfigDict, fields: Iterable[Field], prefix: str) -> list[str]:
-    """One line per field whose value breaks its rule, naming the field and the value."""
+def rule_problems(config: ml_collections.ConfigDict, rules: Mapping[str, Rule], prefix: str) -> list[str]:
+    """One line per field of `config` whose value breaks its rule in `rules`, naming the field and the value."""
     out = []
-    for f in fields:
-        if f.rule is not None and f.name in config and not f.rule.check(config[f.name]):
-            out.append(f"{prefix}.{f.name}={config[f.name]!r} {f.rule.what}")
+    for name, rule in rules.items():
+        if name in config and not rule.check(config[name]):
+            out.append(f"{prefix}.{name}={config[name]!r} {rule.what}")
     return out
+
+
+def problems(config: ml_collections.ConfigDict, fields: Iterable[Field], prefix: str) -> list[str]:
+    """`rule_problems` for declared fields (those with a rule)."""
+    return rule_problems(config, {f.name: f.rule for f in fields if f.rule is not None}, prefix)
 
 
 def help_lines(fields: Iterable[Field], prefix: str) -> list[str]:

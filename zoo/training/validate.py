@@ -14,7 +14,7 @@ from flax import nnx
 
 from kernels.options import IMPLS
 from zoo import mixers
-from zoo.config_fields import Rule, above, at_least, in_range, integer, one_of
+from zoo.config_fields import Rule, above, at_least, in_range, integer, one_of, rule_problems
 from zoo.config_fields import problems as field_problems
 from zoo.files import is_url
 from zoo.models.config import MODEL_FIELDS, mixer_config
@@ -43,19 +43,11 @@ OPTION_RULES: dict[str, Rule] = {
 }
 
 
-def _check(section: ml_collections.ConfigDict, rules: dict[str, Rule], prefix: str) -> list[str]:
-    problems = []
-    for name, rule in rules.items():
-        if name in section and not rule.check(section[name]):
-            problems.append(f"{prefix}.{name}={section[name]!r} {rule.what}")
-    return problems
-
-
 def _mixer_problems(model: ml_collections.ConfigDict) -> list[str]:
     problems = []
     for name in sorted(model.mixer_options.keys()):
         prefix = f"model.mixer_options.{name}"
-        found = _check(model.mixer_options[name], OPTION_RULES, prefix)
+        found = rule_problems(model.mixer_options[name], OPTION_RULES, prefix)
         if not found:
             try:  # shapes only: the mixer's own checks (enums, divisibility) without allocating anything
                 nnx.eval_shape(lambda n=name: mixers.build(mixer_config(model, name=n), rngs=nnx.Rngs(0)))
