@@ -31,9 +31,14 @@ def _number(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def integer(low: int) -> Rule:
-    ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= low
-    return Rule(ok, f"must be an integer ≥ {low}", f"int ≥ {low}")
+def integer(low: int, high: int | None = None) -> Rule:
+    """An integer ≥ low and, when `high` is given, ≤ high: a size's upper bound refuses, in one line, a value
+    that would otherwise hang the model's construction or exhaust memory before any other check could run."""
+    if high is None:
+        ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= low
+        return Rule(ok, f"must be an integer ≥ {low}", f"int ≥ {low}")
+    ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and low <= x <= high
+    return Rule(ok, f"must be an integer in [{low}, {high:,}]", f"int in [{low}, {high:,}]")
 
 
 def at_least(low: float) -> Rule:

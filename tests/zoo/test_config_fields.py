@@ -46,7 +46,7 @@ def test_validation_uses_the_declared_rules():
     mesh.rules.embed = "batch"
     config = {"train": train_config(steps=-1), "mesh": mesh, "model": model_config(norm="middle")}
     assert config_problems(ml_collections.ConfigDict(config)) == [
-        "train.steps=-1 must be an integer ≥ 0",
+        "train.steps=-1 must be an integer in [0, 1,000,000,000]",
         "mesh.fsdp=0 must be -1 (every remaining device) or an integer ≥ 1",
         "mesh.rules.embed='batch' must be one of fsdp, tensor or ''",
         "model.norm='middle' must be one of pre, post",

@@ -132,7 +132,7 @@ def test_profile_steps_traces_exactly_the_steps_asked_for(monkeypatch, tmp_path)
 def test_check_run_writes_nothing_on_a_bad_config(tmp_path):
     config, task = tiny_loop_run(4)
     config.train.steps = -5
-    with pytest.raises(ValueError, match=r"train.steps=-5 must be an integer ≥ 0"):
+    with pytest.raises(ValueError, match=r"train.steps=-5 must be an integer in \[0, 1,000,000,000\]"):
         loop.check_run(config, tmp_path / "run", task)
     assert not (tmp_path / "run").exists()
     config.train.steps = 4
@@ -140,11 +140,13 @@ def test_check_run_writes_nothing_on_a_bad_config(tmp_path):
     assert mesh.devices.size == 1 and not (tmp_path / "run").exists()
 
 
-def test_setup_prepares_data_writes_the_config_and_compiles_nothing_yet(tmp_path):
+def test_setup_compiles_and_writes_nothing_then_open_workdir_prepares_data_and_writes_the_config(tmp_path):
     prepared = []
     config, task = tiny_loop_run(4, prepare=lambda: prepared.append(1) or {})
     run = loop.setup(config, tmp_path / "run", task)
-    assert prepared == [1] and (tmp_path / "run/config.json").exists()
+    assert prepared == [] and not (tmp_path / "run").exists() and run.state is None
+    loop.open_workdir(run)
+    assert prepared == [1] and (tmp_path / "run/config.json").exists() and run.state is not None
     assert run.step == run.start_step == 0 and run.steps == 4 and run.pending == {}
     assert run.data_iter is None and run.checkpointer is None  # opened by restore
 
@@ -155,6 +157,7 @@ def test_restore_warm_starts_a_fresh_run_resumes_a_partial_one_and_returns_a_fin
 
     config, task = tiny_loop_run(4, warm_start=warm)
     run = loop.setup(config, tmp_path / "run", task)
+    loop.open_workdir(run)
     assert loop.restore(run) is None and run.data_iter is not None
     leaves = [x for x in jax.tree.leaves(run.state) if jnp.issubdtype(x.dtype, jnp.floating)]
     assert all(float(jnp.abs(x).max()) == 0 for x in leaves)  # the warm start was applied
@@ -164,10 +167,12 @@ def test_restore_warm_starts_a_fresh_run_resumes_a_partial_one_and_returns_a_fin
     config.train.schedule = "constant"  # so that train.steps may grow on resume
     results = loop.train_and_evaluate(config, tmp_path / "done", task)
     run = loop.setup(config, tmp_path / "done", task)
+    loop.open_workdir(run)
     assert loop.restore(run) == results == json.loads((tmp_path / "done/results.json").read_text())
 
     config.train.steps = 6  # the same workdir, trained further: resumes at its last checkpoint (step 4)
     run = loop.setup(config, tmp_path / "done", task)
+    loop.open_workdir(run)
     assert loop.restore(run) is None and run.step == run.start_step == 4
     assert run.earlier_seconds > 0 and isinstance(run.pending, dict)
     run.checkpointer.close()
@@ -192,6 +197,7 @@ class Recorder(periodic.PeriodicAction):
 def test_train_steps_calls_every_action_around_every_step_and_closes_them_on_errors(tmp_path):
     config, task = tiny_loop_run(3)
     run = loop.setup(config, tmp_path / "run", task)
+    loop.open_workdir(run)
     loop.restore(run)
     run.progress = types.SimpleNamespace(update=lambda: None, close=lambda: None)
     state0 = run.state
@@ -204,6 +210,7 @@ def test_train_steps_calls_every_action_around_every_step_and_closes_them_on_err
     run.checkpointer.close()
 
     run = loop.setup(config, tmp_path / "run2", task)
+    loop.open_workdir(run)
     loop.restore(run)
     run.progress = types.SimpleNamespace(update=lambda: None, close=lambda: None)
     recorder = Recorder(fail_at=2)
@@ -216,6 +223,7 @@ def test_train_steps_calls_every_action_around_every_step_and_closes_them_on_err
 def test_final_evaluation_evaluates_every_split_and_writes_results(tmp_path):
     config, task = tiny_loop_run(2, final_results=lambda results: {"extra": 1.0})
     run = loop.setup(config, tmp_path / "run", task)
+    loop.open_workdir(run)
     loop.restore(run)
     logged = []
     run.log = lambda split, metrics: logged.append(split)

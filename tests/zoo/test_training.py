@@ -102,6 +102,11 @@ def tiny_loop_run(steps: int, *, batch=None, loss_fn=None, **task_fields):
             "train": train_config(steps=steps, batch_size=8, log_every=2, checkpoint_every=2, eval_every=0),
         }
     )
+    example = batch(0)
+    task_fields.setdefault(
+        "batch_spec",
+        lambda n: {k: jax.ShapeDtypeStruct((n, *v.shape[1:]), v.dtype) for k, v in example.items()},
+    )
     task = Task(
         build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),
         train_batches=lambda: grain.MapDataset.range(1000).map(batch).to_iter_dataset(),
@@ -340,6 +345,11 @@ def test_a_mesh_that_does_not_fit_fails_before_writing_the_workdir(tmp_path):
     cfg = models.model_config(num_layers=1, d_model=16, num_heads=2, mlp_dim=16, max_length=10)
     config = ml_collections.ConfigDict(
         {"seed": 0, "mesh": mesh_config(data=2), "model": cfg, "train": train_config(steps=2, batch_size=8)}
+    )
+    example = batch(0)
+    task_fields.setdefault(
+        "batch_spec",
+        lambda n: {k: jax.ShapeDtypeStruct((n, *v.shape[1:]), v.dtype) for k, v in example.items()},
     )
     task = Task(
         build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),

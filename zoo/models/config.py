@@ -23,20 +23,27 @@ _FFN_DROPOUT = Rule(lambda x: x == -1 or (isinstance(x, int | float) and 0 <= x 
 # Fields that reproduce a reference implementation's block (the LRA code's `lra_code` presets, fairseq's
 # `iwslt_de_en`) default to this project's own choice: pre-LN, q/k/v as wide as the model, projections with
 # biases, no dropout on attention weights, the FFN's dropout = `dropout`, flax's lecun_normal FFN init.
+# Upper bounds of the size fields: far above any model this code is for (Path-X is 16K tokens), low enough that
+# a typo is refused in one line instead of a model whose construction hangs or exhausts memory.
+MAX_LAYERS = 1024
+MAX_WIDTH = 2**16
+MAX_LENGTH = 2**20
+
 MODEL_FIELDS: tuple[Field, ...] = (
     # Mixer names are checked against the registry by zoo/training/validate.py (its message lists them).
     Field("mixer", "relu", None, "self-attention / token mixer of every block (docs/mixers.md)"),
     Field("cross_mixer", "softmax", None, "encoder-decoder cross-attention (attention-type mixers only)"),
-    Field("num_layers", 2, integer(1), "blocks in the encoder (and the decoder unless num_decoder_layers)"),
-    Field("num_decoder_layers", 0, integer(0), "encoder-decoder: decoder blocks; 0: num_layers"),
-    Field("d_model", 128, integer(1), "model width"),
-    Field("num_heads", 4, integer(1), "attention heads"),
-    Field("mlp_dim", 256, integer(1), "FFN hidden width"),
-    Field("qkv_dim", 0, integer(0), "width of the q/k/v projections (heads × head dim) of attention-type mixers; "
-          "0: d_model. The LRA code sets it apart on Image (64 for d 128) and Pathfinder (16 for d 32)"),
+    Field("num_layers", 2, integer(1, MAX_LAYERS), "blocks in the encoder (and the decoder unless num_decoder_layers)"),
+    Field("num_decoder_layers", 0, integer(0, MAX_LAYERS), "encoder-decoder: decoder blocks; 0: num_layers"),
+    Field("d_model", 128, integer(1, MAX_WIDTH), "model width"),
+    Field("num_heads", 4, integer(1, 4096), "attention heads"),
+    Field("mlp_dim", 256, integer(1, 4 * MAX_WIDTH), "FFN hidden width"),
+    Field("qkv_dim", 0, integer(0, MAX_WIDTH), "width of the q/k/v projections (heads × head dim) of "
+          "attention-type mixers; 0: d_model. The LRA code sets it apart on Image (64 for d 128) and "
+          "Pathfinder (16 for d 32)"),
     Field("attention_bias", True, BOOLEAN, "biases on the q/k/v/out projections (the LRA code has none; fairseq "
           "and BERT have them)"),
-    Field("max_length", 512, integer(1), "longest input in tokens (positions, masks, kernels' blocks)"),
+    Field("max_length", 512, integer(1, MAX_LENGTH), "longest input in tokens (positions, masks, kernels' blocks)"),
     Field("dropout", 0.1, in_range(0, 1), "dropout on embeddings and every residual branch"),
     Field("attention_dropout", 0.0, in_range(0, 1), "dropout on the attention probabilities of mixers that form "
           "them (softmax, sparsemax, entmax): the LRA code's attention_dropout_rate. ReLU attention's kernels, "
@@ -60,7 +67,7 @@ MODEL_FIELDS: tuple[Field, ...] = (
           "LRA code's 0.02 (50× smaller than its tokens); BERT draws both tables alike (its presets: 1.0)"),
     Field("pooling", "cls", one_of(*POOLINGS), "classifiers' pooling: cls, first or mean "
           "(zoo.models.classifiers.SequenceEncoder)"),
-    Field("head_layers", 1, integer(1), "hidden Dense → ReLU layers of a classifier's head, each half as wide as "
+    Field("head_layers", 1, integer(1, 64), "hidden Dense → ReLU layers of a classifier's head, each half as wide as "
           "the one before (the first mlp_dim wide): 1 the LRA classifier head, 2 the LRA matching (Retrieval) head"),
     Field("pixel_zero_is_padding", False, BOOLEAN, "the LRA code's padding mask on pixel tasks, `inputs > 0`: "
           "black pixels hidden from attention as keys"),

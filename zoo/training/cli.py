@@ -5,6 +5,7 @@ Flags added to every task CLI:
   --heartbeat_timeout_s   how long the others wait for a vanished process before failing
   --fake_cpu_devices=N    run on N simulated CPU devices (memory planning, sharding tests)
   --debug                 show an error's full traceback instead of one line
+  --stop_grace_s          after SIGTERM/SIGINT, how long the step under way may take (zoo/training/signals.py)
   --profile_steps=F,L     a jax.profiler trace of train steps F..L in WORKDIR/profile
 """
 
@@ -23,9 +24,10 @@ from ml_collections import config_flags
 from zoo import config_fields
 from zoo.files import parse_ordered_pair
 from zoo.plots import MissingExtra
-from zoo.training import distributed, memory
+from zoo.training import distributed, memory, signals
 from zoo.training.checkpoints import NoCheckpointRestores
 from zoo.training.loop import Task, train_and_evaluate
+from zoo.training.workdir_lock import WorkdirBusy
 
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes in a multi-process run.")
@@ -35,6 +37,12 @@ _HEARTBEAT = flags.DEFINE_integer(
 )
 _FAKE_DEVICES = flags.DEFINE_integer("fake_cpu_devices", 0, "Simulate this many CPU devices (0: real devices).")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show an error's full traceback instead of one line.")
+_STOP_GRACE = flags.DEFINE_float(
+    "stop_grace_s",
+    signals.DEFAULT_GRACE_S,
+    "After SIGTERM/SIGINT, seconds to wait for the step under way (and its "
+    "checkpoint) or a native call to return before exiting at once.",
+)
 _PROFILE_STEPS = flags.DEFINE_string(
     "profile_steps", None, "FIRST,LAST: write a jax.profiler trace of these train steps (1-based) to WORKDIR/profile."
 )
@@ -48,7 +56,7 @@ def parse_profile_steps(value: str | None) -> tuple[int, int] | None:
 # Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run): one clear
 # line and exit status 2, no traceback.
 # I/O failures (OSError: a missing or unreadable file, a full disk) are reported the same way.
-USER_ERRORS = (ValueError, OSError, FloatingPointError, NoCheckpointRestores, MissingExtra)
+USER_ERRORS = (ValueError, OSError, FloatingPointError, NoCheckpointRestores, MissingExtra, WorkdirBusy)
 # Another process of a multi-process run died: this one stops at once with this status.
 LOST_PEER_EXIT_CODE = 3
 
@@ -160,10 +168,16 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
             )
             if how != "single process":
                 print(f"{prog}: {how}", flush=True)
+            else:  # several processes: JAX's preemption sync handles SIGTERM
+                signals.STOP.grace_s = _STOP_GRACE.value
+                signals.STOP.install()
             main(argv)
-        except distributed.Preempted as e:
+        except signals.Preempted as e:
             print(f"{prog}: {e}", file=sys.stderr)
             sys.exit(distributed.PREEMPTED_EXIT_CODE)
+        except signals.Interrupted as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            sys.exit(e.exit_code)
         except USER_ERRORS as e:
             if _DEBUG.value:
                 raise

@@ -21,6 +21,7 @@ RESUMABLE_FIELDS = frozenset(
         "train.checkpoint_every",
         "train.keep_checkpoints",
         "train.eval_batch_size",  # evaluation means are over examples, whatever the batch
+        "train.device_memory_gib",  # the memory check's limit
     }
 )
 # Schedules whose learning rate at a step depends on train.steps: extending such a run changes its past.
@@ -31,19 +32,23 @@ class ConfigMismatchError(ValueError):
     """Resuming a workdir with a config that would alter the run."""
 
 
+# Upper bounds of the size fields: far above any run this code is for, low enough that a typo (an extra zero
+# or three) is refused at once instead of building a model or a batch that exhausts memory.
+MAX_BATCH = 2**20
+
 TRAIN_FIELDS: tuple[Field, ...] = (
-    Field("steps", 1000, integer(0), "train steps; 0 evaluates the initialised model only"),
-    Field("batch_size", 32, integer(0), "examples per global batch, split over processes and the data × fsdp "
-          "mesh axes; 0 for tasks that batch by tokens (translation: data.max_tokens)"),
-    Field("eval_batch_size", 0, integer(0), "examples per evaluation batch; 0: batch_size"),
-    Field("eval_max_batches", 0, integer(0), "evaluate only the first N batches of each split (quick sweeps); 0: "
-          "all. A prefix is a fair sample only where the split is in random order (never cap LRA Text's)"),
+    Field("steps", 1000, integer(0, 10**9), "train steps; 0 evaluates the initialised model only"),
+    Field("batch_size", 32, integer(0, MAX_BATCH), "examples per global batch, split over processes and the "
+          "data × fsdp mesh axes; 0 for tasks that batch by tokens (translation: data.max_tokens)"),
+    Field("eval_batch_size", 0, integer(0, MAX_BATCH), "examples per evaluation batch; 0: batch_size"),
+    Field("eval_max_batches", 0, integer(0, 10**9), "evaluate only the first N batches of each split (quick "
+          "sweeps); 0: all. A prefix is a fair sample only where the split is in random order (never cap LRA Text's)"),
     Field("learning_rate", 1e-3, above(0), "peak learning rate (rsqrt: the factor; the peak is "
           "learning_rate/√warmup_steps)"),
     Field("schedule", "cosine", one_of(*SCHEDULES), "rsqrt: the LRA code's constant · linear_warmup · "
           "rsqrt_decay, lr = learning_rate · min(1, s/warmup) / √max(s, warmup); cosine: linear warmup, cosine "
           "decay to 0 at train.steps; constant: linear warmup, then constant"),
-    Field("warmup_steps", 100, integer(0), "steps of linear warm-up"),
+    Field("warmup_steps", 100, integer(0, 10**9), "steps of linear warm-up"),
     Field("weight_decay", 0.1, at_least(0), "AdamW's decoupled weight decay"),
     Field("weight_decay_mask", "all", one_of("all", "no_norm_or_bias"), "which parameters decay: all, or none of "
           "the norms and biases (BERT); never γ or the SGU bias (zoo/training/optim.py)"),
@@ -51,12 +56,15 @@ TRAIN_FIELDS: tuple[Field, ...] = (
     Field("b2", 0.98, in_range(0, 1), "Adam's β₂"),
     Field("eps", 1e-9, above(0), "Adam's ε"),
     Field("grad_clip_norm", 1.0, at_least(0), "clip the global gradient norm to this; 0 disables clipping"),
-    Field("grad_accum_steps", 1, integer(1), "micro-batches per step (batch_size must be divisible by it)"),
+    Field("grad_accum_steps", 1, integer(1, 4096), "micro-batches per step (batch_size must be divisible by it)"),
     Field("label_smoothing", 0.0, in_range(0, 1), "label smoothing of the cross-entropy"),
-    Field("log_every", 50, integer(1), "steps between log lines (metrics.jsonl, TensorBoard, progress)"),
-    Field("eval_every", 500, integer(0), "steps between evaluations of the first eval split; 0 disables them"),
-    Field("checkpoint_every", 500, integer(1), "steps between checkpoints (and one at the last step)"),
-    Field("keep_checkpoints", 3, integer(1), "checkpoints kept in the workdir"),
+    Field("log_every", 50, integer(1, 10**9), "steps between log lines (metrics.jsonl, TensorBoard, progress)"),
+    Field("eval_every", 500, integer(0, 10**9), "steps between evaluations of the first eval split; 0 disables them"),
+    Field("checkpoint_every", 500, integer(1, 10**9), "steps between checkpoints (and one at the last step)"),
+    Field("keep_checkpoints", 3, integer(1, 10**6), "checkpoints kept in the workdir"),
+    Field("device_memory_gib", 0.0, at_least(0), "memory one device may use: a run whose compiled train step "
+          "needs more is refused before anything is written; 0: the device's own (GPU/TPU: the allocator's limit; "
+          "CPU: the host's available memory ÷ local devices)"),
 )  # fmt: skip
 
 
@@ -125,7 +133,9 @@ def check_resume_config(config: ml_collections.ConfigDict, workdir: str | os.Pat
     """Refuses a config that would alter the run recorded in workdir/config.json, naming every changed field."""
     path = as_path(workdir) / "config.json"
     text = config_to_json(config)
-    if path.exists():
+    if path.exists() and not has_run_output(workdir):
+        print(f"{path}: written by a run that saved no checkpoint and no results; it is replaced", flush=True)
+    elif path.exists():
         old, new = (_with_model_defaults(json.loads(t)) for t in (path.read_text(), text))
         missing = object()
         changed = [
@@ -147,6 +157,19 @@ def check_resume_config(config: ml_collections.ConfigDict, workdir: str | os.Pat
                 f"Use a new --workdir, or restore these fields (only {', '.join(sorted(RESUMABLE_FIELDS))} "
                 "may change on resume). Nothing in the workdir was changed."
             )
+
+
+def has_run_output(workdir: str | os.PathLike) -> bool:
+    """Whether a run in `workdir` got as far as a checkpoint (good or moved aside as broken) or results.json:
+    only then does its config.json describe something that a different config would alter."""
+    workdir = as_path(workdir)
+    if (workdir / "results.json").exists():
+        return True
+    for name in ("checkpoints", "checkpoints_broken"):
+        directory = workdir / name
+        if directory.is_dir() and any(p.name.split(".")[0].isdigit() for p in directory.iterdir()):
+            return True
+    return False
 
 
 def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:

@@ -12,7 +12,6 @@ CPU collectives go through gloo, so several processes on one machine work too (t
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -105,31 +104,3 @@ def first_process_then_others(name: str, fn: Callable[[], T]) -> T:
         return result
     barrier(name)
     return fn()
-
-
-class PreemptionWatcher:
-    """Tells the loop when to checkpoint and stop because the job is being preempted.
-
-    Several processes: JAX's preemption sync point (every process agrees on the same step; JAX
-    handles SIGTERM). One process: our own SIGTERM handler, active while the loop runs.
-    """
-
-    def __init__(self, checkpoint_manager):
-        self.manager = checkpoint_manager
-        self.requested = False
-        self.previous = None
-        if jax.process_count() == 1:
-            self.previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def _on_sigterm(self, signum, frame):
-        self.requested = True
-
-    def reached(self, step: int) -> bool:
-        if jax.process_count() == 1:
-            return self.requested
-        return self.manager.reached_preemption(step)
-
-    def close(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
-            self.previous = None

@@ -2,8 +2,9 @@
 
 A task supplies a `Task` (model factory, batches, loss); the loop owns everything else, so LRA,
 translation and MLM behave the same: same workdir layout, same resume rules, same metrics. Its parts:
-`check_run` (every check that can fail on bad input, before anything is written), `setup` (mesh, data,
-config.json, state, compiled steps), `restore` (the newest good checkpoint), `train_steps` (the step loop and
+`check_run` (every check that can fail on bad input), `setup` (the train step compiled and its memory checked;
+nothing is written before here), `lock_workdir` (one run per workdir), `open_workdir` (data, config.json, the
+state), `restore` (the newest good checkpoint), `train_steps` (the step loop and
 its periodic actions, zoo/training/periodic.py) and `final_evaluation` (every split, results.json).
 """
 
@@ -15,21 +16,25 @@ import time
 
 import jax
 import ml_collections
+import numpy as np
 from etils import epath
 
 from zoo.files import as_path, atomic_write_bytes
+from zoo.training import memory
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
 from zoo.training.config import check_output_dir, check_resume_config, write_config
-from zoo.training.distributed import PreemptionWatcher, first_process_then_others
+from zoo.training.distributed import first_process_then_others
 from zoo.training.metrics import MetricWriter, Progress, Stopwatch
 from zoo.training.optim import make_schedule
 from zoo.training.periodic import EVENT_HOOKS, LoopEvent, PeriodicAction, default_actions, tell_hooks
 from zoo.training.run import Run, add_sums, evaluate
-from zoo.training.state import abstract_state, create_train_state, state_builder
+from zoo.training.signals import PreemptionWatcher
+from zoo.training.state import abstract_state, init_state, state_builder
 from zoo.training.steps import make_eval_step, make_train_step
 from zoo.training.task import Task
 from zoo.training.validate import validate_config
+from zoo.training.workdir_lock import WorkdirBusy, WorkdirLock
 
 
 def _finished_results(workdir: epath.Path, restored_step: int, steps: int) -> dict | None:
@@ -89,33 +94,72 @@ def check_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task
 
 
 def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) -> Run:
-    """Checks, then data (process 0 first), config.json and the task's artifacts, the sharded train state and
-    the train and eval steps."""
+    """Every check, then the train step compiled for the task's largest batch and checked against a device's
+    memory (the state's bytes first, before compiling). Writes nothing: `open_workdir` does, once this passed."""
     mesh = check_run(config, workdir, task)
-    is_writer = jax.process_index() == 0
     build = state_builder(task.build_model, config.train, config.seed)
+    graphdef, abstract = abstract_state(build)
     rules = mesh_lib.rules_from_config(config.mesh)
     sharding_line = mesh_lib.check_sharding(
-        mesh_lib.sharding_report(abstract_state(build)[1][0], mesh, rules), config.mesh.sharding_tolerance
+        mesh_lib.sharding_report(abstract[0], mesh, rules), config.mesh.sharding_tolerance
     )
+    is_writer = jax.process_index() == 0
     if is_writer and mesh_lib.parameter_shards(mesh) > 1:
         print(sharding_line, flush=True)
+    state_sharding = mesh_lib.state_shardings(abstract, mesh, rules)
+    memory.check_state_fits(abstract, state_sharding, config.train)
+    shardings = mesh_lib.step_shardings(mesh, state_sharding)
+    train_step = make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings)
+    if task.batch_spec is not None:
+        if is_writer:
+            print("compiling the train step...", flush=True)
+        compile_start = time.perf_counter()
+        batch = memory.abstract_batch(task, config, mesh)
+        compiled = memory.compile_train_step(train_step, abstract, state_sharding, batch)
+        need = memory.check_step_fits(compiled, config.train, check_batch_rows(config.train, task)[1])
+        if is_writer:
+            print(f"compiled in {time.perf_counter() - compile_start:.1f} s; the step needs "
+                  f"{need / 2**30:.2f} GiB per device", flush=True)  # fmt: skip
+    return Run(
+        config=config, workdir=workdir, task=task, mesh=mesh, graphdef=graphdef, state=None,
+        state_sharding=state_sharding, train_step=train_step,
+        eval_step=make_eval_step(graphdef, task.loss_fn, **shardings), schedule=make_schedule(config.train),
+        rng=jax.random.key(config.seed + 1), is_writer=is_writer, build=build,
+    )  # fmt: skip
+
+
+def lock_workdir(run: Run) -> WorkdirLock:
+    """Takes the workdir's lock (process 0 for every process of the run); every process raises `WorkdirBusy`
+    when another run holds it."""
+    lock = WorkdirLock(run.workdir, enabled=run.is_writer)
+    if jax.process_count() == 1:
+        lock.acquire()
+        return lock
+    from jax.experimental import multihost_utils
+
+    problem = ""
+    if run.is_writer:
+        try:
+            lock.acquire()
+        except WorkdirBusy as e:
+            problem = str(e)
+    taken = multihost_utils.broadcast_one_to_all(np.int32(problem == ""))
+    if not taken:
+        raise WorkdirBusy(problem or f"{run.workdir}: process 0 could not take the workdir's lock (its log says why)")
+    return lock
+
+
+def open_workdir(run: Run) -> None:
+    """Data (process 0 first), config.json and the task's artifacts, and the sharded train state. Call with the
+    workdir's lock held (`lock_workdir`)."""
     # Data generation, tokenizer training and caching: process 0 alone first, the others after it (they find
     # the files made), so several processes never write the same file.
-    first_process_then_others("prepare-data", task.prepare)
-    if is_writer:
-        write_config(config, workdir)
-        for name, source in task.artifacts().items():
-            atomic_write_bytes(workdir / name, as_path(source).read_bytes())
-    graphdef, state, state_sharding = create_train_state(build, mesh, rules)
-    shardings = mesh_lib.step_shardings(mesh, state_sharding)
-    return Run(
-        config=config, workdir=workdir, task=task, mesh=mesh, graphdef=graphdef, state=state,
-        state_sharding=state_sharding,
-        train_step=make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings),
-        eval_step=make_eval_step(graphdef, task.loss_fn, **shardings), schedule=make_schedule(config.train),
-        rng=jax.random.key(config.seed + 1), is_writer=is_writer,
-    )  # fmt: skip
+    first_process_then_others("prepare-data", run.task.prepare)
+    if run.is_writer:
+        write_config(run.config, run.workdir)
+        for name, source in run.task.artifacts().items():
+            atomic_write_bytes(run.workdir / name, as_path(source).read_bytes())
+    run.state = init_state(run.build, run.state_sharding)
 
 
 def restore(run: Run) -> dict | None:
@@ -159,13 +203,11 @@ def train_steps(run: Run, actions: list[PeriodicAction]) -> None:
             run.watch.waited(time.perf_counter() - wait_start)
             first = run.step == run.start_step and run.is_writer
             if first:
-                print("compiling the train step (the first step waits for it)...", flush=True)
-                compile_start = time.perf_counter()
+                first_start = time.perf_counter()
             run.state, sums = run.train_step(run.state, mesh_lib.put_batch(batch, run.mesh), run.rng)
             if first:
-                jax.block_until_ready(sums)  # once per run: the compile time is worth a host sync
-                print(f"first train step done in {time.perf_counter() - compile_start:.1f} s (compilation included)",
-                      flush=True)  # fmt: skip
+                jax.block_until_ready(sums)  # once per run: worth a host sync
+                print(f"first train step done in {time.perf_counter() - first_start:.1f} s", flush=True)
             run.watch.tick(run.task.count_tokens(batch) * jax.process_count())
             run.pending = add_sums(run.pending, sums)  # stays on device: no host sync per step
             run.progress.update()
@@ -213,21 +255,26 @@ def train_and_evaluate(
     train steps into workdir/profile (TensorBoard's profile plugin or Perfetto read it).
     """
     run = setup(config, as_path(workdir), task)
-    finished = restore(run)
-    if finished is not None:
-        return finished
-    run.writer = MetricWriter(run.workdir, resume_step=run.start_step, final_step=run.steps, enabled=run.is_writer)
-    run.progress = Progress(run.steps, run.start_step, enabled=run.is_writer)
-    run.watch = Stopwatch()
-    train_steps(run, default_actions(run, PreemptionWatcher(run.checkpointer.manager), profile_steps))
-    train_seconds = run.watch.elapsed()  # the loop alone (compilation, periodic evals, checkpoints included)
-    results = final_evaluation(run, train_seconds)
-    run.writer.close()
-    run.checkpointer.close()
-    return results
+    lock = lock_workdir(run)
+    try:
+        open_workdir(run)
+        finished = restore(run)
+        if finished is not None:
+            return finished
+        run.writer = MetricWriter(run.workdir, resume_step=run.start_step, final_step=run.steps, enabled=run.is_writer)
+        run.progress = Progress(run.steps, run.start_step, enabled=run.is_writer)
+        run.watch = Stopwatch()
+        train_steps(run, default_actions(run, PreemptionWatcher(run.checkpointer.manager), profile_steps))
+        train_seconds = run.watch.elapsed()  # the loop alone (compilation, periodic evals, checkpoints included)
+        results = final_evaluation(run, train_seconds)
+        run.writer.close()
+        run.checkpointer.close()
+        return results
+    finally:
+        lock.release()
 
 
 __all__ = [
     "EVENT_HOOKS", "LoopEvent", "Run", "Task", "check_batch_rows", "check_run", "evaluate", "final_evaluation",
-    "restore", "setup", "train_and_evaluate", "train_steps",
+    "lock_workdir", "open_workdir", "restore", "setup", "train_and_evaluate", "train_steps",
 ]  # fmt: skip

@@ -1,4 +1,7 @@
-"""Memory planning: compile the train step ahead of time for a mesh and report per-device memory.
+"""Memory planning and the memory check: compile the train step ahead of time and count per-device bytes.
+
+Every run compiles its train step this way before it writes anything, and refuses one that needs more memory
+than a device has (`check_step_fits`). `--plan_memory` prints the plan instead of training:
 
     lra-train --config=lra_flax/configs/listops.py:lra_code --plan_memory --fake_cpu_devices=8 \\
         --config.mesh.data=2 --config.mesh.fsdp=2 --config.mesh.tensor=2
@@ -10,6 +13,8 @@ meshes and configs, not an exact budget.
 """
 
 from __future__ import annotations
+
+import os
 
 import jax
 import ml_collections
@@ -29,10 +34,97 @@ def _device_bytes(state, shardings) -> int:
     return total
 
 
-def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
-    """Per-device bytes of parameters, optimiser state, batch and the compiled step's temporaries."""
+def abstract_batch(task, config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> dict:
+    """The task's largest train batch as sharded ShapeDtypeStructs (what the train step is compiled for)."""
     if task.batch_spec is None:
         raise ValueError("this task does not describe its batches (Task.batch_spec), so it cannot be planned")
+    sharding = mesh_lib.batch_sharding(mesh)
+    spec = task.batch_spec(config.train.batch_size)
+    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding) for k, v in spec.items()}
+
+
+def compile_train_step(train_step, abstract, state_sharding, batch: dict):
+    """The train step compiled ahead of time for the sharded state and `batch` (jit keeps the executable, so
+    the first real step with these shapes does not compile again)."""
+    args = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, state_sharding)
+    return train_step.lower(args, batch, jax.eval_shape(lambda: jax.random.key(0))).compile()
+
+
+def step_bytes(compiled) -> int:
+    """Peak bytes one device holds while the compiled step runs: its arguments and outputs (less the donated
+    buffers the outputs reuse), temporaries and code, from XLA's memory analysis."""
+    a = compiled.memory_analysis()
+    if a is None:  # a backend without the analysis
+        return 0
+    return int(
+        a.argument_size_in_bytes + a.output_size_in_bytes - a.alias_size_in_bytes + a.temp_size_in_bytes
+        + a.generated_code_size_in_bytes
+    )  # fmt: skip
+
+
+def _available_host_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def device_memory_limit(train: ml_collections.ConfigDict) -> tuple[int | None, str]:
+    """(bytes one device may use, where the figure comes from); None when nothing says."""
+    if train.device_memory_gib:
+        return int(train.device_memory_gib * 2**30), "train.device_memory_gib"
+    device = jax.local_devices()[0]
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # some backends do not implement it
+        stats = {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), f"the {device.device_kind}'s allocator limit"
+    available = _available_host_bytes()
+    if available is None:
+        return None, "unknown"
+    # CPU devices (fake ones included) share the host's memory.
+    return available // jax.local_device_count(), f"the host's available memory ÷ {jax.local_device_count()} devices"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def check_state_fits(abstract, state_sharding, train: ml_collections.ConfigDict) -> None:
+    """Refuses, before anything is compiled, a model whose parameters and optimiser state alone exceed a device."""
+    limit, source = device_memory_limit(train)
+    held = _device_bytes(abstract, state_sharding)
+    if limit is not None and held > limit:
+        raise ValueError(
+            f"the parameters and optimiser state need {_gib(held)} per device, more than the {_gib(limit)} of "
+            f"{source}: lower model.d_model, model.mlp_dim or model.num_layers, or split the parameters over more "
+            "devices (mesh.fsdp, mesh.tensor); train.device_memory_gib overrides the limit. Nothing was written."
+        )
+
+
+def check_step_fits(compiled, train: ml_collections.ConfigDict, batch_field: str) -> int:
+    """Refuses a compiled train step that needs more memory than a device has; returns the bytes it needs."""
+    limit, source = device_memory_limit(train)
+    need = step_bytes(compiled)
+    if limit is not None and need > limit:
+        raise ValueError(
+            f"the train step needs {_gib(need)} per device (XLA's memory analysis of the compiled step), more than "
+            f"the {_gib(limit)} of {source}: lower {batch_field} or model.max_length, raise train.grad_accum_steps, "
+            "set model.remat, or use more devices; train.device_memory_gib overrides the limit. Nothing was written."
+        )
+    return need
+
+
+def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
+    """Per-device bytes of parameters, optimiser state, batch and the compiled step's temporaries."""
     validate_config(config)
     mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, abstract = abstract_state(state_builder(task.build_model, config.train, config.seed))
@@ -42,15 +134,10 @@ def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
     model_state, opt_state = abstract[0], abstract[1]
     param_state = nnx.filter_state(model_state, nnx.Param)
     param_sharding = nnx.filter_state(sharding[0], nnx.Param)
-    args = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, sharding)
-    batch = {
-        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=mesh_lib.batch_sharding(mesh))
-        for k, v in task.batch_spec(config.train.batch_size).items()
-    }
+    batch = abstract_batch(task, config, mesh)
     shardings = mesh_lib.step_shardings(mesh, sharding)
     step = make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings)
-    compiled = step.lower(args, batch, jax.eval_shape(lambda: jax.random.key(0))).compile()
-    analysis = compiled.memory_analysis()
+    analysis = compile_train_step(step, abstract, sharding, batch).memory_analysis()
     return {
         "devices": float(mesh.size),
         "mesh": dict(mesh.shape),

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from zoo.training.distributed import Preempted, PreemptionWatcher
 from zoo.training.metrics import summarise
 from zoo.training.run import Run, to_host
+from zoo.training.signals import Preempted, PreemptionWatcher
 
 
 class PeriodicAction:

@@ -66,13 +66,14 @@ class Run:
     task: Task
     mesh: jax.sharding.Mesh
     graphdef: nnx.GraphDef
-    state: nnx.State
+    state: nnx.State | None  # None until `open_workdir`
     state_sharding: Any
     train_step: Callable
     eval_step: Callable
     schedule: Callable[[int], Any]
     rng: jax.Array
     is_writer: bool
+    build: Callable[[], tuple] | None = None  # makes the (model, optimiser) pair: `open_workdir` builds the state
     step: int = 0
     start_step: int = 0
     pending: dict = dataclasses.field(default_factory=dict)

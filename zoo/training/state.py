@@ -40,8 +40,12 @@ def create_train_state(
     """Returns (graphdef, state, state_sharding) with the state laid out on `mesh` under `rules`."""
     graphdef, abstract = abstract_state(build)
     sharding = mesh_lib.state_shardings(abstract, mesh, rules)
-    state = jax.jit(lambda: nnx.state(build()), out_shardings=sharding)()
-    return graphdef, state, sharding
+    return graphdef, init_state(build, sharding), sharding
+
+
+def init_state(build: Callable[[], tuple], sharding) -> nnx.State:
+    """The state made by a jitted initialiser straight into its shardings (no unsharded copy anywhere)."""
+    return jax.jit(lambda: nnx.state(build()), out_shardings=sharding)()
 
 
 def restore_model(

@@ -29,7 +29,9 @@ class Task:
                    multiple of this; train.batch_size must then be 0.
     prepare:       () → {split: cached example file}; generates/caches data (process 0 first). Called
                    before anything is written to the workdir, so bad data leaves it untouched. Cached.
-    batch_spec:    global batch size → {field: ShapeDtypeStruct}, for planning without data.
+    batch_spec:    global batch size → {field: ShapeDtypeStruct} of the largest batch: every run compiles its
+                   train step for it and checks the step's memory before writing anything (a task without
+                   one skips that check); `--plan_memory` and the throughput benchmark use it too.
     artifacts:     () → {file name: path}; copied into the workdir with config.json (e.g. the tokenizer).
     generate_eval: (model in eval mode, split, workdir or None) → extra metrics (e.g. BLEU of decoded
                    output); called after each evaluation; `workdir` is given only at the end of training,
