@@ -346,11 +346,6 @@ def test_a_mesh_that_does_not_fit_fails_before_writing_the_workdir(tmp_path):
     config = ml_collections.ConfigDict(
         {"seed": 0, "mesh": mesh_config(data=2), "model": cfg, "train": train_config(steps=2, batch_size=8)}
     )
-    example = batch(0)
-    task_fields.setdefault(
-        "batch_spec",
-        lambda n: {k: jax.ShapeDtypeStruct((n, *v.shape[1:]), v.dtype) for k, v in example.items()},
-    )
     task = Task(
         build_model=lambda rngs: models.SequenceClassifier(cfg, vocab_size=12, num_classes=5, rngs=rngs),
         train_batches=lambda: None,
