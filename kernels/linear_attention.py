@@ -29,6 +29,8 @@ Implementations (`LinearAttentionOptions.impl`, kernels/options.py):
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -201,6 +203,8 @@ def linear_attention(
     _check(phi_q, phi_k, v, key_mask, causal)
     if eps_mode not in EPS_MODES:
         raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
+    if isinstance(eps, int | float) and not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"linear_attention eps={eps!r} must be a finite number > 0 (it keeps the denominator off 0)")
     impl, backend = options.plan(phi_k.shape[1], _mosaic_refusal(phi_q, v, options, causal))
     phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
     if impl == "reference":  # the definition: φ must be non-negative (checked here, where it is cheap)

@@ -29,7 +29,7 @@ from pathlib import Path
 import ml_collections
 
 from lra_flax.tasks import REGISTRY, published_rows
-from zoo.files import atomic_write_bytes, parse_ordered_pair
+from zoo.files import atomic_write_bytes, parse_ordered_pair, read_json
 from zoo.plots import pyplot, save_figure
 from zoo.training.config import flatten_config
 from zoo.training.distributed import PREEMPTED_EXIT_CODE
@@ -179,10 +179,10 @@ def run_sweep(
         remaining = elapsed / k * (len(todo) - k)
         detail = ""
         if outcome == "done":
-            result = json.loads((cell.workdir(root) / RESULTS).read_text())
+            result = read_json(cell.workdir(root) / RESULTS)
             detail = f"test accuracy {100 * result.get('test_accuracy', float('nan')):.1f}%"
         else:
-            detail = json.loads((cell.workdir(root) / FAILED).read_text())["reason"]
+            detail = read_json(cell.workdir(root) / FAILED)["reason"]
         print(
             f"[{k}/{len(todo)}] {cell.name}: {outcome} in {time.perf_counter() - cell_start:.0f}s ({detail}); "
             f"elapsed {elapsed / 60:.1f} min, about {remaining / 60:.1f} min to go",
@@ -251,7 +251,7 @@ def run_efficiency(config: ml_collections.ConfigDict, root: str | os.PathLike, *
             path.parent.mkdir(parents=True, exist_ok=True)
             _write(path, json.dumps({"mixer": config.variants[variant].mixer, "length": length, "error": error}) + "\n")
         ran += 1
-        result = json.loads(path.read_text())
+        result = read_json(path)
         what = result.get("error") or f"{result['steps_per_s']:.3g} steps/s, {result['memory_bytes'] / 2**20:,.0f} MiB"
         print(
             f"[efficiency {k}/{len(entries)}] {variant} at {length}: {what} ({time.perf_counter() - start:.0f}s)",
@@ -265,7 +265,7 @@ def collect_efficiency(config: ml_collections.ConfigDict, root: Path) -> list[di
     for variant, length in efficiency_entries(config):
         path = efficiency_path(root, variant, length)
         if path.exists():
-            rows.append({"variant": variant, **json.loads(path.read_text()), "length": length})
+            rows.append({"variant": variant, **read_json(path), "length": length})
     return rows
 
 
@@ -355,9 +355,9 @@ def collect(config: ml_collections.ConfigDict, root: str | os.PathLike) -> list[
             "workdir": str(workdir),
         }
         if row["state"] == "done":
-            row.update(json.loads((workdir / RESULTS).read_text()))
+            row.update(read_json(workdir / RESULTS))
         elif row["state"] == "failed":
-            row["reason"] = json.loads((workdir / FAILED).read_text())["reason"]
+            row["reason"] = read_json(workdir / FAILED)["reason"]
         rows.append(row)
     return rows
 

@@ -10,6 +10,7 @@ from lra_flax import compare
 from zoo.files import require_local
 from zoo.plots import MissingExtra
 from zoo.training import cli
+from zoo.training.config import check_output_dir
 
 _CONFIG = cli.define_config_flag("Sweep config (lra_flax/configs/compare.py:PRESET).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory: cells/ and the reports.")
@@ -28,6 +29,7 @@ def main(argv: list[str]) -> None:
         # The sweep runs its cells as local subprocesses that append to local logs; a cell's own workdir
         # (lra-train) may be a URL, the sweep's directory may not.
         root = require_local(_WORKDIR.value, "--workdir")
+        check_output_dir(root, "--workdir")
         all_cells = compare.cells(config)
         if _CELLS.value:
             i, n = compare.parse_shard(_SHARD.value)
@@ -40,8 +42,8 @@ def main(argv: list[str]) -> None:
             if _SHARD.value == "1/1" and not counts.get("preempted"):
                 compare.run_efficiency(config, root)  # one machine only: timings on a shared host would mislead
         paths = compare.write_report(config, root)
-    except (ValueError, MissingExtra) as e:
-        print(f"lra-compare: error: {e}", file=sys.stderr)
+    except (ValueError, OSError, MissingExtra) as e:
+        print(f"lra-compare: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
     print("\n".join(f"{name}: {path}" for name, path in paths.items()))
     if counts.get("preempted"):

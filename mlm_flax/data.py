@@ -171,6 +171,8 @@ def wiki_documents(xml_path: str | os.PathLike) -> list[str]:
                 elem.clear()
     except ET.ParseError as e:
         raise DataFormatError(f"{xml_path}:{e.position[0]}: not well-formed XML ({e})") from None
+    except (EOFError, OSError) as e:  # a truncated or corrupt .bz2 stream
+        raise DataFormatError(f"{xml_path}: not a readable {'bz2 ' if opener is bz2.open else ''}file ({e})") from None
     if not docs:
         raise DataFormatError(f"{xml_path}: no articles with text")
     return docs

@@ -105,7 +105,8 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         key_parts = (d.task, d.source, d.dir, d.valid_size, tokenizer_path())
         key = data_lib.source_key(*key_parts, config.model.max_length)
         paths = {
-            split: Path(d.cache_dir) / f"{d.task}-{split}-{key}.array_record"
+            split: data_lib.cache_root(d, reads_dir=d.source == "glue_tsv", default="data/finetune-cache")
+            / f"{d.task}-{split}-{key}.array_record"
             for split in ("train", *glue.eval_splits(d.task))
         }
         if all(p.exists() for p in paths.values()):

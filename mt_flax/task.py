@@ -13,6 +13,8 @@ from flax import nnx
 
 from mt_flax import bleu
 from mt_flax import input_pipeline as pipeline
+from mt_flax.configs.translation import DECODE_FIELDS
+from zoo import config_fields
 from zoo.models import EncoderDecoder
 from zoo.models.decoding import translate
 from zoo.progress import WorkProgress
@@ -64,7 +66,16 @@ def translate_ids(model, config, sources: list[np.ndarray], *, limit_batch: int 
     return out  # type: ignore[return-value]
 
 
+def check_decode(config: ml_collections.ConfigDict) -> None:
+    """The decode section against its declaration (mt_flax/configs/translation.py), every problem named."""
+    found = config_fields.problems(config.decode, DECODE_FIELDS, "decode")
+    if found:
+        raise ValueError("invalid config: " + "; ".join(found))
+
+
 def make_task(config: ml_collections.ConfigDict) -> Task:
+    check_decode(config)
+
     @functools.cache
     def tokenizer():
         return pipeline.load_or_train_tokenizer(config)

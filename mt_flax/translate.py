@@ -16,7 +16,7 @@ import ml_collections
 import numpy as np
 from absl import app, flags
 
-from mt_flax.task import build_model, translate_ids
+from mt_flax.task import build_model, check_decode, translate_ids
 from zoo.files import as_path, atomic_write_bytes
 from zoo.models import stored_model_config
 from zoo.text import EOS_ID, load_tokenizer
@@ -71,6 +71,7 @@ def main(argv: list[str]) -> None:
         config.decode.beam_size = _BEAM.value
     if _ALPHA.value is not None:
         config.decode.length_penalty = _ALPHA.value
+    check_decode(config)
     sources, rows = [], []  # blank lines (document separators) stay blank: they are not translated
     for n, line in enumerate(lines, start=1):
         if not line.strip():

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zoo.files import atomic_write_bytes
+from zoo.training.config import check_output_dir
 
 ROOT = Path(__file__).resolve().parent.parent / "benchmarks" / "studies"
 
@@ -51,5 +52,10 @@ def study_main(name: str, doc: str, run: Callable[[bool, Path], dict]) -> None:
     parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {ROOT / name})")
     args = parser.parse_args()
     out_dir = args.out or (Path("runs/studies") / f"{name}-tiny" if args.tiny else ROOT / name)
+    try:  # before any computation: a study can take hours
+        check_output_dir(out_dir, "--out")
+        out_dir.mkdir(parents=True, exist_ok=True)  # permissions alone do not tell (/proc, a read-only mount)
+    except (ValueError, OSError) as e:
+        parser.error(" ".join(str(e).split()))  # one line, exit status 2
     result = run(args.tiny, out_dir)
     print(f"{name}: {result['verdict']} — {out_dir}")

@@ -54,6 +54,9 @@ def in_range(low: float, high: float) -> Rule:
     return Rule(lambda x: _number(x) and low <= x < high, f"must be in [{low}, {high})", f"[{low}, {high})")
 
 
+FINITE = Rule(_number, "must be a finite number", "number")
+
+
 def one_of(*values) -> Rule:
     listed = ", ".join(map(str, values))
     return Rule(lambda x: x in values, f"must be one of {listed}", f"one of {listed}")

@@ -7,6 +7,7 @@ Inputs that must be local (memory-mapped data caches) go through `require_local`
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 
@@ -24,16 +25,54 @@ def parse_ordered_pair(text: str, sep: str, flag: str, form: str) -> tuple[int, 
     return a, b
 
 
+class MissingExtra(ImportError):
+    """An optional dependency that a command needs is not installed (the message names the extra)."""
+
+
+# Object stores a workdir may live in, and the package (in the `cloud` extra) that epath reaches each through.
+URL_SCHEMES = {"gs": "gcsfs", "s3": "s3fs"}
+
+
+def _local(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
 def is_url(path: str | os.PathLike) -> bool:
-    """True for `scheme://...` (gs, s3, ...): a path no local-filesystem call may touch."""
-    return "://" in os.fspath(path)
+    """True for `scheme://...` (gs, s3): a path no local-filesystem call may touch. `file://` is local."""
+    return "://" in _local(os.fspath(path))
 
 
 def as_path(path: str | os.PathLike) -> epath.Path:
-    """`path` as an epath.Path: a URL stays a URL; a local path becomes absolute (what Orbax wants)."""
-    if is_url(path):
-        return epath.Path(os.fspath(path))
-    return epath.Path(os.path.abspath(os.fspath(path)))
+    """`path` as an epath.Path: a gs:// or s3:// URL stays a URL; a local path (file:// too) becomes absolute (what
+    Orbax wants). Any other scheme, or one whose package is not installed, is a one-line error."""
+    text = _local(os.fspath(path))
+    if not is_url(text):
+        return epath.Path(os.path.abspath(text))
+    scheme = text.split("://", 1)[0]
+    if scheme not in URL_SCHEMES:
+        raise ValueError(
+            f"{text}: {scheme}:// is not a supported location; use a local path, file://, "
+            + " or ".join(f"{s}://" for s in URL_SCHEMES)
+        )
+    try:
+        import fsspec
+
+        fsspec.get_filesystem_class(scheme)  # imports the scheme's package
+    except ImportError:
+        raise MissingExtra(
+            f"{text}: {scheme}:// paths need {URL_SCHEMES[scheme]}, an optional dependency: pip install "
+            "'relu-linear-gmlp-zoo[cloud]' (or pip install -e '.[cloud]' in a checkout)"
+        ) from None
+    return epath.Path(text)
+
+
+def check_utf8_path(path: str | os.PathLike, flag: str) -> None:
+    """A one-line error when `path` is not valid UTF-8 (checkpoint libraries cannot store such names)."""
+    text = os.fspath(path)
+    try:
+        (text.encode() if isinstance(text, str) else text).decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise ValueError(f"{flag}={text!r}: the path is not valid UTF-8; use a name made of UTF-8 text") from None
 
 
 def require_local(path: str | os.PathLike, field: str) -> pathlib.Path:
@@ -44,6 +83,14 @@ def require_local(path: str | os.PathLike, field: str) -> pathlib.Path:
             "copy it to local disk first (e.g. `gcloud storage cp -r`). Workdirs may be URLs."
         )
     return pathlib.Path(path)
+
+
+def read_json(path: str | os.PathLike):
+    """The JSON value in `path`, or a one-line ValueError naming the file (not JSON, not UTF-8)."""
+    try:
+        return json.loads(as_path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a readable JSON file ({e}); move it away to have it made again") from None
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

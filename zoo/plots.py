@@ -8,11 +8,7 @@ import pathlib
 
 from etils import epath
 
-from zoo.files import as_path, atomic_write_bytes, is_url
-
-
-class MissingExtra(ImportError):
-    """An optional dependency that a command needs is not installed (the message names the extra)."""
+from zoo.files import MissingExtra, as_path, atomic_write_bytes, is_url
 
 
 def pyplot():

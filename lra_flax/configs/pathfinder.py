@@ -52,7 +52,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             "num_images": {"demo": 4000, "lra_code": 200000, "pathx": 200000, "pathx_demo": 64}[preset],
             "seed": 0,
             "workers": 0,  # generator processes; 0: all cores
-            "cache_dir": "data/lra-pathfinder",  # cached examples go under cache/ there
+            "cache_dir": "",  # cached examples go under cache/ there; "": data.dir
         }
     )
     if preset == "demo":

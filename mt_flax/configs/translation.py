@@ -31,7 +31,9 @@ import math
 
 import ml_collections
 
+from zoo.config_fields import FINITE, Field, at_least, integer, one_of, section
 from zoo.models import model_config
+from zoo.models.decoding import LENGTH_PENALTIES
 from zoo.training import mesh_config, small_run_config, train_config
 
 PRESETS = ("demo", "tiny", "iwslt_de_en")
@@ -40,6 +42,17 @@ PRESETS = ("demo", "tiny", "iwslt_de_en")
 # enough to beam-decode on a CPU in the demo); train the other 63 books (30,861 verses).
 VALID_BOOKS = (8,)
 TEST_BOOKS = (32, 59)
+
+
+DECODE_FIELDS: tuple[Field, ...] = (
+    Field("beam_size", 4, integer(1, 1024), "hypotheses kept per sentence; 1: greedy"),
+    Field("length_penalty", 0.6, FINITE, "α of the length penalty; 0 with beam_size 1 is greedy"),
+    Field("length_penalty_form", "gnmt", one_of(*LENGTH_PENALTIES), "gnmt: ((5 + |y|) / 6)^α · fairseq: |y|^α"),
+    Field("max_length_a", 1.5, at_least(0), "each hypothesis stops at a · source length + b tokens"),
+    Field("max_length_b", 10, integer(0, 2**20), "see max_length_a"),
+    Field("batch_size", 64, integer(1, 2**16), "sentences per decoding batch"),
+    Field("valid_examples", 200, integer(0, 10**9), "BLEU on the first N valid examples during training; 0: all"),
+)
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
@@ -73,17 +86,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             "row_multiple": 8,
         }
     )
-    config.decode = ml_collections.ConfigDict(
-        {
-            "beam_size": 4,
-            "length_penalty": 0.6,  # alpha; 0 with beam_size 1 is greedy
-            "length_penalty_form": "gnmt",  # gnmt: ((5 + |y|) / 6)^alpha | fairseq: |y|^alpha
-            "max_length_a": 1.5,  # each hypothesis stops at a · source length + b tokens
-            "max_length_b": 10,
-            "batch_size": 64,  # sentences per decoding batch
-            "valid_examples": 200,  # BLEU on the first N valid examples during training (0: all)
-        }
-    )
+    config.decode = section(DECODE_FIELDS)
     if preset == "demo":
         config.data.update(vocab_size=2000, max_tokens=3072)
         config.decode.valid_examples = 85

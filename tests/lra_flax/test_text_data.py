@@ -126,5 +126,5 @@ def test_prepare_from_aclimdb_uses_test_as_valid(tmp_path):
 def test_unknown_source_and_unprepared_tfds_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="data.source='web' is unknown; valid: wheel, aclimdb, tfds"):
         text.prepare(_config(tmp_path, source="web"))
-    with pytest.raises(FileNotFoundError, match=r"'imdb_reviews' split 'train' is not available.*data.source='wheel'"):
+    with pytest.raises(FileNotFoundError, match=r"'imdb_reviews' is not prepared in .*tfds.*data.source='wheel'"):
         text.prepare(_config(tmp_path, source="tfds", tfds_data_dir=str(tmp_path / "tfds")))

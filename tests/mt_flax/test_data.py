@@ -192,5 +192,5 @@ def test_unknown_source_is_a_config_error(tmp_path):
 
 
 def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="TFDS dataset 'wmt14_translate/de-en' split 'validation' is not"):
+    with pytest.raises(FileNotFoundError, match="TFDS dataset 'wmt14_translate/de-en' is not prepared in "):
         data.tfds_corpus("wmt14_translate/de-en", "valid", "de", "en", data_dir=str(tmp_path))

@@ -140,13 +140,15 @@ def test_check_run_writes_nothing_on_a_bad_config(tmp_path):
     assert mesh.devices.size == 1 and not (tmp_path / "run").exists()
 
 
-def test_setup_compiles_and_writes_nothing_then_open_workdir_prepares_data_and_writes_the_config(tmp_path):
+def test_setup_compiles_and_writes_nothing_then_data_is_prepared_then_open_workdir_writes_the_config(tmp_path):
     prepared = []
     config, task = tiny_loop_run(4, prepare=lambda: prepared.append(1) or {})
     run = loop.setup(config, tmp_path / "run", task)
     assert prepared == [] and not (tmp_path / "run").exists() and run.state is None
+    loop.prepare_data(run)
+    assert prepared == [1] and not (tmp_path / "run").exists()
     loop.open_workdir(run)
-    assert prepared == [1] and (tmp_path / "run/config.json").exists() and run.state is not None
+    assert (tmp_path / "run/config.json").exists() and run.state is not None
     assert run.step == run.start_step == 0 and run.steps == 4 and run.pending == {}
     assert run.data_iter is None and run.checkpointer is None  # opened by restore
 

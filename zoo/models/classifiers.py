@@ -10,6 +10,7 @@ from flax import nnx
 from zoo.layers import ClassificationHead, TokenEmbedding, add_positions, compute_dtype
 from zoo.layers.embeddings import LearnedPositions
 from zoo.layers.heads import pool
+from zoo.models.config import check_tie_embeddings
 from zoo.models.encoder import Encoder
 
 PAD_ID = 0
@@ -62,6 +63,7 @@ class SequenceClassifier(nnx.Module):
     """tokens `[batch, length]` → logits `[batch, num_classes]` (Dense → ReLU → Dense head)."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs):
+        check_tie_embeddings(cfg, ("none",), "a classifier (it has no output embedding)")
         self.encoder = SequenceEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
         self.head = ClassificationHead(
             cfg.d_model, cfg.mlp_dim, num_classes, dtype=compute_dtype(cfg.dtype), rngs=rngs, layers=cfg.head_layers
@@ -84,6 +86,7 @@ class DualEncoder(nnx.Module):
         self.pair_features = cfg.get("pair_features", "nli")
         if self.pair_features not in self.PAIR_FEATURES:
             raise ValueError(f"pair_features={self.pair_features!r}; valid: {', '.join(self.PAIR_FEATURES)}")
+        check_tie_embeddings(cfg, ("none",), "a classifier (it has no output embedding)")
         self.encoder = SequenceEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
         dtype = compute_dtype(cfg.dtype)
         width = (4 if self.pair_features == "nli" else 2) * cfg.d_model

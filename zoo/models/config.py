@@ -121,3 +121,12 @@ def stored_model_config(stored: dict) -> ml_collections.ConfigDict:
     cfg = model_config()
     cfg.update(stored)
     return cfg
+
+
+def check_tie_embeddings(cfg: ml_collections.ConfigDict, choices: tuple[str, ...], model: str = "this model") -> str:
+    """model.tie_embeddings when `model` supports it (one of `choices`), else a one-line error: a model without
+    an output embedding (a classifier) refuses anything but "none" rather than ignore it."""
+    tie = cfg.get("tie_embeddings", "none")
+    if tie not in choices:
+        raise ValueError(f"model.tie_embeddings={tie!r} is not valid for {model}; valid: {', '.join(choices)}")
+    return tie

@@ -15,7 +15,7 @@ from flax import nnx
 from zoo.layers import TokenEmbedding, add_positions, compute_dtype, dense
 from zoo.layers.embeddings import sinusoidal_positions
 from zoo.models.classifiers import PAD_ID
-from zoo.models.config import TIE_EMBEDDINGS
+from zoo.models.config import TIE_EMBEDDINGS, check_tie_embeddings
 from zoo.models.encoder import Decoder, Encoder
 
 
@@ -27,13 +27,6 @@ def _positions_at(x: jax.Array, index: jax.Array, kind: str, max_length: int) ->
     return x + row[None].astype(x.dtype)
 
 
-def _check_tie(cfg: ml_collections.ConfigDict, choices: tuple[str, ...]) -> str:
-    tie = cfg.get("tie_embeddings", "none")
-    if tie not in choices:
-        raise ValueError(f"model.tie_embeddings={tie!r} is not valid for this model; valid: {', '.join(choices)}")
-    return tie
-
-
 class CausalLM(nnx.Module):
     """tokens `[batch, length]` → next-token logits `[batch, length, vocab]` (float32).
 
@@ -42,7 +35,7 @@ class CausalLM(nnx.Module):
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
-        tie = _check_tie(cfg, TIE_EMBEDDINGS)
+        tie = check_tie_embeddings(cfg, TIE_EMBEDDINGS)
         self.positional, self.max_length = cfg.positional, cfg.max_length
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         self.decoder = Decoder(cfg, rngs=rngs)
@@ -80,7 +73,7 @@ class EncoderDecoder(nnx.Module):
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, src_vocab: int, tgt_vocab: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
-        tie = _check_tie(cfg, TIE_EMBEDDINGS)
+        tie = check_tie_embeddings(cfg, TIE_EMBEDDINGS)
         if tie == "all" and src_vocab != tgt_vocab:
             raise ValueError(
                 f"model.tie_embeddings='all' needs one joint vocabulary; got {src_vocab} source and {tgt_vocab} "

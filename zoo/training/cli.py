@@ -104,6 +104,16 @@ def define_config_flag(help_text: str, *, lock_config: bool = True):
     return holder
 
 
+def _last_error_line(text: str) -> str:
+    """A flag error as one line: ml_collections wraps a config file's exception in its whole traceback; the
+    exception's own line (the last) is what the user needs."""
+    if "Traceback (most recent call last)" in text:
+        prefix = text.split(": ", 1)[0]  # "flag --config=FILE:preset"
+        last = [line for line in text.strip().splitlines() if line.strip()][-1].strip()
+        return f"{prefix}: {last.split(': ', 1)[-1] if ': ' in last else last}"
+    return " ".join(text.split())
+
+
 def flags_parser(prog: str) -> Callable[[list[str]], list[str]]:
     """absl's flag parsing, with a bad flag or override reported as one line and exit status 2: an unknown
     `--config.a.b` names the valid fields beside it (the config file is loaded once, by the flag itself)."""
@@ -114,7 +124,7 @@ def flags_parser(prog: str) -> Callable[[list[str]], list[str]]:
         except (flags.Error, AttributeError, KeyError) as e:
             parser = flags.FLAGS["config"].parser if "config" in flags.FLAGS else None
             loaded = parser.config if isinstance(parser, _KeepsLoadedConfig) else None
-            message = unknown_override(argv[1:], loaded) or " ".join(str(e).split())
+            message = unknown_override(argv[1:], loaded) or _last_error_line(str(e))
             print(f"{prog}: error: {message}", file=sys.stderr)
             sys.exit(2)
 
@@ -175,6 +185,9 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
         except signals.Preempted as e:
             print(f"{prog}: {e}", file=sys.stderr)
             sys.exit(distributed.PREEMPTED_EXIT_CODE)
+        except app.UsageError as e:  # one line and the usual status of a usage error, not absl's usage text and 1
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            sys.exit(2)
         except signals.Interrupted as e:
             print(f"{prog}: {e}", file=sys.stderr)
             sys.exit(e.exit_code)

@@ -8,7 +8,7 @@ import os
 import ml_collections
 
 from zoo.config_fields import Field, Rule, above, at_least, in_range, integer, one_of, section
-from zoo.files import as_path, atomic_write_bytes, is_url
+from zoo.files import as_path, atomic_write_bytes, check_utf8_path, is_url
 from zoo.training.mesh import LOGICAL_RULES, PARAMETER_AXES
 from zoo.training.optim import SCHEDULES
 
@@ -22,6 +22,7 @@ RESUMABLE_FIELDS = frozenset(
         "train.keep_checkpoints",
         "train.eval_batch_size",  # evaluation means are over examples, whatever the batch
         "train.device_memory_gib",  # the memory check's limit
+        "data.cache_dir",  # where caches go; they are keyed by their contents' sources and settings
     }
 )
 # Schedules whose learning rate at a step depends on train.steps: extending such a run changes its past.
@@ -176,6 +177,8 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
     """Raises a one-line ValueError when `path` cannot be a directory this process writes into.
 
     A URL (gs://...) is checked only for being a file: its permissions show at the first write."""
+    check_utf8_path(path, flag)
+    path = as_path(path)  # file:// → local; an unsupported scheme or a missing package is an error here
     if is_url(path):
         if as_path(path).is_file():
             raise ValueError(f"{flag}={path} exists and is not a directory")
@@ -194,6 +197,25 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
         raise ValueError(f"{flag}={path}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{flag}={path} cannot be created: {parent} is not writable")
+
+
+# What a run writes in its workdir, by kind: a path of the other kind there would fail only when first written
+# (a file named `checkpoints` stalls Orbax for minutes).
+WORKDIR_DIRECTORIES = ("checkpoints", "checkpoints_broken", "tensorboard", "profile")
+WORKDIR_FILES = ("config.json", "metrics.jsonl", "results.json", "lock")
+
+
+def check_workdir_layout(workdir: str | os.PathLike) -> None:
+    """A one-line error when a name the run writes in `workdir` exists as the wrong kind (file vs directory)."""
+    workdir = as_path(workdir)
+    if not workdir.exists():
+        return
+    for name in WORKDIR_DIRECTORIES:
+        if (workdir / name).exists() and not (workdir / name).is_dir():
+            raise ValueError(f"{workdir / name} is a file; a run keeps a directory there. Move it away.")
+    for name in WORKDIR_FILES:
+        if (workdir / name).is_dir():
+            raise ValueError(f"{workdir / name} is a directory; a run writes a file there. Move it away.")
 
 
 def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:

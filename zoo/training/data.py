@@ -30,6 +30,14 @@ class DataFormatError(ValueError):
     """A malformed or unusable input file; the message names the file (and line, where there is one)."""
 
 
+def cache_root(data, *, reads_dir: bool, default: str) -> Path:
+    """Where a task writes its caches: `data.cache_dir` when set; else `data.dir` when the data are read from
+    there (the folder the user chose); else the task's `default` (a source that data.dir plays no part in)."""
+    if data.cache_dir:
+        return Path(data.cache_dir)
+    return Path(data.dir) if reads_dir and data.dir else Path(default)
+
+
 def decode_utf8(data: bytes, where: str) -> str:
     """Strict UTF-8: a text that is not is an error naming `where` and the line of the first bad byte."""
     try:
@@ -76,6 +84,15 @@ def open_tfds(name: str, split: str, data_dir: str | None, alternative: str):
             f"TFDS dataset {name!r} needs tensorflow-datasets, an optional dependency: pip install -e '.[tfds]' "
             f"(and prepare it with TensorFlow: '.[tf]'; tfds build), or use {alternative}"
         ) from None
+    # Looked for before tfds is asked: asked about a dataset it does not have, it starts a download.
+    root = Path(data_dir or os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets").expanduser()
+    folder = root / name.split("/")[0]
+    if not any(folder.glob("**/dataset_info.json")):
+        raise FileNotFoundError(
+            f"TFDS dataset {name!r} is not prepared in {root} (no {folder.name}/.../dataset_info.json there); "
+            f"prepare it with TensorFlow installed (pip install '.[tf]'; tfds build {name} --data_dir={root}), "
+            f"set data.tfds_data_dir to where it is, or use {alternative}"
+        )
     try:
         return tfds.data_source(name, split=split, data_dir=data_dir)
     except Exception as e:

@@ -2,10 +2,11 @@
 
 A task supplies a `Task` (model factory, batches, loss); the loop owns everything else, so LRA,
 translation and MLM behave the same: same workdir layout, same resume rules, same metrics. Its parts:
-`check_run` (every check that can fail on bad input), `setup` (the train step compiled and its memory checked;
-nothing is written before here), `lock_workdir` (one run per workdir), `open_workdir` (data, config.json, the
-state), `restore` (the newest good checkpoint), `train_steps` (the step loop and
-its periodic actions, zoo/training/periodic.py) and `final_evaluation` (every split, results.json).
+`check_run` (every check that can fail on bad input), `setup` (the train step compiled and its memory
+checked; nothing is written before here), `prepare_data` (outside the workdir), `lock_workdir` (one run per
+workdir), `open_workdir` (config.json, the state), `restore` (the newest good checkpoint), `train_steps` (the
+step loop and its periodic actions, zoo/training/periodic.py) and `final_evaluation` (every split,
+results.json).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from zoo.files import as_path, atomic_write_bytes
 from zoo.training import memory
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
-from zoo.training.config import check_output_dir, check_resume_config, write_config
+from zoo.training.config import check_output_dir, check_resume_config, check_workdir_layout, write_config
 from zoo.training.distributed import first_process_then_others
 from zoo.training.metrics import MetricWriter, Progress, Stopwatch
 from zoo.training.optim import make_schedule
@@ -74,6 +75,7 @@ def check_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task
     """Every check that can fail on a bad config or workdir, before anything is written; returns the mesh."""
     train_cfg = config.train
     check_output_dir(workdir, "--workdir")
+    check_workdir_layout(workdir)
     validate_config(config)
     rows, field = check_batch_rows(train_cfg, task)
     check_resume_config(config, workdir)
@@ -149,12 +151,16 @@ def lock_workdir(run: Run) -> WorkdirLock:
     return lock
 
 
-def open_workdir(run: Run) -> None:
-    """Data (process 0 first), config.json and the task's artifacts, and the sharded train state. Call with the
-    workdir's lock held (`lock_workdir`)."""
-    # Data generation, tokenizer training and caching: process 0 alone first, the others after it (they find
-    # the files made), so several processes never write the same file.
+def prepare_data(run: Run) -> None:
+    """The task's data generated, read and cached (outside the workdir), so that bad data is reported before
+    the workdir is touched. Process 0 alone first, the others after it (they find the files made), so several
+    processes never write the same file."""
     first_process_then_others("prepare-data", run.task.prepare)
+
+
+def open_workdir(run: Run) -> None:
+    """config.json and the task's artifacts, and the sharded train state. Call with the workdir's lock held
+    (`lock_workdir`), after `prepare_data`."""
     if run.is_writer:
         write_config(run.config, run.workdir)
         for name, source in run.task.artifacts().items():
@@ -255,6 +261,7 @@ def train_and_evaluate(
     train steps into workdir/profile (TensorBoard's profile plugin or Perfetto read it).
     """
     run = setup(config, as_path(workdir), task)
+    prepare_data(run)
     lock = lock_workdir(run)
     try:
         open_workdir(run)
@@ -276,5 +283,5 @@ def train_and_evaluate(
 
 __all__ = [
     "EVENT_HOOKS", "LoopEvent", "Run", "Task", "check_batch_rows", "check_run", "evaluate", "final_evaluation",
-    "lock_workdir", "open_workdir", "restore", "setup", "train_and_evaluate", "train_steps",
+    "lock_workdir", "open_workdir", "prepare_data", "restore", "setup", "train_and_evaluate", "train_steps",
 ]  # fmt: skip
