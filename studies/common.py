@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,6 +57,7 @@ def study_main(name: str, doc: str, run: Callable[[bool, Path], dict]) -> None:
         check_output_dir(out_dir, "--out")
         out_dir.mkdir(parents=True, exist_ok=True)  # permissions alone do not tell (/proc, a read-only mount)
     except (ValueError, OSError) as e:
-        parser.error(" ".join(str(e).split()))  # one line, exit status 2
+        print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, a usage error's 2
+        sys.exit(2)
     result = run(args.tiny, out_dir)
     print(f"{name}: {result['verdict']} — {out_dir}")
