@@ -201,6 +201,7 @@ def _cfg():
 
 def test_resume_config_check_names_the_field_and_writes_nothing(tmp_path):
     write_config(_cfg(), tmp_path)
+    (tmp_path / "checkpoints" / "10").mkdir(parents=True)  # the run got as far as a checkpoint
     before = (tmp_path / "config.json").read_text()
     changed = _cfg()
     changed.model.d_model = 16
@@ -395,6 +396,7 @@ def test_a_run_written_before_a_model_field_existed_resumes_unless_the_field_cha
 
     config = ml_collections.ConfigDict({"seed": 0, "model": model_config(mixer="gmlp"), "train": train_config()})
     write_config(config, tmp_path)
+    (tmp_path / "checkpoints" / "10").mkdir(parents=True)  # the run got as far as a checkpoint
     stored = json.loads((tmp_path / "config.json").read_text())
     del stored["model"]["mixer_options"]["gmlp"]["sgu_variant"]
     (tmp_path / "config.json").write_text(json.dumps(stored))
