@@ -274,9 +274,9 @@ def efficiency_table(config: ml_collections.ConfigDict, rows: list[dict], baseli
     lengths = [int(x) for x in config.efficiency.lengths]
     by = {(r["variant"], r["length"]): r for r in rows}
     header = "| variant | " + " | ".join(
-        f"{L:,}: steps/s (×{baseline}) | {L:,}: memory MiB (×{baseline})" for L in lengths
+        f"{L:,}: steps/s (×{baseline}) | {L:,}: memory MiB (×{baseline}) | {L:,}: MFU" for L in lengths
     )
-    lines = [header + " |", "|---" * (1 + 2 * len(lengths)) + "|"]
+    lines = [header + " |", "|---" * (1 + 3 * len(lengths)) + "|"]
 
     def ratio(value, base):
         return f" (×{value / base:.2f})" if base else ""
@@ -286,10 +286,10 @@ def efficiency_table(config: ml_collections.ConfigDict, rows: list[dict], baseli
         for L in lengths:
             r, b = by.get((variant, L)), by.get((baseline, L))
             if r is None:
-                cells_text += ["—", "—"]
+                cells_text += ["—", "—", "—"]
             elif "error" in r:
                 shown = r["error"] if r["error"] == "out of memory" or r["error"].startswith("timed out") else "failed"
-                cells_text += [shown, shown]
+                cells_text += [shown, shown, shown]
             else:
                 base_ok = b is not None and "error" not in b
                 cells_text.append(
@@ -297,6 +297,7 @@ def efficiency_table(config: ml_collections.ConfigDict, rows: list[dict], baseli
                 )
                 mem = r["memory_bytes"] / 2**20
                 cells_text.append(f"{mem:,.0f}" + (ratio(r["memory_bytes"], b["memory_bytes"]) if base_ok else ""))
+                cells_text.append(f"{100 * r['mfu']:.1f}%" if "mfu" in r else "—")
         lines.append(f"| {variant} | " + " | ".join(cells_text) + " |")
     sources = sorted({r["memory_source"] for r in rows if "memory_source" in r})
     devices = sorted({r["device"] for r in rows if "device" in r})
@@ -305,7 +306,8 @@ def efficiency_table(config: ml_collections.ConfigDict, rows: list[dict], baseli
         "",
         f"Task {config.efficiency.task}, batch {', '.join(map(str, batch))}, {config.efficiency.steps} timed train "
         f"steps after compilation and {config.efficiency.warmup} warm-up; device {', '.join(devices)}; memory: "
-        f"{'; '.join(sources) or '—'}.",
+        f"{'; '.join(sources) or '—'}. MFU: the model FLOPs of a train step (zoo/training/flops.py) per second over "
+        f"the device's peak ({'; '.join(sorted({r['peak_source'] for r in rows if 'peak_source' in r})) or '—'}).",
     ]
     return "\n".join(lines)
 

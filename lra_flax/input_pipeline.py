@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 
 from zoo.models import SequenceClassifier
-from zoo.training import Task, classification_loss
+from zoo.training import Task, classification_loss, flops
 from zoo.training import data as data_lib
 
 DataFormatError = data_lib.DataFormatError
@@ -234,4 +234,5 @@ def classification_task(
         prepare=prepare,
         batch_spec=batch_spec,
         final_results=final_results or (lambda results: {}),
+        model_flops=lambda batch: flops.encoder_step_flops(config.model, batch, tuple(input_fields)),
     )

@@ -22,7 +22,7 @@ from mlm_flax.task import TOKENIZER_FILE
 from zoo.files import as_path
 from zoo.models import MaskedLM, TextClassifier
 from zoo.text import SentencePieceTokenizer
-from zoo.training import Task
+from zoo.training import Task, flops
 from zoo.training import data as data_lib
 from zoo.training.config import flatten_config
 from zoo.training.losses import classification_loss
@@ -157,4 +157,5 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         batch_spec=batch_spec,
         artifacts=lambda: {TOKENIZER_FILE: tokenizer_path()},
         warm_start=warm_start,
+        model_flops=lambda batch: flops.encoder_step_flops(config.model, batch, ("inputs",)),
     )

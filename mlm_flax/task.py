@@ -14,7 +14,7 @@ from flax import nnx
 from mlm_flax import input_pipeline as pipeline
 from zoo.models import CausalLM, MaskedLM
 from zoo.text import PAD_ID
-from zoo.training import Task, token_cross_entropy
+from zoo.training import Task, flops, token_cross_entropy
 
 TOKENIZER_FILE = "spm.model"  # the tokenizer's name in the workdir (mlm-finetune and mlm-inspect read it)
 
@@ -104,4 +104,11 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         batch_spec=batch_spec,
         artifacts=lambda: {TOKENIZER_FILE: tokenizer()[1]},
         final_results=final_results,
+        model_flops=lambda batch: flops.language_model_step_flops(
+            config.model,
+            batch,
+            tokenizer()[0].vocab_size,
+            causal=causal,
+            predicted=None if causal else batch["positions"].shape[1],
+        ),
     )

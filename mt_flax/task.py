@@ -19,7 +19,7 @@ from zoo.models import EncoderDecoder
 from zoo.models.decoding import translate
 from zoo.progress import WorkProgress
 from zoo.text import BOS_ID, EOS_ID, PAD_ID
-from zoo.training import Task, token_cross_entropy
+from zoo.training import Task, flops, token_cross_entropy
 from zoo.training import data as data_lib
 
 
@@ -122,6 +122,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         eval_batches=lambda split: pipeline.eval_batches(prepare()[split], config),
         loss_fn=loss_fn,
         count_tokens=lambda b: int(np.count_nonzero(b["src"]) + np.count_nonzero(b["tgt_out"])),
+        model_flops=lambda b: flops.encoder_decoder_step_flops(config.model, b, tokenizer()[0].vocab_size),
         prepare=prepare,
         batch_spec=batch_spec,
         artifacts=lambda: {tokenizer_file_name(tokenizer()[1]): tokenizer()[1]},

@@ -151,16 +151,16 @@ def test_efficiency_table_ratios_and_out_of_memory():
     config.efficiency = {"task": "text:demo", "lengths": [1000, 4000], "steps": 3, "warmup": 1, "timeout_s": 60}
     base = {"memory_source": "compiled step's memory analysis", "device": "cpu", "batch_size": 4}
     rows = [
-        {"variant": "softmax", "length": 1000, "steps_per_s": 2.0, "memory_bytes": 400 * 2**20, **base},
+        {"variant": "softmax", "length": 1000, "steps_per_s": 2.0, "memory_bytes": 400 * 2**20, "mfu": 0.125, **base},
         {"variant": "linear", "length": 1000, "steps_per_s": 3.0, "memory_bytes": 100 * 2**20, **base},
         {"variant": "softmax", "length": 4000, "error": "out of memory"},
         {"variant": "linear", "length": 4000, "steps_per_s": 1.0, "memory_bytes": 300 * 2**20, **base},
         {"variant": "relu", "length": 4000, "error": "lra-efficiency: error: something else"},
     ]
     table = compare.efficiency_table(config, rows)
-    assert "| linear | 3 (×1.50) | 100 (×0.25) | 1 | 300 |" in table
-    assert "| softmax | 2 (×1.00) | 400 (×1.00) | out of memory | out of memory |" in table
-    assert "| relu | — | — | failed | failed |" in table
+    assert "| linear | 3 (×1.50) | 100 (×0.25) | — | 1 | 300 | — |" in table
+    assert "| softmax | 2 (×1.00) | 400 (×1.00) | 12.5% | out of memory | out of memory | out of memory |" in table
+    assert "| relu | — | — | — | failed | failed | failed |" in table
     assert "compiled step's memory analysis" in table and "batch 4" in table
 
 

@@ -22,6 +22,7 @@ RESUMABLE_FIELDS = frozenset(
         "train.keep_checkpoints",
         "train.eval_batch_size",  # evaluation means are over examples, whatever the batch
         "train.device_memory_gib",  # the memory check's limit
+        "train.peak_tflops_per_device",  # what MFU is measured against
         "data.cache_dir",  # where caches go; they are keyed by their contents' sources and settings
     }
 )
@@ -63,6 +64,9 @@ TRAIN_FIELDS: tuple[Field, ...] = (
     Field("eval_every", 500, integer(0, 10**9), "steps between evaluations of the first eval split; 0 disables them"),
     Field("checkpoint_every", 500, integer(1, 10**9), "steps between checkpoints (and one at the last step)"),
     Field("keep_checkpoints", 3, integer(1, 10**6), "checkpoints kept in the workdir"),
+    Field("peak_tflops_per_device", 0.0, at_least(0), "a device's peak TFLOP/s, the denominator of MFU; 0: the "
+          "accelerator's dense bf16 figure (zoo/training/flops.py), or on a CPU the float32 matmul rate measured at "
+          "start-up"),
     Field("device_memory_gib", 0.0, at_least(0), "memory one device may use: a run whose compiled train step "
           "needs more is refused before anything is written; 0: the device's own (GPU/TPU: the allocator's limit; "
           "CPU: the host's available memory ÷ local devices)"),

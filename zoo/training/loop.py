@@ -21,6 +21,7 @@ import numpy as np
 from etils import epath
 
 from zoo.files import as_path, atomic_write_bytes
+from zoo.training import flops as flops_lib
 from zoo.training import memory
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
@@ -196,6 +197,25 @@ def restore(run: Run) -> dict | None:
     return None
 
 
+def _step_flops(run: Run, batch: dict) -> float:
+    """Model FLOPs of the global train step on `batch` (every process's share), cached by the batch's shapes."""
+    if run.task.model_flops is None:
+        return 0.0
+    shapes = tuple((k, v.shape) for k, v in sorted(batch.items()))
+    if shapes not in run.flops_by_shape:
+        run.flops_by_shape[shapes] = run.task.model_flops(batch) * jax.process_count()
+    return run.flops_by_shape[shapes]
+
+
+def start_clock(run: Run) -> Stopwatch:
+    """The run's stopwatch, with the devices' peak when the task counts its FLOPs (a CPU measures its own)."""
+    if run.task.model_flops is None:
+        return Stopwatch()
+    peak, source = flops_lib.peak_tflops_per_device(run.config.train)
+    run.peak = (peak, source)
+    return Stopwatch(peak * 1e12, run.mesh.size)
+
+
 def train_steps(run: Run, actions: list[PeriodicAction]) -> None:
     """Train steps from `run.step` to the last, each followed by the periodic actions. Whatever stops the
     loop (an error, Ctrl-C, preemption), the actions are closed and saves already under way are completed: a
@@ -214,7 +234,7 @@ def train_steps(run: Run, actions: list[PeriodicAction]) -> None:
             if first:
                 jax.block_until_ready(sums)  # once per run: worth a host sync
                 print(f"first train step done in {time.perf_counter() - first_start:.1f} s", flush=True)
-            run.watch.tick(run.task.count_tokens(batch) * jax.process_count())
+            run.watch.tick(run.task.count_tokens(batch) * jax.process_count(), _step_flops(run, batch))
             run.pending = add_sums(run.pending, sums)  # stays on device: no host sync per step
             run.progress.update()
             run.step += 1
@@ -241,6 +261,10 @@ def final_evaluation(run: Run, train_seconds: float) -> dict[str, float | str]:
     results["eval_wall_time_s"] = run.watch.elapsed() - train_seconds  # the final evaluation of every split
     results["resumed_at_step"] = float(run.start_step)
     results["train_steps_run"] = float(run.steps - run.start_step)
+    if run.watch.total_flops:  # this run's steps over this run's training wall time
+        results["model_flops_per_step"] = run.watch.total_flops / max(run.steps - run.start_step, 1)
+        results.update(run.watch.utilisation(run.watch.total_flops, train_seconds))
+        results["peak_tflops_per_device"], results["peak_source"] = run.peak
     results.update(run.task.final_results(results))
     if run.is_writer:
         atomic_write_bytes(run.workdir / "results.json", json.dumps(results, indent=2, sort_keys=True).encode())
@@ -270,7 +294,7 @@ def train_and_evaluate(
             return finished
         run.writer = MetricWriter(run.workdir, resume_step=run.start_step, final_step=run.steps, enabled=run.is_writer)
         run.progress = Progress(run.steps, run.start_step, enabled=run.is_writer)
-        run.watch = Stopwatch()
+        run.watch = start_clock(run)
         train_steps(run, default_actions(run, PreemptionWatcher(run.checkpointer.manager), profile_steps))
         train_seconds = run.watch.elapsed()  # the loop alone (compilation, periodic evals, checkpoints included)
         results = final_evaluation(run, train_seconds)

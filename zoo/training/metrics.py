@@ -137,6 +137,7 @@ class Progress:
             self.bar.set_postfix_str(
                 f"loss={metrics.get('loss', float('nan')):.3f} "
                 f"{metrics.get('steps_per_sec', 0):.2f} steps/s {metrics.get('tokens_per_sec', 0):.0f} tok/s"
+                + (f" MFU {100 * metrics['mfu']:.1f}%" if "mfu" in metrics else "")
                 if split == "train"
                 else self.bar.postfix or ""
             )
@@ -151,15 +152,28 @@ class Progress:
 class Stopwatch:
     """Wall time and throughput between log points."""
 
-    def __init__(self):
+    def __init__(self, peak_flops_per_s: float = 0.0, devices: int = 1):
         self.start = self.last = time.perf_counter()
         self.steps = 0
         self.tokens = 0
+        self.flops = 0.0
         self.waiting = 0.0
+        self.peak_flops_per_s, self.devices = peak_flops_per_s, devices  # of one device; 0: unknown
+        self.total_flops = 0.0  # every step since the start
 
-    def tick(self, tokens: int) -> None:
+    def tick(self, tokens: int, flops: float = 0.0) -> None:
         self.steps += 1
         self.tokens += tokens
+        self.flops += flops
+        self.total_flops += flops
+
+    def utilisation(self, flops: float, seconds: float) -> dict[str, float]:
+        """TFLOP/s per device and MFU (model FLOPs over the devices' peak) of `flops` done in `seconds`."""
+        per_device = flops / max(seconds, 1e-9) / self.devices
+        out = {"tflops_per_s_per_device": per_device / 1e12}
+        if self.peak_flops_per_s:
+            out["mfu"] = per_device / self.peak_flops_per_s
+        return out
 
     def waited(self, seconds: float) -> None:
         """Time spent waiting for the next input batch (the rest is the step and the loop's own work)."""
@@ -175,7 +189,10 @@ class Stopwatch:
             "tokens_per_sec": self.tokens / dt,
             "input_wait_fraction": min(self.waiting / dt, 1.0),
         }
-        self.last, self.steps, self.tokens, self.waiting = now, 0, 0, 0.0
+        if self.flops:
+            out["model_flops_per_step"] = self.flops / max(self.steps, 1)
+            out.update(self.utilisation(self.flops, dt))
+        self.last, self.steps, self.tokens, self.flops, self.waiting = now, 0, 0, 0.0, 0.0
         return out
 
     def elapsed(self) -> float:

@@ -38,6 +38,8 @@ class Task:
                    for files the task writes there (e.g. hypotheses). Text values (e.g. a metric's
                    signature) go to results.json only, not to the logs.
     final_results: results → entries added to results.json under names of the task's choosing.
+    model_flops:   batch → the model FLOPs of one train step on it (zoo/training/flops.py: what is counted);
+                   gives every log line and results.json their TFLOP/s and MFU. None: not reported.
     warm_start:    fresh train state → the state to start from (e.g. a pretrained encoder's parameters put
                    in place); applied once, before step 0, never on resume.
     """
@@ -54,4 +56,5 @@ class Task:
     generate_eval: Callable[[nnx.Module, str, Path | None], dict[str, float | str]] | None = None
     final_results: Callable[[dict], dict] = lambda results: {}
     warm_start: Callable[[nnx.State], nnx.State] | None = None
+    model_flops: Callable[[dict], float] | None = None
     row_multiple: int = 0

@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from zoo.training import flops
+from zoo.training import memory as memory_lib
 from zoo.training import mesh as mesh_lib
 from zoo.training.state import create_train_state, state_builder
 from zoo.training.steps import make_train_step
@@ -44,7 +46,8 @@ def measure(
     steps: int = 5,
     warmup: int = 1,
 ) -> dict[str, float | str]:
-    """{"steps_per_s", "memory_bytes", "memory_source", "compile_s"} of `config.train.batch_size` steps."""
+    """{"steps_per_s", "memory_bytes", "memory_source", "compile_s"} of `config.train.batch_size` steps, and where
+    the task counts its FLOPs "model_flops_per_step", "tflops_per_s_per_device", "mfu" and "peak_source"."""
     mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, state, state_sharding = create_train_state(
         state_builder(task.build_model, config.train, config.seed), mesh, mesh_lib.rules_from_config(config.mesh)
@@ -70,7 +73,14 @@ def measure(
     if "peak_bytes_in_use" in stats:
         memory, source = float(stats["peak_bytes_in_use"]), "device peak allocation"
     else:
-        a = compiled.memory_analysis()
-        memory = float(a.argument_size_in_bytes + a.output_size_in_bytes + a.temp_size_in_bytes - a.alias_size_in_bytes)
-        source = "compiled step's memory analysis"
-    return {"steps_per_s": steps / seconds, "memory_bytes": memory, "memory_source": source, "compile_s": compile_s}
+        memory, source = float(memory_lib.step_bytes(compiled)), "compiled step's memory analysis"
+    result = {"steps_per_s": steps / seconds, "memory_bytes": memory, "memory_source": source, "compile_s": compile_s}
+    if task.model_flops is not None:
+        step_flops = task.model_flops(batch)
+        peak, peak_source = flops.peak_tflops_per_device(config.train)
+        result["model_flops_per_step"] = step_flops
+        result["tflops_per_s_per_device"] = step_flops * steps / seconds / mesh.size / 1e12
+        if peak:
+            result["mfu"] = result["tflops_per_s_per_device"] / peak
+        result["peak_source"] = peak_source
+    return result

@@ -1,0 +1,214 @@
+"""Model FLOPs — the useful work of a train step, counted from the config — and the device's peak, for MFU.
+
+Counted (forward, per sequence; a train step is 3 × the forward: the backward does two matmuls per forward one):
+  - attention-type mixers: the q/k/v/out projections (8·T·d·d_qkv) and the scores and weighted values
+    (4·P·d_qkv, P = T² pairs, or T(T+1)/2 when causal: the lower triangle, not the masked square);
+  - `linear`: the projections, the trainable feature maps' matmuls (or FAVOR+'s random projection) for q and k,
+    and the state products φ(k)ᵀv and φ(q)·S with the normaliser (4·T·H·m·d_h + 2·T·H·m);
+  - `gmlp` / `amlp`: the channel projections in and out, the spatial projection (2·P·width: the lower triangle
+    when causal) and aMLP's tiny attention;
+  - the FFN's two matmuls (4·T·d·d_mlp); a cross-attention's projections and scores (encoder-decoder);
+  - the output projection onto the vocabulary where a model has one (translation, language models).
+Not counted: embedding lookups, element-wise work (activations, softmax, normalisation, masks, dropout), a
+classifier's head on one pooled vector per example, the loss and the optimiser. `tests/zoo/test_flops.py`
+checks the count against XLA's cost analysis of a compiled non-causal train step.
+
+Peak per device: `PEAK_BF16_TFLOPS` (vendor figures, dense bf16, no sparsity) for accelerators; on a CPU the
+float32 matmul rate measured once per process; `train.peak_tflops_per_device` overrides either.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from zoo.models.config import mixer_config
+
+ATTENTION_MIXERS = frozenset({"softmax", "relu", "relu_l", "rela", "sparsemax", "entmax15"})
+
+# Dense bf16 peak TFLOP/s per chip, without structured sparsity, matched against `device.device_kind` in order.
+# NVIDIA: H100 SXM and H200 datasheets (989 TFLOPS bf16 dense; H100 PCIe 756); A100 datasheet (312).
+# Google Cloud TPU system architecture pages: v4 275, v5e 197, v5p 459, v6e (Trillium) 918.
+PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
+    (r"H100.*PCIe", 756.0),
+    (r"H100", 989.0),
+    (r"H200", 989.0),
+    (r"A100", 312.0),
+    (r"TPU v4", 275.0),
+    (r"TPU v5 lite|TPU v5e", 197.0),
+    (r"TPU v5p|TPU v5$", 459.0),
+    (r"TPU v6 lite|TPU v6e", 918.0),
+)
+
+
+def _pairs(length: int, causal: bool) -> float:
+    return length * (length + 1) / 2 if causal else float(length) * length
+
+
+def _attention_core(t_q: int, t_k: int, d_qkv: int, causal: bool) -> float:
+    """Scores and weighted values of one attention (all heads)."""
+    pairs = _pairs(t_q, True) if causal and t_q == t_k else float(t_q) * t_k
+    return 4 * pairs * d_qkv
+
+
+def _linear_mixer(cfg: ml_collections.ConfigDict, t: int) -> float:
+    d, heads = cfg.d_model, cfg.num_heads
+    d_qkv = cfg.qkv_dim or d
+    d_h = d_qkv // heads
+    kind = cfg.feature_map
+    m = cfg.num_features if kind == "favor" else d_h
+    if kind == "favor":
+        features = 2 * t * d_qkv * m
+    elif kind in ("elu1", "relu"):
+        features = 0.0
+    else:
+        per_layer = 2 * t * d_qkv * d_h  # x W_f per head
+        if kind in ("glu", "oglu"):
+            per_layer *= 2
+        elif kind == "aoglu":
+            rank = cfg.gate_rank or max(1, d_h // 4)
+            per_layer += 4 * t * heads * d_h * rank
+        features = per_layer * cfg.kernel_depth
+    state = 4 * t * heads * m * d_h + 2 * t * heads * m
+    return 8 * t * d * d_qkv + 2 * features + state
+
+
+def _sgu_mixer(cfg: ml_collections.ConfigDict, t: int, causal: bool) -> float:
+    d = cfg.d_model
+    d_ffn = cfg.d_ffn or 6 * d
+    width = d_ffn // 2 if cfg.sgu_variant == "split_multiplicative" else d_ffn
+    total = 2 * t * d * d_ffn + 2 * _pairs(t, causal) * width + 2 * t * width * d
+    if cfg.tiny_attention_dim:
+        a = cfg.tiny_attention_dim
+        total += 2 * t * d * 3 * a + _attention_core(t, t, a, causal) + 2 * t * a * width
+    return total
+
+
+def mixer_flops(model: ml_collections.ConfigDict, length: int, *, causal: bool, name: str | None = None) -> float:
+    """Forward FLOPs of one token mixer over one sequence of `length` tokens."""
+    cfg = mixer_config(model, name=name)
+    kind = model.mixer if name is None else name
+    if kind in ATTENTION_MIXERS:
+        d_qkv = cfg.qkv_dim or cfg.d_model
+        return 8 * length * cfg.d_model * d_qkv + _attention_core(length, length, d_qkv, causal)
+    if kind == "linear":
+        return _linear_mixer(cfg, length)
+    if kind in ("gmlp", "amlp"):
+        return _sgu_mixer(cfg, length, causal)
+    raise ValueError(f"no FLOP count for mixer {kind!r}")
+
+
+def ffn_flops(model: ml_collections.ConfigDict, length: int) -> float:
+    return 0.0 if model.ffn == "none" else 4.0 * length * model.d_model * model.mlp_dim
+
+
+def encoder_flops(model: ml_collections.ConfigDict, length: int, *, causal: bool = False) -> float:
+    """Forward FLOPs of the block stack over one sequence."""
+    return model.num_layers * (mixer_flops(model, length, causal=causal) + ffn_flops(model, length))
+
+
+def decoder_flops(model: ml_collections.ConfigDict, tgt_length: int, src_length: int) -> float:
+    """Forward FLOPs of an encoder-decoder's decoder stack: causal self-mixing, cross-attention, FFN."""
+    d = model.d_model
+    d_qkv = model.qkv_dim or d
+    cross = (
+        4 * tgt_length * d * d_qkv + 4 * src_length * d * d_qkv + _attention_core(tgt_length, src_length, d_qkv, False)
+    )
+    per_block = mixer_flops(model, tgt_length, causal=True) + cross + ffn_flops(model, tgt_length)
+    return (model.num_decoder_layers or model.num_layers) * per_block
+
+
+def projection_flops(rows: int, d_in: int, d_out: int) -> float:
+    return 2.0 * rows * d_in * d_out
+
+
+def train_step_flops(forward_flops: float) -> float:
+    """A train step's model FLOPs from its forward's: the backward does two matmuls for each forward one."""
+    return 3.0 * forward_flops
+
+
+def encoder_decoder_step_flops(model: ml_collections.ConfigDict, batch: dict, vocab_size: int) -> float:
+    """Train-step FLOPs of an encoder-decoder on `src` and `tgt_in` (`[rows, length]`), with its vocabulary
+    projection at every target position."""
+    rows, src_length = batch["src"].shape
+    tgt_length = batch["tgt_in"].shape[1]
+    forward = (
+        encoder_flops(model, src_length)
+        + decoder_flops(model, tgt_length, src_length)
+        + projection_flops(tgt_length, model.d_model, vocab_size)
+    )
+    return train_step_flops(rows * forward)
+
+
+def language_model_step_flops(
+    model: ml_collections.ConfigDict, batch: dict, vocab_size: int, *, causal: bool, predicted: int | None = None
+) -> float:
+    """Train-step FLOPs of a language model on `inputs` `[rows, length]`: a causal one projects every position
+    onto the vocabulary; a masked one (BERT's head: a d×d transform, then the vocabulary) only the `predicted`
+    positions of each row."""
+    rows, length = batch["inputs"].shape
+    forward = encoder_flops(model, length, causal=causal)
+    if causal:
+        forward += projection_flops(length, model.d_model, vocab_size)
+    else:
+        forward += projection_flops(predicted, model.d_model, model.d_model + vocab_size)
+    return train_step_flops(rows * forward)
+
+
+def encoder_step_flops(model: ml_collections.ConfigDict, batch: dict, fields: tuple[str, ...]) -> float:
+    """Train-step FLOPs of an encoder over each token array in `fields` (`[rows, length]`: one per tower)."""
+    return train_step_flops(
+        sum(batch[f].shape[0] * encoder_flops(model, batch[f].shape[1]) for f in fields)
+    )  # fmt: skip
+
+
+@functools.cache
+def measured_cpu_tflops(size: int = 1024, repeats: int = 8) -> float:
+    """This process's float32 matmul rate on the default CPU device, TFLOP/s (about a second, once)."""
+    a = jnp.ones((size, size), jnp.float32)
+    matmul = jax.jit(lambda x, y: x @ y)
+    matmul(a, a).block_until_ready()  # compiled and warm
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            out = matmul(a, a)
+        out.block_until_ready()
+        best = min(best, (time.perf_counter() - start) / repeats)
+    return 2.0 * size**3 / best / 1e12
+
+
+def peak_tflops_per_device(train: ml_collections.ConfigDict | None = None) -> tuple[float, str]:
+    """(peak TFLOP/s of one device, where the figure comes from)."""
+    override = train.get("peak_tflops_per_device", 0.0) if train is not None else 0.0
+    if override:
+        return float(override), "train.peak_tflops_per_device"
+    device = jax.local_devices()[0]
+    if device.platform == "cpu":
+        # CPU devices (fake ones too) share the host's cores.
+        return measured_cpu_tflops() / jax.local_device_count(), "float32 matmul rate measured on this host"
+    for pattern, tflops in PEAK_BF16_TFLOPS:
+        if re.search(pattern, device.device_kind):
+            return tflops, f"{device.device_kind} dense bf16 peak"
+    return 0.0, f"no peak known for {device.device_kind}; set train.peak_tflops_per_device"
+
+
+__all__ = [
+    "PEAK_BF16_TFLOPS",
+    "decoder_flops",
+    "encoder_decoder_step_flops",
+    "encoder_flops",
+    "encoder_step_flops",
+    "ffn_flops",
+    "language_model_step_flops",
+    "measured_cpu_tflops",
+    "mixer_flops",
+    "peak_tflops_per_device",
+    "projection_flops",
+    "train_step_flops",
+]  # fmt: skip
