@@ -122,7 +122,7 @@ def test_a_cpu_measures_its_matmul_rate_once():
     assert peak == rate / jax.local_device_count() and "measured" in source
 
 
-def test_every_log_line_and_the_results_carry_model_flops_and_mfu(tmp_path):
+def test_every_log_line_and_the_results_carry_model_flops_and_mfu(tmp_path, capsys):
     seen = []
 
     def count(batch):
@@ -141,4 +141,5 @@ def test_every_log_line_and_the_results_carry_model_flops_and_mfu(tmp_path):
     assert results["model_flops_per_step"] == 1.0e9 and results["peak_tflops_per_device"] == 0.5
     assert results["mfu"] == pytest.approx(results["tflops_per_s_per_device"] / 0.5)
     assert seen == [(8, 10)]  # counted once per batch shape, not per step
-    assert json.loads((tmp_path / "run/results.json").read_text())["peak_source"] == "train.peak_tflops_per_device"
+    assert json.loads((tmp_path / "run/results.json").read_text())["mfu"] == results["mfu"]
+    assert "MFU is measured against 0.5 TFLOP/s per device (train.peak_tflops_per_device)" in capsys.readouterr().out

@@ -213,6 +213,8 @@ def start_clock(run: Run) -> Stopwatch:
         return Stopwatch()
     peak, source = flops_lib.peak_tflops_per_device(run.config.train)
     run.peak = (peak, source)
+    if run.is_writer:
+        print(f"MFU is measured against {peak:.3g} TFLOP/s per device ({source})", flush=True)
     return Stopwatch(peak * 1e12, run.mesh.size)
 
 
@@ -264,7 +266,7 @@ def final_evaluation(run: Run, train_seconds: float) -> dict[str, float | str]:
     if run.watch.total_flops:  # this run's steps over this run's training wall time
         results["model_flops_per_step"] = run.watch.total_flops / max(run.steps - run.start_step, 1)
         results.update(run.watch.utilisation(run.watch.total_flops, train_seconds))
-        results["peak_tflops_per_device"], results["peak_source"] = run.peak
+        results["peak_tflops_per_device"] = run.peak[0]
     results.update(run.task.final_results(results))
     if run.is_writer:
         atomic_write_bytes(run.workdir / "results.json", json.dumps(results, indent=2, sort_keys=True).encode())

@@ -30,7 +30,8 @@ from zoo.training.validate import validate_config
 def _device_bytes(state, shardings) -> int:
     total = 0
     for leaf, sharding in zip(jax.tree.leaves(state), jax.tree.leaves(shardings), strict=True):
-        total += int(np.prod(sharding.shard_shape(leaf.shape))) * np.dtype(leaf.dtype).itemsize
+        # leaf.dtype.itemsize, not np.dtype(...): RNG key arrays (a redrawn feature map's stream) have JAX's own dtype.
+        total += int(np.prod(sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize
     return total
 
 
