@@ -10,8 +10,10 @@
 
 Implementations (`ReluAttentionOptions.impl`, kernels/options.py):
   "reference"  dense fp32 definition (materialises the T×T matrix; for tests).
-  "xla"        blocked over keys with a `lax.scan`; the T×T matrix is never built, forward or
-               backward (custom VJP that recomputes scores per key block).
+  "xla"        blocked over keys; the T×T matrix is never built, forward or backward (custom VJP that
+               recomputes scores per key block, five matmuls a block). Causal self-attention is blocked over
+               queries too (up to MAX_CAUSAL_BLOCKS key blocks): key block j meets only the query rows from
+               its own start, so the work is the lower triangle plus the diagonal blocks.
   "pallas"     tiled kernels: `relu_attention_tpu` (Mosaic) for TPU, `relu_attention_pallas` (Triton) for
                GPU, `relu_attention_mgpu` (Mosaic GPU) for Hopper; interpret mode on CPU.
   "auto"       "pallas" where `kernels/kernel_passes.json` records that these kernels passed their tests on
@@ -156,12 +158,52 @@ def _key_blocks(k, v, key_mask, block_k):
     return split(k), split(v), key_mask.reshape(b, nb, bk).transpose(1, 0, 2), bk, nb
 
 
-def _block_scores(qh, kj, mj, j, bk, causal):
-    """Scores and visibility of one key block: s `[B, H, Tq, bk]` float32, vis broadcastable to it."""
+def _block_scores(qh, kj, mj, j, bk, causal, *, q_offset=0, k_offset=None):
+    """Scores and visibility of one key block: s `[B, H, Tq, bk]` float32, vis broadcastable to it. The query rows
+    start at position `q_offset`, the keys at `k_offset` (default j·bk)."""
     scale = 1.0 / math.sqrt(qh.shape[-1])
     s = jnp.einsum("bhqd,bhkd->bhqk", qh, kj, preferred_element_type=jnp.float32) * scale
-    vis = _visible(mj, jnp.arange(qh.shape[2]), j * bk + jnp.arange(bk), causal)
+    k_start = j * bk if k_offset is None else k_offset
+    vis = _visible(mj, q_offset + jnp.arange(qh.shape[2]), k_start + jnp.arange(bk), causal)
     return s, vis
+
+
+# Causal self-attention with at most this many key blocks is unrolled block by block, each key block meeting only
+# the query rows at or after it: the work is the lower triangle plus the diagonal blocks, not the whole square.
+# Beyond it a scan over every key block keeps the program's size bounded.
+MAX_CAUSAL_BLOCKS = 32
+
+
+def _block_causal(q, k, causal, block_k) -> bool:
+    nb = -(-k.shape[1] // min(block_k, k.shape[1]))
+    return causal and q.shape[1] == k.shape[1] and 1 < nb <= MAX_CAUSAL_BLOCKS
+
+
+def _pad_rows(x, rows: int, axis: int = 2):
+    pad = rows - x.shape[axis]
+    if not pad:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths)  # padded query rows: zero factor, so they add nothing and are cut off
+
+
+def _causal_forward(qh, kb, vb, mb, bk, nb, factor, out_dtype):
+    """Query block i against key blocks j ≤ i, tile by tile: `[B, H, nb·bk, d_v]` float32, factor applied."""
+    qp = _pad_rows(qh, nb * bk)
+    out_blocks = []
+    for i in range(nb):
+        rows = qp[:, :, i * bk : (i + 1) * bk]
+        acc = None
+        for j in range(i + 1):
+            s, vis = _block_scores(
+                rows, kb[j], mb[j], j, bk, j == i, q_offset=i * bk
+            )  # below the diagonal: all causal-visible
+            p = jnp.where(vis, jax.nn.relu(s), 0.0)
+            pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(out_dtype), vb[j], preferred_element_type=jnp.float32)
+            acc = pv if acc is None else acc + pv
+        out_blocks.append(acc)
+    return jnp.concatenate(out_blocks, axis=2) * _pad_rows(factor, nb * bk)[..., None]
 
 
 def _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
@@ -169,6 +211,9 @@ def _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
     kb, vb, mb, bk, nb = _key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
+    if _block_causal(q, k, causal, block_k):
+        acc = _causal_forward(qh, kb, vb, mb, bk, nb, factor, v.dtype)[:, :, :tq]
+        return acc.transpose(0, 2, 1, 3).astype(v.dtype)
 
     def body(acc, xs):
         kj, vj, mj, j = xs
@@ -203,22 +248,48 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
     do = d_out.transpose(0, 2, 1, 3)
     scale = 1.0 / math.sqrt(d)
 
-    def body(carry, xs):
-        dq, p_dot_dp = carry
-        kj, vj, mj, j = xs
-        s, vis = _block_scores(qh, kj, mj, j, bk, causal)
+    def block(qr, dor, fr, kj, vj, mj, j, q_offset, causal=causal):
+        """One key block against query rows `qr` (from position `q_offset`): the block's five matmuls."""
+        s, vis = _block_scores(qr, kj, mj, j, bk, causal, q_offset=q_offset)
         p = jnp.where(vis, jax.nn.relu(s), 0.0)
-        a = p * factor[..., None]
-        dv_j = jnp.einsum("bhqk,bhqd->bhkd", a.astype(do.dtype), do, preferred_element_type=jnp.float32)
-        dp = jnp.einsum("bhqd,bhkd->bhqk", do, vj, preferred_element_type=jnp.float32)
-        p_dot_dp = p_dot_dp + jnp.sum(p * dp, axis=-1)
-        ds = jnp.where(vis & (s > 0), dp * factor[..., None], 0.0) * scale
-        dq = dq + jnp.einsum("bhqk,bhkd->bhqd", ds.astype(q.dtype), kj, preferred_element_type=jnp.float32)
-        dk_j = jnp.einsum("bhqk,bhqd->bhkd", ds.astype(q.dtype), qh, preferred_element_type=jnp.float32)
-        return (dq, p_dot_dp), (dk_j, dv_j)
+        a = p * fr[..., None]
+        dv_j = jnp.einsum("bhqk,bhqd->bhkd", a.astype(dor.dtype), dor, preferred_element_type=jnp.float32)
+        dp = jnp.einsum("bhqd,bhkd->bhqk", dor, vj, preferred_element_type=jnp.float32)
+        ds = jnp.where(vis & (s > 0), dp * fr[..., None], 0.0) * scale
+        dq_rows = jnp.einsum("bhqk,bhkd->bhqd", ds.astype(q.dtype), kj, preferred_element_type=jnp.float32)
+        dk_j = jnp.einsum("bhqk,bhqd->bhkd", ds.astype(q.dtype), qr, preferred_element_type=jnp.float32)
+        return dq_rows, jnp.sum(p * dp, axis=-1), dk_j, dv_j
 
-    carry0 = (jnp.zeros((b, h, tq, d), jnp.float32), jnp.zeros((b, h, tq), jnp.float32))
-    (dq, p_dot_dp), (dk_b, dv_b) = lax.scan(body, carry0, (kb, vb, mb, jnp.arange(nb)))
+    if _block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
+        rows = nb * bk
+        qp, dop, fp = _pad_rows(qh, rows), _pad_rows(do, rows), _pad_rows(factor, rows)
+        dq_blocks, pdp_blocks = [], []
+        dk_acc, dv_acc = [None] * nb, [None] * nb
+        for i in range(nb):
+            r = slice(i * bk, (i + 1) * bk)
+            dq_i = pdp_i = None
+            for j in range(i + 1):
+                tile = (qp[:, :, r], dop[:, :, r], fp[:, :, r], kb[j], vb[j], mb[j], j, i * bk)
+                dq_t, pdp_t, dk_t, dv_t = block(*tile, causal=j == i)  # only diagonal tiles need the causal mask
+                dq_i = dq_t if dq_i is None else dq_i + dq_t
+                pdp_i = pdp_t if pdp_i is None else pdp_i + pdp_t
+                dk_acc[j] = dk_t if dk_acc[j] is None else dk_acc[j] + dk_t
+                dv_acc[j] = dv_t if dv_acc[j] is None else dv_acc[j] + dv_t
+            dq_blocks.append(dq_i)
+            pdp_blocks.append(pdp_i)
+        dq = jnp.concatenate(dq_blocks, axis=2)[:, :, :tq]
+        p_dot_dp = jnp.concatenate(pdp_blocks, axis=2)[:, :, :tq]
+        dk_b, dv_b = jnp.stack(dk_acc), jnp.stack(dv_acc)
+    else:
+
+        def body(carry, xs):
+            dq, p_dot_dp = carry
+            kj, vj, mj, j = xs
+            dq_rows, pdp, dk_j, dv_j = block(qh, do, factor, kj, vj, mj, j, 0)
+            return (dq + dq_rows, p_dot_dp + pdp), (dk_j, dv_j)
+
+        carry0 = (jnp.zeros((b, h, tq, d), jnp.float32), jnp.zeros((b, h, tq), jnp.float32))
+        (dq, p_dot_dp), (dk_b, dv_b) = lax.scan(body, carry0, (kb, vb, mb, jnp.arange(nb)))
 
     def unblock(x):
         return x.transpose(1, 0, 3, 2, 4).reshape(b, nb * bk, h, x.shape[-1])[:, :tk]

@@ -93,6 +93,42 @@ class ReluAttentionTest(parameterized.TestCase):
         chex.assert_trees_all_close(out[:, : t0 + 1], out2[:, : t0 + 1], atol=fp32(1e-6))
         assert not np.allclose(out[:, t0 + 1 :], out2[:, t0 + 1 :])
 
+    def test_block_causal_xla_past_outputs_and_their_gradients_ignore_future_keys(self):
+        q, k, v, mask = _inputs(b=2, t=45)
+        blocks = ReluAttentionOptions(impl="xla", xla_block_k=8)  # 6 key blocks: the block-causal path
+        t0 = 20
+
+        def past_loss(k, v):
+            out = kernels.relu_attention(q, k, v, causal=True, key_mask=mask, options=blocks)
+            return jnp.sum(jnp.sin(out[:, : t0 + 1]))
+
+        k2, v2 = k.at[:, t0 + 1 :].multiply(-3.0), v.at[:, t0 + 1 :].add(7.0)
+        chex.assert_trees_all_close(past_loss(k, v), past_loss(k2, v2), atol=fp32(1e-5))
+        dk, dv = jax.grad(past_loss, argnums=(0, 1))(k, v)
+        dk2, dv2 = jax.grad(past_loss, argnums=(0, 1))(k2, v2)
+        chex.assert_trees_all_close(
+            (dk[:, : t0 + 1], dv[:, : t0 + 1]), (dk2[:, : t0 + 1], dv2[:, : t0 + 1]), atol=fp32(1e-5)
+        )
+        # Future keys get no gradient from past outputs.
+        assert float(jnp.abs(dk[:, t0 + 1 :]).max()) == 0.0 and float(jnp.abs(dv[:, t0 + 1 :]).max()) == 0.0
+
+    def test_block_causal_xla_does_about_half_the_work_of_the_full_square(self):
+        q, k, v, mask = _inputs(b=1, t=512, h=2, d=32)
+        blocks = ReluAttentionOptions(impl="xla", xla_block_k=64)  # 8 blocks: 36 of the 64 tiles
+
+        def counted(options):
+            def loss(q, k, v):
+                return jnp.sum(kernels.relu_attention(q, k, v, causal=True, key_mask=mask, options=options))
+
+            # value_and_grad: the forward's output is used, so XLA keeps its matmuls.
+            analysis = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(q, k, v).compile().cost_analysis()
+            return (analysis[0] if isinstance(analysis, list) else analysis)["flops"]
+
+        # One key block of the whole length computes the full square (masked), with the same operations.
+        square = counted(ReluAttentionOptions(impl="xla", xla_block_k=512))
+        # 36 of 64 tiles' matmuls; a little less in all, as tiles below the diagonal build no causal mask.
+        assert 0.4 < counted(blocks) / square < 36 / 64 + 0.05, counted(blocks) / square
+
     def test_causal_counts_exclude_padding(self):
         mask = jnp.array([[True, True, False, True, False]])
         counts = kernels.visible_key_counts(mask, causal=True)
