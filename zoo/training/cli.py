@@ -268,7 +268,15 @@ def print_demo(
 ) -> None:
     """A demo's summary: the task's rows, train steps/s, `wall_time` (what it covers, seconds), any `notes`
     rows, then the workdir."""
-    timing = [("train steps/s", train_rate(results)), (f"wall time ({wall_time[0]})", f"{wall_time[1]:.0f} s")]
+    timing = [("train steps/s", train_rate(results))]
+    if "mfu" in results:  # the task counts its FLOPs (zoo/training/flops.py)
+        timing.append(
+            (
+                "MFU (model FLOPs / peak)",
+                f"{100 * results['mfu']:.1f}% of {results['peak_tflops_per_device']:.3g} TFLOP/s",
+            )
+        )
+    timing.append((f"wall time ({wall_time[0]})", f"{wall_time[1]:.0f} s"))
     print_table(title, [*rows, *timing, *notes, ("workdir", str(workdir))])
 
 
