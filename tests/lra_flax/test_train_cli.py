@@ -9,9 +9,10 @@ import sys
 import pytest
 
 from tests import fault_injection
+from zoo.training.metrics import TIMING_METRICS
 
 CONFIG = "lra_flax/configs/listops.py:demo"
-TIMING = {"steps_per_sec", "tokens_per_sec", "input_wait_fraction"}
+TIMING = TIMING_METRICS
 
 
 def _tiny(data_dir, **extra):

@@ -20,6 +20,7 @@ from tests.zoo.test_training import tiny_loop_run
 from zoo.files import as_path, atomic_write_bytes, require_local
 from zoo.training import checkpoints as checkpoints_lib
 from zoo.training import loop, train_and_evaluate
+from zoo.training.metrics import TIMING_METRICS
 from zoo.training.validate import config_problems
 
 
@@ -95,7 +96,7 @@ def test_a_url_workdir_is_written_remotely_and_resumes_there(tmp_path, fake_s3, 
     # The remote metrics.jsonl (trimmed to step 4 at resume, then rewritten whole) equals the local run's.
     remote = [json.loads(line) for line in fake_s3["s3://bucket/run/metrics.jsonl"].getvalue().decode().splitlines()]
     local = [json.loads(line) for line in (tmp_path / "local" / "metrics.jsonl").read_text().splitlines()]
-    timing = {"steps_per_sec", "tokens_per_sec", "input_wait_fraction"}
+    timing = TIMING_METRICS
     strip = [[{k: v for k, v in m.items() if k not in timing} for m in ms] for ms in (remote, local)]
     assert strip[0] == strip[1]
     # A finished remote workdir is recognised from its results.json.

@@ -149,6 +149,11 @@ class Progress:
         self.bar.close()
 
 
+# Metrics that depend on wall time (or on the peak measured at start-up): they differ between runs that are
+# otherwise identical, so comparisons of runs (resume equals uninterrupted) leave them out.
+TIMING_METRICS = frozenset({"steps_per_sec", "tokens_per_sec", "input_wait_fraction", "tflops_per_s_per_device", "mfu"})
+
+
 class Stopwatch:
     """Wall time and throughput between log points."""
 
