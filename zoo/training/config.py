@@ -184,7 +184,7 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
     check_utf8_path(path, flag)
     path = as_path(path)  # file:// → local; an unsupported scheme or a missing package is an error here
     if is_url(path):
-        if as_path(path).is_file():
+        if path.is_file():
             raise ValueError(f"{flag}={path} exists and is not a directory")
         return
     path = os.path.abspath(path)
