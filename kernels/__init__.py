@@ -1,4 +1,5 @@
-"""Attention ops shared by the model zoo: reference, blocked/chunked XLA and Pallas implementations
+"""Attention ops shared by the model zoo (ReLU, linear, and the softmax baseline): reference, blocked/chunked XLA
+and Pallas implementations
 (Mosaic TPU, Triton, Mosaic GPU; `kernels.platforms` says which runs where), chosen and tiled by each op's
 options dataclass (`kernels.options`). kernels/README.md: which module holds what.
 
@@ -20,16 +21,21 @@ from kernels.relu_attention import (
 from kernels.relu_attention_mgpu import MgpuBlockSizes
 from kernels.relu_attention_pallas import PallasBlockSizes
 from kernels.relu_attention_tpu import TpuBlockSizes
+from kernels.softmax_attention import SOFTMAX_IMPLS, SoftmaxAttentionOptions, softmax_attention
+from kernels.softmax_attention_tpu import SplashBlockSizes
 
 __all__ = [
     "EPS_MODES",
     "IMPLS",
+    "SOFTMAX_IMPLS",
     "LinearAttentionOptions",
     "LinearBlockSizes",
     "MgpuBlockSizes",
     "MgpuChunkSizes",
     "PallasBlockSizes",
     "ReluAttentionOptions",
+    "SoftmaxAttentionOptions",
+    "SplashBlockSizes",
     "TpuBlockSizes",
     "TpuChunkSizes",
     "linear_attention",
@@ -38,5 +44,6 @@ __all__ = [
     "relu_attention",
     "relu_attention_and_row_stats",
     "relu_attention_row_stats",
+    "softmax_attention",
     "visible_key_counts",
 ]

@@ -40,7 +40,7 @@ from pathlib import Path
 import jax
 
 PALLAS_BACKENDS = ("tpu", "gpu", "triton", "mosaic_gpu")
-OPS = ("relu_attention", "linear_attention")
+OPS = ("relu_attention", "linear_attention", "softmax_attention")
 RECORDED_BACKENDS = ("triton", "mosaic_gpu", "tpu")  # the kernel builds a record names
 PASSES_PATH = Path(__file__).with_name("kernel_passes.json")
 # The test files that exercise each (op, backend) build on the hardware it is built for.
@@ -51,6 +51,7 @@ TEST_FILES = {
     ("linear_attention", "mosaic_gpu"): "tests/kernels/test_linear_attention_mgpu.py",
     ("relu_attention", "tpu"): "tests/kernels/test_relu_attention_tpu.py",
     ("linear_attention", "tpu"): "tests/kernels/test_linear_attention_tpu.py",
+    ("softmax_attention", "tpu"): "tests/kernels/test_softmax_attention_tpu.py",  # JAX's splash attention
 }
 
 

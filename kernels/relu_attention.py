@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from kernels.blocking import block_causal, block_scores, key_blocks, pad_rows, unblock, visible
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_positive
 from kernels.masking import zero_masked_rows
 from kernels.numerics import xlogx
@@ -73,14 +74,6 @@ def _row_factor(counts: jax.Array, gamma_h: jax.Array, row_scale: str) -> jax.Ar
 def _mask_factor(key_mask: jax.Array, gamma_h: jax.Array, causal: bool, row_scale: str, q_length: int) -> jax.Array:
     """The row factor `[batch, heads, q_length]` for a key mask: `_row_factor` of the visible-key counts."""
     return _row_factor(visible_key_counts(key_mask, causal=causal, q_length=q_length), gamma_h, row_scale)
-
-
-def _visible(key_mask: jax.Array, q_pos: jax.Array, k_pos: jax.Array, causal: bool) -> jax.Array:
-    """Visibility `[batch, 1, len(q_pos), len(k_pos)]` of keys to queries."""
-    vis = key_mask[:, None, None, :]
-    if causal:
-        vis = vis & (q_pos[:, None] >= k_pos[None, :])[None, None]
-    return vis
 
 
 def _check_inputs(q, k, v, key_mask, gamma, causal, row_scale="sqrt_half"):
@@ -125,7 +118,7 @@ def _reference_weights(q, k, key_mask, gamma_h, causal, row_scale):
     """Dense a_ij `[batch, heads, q_length, k_length]` in float32."""
     qf, kf = q.astype(jnp.float32), k.astype(jnp.float32)
     s = jnp.einsum("bqhd,bkhd->bhqk", qf, kf, precision=lax.Precision.HIGHEST) / math.sqrt(q.shape[-1])
-    vis = _visible(key_mask, jnp.arange(q.shape[1]), jnp.arange(k.shape[1]), causal)
+    vis = visible(key_mask, jnp.arange(q.shape[1]), jnp.arange(k.shape[1]), causal)
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])
     return jnp.where(vis, jax.nn.relu(s), 0.0) * factor[..., None]
 
@@ -141,83 +134,36 @@ def _reference(q, k, v, key_mask, gamma_h, causal, row_scale):
 # ----------------------------------------------------------------------------------------------
 
 
-def _key_blocks(k, v, key_mask, block_k):
-    """Pads keys to a multiple of block_k and splits them into `[num_blocks, batch, heads, block, dim]`."""
-    b, tk, h, _ = k.shape
-    bk = min(block_k, tk)
-    nb = -(-tk // bk)
-    pad = nb * bk - tk
-    if pad:
-        k = jnp.pad(k, ((0, 0), (0, pad), (0, 0), (0, 0)))
-        v = jnp.pad(v, ((0, 0), (0, pad), (0, 0), (0, 0)))
-        key_mask = jnp.pad(key_mask, ((0, 0), (0, pad)))  # padded keys are invisible
-
-    def split(x):
-        return x.reshape(b, nb, bk, h, x.shape[-1]).transpose(1, 0, 3, 2, 4)
-
-    return split(k), split(v), key_mask.reshape(b, nb, bk).transpose(1, 0, 2), bk, nb
-
-
-def _block_scores(qh, kj, mj, j, bk, causal, *, q_offset=0, k_offset=None):
-    """Scores and visibility of one key block: s `[B, H, Tq, bk]` float32, vis broadcastable to it. The query rows
-    start at position `q_offset`, the keys at `k_offset` (default j·bk)."""
-    scale = 1.0 / math.sqrt(qh.shape[-1])
-    s = jnp.einsum("bhqd,bhkd->bhqk", qh, kj, preferred_element_type=jnp.float32) * scale
-    k_start = j * bk if k_offset is None else k_offset
-    vis = _visible(mj, q_offset + jnp.arange(qh.shape[2]), k_start + jnp.arange(bk), causal)
-    return s, vis
-
-
-# Causal self-attention with at most this many key blocks is unrolled block by block, each key block meeting only
-# the query rows at or after it: the work is the lower triangle plus the diagonal blocks, not the whole square.
-# Beyond it a scan over every key block keeps the program's size bounded.
-MAX_CAUSAL_BLOCKS = 32
-
-
-def _block_causal(q, k, causal, block_k) -> bool:
-    nb = -(-k.shape[1] // min(block_k, k.shape[1]))
-    return causal and q.shape[1] == k.shape[1] and 1 < nb <= MAX_CAUSAL_BLOCKS
-
-
-def _pad_rows(x, rows: int, axis: int = 2):
-    pad = rows - x.shape[axis]
-    if not pad:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, pad)
-    return jnp.pad(x, widths)  # padded query rows: zero factor, so they add nothing and are cut off
-
-
 def _causal_forward(qh, kb, vb, mb, bk, nb, factor, out_dtype):
     """Query block i against key blocks j ≤ i, tile by tile: `[B, H, nb·bk, d_v]` float32, factor applied."""
-    qp = _pad_rows(qh, nb * bk)
+    qp = pad_rows(qh, nb * bk)
     out_blocks = []
     for i in range(nb):
         rows = qp[:, :, i * bk : (i + 1) * bk]
         acc = None
         for j in range(i + 1):
-            s, vis = _block_scores(
+            s, vis = block_scores(
                 rows, kb[j], mb[j], j, bk, j == i, q_offset=i * bk
             )  # below the diagonal: all causal-visible
             p = jnp.where(vis, jax.nn.relu(s), 0.0)
             pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(out_dtype), vb[j], preferred_element_type=jnp.float32)
             acc = pv if acc is None else acc + pv
         out_blocks.append(acc)
-    return jnp.concatenate(out_blocks, axis=2) * _pad_rows(factor, nb * bk)[..., None]
+    return jnp.concatenate(out_blocks, axis=2) * pad_rows(factor, nb * bk)[..., None]
 
 
 def _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
     b, tq, h, _ = q.shape
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
-    kb, vb, mb, bk, nb = _key_blocks(k, v, key_mask, block_k)
+    kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
-    if _block_causal(q, k, causal, block_k):
+    if block_causal(q, k, causal, block_k):
         acc = _causal_forward(qh, kb, vb, mb, bk, nb, factor, v.dtype)[:, :, :tq]
         return acc.transpose(0, 2, 1, 3).astype(v.dtype)
 
     def body(acc, xs):
         kj, vj, mj, j = xs
-        s, vis = _block_scores(qh, kj, mj, j, bk, causal)
+        s, vis = block_scores(qh, kj, mj, j, bk, causal)
         p = jnp.where(vis, jax.nn.relu(s), 0.0)
         acc = acc + jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), vj, preferred_element_type=jnp.float32)
         return acc, None
@@ -243,14 +189,14 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
     b, tq, h, d = q.shape
     tk = k.shape[1]
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
-    kb, vb, mb, bk, nb = _key_blocks(k, v, key_mask, block_k)
+    kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
     do = d_out.transpose(0, 2, 1, 3)
     scale = 1.0 / math.sqrt(d)
 
     def block(qr, dor, fr, kj, vj, mj, j, q_offset, causal=causal):
         """One key block against query rows `qr` (from position `q_offset`): the block's five matmuls."""
-        s, vis = _block_scores(qr, kj, mj, j, bk, causal, q_offset=q_offset)
+        s, vis = block_scores(qr, kj, mj, j, bk, causal, q_offset=q_offset)
         p = jnp.where(vis, jax.nn.relu(s), 0.0)
         a = p * fr[..., None]
         dv_j = jnp.einsum("bhqk,bhqd->bhkd", a.astype(dor.dtype), dor, preferred_element_type=jnp.float32)
@@ -260,9 +206,9 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
         dk_j = jnp.einsum("bhqk,bhqd->bhkd", ds.astype(q.dtype), qr, preferred_element_type=jnp.float32)
         return dq_rows, jnp.sum(p * dp, axis=-1), dk_j, dv_j
 
-    if _block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
+    if block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
         rows = nb * bk
-        qp, dop, fp = _pad_rows(qh, rows), _pad_rows(do, rows), _pad_rows(factor, rows)
+        qp, dop, fp = pad_rows(qh, rows), pad_rows(do, rows), pad_rows(factor, rows)
         dq_blocks, pdp_blocks = [], []
         dk_acc, dv_acc = [None] * nb, [None] * nb
         for i in range(nb):
@@ -291,15 +237,12 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
         carry0 = (jnp.zeros((b, h, tq, d), jnp.float32), jnp.zeros((b, h, tq), jnp.float32))
         (dq, p_dot_dp), (dk_b, dv_b) = lax.scan(body, carry0, (kb, vb, mb, jnp.arange(nb)))
 
-    def unblock(x):
-        return x.transpose(1, 0, 3, 2, 4).reshape(b, nb * bk, h, x.shape[-1])[:, :tk]
-
     # out_i ∝ 1/γ, so dγ = −Σ_i do_i·out_i / γ = −Σ_i factor_i Σ_j p_ij dp_ij / γ.
     d_gamma = -jnp.sum(factor * p_dot_dp, axis=(0, 2)) / gamma_h
     return (
         dq.transpose(0, 2, 1, 3).astype(q.dtype),
-        unblock(dk_b).astype(k.dtype),
-        unblock(dv_b).astype(v.dtype),
+        unblock(dk_b, tk).astype(k.dtype),
+        unblock(dv_b, tk).astype(v.dtype),
         None,
         d_gamma.astype(gamma_h.dtype),
     )
@@ -363,14 +306,14 @@ def _row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, block_k):
 
     b, tq, h, _ = q.shape
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
-    kb, _, mb, bk, nb = _key_blocks(k, k, key_mask, block_k)
+    kb, _, mb, bk, nb = key_blocks(k, k, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
 
     @jax.checkpoint
     def body(carry, xs):
         row_sum, row_xlogx = carry
         kj, mj, j = xs
-        s, vis = _block_scores(qh, kj, mj, j, bk, causal)
+        s, vis = block_scores(qh, kj, mj, j, bk, causal)
         a = jnp.where(vis, jax.nn.relu(s), 0.0) * factor[..., None]
         return (row_sum + a.sum(-1), row_xlogx + xlogx(a).sum(-1)), None
 

@@ -1,5 +1,7 @@
-"""The softmax mixer's implementation choice (cuDNN on GPU where it applies, XLA otherwise) and the key-length
-form of the mask that the cuDNN path uses, checked through XLA's own support for key lengths."""
+"""The softmax mixer's implementation choice (cuDNN on GPU where it applies, splash on TPU once recorded passing,
+the blocked XLA softmax otherwise), what `zoo.describe` says about it, and the routing it makes."""
+
+import importlib
 
 import chex
 import jax
@@ -9,46 +11,49 @@ from flax import nnx
 
 from zoo import mixers, models
 from zoo.describe import softmax_attention_path
-from zoo.mixers.softmax import attend_with_key_lengths, softmax_implementation
+from zoo.mixers.softmax import softmax_implementation
+
+
+def _queries(dtype, head_dim, length=16):
+    return jax.ShapeDtypeStruct((2, length, 4, head_dim), jnp.dtype(dtype))
 
 
 @pytest.mark.parametrize(
-    "option, backend, dtype, head_dim, bias, expected",
+    "option, backend, dtype, head_dim, length, bias, expected",
     [
-        ("auto", "gpu", jnp.bfloat16, 64, False, "cudnn"),
-        ("auto", "gpu", jnp.float16, 128, False, "cudnn"),
-        ("auto", "gpu", jnp.float32, 64, False, "xla"),  # cuDNN flash attention is half precision only
-        ("auto", "gpu", jnp.bfloat16, 256, False, "xla"),
-        ("auto", "gpu", jnp.bfloat16, 60, False, "xla"),
-        ("auto", "gpu", jnp.bfloat16, 64, True, "xla"),  # a learned position bias: XLA
-        ("auto", "cpu", jnp.bfloat16, 64, False, "xla"),
-        ("auto", "tpu", jnp.bfloat16, 64, False, "xla"),
-        ("xla", "gpu", jnp.bfloat16, 64, False, "xla"),
-        ("cudnn", "cpu", jnp.float32, 64, False, "cudnn"),  # asked for: jax raises its own error if it cannot
+        ("auto", "gpu", jnp.bfloat16, 64, 16, False, "cudnn"),
+        ("auto", "gpu", jnp.float16, 128, 16, False, "cudnn"),
+        ("auto", "gpu", jnp.float32, 64, 16, False, "xla"),  # cuDNN flash attention is half precision only
+        ("auto", "gpu", jnp.bfloat16, 256, 16, False, "xla"),
+        ("auto", "gpu", jnp.bfloat16, 60, 16, False, "xla"),
+        ("auto", "gpu", jnp.bfloat16, 64, 1, False, "xla"),  # a decoding step: one query
+        ("auto", "gpu", jnp.bfloat16, 64, 16, True, "dense"),  # a learned position bias: JAX's dense attention
+        ("auto", "cpu", jnp.bfloat16, 64, 16, False, "xla"),
+        ("auto", "tpu", jnp.bfloat16, 64, 16, False, "xla"),  # splash has no passing TPU record yet
+        ("dense", "gpu", jnp.bfloat16, 64, 16, False, "dense"),
+        ("xla", "gpu", jnp.bfloat16, 64, 16, False, "xla"),
+        ("splash", "cpu", jnp.float32, 64, 16, False, "splash"),  # asked for: interpret mode on a CPU
+        ("cudnn", "cpu", jnp.float32, 64, 16, False, "cudnn"),  # asked for: the op names why it cannot run
     ],
 )
-def test_implementation_choice(option, backend, dtype, head_dim, bias, expected):
-    assert softmax_implementation(option, backend, dtype, head_dim, bias) == expected
+def test_implementation_choice(option, backend, dtype, head_dim, length, bias, expected):
+    q = _queries(dtype, head_dim, length)
+    assert softmax_implementation(option, backend, q, q, bias) == expected
 
 
 def test_unknown_implementation_is_an_error_naming_the_option():
     cfg = mixers.default_config("softmax")
     cfg.update(d_model=32, num_heads=4, max_length=16, implementation="flash")
-    with pytest.raises(ValueError, match=r"softmax implementation='flash' is unknown; valid: auto, xla, cudnn"):
+    valid = "auto, xla, dense, cudnn, splash"
+    with pytest.raises(ValueError, match=rf"softmax implementation='flash' is unknown; valid: {valid}"):
         mixers.build(cfg, rngs=nnx.Rngs(0))
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_key_lengths_equal_the_trailing_padding_mask(causal):
-    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
-    shape = (3, 24, 4, 16)
-    q, k, v = (jax.random.normal(key, shape) for key in (kq, kk, kv))
-    mask = jnp.arange(24)[None] < jnp.array([[24], [17], [1]])
-    by_lengths = attend_with_key_lengths(q, k, v, mask, causal, implementation="xla")
-    by_mask = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :], is_causal=causal)
-    chex.assert_trees_all_close(by_lengths, by_mask, atol=1e-6)
-    chex.assert_trees_all_close(attend_with_key_lengths(q, k, v, None, causal, implementation="xla"),
-                                jax.nn.dot_product_attention(q, k, v, is_causal=causal), atol=1e-6)  # fmt: skip
+def test_a_kernel_with_a_position_bias_is_refused_when_built():
+    cfg = mixers.default_config("softmax")
+    cfg.update(d_model=32, num_heads=4, max_length=16, implementation="splash", relative_buckets=32)
+    with pytest.raises(ValueError, match="implementation='splash' takes no position bias; with relative_buckets=32"):
+        mixers.build(cfg, rngs=nnx.Rngs(0))
 
 
 def _model_cfg(dtype="bfloat16", **options):
@@ -60,21 +65,28 @@ def _model_cfg(dtype="bfloat16", **options):
 def test_describe_says_which_path_and_why():
     assert softmax_attention_path(_model_cfg(), "gpu").startswith("cuDNN flash attention (gpu, bfloat16, head dim 16")
     why = softmax_attention_path(_model_cfg("float32"), "gpu")
-    assert why.startswith("XLA: cuDNN needs") and "float32" in why
-    assert softmax_attention_path(_model_cfg(implementation="xla"), "gpu") == "XLA (implementation=xla)"
+    assert why.startswith("XLA blocked softmax: cuDNN flash attention is bfloat16/float16 only, not float32")
+    assert "no passing record" in softmax_attention_path(_model_cfg(), "tpu")
+    assert softmax_attention_path(_model_cfg(), "cpu").startswith("XLA blocked softmax: no attention kernel")
+    dense = softmax_attention_path(_model_cfg(implementation="dense"), "gpu")
+    assert dense == "XLA dense softmax (implementation=dense)"
     assert "relative_buckets=32" in softmax_attention_path(_model_cfg(relative_buckets=32), "gpu")
 
 
 def test_on_gpu_the_mixer_takes_the_key_length_path_except_for_single_query_steps(monkeypatch):
     """Routing as it would be on a GPU (backend reported as "gpu", cuDNN replaced by XLA's key-length path):
-    same outputs as implementation=xla with the boolean mask; decoding steps (one query) stay on XLA."""
-    import zoo.mixers.softmax as softmax_module
+    same outputs as the blocked XLA softmax; decoding steps (one query) stay on XLA."""
+    op = importlib.import_module("kernels.softmax_attention")  # the module; `kernels.softmax_attention` is the op
 
     calls = []
+    dense = op._dense
 
-    def fake_cudnn(q, k, v, mask, causal, *, implementation):
+    def fake_dense(q, k, v, key_mask, causal, implementation):
         calls.append((q.shape[1], implementation))
-        return attend_with_key_lengths(q, k, v, mask, causal, implementation="xla")
+        lengths = jnp.sum(key_mask, axis=-1, dtype=jnp.int32)  # what the cuDNN path passes
+        out = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, is_causal=causal)
+        chex.assert_trees_all_close(out, dense(q, k, v, key_mask, causal, "xla"))
+        return out
 
     def build(implementation):
         cfg = mixers.default_config("softmax")
@@ -84,8 +96,8 @@ def test_on_gpu_the_mixer_takes_the_key_length_path_except_for_single_query_step
     x = jax.random.normal(jax.random.key(1), (2, 16, 64))
     mask = jnp.arange(16)[None] < jnp.array([[16], [9]])
     reference = build("xla")(x, mask=mask, causal=True)
-    monkeypatch.setattr(softmax_module, "attend_with_key_lengths", fake_cudnn)
-    monkeypatch.setattr(softmax_module.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(op, "_dense", fake_dense)
+    monkeypatch.setattr(op.jax, "default_backend", lambda: "gpu")
     routed = build("auto")
     out = routed(x, mask=mask, causal=True)
     assert calls == [(16, "cudnn")]

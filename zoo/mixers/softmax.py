@@ -1,14 +1,15 @@
-"""Softmax attention, the baseline (docs/mixers.md), through `jax.nn.dot_product_attention`.
+"""Softmax attention, the baseline (docs/mixers.md), through `kernels.softmax_attention`.
 
 Option `relative_buckets` > 0 adds T5's learned relative position bias (one scalar per head and
 log-spaced distance bucket) to the scores: the "BERT + rel pos" baseline of the gMLP paper (docs/mixers.md).
+The bias is a dense `[heads, T, T]` term, so those models run JAX's dense attention with it.
 
-Option `implementation`: "xla" (materialises the T×T scores), "cudnn" (cuDNN flash attention: GPU, bf16 or
-fp16, head dim ≤ 128 and a multiple of 8, no position bias) or "auto" (the default: cuDNN where those hold
-and there is more than one query, XLA otherwise; `zoo.describe` says which). On the cuDNN path a key mask is
-passed as per-example key lengths, which is exact for padding at the end of the sequence — the padding every
-task here makes (`inputs != pad_id` with trailing pads; the decoding cache's visible prefix). A mask with
-holes needs implementation="xla".
+Option `implementation` is the op's impl (`kernels.SOFTMAX_IMPLS`): "auto" (the default: cuDNN flash attention
+on a GPU where it takes the inputs, splash attention on a TPU once it has passed there, the blocked XLA softmax
+elsewhere), "xla" (blocked over keys: memory O(T·block)), "dense" (`jax.nn.dot_product_attention` with XLA, the
+T×T scores materialised), "cudnn", "splash" or "reference". `zoo.describe` says which runs. On the cuDNN path a
+key mask is passed as per-example key lengths, which is exact for padding at the end of the sequence — the
+padding every task here makes; a mask with holes needs another implementation.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import kernels
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.mixers.registry import register
 
@@ -46,35 +48,28 @@ def relative_position_buckets(
     return (buckets + np.where(n < exact, n, large)).astype(np.int32)
 
 
-IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+IMPLEMENTATIONS = tuple(impl for impl in kernels.SOFTMAX_IMPLS if impl != "reference")
+# What runs with a learned position bias: the kernels take none.
+BIAS_IMPLEMENTATIONS = ("auto", "dense")
 
 
-def check_implementation(option: str) -> None:
+def check_implementation(option: str, relative_buckets: int = 0) -> None:
     if option not in IMPLEMENTATIONS:
         raise ValueError(f"softmax implementation={option!r} is unknown; valid: {', '.join(IMPLEMENTATIONS)}")
+    if relative_buckets and option not in BIAS_IMPLEMENTATIONS:
+        raise ValueError(
+            f"softmax implementation={option!r} takes no position bias; with relative_buckets={relative_buckets} "
+            f"use one of {', '.join(BIAS_IMPLEMENTATIONS)} (JAX's dense attention)"
+        )
 
 
-def softmax_implementation(option: str, backend: str, dtype, head_dim: int, has_bias: bool) -> str:
-    """What `implementation=option` runs on `backend` for these inputs: "xla" or "cudnn"."""
+def softmax_implementation(option: str, backend: str, q: jax.Array, k: jax.Array, has_bias: bool) -> str:
+    """What `implementation=option` runs on `backend` for queries and keys like `q`, `k` (arrays or
+    `jax.ShapeDtypeStruct`s): one of `kernels.SOFTMAX_IMPLS` other than "auto"."""
     check_implementation(option)
-    if option != "auto":
-        return option
-    cudnn_ok = (
-        backend == "gpu"
-        and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-        and head_dim <= 128
-        and head_dim % 8 == 0
-        and not has_bias
-    )
-    return "cudnn" if cudnn_ok else "xla"
-
-
-def attend_with_key_lengths(q, k, v, mask, causal: bool, *, implementation: str) -> jax.Array:
-    """Attention with the key mask given as per-example lengths (exact for trailing padding)."""
-    lengths = None if mask is None else jnp.sum(mask, axis=-1, dtype=jnp.int32)
-    return jax.nn.dot_product_attention(
-        q, k, v, key_value_seq_lengths=lengths, is_causal=causal, implementation=implementation
-    )
+    if has_bias:
+        return "dense"
+    return kernels.SoftmaxAttentionOptions(impl=option).plan(q, k, backend)
 
 
 class SoftmaxAttention(MultiHeadMixer):
@@ -82,11 +77,11 @@ class SoftmaxAttention(MultiHeadMixer):
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
-        check_implementation(cfg.implementation)
-        self.implementation = cfg.implementation
         self.relative_buckets, self.relative_max_distance = cfg.relative_buckets, cfg.relative_max_distance
         if self.relative_buckets and self.relative_buckets < 4:
             raise ValueError(f"mixer {cfg.name!r}: relative_buckets={self.relative_buckets} must be 0 (off) or ≥ 4")
+        check_implementation(cfg.implementation, self.relative_buckets)
+        self.options = kernels.SoftmaxAttentionOptions(impl=cfg.implementation)
         # Zero init: the model starts as plain softmax attention.
         self.relative_bias = (
             nnx.Param(jnp.zeros((self.relative_buckets, self.num_heads), jnp.float32))
@@ -112,11 +107,8 @@ class SoftmaxAttention(MultiHeadMixer):
         bias = None if self.relative_bias is None else self.position_bias(q.shape[1], causal).astype(q.dtype)
         if self.weights_dropout.rate > 0 and not self.weights_dropout.deterministic:
             return self._attend_with_weights_dropout(q, k, v, mask, causal, bias, rngs)
-        impl = softmax_implementation(
-            self.implementation, jax.default_backend(), q.dtype, q.shape[-1], self.relative_bias is not None
-        )
-        if impl == "cudnn" and (q.shape[1] > 1 or self.implementation == "cudnn"):
-            return attend_with_key_lengths(q, k, v, mask, causal, implementation="cudnn")
+        if bias is None:
+            return kernels.softmax_attention(q, k, v, causal=causal, key_mask=mask, options=self.options)
         bias_mask = None if mask is None else mask[:, None, None, :]
         return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=bias_mask, is_causal=causal, implementation="xla")
 
@@ -146,7 +138,7 @@ def _options() -> dict:
     return {
         "relative_buckets": 0,  # 0: no position bias; T5 uses 32
         "relative_max_distance": 128,  # distances beyond this share the last bucket
-        "implementation": "auto",  # auto | xla | cudnn (module docstring)
+        "implementation": "auto",  # auto | xla | dense | cudnn | splash (module docstring)
     }
 
 

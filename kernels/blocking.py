@@ -1,0 +1,75 @@
+"""The key blocks and causal tiles that the blocked XLA impls of every op share.
+
+An op's "xla" impl never builds the T×T matrix: it splits the keys into blocks of `block_k`
+(`key_blocks`), forms one block's scores at a time (`block_scores`) and, in causal self-attention with at most
+`MAX_CAUSAL_BLOCKS` key blocks (`block_causal`), meets key block j only with the query rows from its own start,
+so the work is the lower triangle plus the diagonal blocks. This module imports only jax.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+# Causal self-attention with at most this many key blocks is unrolled tile by tile, each key block meeting only
+# the query rows at or after it. Beyond it a scan over every key block keeps the program's size bounded.
+MAX_CAUSAL_BLOCKS = 32
+
+
+def visible(key_mask: jax.Array, q_pos: jax.Array, k_pos: jax.Array, causal: bool) -> jax.Array:
+    """Visibility `[batch, 1, len(q_pos), len(k_pos)]` of keys to queries."""
+    vis = key_mask[:, None, None, :]
+    if causal:
+        vis = vis & (q_pos[:, None] >= k_pos[None, :])[None, None]
+    return vis
+
+
+def key_blocks(k: jax.Array, v: jax.Array, key_mask: jax.Array, block_k: int):
+    """Keys padded to a multiple of block_k and split into `[num_blocks, batch, heads, block, dim]`; returns
+    (k blocks, v blocks, mask blocks `[num_blocks, batch, block]`, block length, number of blocks)."""
+    b, tk, h, _ = k.shape
+    bk = min(block_k, tk)
+    nb = -(-tk // bk)
+    pad = nb * bk - tk
+    if pad:
+        k = jnp.pad(k, ((0, 0), (0, pad), (0, 0), (0, 0)))
+        v = jnp.pad(v, ((0, 0), (0, pad), (0, 0), (0, 0)))
+        key_mask = jnp.pad(key_mask, ((0, 0), (0, pad)))  # padded keys are invisible
+
+    def split(x):
+        return x.reshape(b, nb, bk, h, x.shape[-1]).transpose(1, 0, 3, 2, 4)
+
+    return split(k), split(v), key_mask.reshape(b, nb, bk).transpose(1, 0, 2), bk, nb
+
+
+def unblock(x: jax.Array, length: int) -> jax.Array:
+    """`[num_blocks, batch, heads, block, dim]` (as `key_blocks` splits) back to `[batch, length, heads, dim]`."""
+    nb, b, h, bk, dim = x.shape
+    return x.transpose(1, 0, 3, 2, 4).reshape(b, nb * bk, h, dim)[:, :length]
+
+
+def block_scores(qh, kj, mj, j, bk, causal, *, q_offset=0):
+    """Scores and visibility of key block j against query rows `qh` `[B, H, rows, d]` that start at position
+    `q_offset`: s `[B, H, rows, bk]` float32 (q·k/√d), vis broadcastable to it."""
+    scale = 1.0 / math.sqrt(qh.shape[-1])
+    s = jnp.einsum("bhqd,bhkd->bhqk", qh, kj, preferred_element_type=jnp.float32) * scale
+    vis = visible(mj, q_offset + jnp.arange(qh.shape[2]), j * bk + jnp.arange(bk), causal)
+    return s, vis
+
+
+def block_causal(q: jax.Array, k: jax.Array, causal: bool, block_k: int) -> bool:
+    """Whether causal self-attention of these inputs runs tile by tile (the lower triangle only)."""
+    nb = -(-k.shape[1] // min(block_k, k.shape[1]))
+    return causal and q.shape[1] == k.shape[1] and 1 < nb <= MAX_CAUSAL_BLOCKS
+
+
+def pad_rows(x: jax.Array, rows: int, axis: int = 2) -> jax.Array:
+    """`x` zero-padded to `rows` along `axis`: query rows up to whole blocks (cut off after)."""
+    pad = rows - x.shape[axis]
+    if not pad:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths)
