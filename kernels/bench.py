@@ -1,4 +1,4 @@
-"""Kernel benchmark: every impl of ReLU and linear attention against softmax (`jax.nn.dot_product_attention`).
+"""Kernel benchmark: every impl of ReLU and linear attention against every impl of the softmax baseline.
 
     python -m kernels.bench                        # the default sweep for this backend
     python -m kernels.bench --lengths=1024,4096,16384 --head_dims=128 --dtypes=bfloat16 --causal=true
@@ -34,6 +34,7 @@ from kernels.relu_attention import relu_attention
 from kernels.relu_attention_mgpu import MgpuBlockSizes
 from kernels.relu_attention_mgpu import supported as relu_mgpu_supported
 from kernels.relu_attention_pallas import PallasBlockSizes
+from kernels.softmax_attention import SoftmaxAttentionOptions, softmax_attention
 
 # Dense peak (TFLOP/s) per dtype and HBM bandwidth (TB/s), by device kind substring.
 PEAKS = {
@@ -48,7 +49,7 @@ PEAKS = {
 @dataclasses.dataclass(frozen=True)
 class Case:
     op: str  # "relu" | "linear" | "softmax"
-    impl: str  # "reference" | "xla" | "pallas" | "mosaic" (Hopper) | "cudnn" (softmax on GPU)
+    impl: str  # "reference" | "xla" | "pallas" | "mosaic" (Hopper); softmax: `kernels.SOFTMAX_IMPLS`
     batch: int
     heads: int
     length: int
@@ -111,8 +112,8 @@ def _fn(case: Case):
         return lambda q, k, v: linear_attention(
             jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=case.causal, options=linear
         )
-    implementation = "cudnn" if case.impl == "cudnn" else "xla"
-    return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=case.causal, implementation=implementation)
+    softmax = SoftmaxAttentionOptions(impl=case.impl)
+    return lambda q, k, v: softmax_attention(q, k, v, causal=case.causal, options=softmax)
 
 
 def _time(fn, args, repeats: int) -> float:
@@ -126,7 +127,7 @@ def _time(fn, args, repeats: int) -> float:
 
 
 def _reference_case(case: Case) -> Case:
-    """What a case's accuracy is checked against: the blocked XLA impl (softmax: XLA) in fp32."""
+    """What a case's accuracy is checked against: the blocked XLA impl in fp32."""
     return dataclasses.replace(case, impl="xla", dtype="float32", blocks="")
 
 
@@ -217,7 +218,8 @@ def default_cases(backend: str, args, capability: tuple[int, int] | None = None)
     impls = {
         "relu": args.relu_impls or kernel_impls,
         "linear": args.linear_impls or kernel_impls,
-        "softmax": ["cudnn"] if backend == "gpu" else ["xla"],
+        "softmax": args.softmax_impls
+        or {"gpu": ["cudnn", "xla", "dense"], "tpu": ["splash", "xla", "dense"]}.get(backend, ["xla", "dense"]),
     }
     blocks = {"relu": args.relu_blocks or [""], "linear": args.linear_blocks or [""], "softmax": [""]}
     for op in args.ops:
@@ -299,6 +301,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=65536 if accel else 2048, help="batch = tokens // length")
     p.add_argument("--relu_impls", type=_csv(str), default=None)
     p.add_argument("--linear_impls", type=_csv(str), default=None)
+    p.add_argument("--softmax_impls", type=_csv(str), default=None, help="default: cudnn/splash, xla, dense")
     p.add_argument(
         "--relu_blocks",
         type=lambda s: s.split(";"),

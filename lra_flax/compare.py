@@ -304,12 +304,19 @@ def efficiency_table(config: ml_collections.ConfigDict, rows: list[dict], baseli
     batch = sorted({r["batch_size"] for r in rows if "batch_size" in r})
     lines += [
         "",
+        *_softmax_paths(rows),
         f"Task {config.efficiency.task}, batch {', '.join(map(str, batch))}, {config.efficiency.steps} timed train "
         f"steps after compilation and {config.efficiency.warmup} warm-up; device {', '.join(devices)}; memory: "
         f"{'; '.join(sources) or '—'}. MFU: the model FLOPs of a train step (zoo/training/flops.py) per second over "
         f"the device's peak ({'; '.join(sorted({r['peak_source'] for r in rows if 'peak_source' in r})) or '—'}).",
     ]
     return "\n".join(lines)
+
+
+def _softmax_paths(rows: list[dict]) -> list[str]:
+    """A line naming the implementation behind the softmax figures of `rows` (results.json / efficiency files)."""
+    paths = sorted({r["softmax_attention"] for r in rows if r.get("softmax_attention")})
+    return [f"Softmax attention computed by: {'; '.join(paths)}.", ""] if paths else []
 
 
 def efficiency_figure(config: ml_collections.ConfigDict, rows: list[dict], path: Path) -> Path:
@@ -411,6 +418,7 @@ def accuracy_table(config: ml_collections.ConfigDict, rows: list[dict]) -> str:
     presets = sorted({spec for spec in config.tasks.values()})
     notes = [
         "",
+        *_softmax_paths(rows),
         "Cells: test accuracy (%), mean ± sample std over seeds, n = finished seeds; best mean per task in bold.",
         f"Presets: {', '.join(presets)}.",
     ]

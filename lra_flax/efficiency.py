@@ -17,6 +17,7 @@ from absl import app, flags
 
 from lra_flax.tasks import TASK_MODULES, make_task
 from zoo.files import atomic_write_bytes
+from zoo.mixers.softmax import run_softmax_path
 from zoo.training import cli, throughput
 
 _CONFIG = cli.define_config_flag("Task config file with a preset after ':'.")
@@ -43,6 +44,8 @@ def main(argv: list[str]) -> None:
         steps=_STEPS.value,
         device=str(jax.devices()[0].device_kind),
     )
+    if (path := run_softmax_path(config)) is not None:
+        result["softmax_attention"] = path
     text = json.dumps(result, indent=1, sort_keys=True)
     print(text)
     if _OUTPUT.value:

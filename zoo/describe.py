@@ -13,13 +13,11 @@ import math
 from collections import defaultdict
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 from absl import app, flags
 from flax import nnx
 
-from kernels.softmax_attention import cudnn_refusal
-from zoo.mixers.softmax import softmax_implementation
+from zoo.mixers.softmax import softmax_attention_path
 from zoo.models import Encoder
 from zoo.training import cli
 
@@ -60,40 +58,6 @@ def describe(model_cfg: ml_collections.ConfigDict) -> str:
     if model_cfg.mixer == "softmax":
         lines.append(f"  softmax attention on this machine: {softmax_attention_path(model_cfg, jax.default_backend())}")
     return "\n".join(lines)
-
-
-def softmax_attention_path(model_cfg: ml_collections.ConfigDict, backend: str) -> str:
-    """Which implementation the softmax mixer of `model_cfg` uses on `backend` for training-length inputs, and
-    why."""
-    options = model_cfg.mixer_options.softmax
-    head_dim = model_cfg.d_model // model_cfg.num_heads
-    dtype = jnp.dtype(model_cfg.dtype)
-    q = jax.ShapeDtypeStruct((1, model_cfg.max_length, model_cfg.num_heads, head_dim), dtype)
-    has_bias = options.relative_buckets > 0
-    impl = softmax_implementation(options.implementation, backend, q, q, has_bias)
-    here = f"{backend}, {dtype.name}, head dim {head_dim}"
-    if has_bias:
-        return f"XLA dense (relative_buckets={options.relative_buckets}: the position bias needs the T×T scores)"
-    if options.implementation != "auto":
-        return f"{SOFTMAX_PATHS[impl]} (implementation={impl})"
-    if impl != "xla":
-        return f"{SOFTMAX_PATHS[impl]} ({here}; decoding steps: blocked XLA)"
-    if backend == "gpu":
-        why = cudnn_refusal(q)
-    elif backend == "tpu":
-        why = "splash attention has no passing record for this TPU class and jax version (kernels/kernel_passes.json)"
-    else:
-        why = "no attention kernel for this platform"
-    return f"{SOFTMAX_PATHS['xla']}: {why} (here: {here})"
-
-
-SOFTMAX_PATHS = {
-    "xla": "XLA blocked softmax",
-    "dense": "XLA dense softmax",
-    "cudnn": "cuDNN flash attention",
-    "splash": "Pallas TPU splash attention",
-    "reference": "dense float32 reference",
-}
 
 
 def main(argv: list[str]) -> None:

@@ -122,8 +122,8 @@ def test_default_cases_add_the_mosaic_kernels_on_hopper_in_half_precision_only()
 
     args = argparse.Namespace(
         ops=["relu", "linear", "softmax"], lengths=[1024], head_dims=[128], dtypes=["bfloat16", "float32"],
-        causal=[True], heads=2, tokens=1024, relu_impls=None, linear_impls=None, relu_blocks=None,
-        linear_blocks=None,
+        causal=[True], heads=2, tokens=1024, relu_impls=None, linear_impls=None, softmax_impls=None,
+        relu_blocks=None, linear_blocks=None,
     )  # fmt: skip
 
     def impls(capability):
@@ -132,4 +132,6 @@ def test_default_cases_add_the_mosaic_kernels_on_hopper_in_half_precision_only()
     hopper, ampere = impls((9, 0)), impls((8, 0))
     assert hopper - ampere == {("relu", "mosaic", "bfloat16"), ("linear", "mosaic", "bfloat16")}
     assert ("linear", "pallas", "float32") in ampere and ("softmax", "cudnn", "bfloat16") in ampere
+    # the softmax baseline: cuDNN (half precision) beside the blocked and the dense XLA softmax
+    assert {("softmax", impl, "float32") for impl in ("xla", "dense")} <= ampere
     assert not any(impl == "mosaic" for _, impl, _ in impls(None) | impls((10, 0)))

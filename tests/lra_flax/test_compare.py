@@ -84,6 +84,8 @@ def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path):
     md = paths["md"].read_text()
     assert "| variant | listops | pathfinder | average |" in md and "## Efficiency" in md
     assert "| broken | failed | failed |" in md and "unknown feature_map 'nonsense'" in md
+    # Both tables name what computed the softmax figures (results.json and the efficiency files record it).
+    assert md.count("Softmax attention computed by: XLA blocked softmax: no attention kernel") == 2
     for figure in ("accuracy_png", "efficiency_png", "bubble_png"):
         assert paths[figure].stat().st_size > 1000, figure
     rows = json.loads(paths["json"].read_text())["cells"]
@@ -157,11 +159,13 @@ def test_efficiency_table_ratios_and_out_of_memory():
         {"variant": "linear", "length": 4000, "steps_per_s": 1.0, "memory_bytes": 300 * 2**20, **base},
         {"variant": "relu", "length": 4000, "error": "lra-efficiency: error: something else"},
     ]
+    rows[0]["softmax_attention"] = "XLA dense softmax (implementation=dense)"
     table = compare.efficiency_table(config, rows)
     assert "| linear | 3 (×1.50) | 100 (×0.25) | — | 1 | 300 | — |" in table
     assert "| softmax | 2 (×1.00) | 400 (×1.00) | 12.5% | out of memory | out of memory | out of memory |" in table
     assert "| relu | — | — | — | failed | failed | failed |" in table
     assert "compiled step's memory analysis" in table and "batch 4" in table
+    assert "Softmax attention computed by: XLA dense softmax (implementation=dense)." in table
 
 
 def test_bubble_points_need_every_task_and_softmax_at_the_same_length(tmp_path):

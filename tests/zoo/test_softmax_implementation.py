@@ -10,8 +10,7 @@ import pytest
 from flax import nnx
 
 from zoo import mixers, models
-from zoo.describe import softmax_attention_path
-from zoo.mixers.softmax import softmax_implementation
+from zoo.mixers.softmax import softmax_attention_path, softmax_implementation
 
 
 def _queries(dtype, head_dim, length=16):

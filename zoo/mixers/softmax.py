@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 import kernels
+from kernels.softmax_attention import cudnn_refusal
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.mixers.registry import register
 
@@ -70,6 +71,49 @@ def softmax_implementation(option: str, backend: str, q: jax.Array, k: jax.Array
     if has_bias:
         return "dense"
     return kernels.SoftmaxAttentionOptions(impl=option).plan(q, k, backend)
+
+
+def softmax_attention_path(model_cfg, backend: str) -> str:
+    """Which implementation the softmax mixer of `model_cfg` uses on `backend` for training-length inputs, and
+    why."""
+    options = model_cfg.mixer_options.softmax
+    head_dim = model_cfg.d_model // model_cfg.num_heads
+    dtype = jnp.dtype(model_cfg.dtype)
+    q = jax.ShapeDtypeStruct((1, model_cfg.max_length, model_cfg.num_heads, head_dim), dtype)
+    has_bias = options.relative_buckets > 0
+    impl = softmax_implementation(options.implementation, backend, q, q, has_bias)
+    here = f"{backend}, {dtype.name}, head dim {head_dim}"
+    if has_bias:
+        return f"XLA dense (relative_buckets={options.relative_buckets}: the position bias needs the T×T scores)"
+    if options.implementation != "auto":
+        return f"{SOFTMAX_PATHS[impl]} (implementation={impl})"
+    if impl != "xla":
+        return f"{SOFTMAX_PATHS[impl]} ({here}; decoding steps: blocked XLA)"
+    if backend == "gpu":
+        why = cudnn_refusal(q)
+    elif backend == "tpu":
+        why = "splash attention has no passing record for this TPU class and jax version (kernels/kernel_passes.json)"
+    else:
+        why = "no attention kernel for this platform"
+    return f"{SOFTMAX_PATHS['xla']}: {why} (here: {here})"
+
+
+def run_softmax_path(config) -> str | None:
+    """`softmax_attention_path` of a run's config on this machine's backend, when its model is a softmax one
+    (results.json and lra-compare's tables name what computed every softmax figure); None otherwise."""
+    model = config.get("model")
+    if model is None or model.get("mixer") != "softmax" or "softmax" not in model.get("mixer_options", {}):
+        return None
+    return softmax_attention_path(model, jax.default_backend())
+
+
+SOFTMAX_PATHS = {
+    "xla": "XLA blocked softmax",
+    "dense": "XLA dense softmax",
+    "cudnn": "cuDNN flash attention",
+    "splash": "Pallas TPU splash attention",
+    "reference": "dense float32 reference",
+}
 
 
 class SoftmaxAttention(MultiHeadMixer):

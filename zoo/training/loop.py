@@ -21,6 +21,7 @@ import numpy as np
 from etils import epath
 
 from zoo.files import as_path, atomic_write_bytes
+from zoo.mixers.softmax import run_softmax_path
 from zoo.training import flops as flops_lib
 from zoo.training import memory
 from zoo.training import mesh as mesh_lib
@@ -268,6 +269,8 @@ def final_evaluation(run: Run, train_seconds: float) -> dict[str, float | str]:
         results.update(run.watch.utilisation(run.watch.total_flops, train_seconds))
         results["peak_tflops_per_device"] = run.peak[0]
     results.update(run.task.final_results(results))
+    if (path := run_softmax_path(run.config)) is not None:
+        results["softmax_attention"] = path
     if run.is_writer:
         atomic_write_bytes(run.workdir / "results.json", json.dumps(results, indent=2, sort_keys=True).encode())
     return results
