@@ -237,17 +237,31 @@ def default_cases(backend: str, args, capability: tuple[int, int] | None = None)
 
 def write_svg(results: list[dict], path: Path, title: str) -> None:
     """Forward+backward time (log scale) against length, one line per (op, impl, dtype, D, causal)."""
-    import math
-
     series: dict[str, list[tuple[int, float]]] = {}
     for r in results:
         if "forward_backward_ms" in r:
             label = f"{r['op']}/{r['impl']} {r['dtype']} D{r['head_dim']}{' causal' if r['causal'] else ''}"
             series.setdefault(label, []).append((r["length"], r["forward_backward_ms"] / max(r["batch"], 1)))
+    line_plot_svg(series, path, f"{title}: fwd+bwd ms per sequence (log) vs length", unit="ms")
+
+
+def line_plot_svg(
+    series: dict[str, list[tuple[int, float]]],
+    path: Path,
+    title: str,
+    *,
+    unit: str,
+    dashed: dict[str, list[tuple[int, float]]] | None = None,
+) -> None:
+    """A log-scale line plot of y against x (x evenly spaced by rank), one coloured line per series; `dashed`
+    series (same labels, e.g. each line's roofline) are drawn in the same colour, dashed. Nothing without data."""
+    import math
+
+    dashed = dashed or {}
     if not series:
         return
-    xs = sorted({x for pts in series.values() for x, _ in pts})
-    ys = [y for pts in series.values() for _, y in pts]
+    xs = sorted({x for pts in (*series.values(), *dashed.values()) for x, _ in pts})
+    ys = [y for pts in (*series.values(), *dashed.values()) for _, y in pts if y > 0]
     lo, hi = math.log10(min(ys)), math.log10(max(ys)) + 1e-9
     w, h, pad = 760, 420, 60
     colors = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
@@ -259,18 +273,20 @@ def write_svg(results: list[dict], path: Path, title: str) -> None:
         return h - pad - (math.log10(y) - lo) / (hi - lo or 1) * (h - 2 * pad)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 * len(series)}">']
-    parts.append(f'<text x="{pad}" y="20" font-size="14">{title}: fwd+bwd ms per sequence (log) vs length</text>')
+    parts.append(f'<text x="{pad}" y="20" font-size="14">{title}</text>')
     parts.append(f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>')
     parts.append(f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>')
     for x in xs:
         parts.append(f'<text x="{px(x) - 15}" y="{h - pad + 18}" font-size="11">{x}</text>')
     for e in range(math.floor(lo), math.ceil(hi) + 1):
         if lo <= e <= hi:
-            parts.append(f'<text x="5" y="{py(10**e) + 4}" font-size="11">{10**e:g} ms</text>')
+            parts.append(f'<text x="5" y="{py(10**e) + 4}" font-size="11">{10**e:g} {unit}</text>')
     for i, (label, pts) in enumerate(sorted(series.items())):
         color = colors[i % len(colors)]
-        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in sorted(pts))
-        parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for points, style in ((pts, ""), (dashed.get(label, []), ' stroke-dasharray="5,4"')):
+            coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in sorted(points) if y > 0)
+            if coords:
+                parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"{style}/>')
         parts.append(f'<text x="{pad}" y="{h + 15 + 20 * i}" font-size="12" fill="{color}">{label}</text>')
     parts.append("</svg>")
     path.write_text("\n".join(parts))
