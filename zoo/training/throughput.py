@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.training import flops
+from zoo.training import flops, step_profile
 from zoo.training import memory as memory_lib
 from zoo.training import mesh as mesh_lib
 from zoo.training.state import create_train_state, state_builder
@@ -45,9 +45,13 @@ def measure(
     num_classes: int,
     steps: int = 5,
     warmup: int = 1,
+    profile_dir: str | None = None,
+    profile_steps: int = 2,
 ) -> dict[str, float | str]:
     """{"steps_per_s", "memory_bytes", "memory_source", "compile_s"} of `config.train.batch_size` steps, and where
-    the task counts its FLOPs "model_flops_per_step", "tflops_per_s_per_device", "mfu" and "peak_source"."""
+    the task counts its FLOPs "model_flops_per_step", "tflops_per_s_per_device", "mfu" and "peak_source". With
+    `profile_dir`, `profile_steps` more steps (after the timed ones) are traced there with the JAX profiler and
+    "op_breakdown" says where their time went (`zoo.training.step_profile`)."""
     mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, state, state_sharding = create_train_state(
         state_builder(task.build_model, config.train, config.seed), mesh, mesh_lib.rules_from_config(config.mesh)
@@ -69,6 +73,13 @@ def measure(
     seconds = time.perf_counter() - start
     if not np.isfinite(float(jnp.asarray(sums["loss"]))):
         raise FloatingPointError("the loss of the timed steps is not finite")
+    breakdown = None
+    if profile_dir is not None:
+        with jax.profiler.trace(profile_dir):
+            for _ in range(profile_steps):
+                state, sums = compiled(state, batch, key)
+            jax.block_until_ready((state, sums))
+        breakdown = step_profile.op_breakdown(profile_dir, compiled, profile_steps)
     stats = jax.devices()[0].memory_stats() or {}
     if "peak_bytes_in_use" in stats:
         memory, source = float(stats["peak_bytes_in_use"]), "device peak allocation"
@@ -83,4 +94,6 @@ def measure(
         if peak:
             result["mfu"] = result["tflops_per_s_per_device"] / peak
         result["peak_source"] = peak_source
+    if breakdown is not None:
+        result["op_breakdown"] = breakdown
     return result
