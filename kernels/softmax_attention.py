@@ -3,6 +3,12 @@
     s_ij = q_i·k_j / √d,   m_ij = key j visible to query i (key mask, and j ≤ i when causal)
     h_i  = Σ_j softmax_j(s_ij | m_ij) v_j        (a row with no visible key: h_i = 0)
 
+Dropout on the attention weights (`dropout_rate`, `dropout_key`; training): h_i = Σ_j a_ij z_ij / (1 − rate) v_j,
+z_ij kept with probability 1 − rate — flax's `attention_dropout_rate`, formed block by block inside impl "xla" (and
+"reference"), so training with it needs no T×T buffer either. z_ij is a function of (key, example, head, i, j)
+alone, the same whatever the blocks (`keep_mask`): 16 random bits decide each weight (the rate is rounded to
+1/65,536), four weights to one Threefry hash — a quarter of the hashes of `jax.random.bernoulli`.
+
 Implementations (`SoftmaxAttentionOptions.impl`):
   "reference"  dense fp32 definition (for tests).
   "xla"        blocked over keys with an online maximum and sum (Rabe & Staats 2021, "Self-attention does not need
@@ -30,6 +36,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend.random import threefry_2x32
 
 from kernels.blocking import block_causal, block_scores, key_blocks, pad_rows, unblock, visible
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths
@@ -117,7 +124,42 @@ def _check_inputs(q, k, v, key_mask, causal):
 # ----------------------------------------------------------------------------------------------
 
 
-def _reference(q, k, v, key_mask, causal):
+# ----------------------------------------------------------------------------------------------
+# Dropout on the attention weights
+# ----------------------------------------------------------------------------------------------
+
+DROPOUT_LEVELS = 1 << 16  # each weight is kept when its 16 random bits are ≥ round(rate · 2^16)
+WEIGHTS_PER_HASH = 4  # a Threefry hash gives 64 bits: four weights' 16
+
+
+def dropout_seed(key: jax.Array) -> jax.Array:
+    """The `uint32[2]` Threefry key of the dropout masks, from a JAX PRNG key of any implementation."""
+    return jax.random.bits(key, (2,), jnp.uint32)
+
+
+def keep_mask(seed, rate: float, heads: int, q_length: int, batch: int, rows, col_start, num_cols: int) -> jax.Array:
+    """Which weights dropout keeps: bool `[batch, heads, len(rows), num_cols]` for query positions `rows` and the
+    keys from `col_start` (a multiple of 4). Weight (b, h, i, j) hashes (its row's number, j // 4): the same
+    wherever a block starts."""
+    groups = -(-num_cols // WEIGHTS_PER_HASH)
+    row_id = (jnp.arange(batch)[:, None, None] * heads + jnp.arange(heads)[None, :, None]) * q_length
+    row_id = (row_id + rows[None, None, :]).astype(jnp.uint32)
+    group = (col_start // WEIGHTS_PER_HASH + jnp.arange(groups)).astype(jnp.uint32)
+    shape = (*row_id.shape, groups)
+    hi, lo = jnp.broadcast_to(row_id[..., None], shape).ravel(), jnp.broadcast_to(group, shape).ravel()
+    words = threefry_2x32(seed, jnp.concatenate([hi, lo]))
+    y0, y1 = words[: hi.size], words[hi.size :]
+    levels = jnp.stack([y0 & 0xFFFF, y0 >> 16, y1 & 0xFFFF, y1 >> 16], axis=-1)
+    levels = levels.reshape(*row_id.shape, groups * WEIGHTS_PER_HASH)[..., :num_cols]
+    return levels >= jnp.uint32(round(rate * DROPOUT_LEVELS))
+
+
+def _keep_scale(rate: float) -> float:
+    """1 / the probability of keeping a weight (the rate as `keep_mask` rounds it)."""
+    return DROPOUT_LEVELS / (DROPOUT_LEVELS - round(rate * DROPOUT_LEVELS))
+
+
+def _reference(q, k, v, key_mask, causal, seed=None, rate=0.0):
     qf, kf = q.astype(jnp.float32), k.astype(jnp.float32)
     s = jnp.einsum("bqhd,bkhd->bhqk", qf, kf, precision=lax.Precision.HIGHEST) / jnp.sqrt(float(q.shape[-1]))
     vis = visible(key_mask, jnp.arange(q.shape[1]), jnp.arange(k.shape[1]), causal)
@@ -126,6 +168,10 @@ def _reference(q, k, v, key_mask, causal):
     p = jnp.where(vis, jnp.exp(s - jnp.where(jnp.isfinite(row_max), row_max, 0.0)), 0.0)
     total = p.sum(-1, keepdims=True)
     a = p / jnp.where(total > 0, total, 1.0)
+    if rate:
+        b, tq, h, _ = q.shape
+        keep = keep_mask(seed, rate, h, tq, b, jnp.arange(tq), 0, k.shape[1])
+        a = jnp.where(keep, a * _keep_scale(rate), 0.0)
     out = jnp.einsum("bhqk,bkhd->bqhd", a, v.astype(jnp.float32), precision=lax.Precision.HIGHEST)
     return out.astype(v.dtype)
 
@@ -159,15 +205,17 @@ def _zero_empty_rows(out, key_mask, causal):
 _NO_KEY = -jnp.inf  # the running maximum of a row that has seen no visible key yet
 
 
-def _online_block(carry, s, vis, vj):
-    """Folds one key block into a row's running (maximum, sum of exp, Σ exp·v)."""
+def _online_block(carry, s, vis, vj, keep=None, keep_scale=1.0):
+    """Folds one key block into a row's running (maximum, sum of exp, Σ exp·v); `keep`: the block's dropout
+    mask (the sum of exp is over every weight, the values' sum over the kept ones, scaled)."""
     row_max, row_sum, acc = carry
     block_max = jnp.max(jnp.where(vis, s, _NO_KEY), axis=-1)
     new_max = jnp.maximum(row_max, block_max)
     safe_max = jnp.where(jnp.isfinite(new_max), new_max, 0.0)  # −∞ − −∞ would be NaN
     p = jnp.where(vis, jnp.exp(s - safe_max[..., None]), 0.0)
     rescale = jnp.exp(jnp.where(jnp.isfinite(row_max), row_max, safe_max) - safe_max)
-    pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vj.dtype), vj, preferred_element_type=jnp.float32)
+    kept = p if keep is None else jnp.where(keep, p * keep_scale, 0.0)
+    pv = jnp.einsum("bhqk,bhkd->bhqd", kept.astype(vj.dtype), vj, preferred_element_type=jnp.float32)
     return new_max, row_sum * rescale + p.sum(-1), acc * rescale[..., None] + pv
 
 
@@ -188,11 +236,20 @@ def _start(shape_rows, d_v):
     )
 
 
-def _xla_forward(q, k, v, key_mask, causal, block_k):
+def _block_keep(seed, rate, q, rows, col_start, bk):
+    """The dropout mask of one tile, or None without dropout."""
+    if not rate:
+        return None
+    b, tq, h, _ = q.shape
+    return keep_mask(seed, rate, h, tq, b, rows, col_start, bk)
+
+
+def _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate):
     """(output `[B, T, H, d_v]` in v's dtype, log-sum-exp `[B, H, T]` float32)."""
     b, tq, h, _ = q.shape
     kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
+    scale = _keep_scale(rate)
     if block_causal(q, k, causal, block_k):  # query block i meets key blocks j ≤ i only
         qp = pad_rows(qh, nb * bk)
         outs, lses = [], []
@@ -201,7 +258,8 @@ def _xla_forward(q, k, v, key_mask, causal, block_k):
             carry = _start((b, h, bk), v.shape[-1])
             for j in range(i + 1):
                 s, vis = block_scores(rows, kb[j], mb[j], j, bk, j == i, q_offset=i * bk)
-                carry = _online_block(carry, s, vis, vb[j])
+                keep = _block_keep(seed, rate, q, i * bk + jnp.arange(bk), j * bk, bk)
+                carry = _online_block(carry, s, vis, vb[j], keep, scale)
             out_i, lse_i = _finish(carry)
             outs.append(out_i)
             lses.append(lse_i)
@@ -211,29 +269,31 @@ def _xla_forward(q, k, v, key_mask, causal, block_k):
         def body(carry, xs):
             kj, vj, mj, j = xs
             s, vis = block_scores(qh, kj, mj, j, bk, causal)
-            return _online_block(carry, s, vis, vj), None
+            keep = _block_keep(seed, rate, q, jnp.arange(tq), j * bk, bk)
+            return _online_block(carry, s, vis, vj, keep, scale), None
 
         carry, _ = lax.scan(body, _start((b, h, tq), v.shape[-1]), (kb, vb, mb, jnp.arange(nb)))
         out, lse = _finish(carry)
     return out.transpose(0, 2, 1, 3).astype(v.dtype), lse
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _xla(q, k, v, key_mask, causal, block_k):
-    return _xla_forward(q, k, v, key_mask, causal, block_k)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _xla(q, k, v, key_mask, seed, causal, block_k, rate):
+    return _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate)[0]
 
 
-def _xla_fwd(q, k, v, key_mask, causal, block_k):
-    out, lse = _xla_forward(q, k, v, key_mask, causal, block_k)
-    return out, (q, k, v, key_mask, out, lse)
+def _xla_fwd(q, k, v, key_mask, seed, causal, block_k, rate):
+    out, lse = _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate)
+    return out, (q, k, v, key_mask, seed, out, lse)
 
 
-def _xla_bwd(causal, block_k, residuals, d_out):
-    """Per key block: p = exp(s − lse), dV += pᵀ dO, dP = dO Vᵀ, dS = p ⊙ (dP − Δ), dQ += dS K/√d, dK += dSᵀ Q/√d,
-    with Δ_i = dO_i · O_i — five matmuls a block."""
-    q, k, v, key_mask, out, lse = residuals
+def _xla_bwd(causal, block_k, rate, residuals, d_out):
+    """Per key block: p = exp(s − lse), dV += (p ⊙ z)ᵀ dO, dP = (dO Vᵀ) ⊙ z, dS = p ⊙ (dP − Δ), dQ += dS K/√d,
+    dK += dSᵀ Q/√d, with Δ_i = dO_i · O_i (z: the dropout mask, scaled; 1 without) — five matmuls a block."""
+    q, k, v, key_mask, seed, out, lse = residuals
     b, tq, h, d = q.shape
     scale = 1.0 / jnp.sqrt(float(d))
+    keep_scale = _keep_scale(rate)
     kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh, do = q.transpose(0, 2, 1, 3), d_out.transpose(0, 2, 1, 3)
     delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
@@ -241,8 +301,12 @@ def _xla_bwd(causal, block_k, residuals, d_out):
     def tile(qr, dor, lse_r, delta_r, kj, vj, mj, j, q_offset, causal):
         s, vis = block_scores(qr, kj, mj, j, bk, causal, q_offset=q_offset)
         p = jnp.where(vis, jnp.exp(s - lse_r[..., None]), 0.0)
-        dv_j = jnp.einsum("bhqk,bhqd->bhkd", p.astype(dor.dtype), dor, preferred_element_type=jnp.float32)
+        keep = _block_keep(seed, rate, q, q_offset + jnp.arange(qr.shape[2]), j * bk, bk)
+        kept = p if keep is None else jnp.where(keep, p * keep_scale, 0.0)
+        dv_j = jnp.einsum("bhqk,bhqd->bhkd", kept.astype(dor.dtype), dor, preferred_element_type=jnp.float32)
         dp = jnp.einsum("bhqd,bhkd->bhqk", dor, vj, preferred_element_type=jnp.float32)
+        if keep is not None:
+            dp = jnp.where(keep, dp * keep_scale, 0.0)
         ds = (p * (dp - delta_r[..., None]) * scale).astype(q.dtype)
         dq_rows = jnp.einsum("bhqk,bhkd->bhqd", ds, kj, preferred_element_type=jnp.float32)
         dk_j = jnp.einsum("bhqk,bhqd->bhkd", ds, qr, preferred_element_type=jnp.float32)
@@ -280,6 +344,7 @@ def _xla_bwd(causal, block_k, residuals, d_out):
         unblock(dk_b, tk).astype(k.dtype),
         unblock(dv_b, tk).astype(v.dtype),
         None,
+        None,
     )
 
 
@@ -298,6 +363,8 @@ def softmax_attention(
     *,
     causal: bool = False,
     key_mask: jax.Array | None = None,
+    dropout_rate: float = 0.0,
+    dropout_key: jax.Array | None = None,
     options: SoftmaxAttentionOptions | None = None,
 ) -> jax.Array:
     """Softmax attention. q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
@@ -305,19 +372,27 @@ def softmax_attention(
     Args:
       key_mask: `[batch, key_length]` bool, True = real token; None means every key is real. Impl "cudnn" reads
         it as key lengths (exact for trailing padding); a row that sees no key outputs 0 in every impl.
+      dropout_rate, dropout_key: dropout on the attention weights (module docstring), with a JAX PRNG key;
+        impls "xla" (which "auto" then is) and "reference" only.
       options: which implementation runs and how it is tiled; None: the defaults (impl "auto").
     """
     options = options or SoftmaxAttentionOptions()
     _check_inputs(q, k, v, key_mask, causal)
-    impl = options.plan(q, k)
+    rate = _check_dropout(dropout_rate, dropout_key, k.shape[1], options)
+    impl = "xla" if rate and options.impl == "auto" else options.plan(q, k)
+    if rate and impl not in ("xla", "reference"):
+        raise ValueError(f"softmax impl {impl!r} takes no dropout on the weights (dropout_rate={rate}): use 'xla'")
     if impl == "cudnn" and (refusal := cudnn_refusal(q)) is not None:
         raise ValueError(f"softmax impl 'cudnn': {refusal}")
     if impl == "splash" and (refusal := splash_refusal(q, k, v)) is not None:
         raise ValueError(f"softmax impl 'splash': {refusal}")
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask = jnp.ones(k.shape[:2], bool) if key_mask is None else key_mask
+    if rate == 1.0:  # every weight dropped (as `nnx.Dropout` at rate 1)
+        return jnp.zeros((*q.shape[:3], v.shape[-1]), v.dtype)
+    seed = dropout_seed(dropout_key) if rate else jnp.zeros((2,), jnp.uint32)
     if impl == "reference":
-        return _reference(q, k, v, key_mask, causal)
+        return _reference(q, k, v, key_mask, causal, seed, rate)
     if impl in ("dense", "cudnn"):
         return _dense(q, k, v, key_mask, causal, "cudnn" if impl == "cudnn" else "xla")
     if impl == "splash":
@@ -325,4 +400,20 @@ def softmax_attention(
             q, k, v, key_mask, causal=causal, block_sizes=options.splash_block_sizes, interpret=options.interpret()
         )
         return _zero_empty_rows(out, key_mask, causal)
-    return _xla(q, k, v, key_mask, causal, options.xla_block_k)
+    return _xla(q, k, v, key_mask, seed, causal, options.xla_block_k, rate)
+
+
+def _check_dropout(rate, key, key_length: int, options: SoftmaxAttentionOptions) -> float:
+    """The dropout rate as a float, checked: in [0, 1), with a key when positive, blocks starting on whole
+    groups of the mask's hash."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
+        raise ValueError(f"dropout_rate must be a number in [0, 1], got {rate!r}")
+    if rate and key is None:
+        raise ValueError(f"dropout_rate={rate} needs a dropout_key (a JAX PRNG key)")
+    block = options.xla_block_k
+    if rate and key_length > block and block % WEIGHTS_PER_HASH:
+        raise ValueError(
+            f"SoftmaxAttentionOptions.xla_block_k={block} must be a multiple of {WEIGHTS_PER_HASH} with dropout on "
+            "the weights (each hash of the dropout mask decides four neighbouring weights)"
+        )
+    return float(rate)

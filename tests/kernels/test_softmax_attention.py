@@ -2,6 +2,8 @@
 gradients; padded and future keys cannot matter; the causal tiling skips the upper triangle; bad options and
 inputs are errors that name them."""
 
+import importlib
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -12,6 +14,8 @@ from absl.testing import parameterized
 import kernels
 from kernels import SoftmaxAttentionOptions
 from tests.kernels.tolerances import bound, fp32
+
+OP = importlib.import_module("kernels.softmax_attention")  # the module (`kernels.softmax_attention` is the op)
 
 
 def _inputs(b=2, t=37, h=3, d=16, dtype=jnp.float32, seed=0):
@@ -177,3 +181,65 @@ def test_key_lengths_that_the_cudnn_path_passes_equal_the_trailing_padding_mask(
     lengths = jnp.sum(mask, axis=-1, dtype=jnp.int32)
     by_lengths = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, is_causal=causal)
     chex.assert_trees_all_close(by_lengths, _attend("reference", causal, mask)(q, k, v), atol=1e-5)
+
+
+class DropoutTest(parameterized.TestCase):
+    """Dropout on the weights inside the blocked softmax: the reference's mask, whatever the blocks."""
+
+    @parameterized.product(causal=[False, True], block=[8, 16, 64])
+    def test_xla_with_dropout_matches_reference_with_the_same_mask(self, causal, block):
+        q, k, v, mask = _inputs(t=45)
+        w = jax.random.normal(jax.random.key(9), q.shape)
+        key = jax.random.key(11)
+
+        def loss(q, k, v, impl):
+            options = SoftmaxAttentionOptions(impl=impl, xla_block_k=block)
+            out = kernels.softmax_attention(
+                q, k, v, causal=causal, key_mask=mask, dropout_rate=0.3, dropout_key=key, options=options
+            )
+            return jnp.sum(out * w), out
+
+        grad = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)
+        (_, ref), ref_grads = grad(q, k, v, "reference")
+        (_, out), grads = jax.jit(grad, static_argnums=3)(q, k, v, "xla")
+        chex.assert_trees_all_close(out, ref, atol=fp32(2e-6))
+        chex.assert_trees_all_close(grads, ref_grads, atol=fp32(1e-5))
+        plain = _attend("reference", causal, mask)(q, k, v)
+        assert float(jnp.max(jnp.abs(out - plain))) > 0.1  # weights really dropped
+
+    def test_the_mask_keeps_one_minus_the_rate_and_does_not_depend_on_the_blocks(self):
+        seed = OP.dropout_seed(jax.random.key(3))
+        keep_mask = OP.keep_mask
+        full = keep_mask(seed, 0.1, 8, 512, 4, jnp.arange(512), 0, 512)
+        assert abs(float(full.mean()) - 0.9) < 0.002  # 8.4M weights
+        tile = keep_mask(seed, 0.1, 8, 512, 4, 128 + jnp.arange(64), 256, 32)
+        assert bool(jnp.all(tile == full[:, :, 128:192, 256:288]))
+        other = keep_mask(OP.dropout_seed(jax.random.key(4)), 0.1, 8, 512, 4,
+                          jnp.arange(512), 0, 512)  # fmt: skip
+        assert 0.15 < float(jnp.mean(full != other)) < 0.2  # another key: another mask (2·0.1·0.9 = 0.18 differ)
+
+    def test_rate_one_drops_everything_and_rate_zero_nothing(self):
+        q, k, v, mask = _inputs()
+        key = jax.random.key(0)
+        assert float(jnp.abs(kernels.softmax_attention(q, k, v, dropout_rate=1.0, dropout_key=key)).max()) == 0.0
+        chex.assert_trees_all_close(
+            kernels.softmax_attention(q, k, v, key_mask=mask, dropout_rate=0.0, dropout_key=key),
+            _attend("xla", False, mask)(q, k, v),
+        )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(dropout_rate=1.5), r"dropout_rate must be a number in \[0, 1\], got 1.5"),
+        (dict(dropout_rate=0.1), r"dropout_rate=0.1 needs a dropout_key"),
+        (dict(dropout_rate=0.1, dropout_key=jax.random.key(0), options=SoftmaxAttentionOptions(impl="dense")),
+         r"softmax impl 'dense' takes no dropout on the weights"),
+        (dict(dropout_rate=0.1, dropout_key=jax.random.key(0), options=SoftmaxAttentionOptions(xla_block_k=6)),
+         r"SoftmaxAttentionOptions.xla_block_k=6 must be a multiple of 4 with dropout"),
+    ],
+)  # fmt: skip
+def test_bad_dropout_settings_name_the_argument(kwargs, message):
+    q, k, v, _ = _inputs()
+    with pytest.raises(ValueError, match=message):
+        kernels.softmax_attention(q, k, v, **kwargs)

@@ -85,6 +85,15 @@ def softmax_attention_path(model_cfg, backend: str) -> str:
     here = f"{backend}, {dtype.name}, head dim {head_dim}"
     if has_bias:
         return f"XLA dense (relative_buckets={options.relative_buckets}: the position bias needs the T×T scores)"
+    if model_cfg.get("attention_dropout", 0.0) and options.implementation not in ("auto", "xla"):
+        return (
+            f"XLA dense probabilities in training (attention_dropout={model_cfg.attention_dropout} with "
+            f"implementation={options.implementation}), {SOFTMAX_PATHS[impl]} in evaluation"
+        )
+    if model_cfg.get("attention_dropout", 0.0) and impl != "xla":
+        return f"{SOFTMAX_PATHS['xla']} in training (attention_dropout={model_cfg.attention_dropout}), " + (
+            f"{SOFTMAX_PATHS[impl]} in evaluation ({here})"
+        )
     if options.implementation != "auto":
         return f"{SOFTMAX_PATHS[impl]} (implementation={impl})"
     if impl != "xla":
@@ -149,17 +158,35 @@ class SoftmaxAttention(MultiHeadMixer):
 
     def attend(self, q, k, v, mask, causal, rngs=None):
         bias = None if self.relative_bias is None else self.position_bias(q.shape[1], causal).astype(q.dtype)
-        if self.weights_dropout.rate > 0 and not self.weights_dropout.deterministic:
+        dropout = self.weights_dropout.rate > 0 and not self.weights_dropout.deterministic
+        if dropout and (bias is not None or self.options.impl not in ("auto", "xla")):
             return self._attend_with_weights_dropout(q, k, v, mask, causal, bias, rngs)
+        if dropout:  # the blocked softmax forms and drops the weights block by block
+            rate, key = self.weights_dropout.rate, self._dropout_key(rngs)
+            return kernels.softmax_attention(
+                q, k, v, causal=causal, key_mask=mask, dropout_rate=rate, dropout_key=key, options=self.options
+            )
         if bias is None:
             return kernels.softmax_attention(q, k, v, causal=causal, key_mask=mask, options=self.options)
         bias_mask = None if mask is None else mask[:, None, None, :]
         return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=bias_mask, is_causal=causal, implementation="xla")
 
+    def _dropout_key(self, rngs) -> jax.Array:
+        """A key for the weights' dropout, drawn as `nnx.Dropout` draws its own (from `rngs`, else its stream)."""
+        rngs = rngs if rngs is not None else self.weights_dropout.rngs
+        if isinstance(rngs, nnx.Rngs):
+            return rngs[self.weights_dropout.rng_collection]()
+        if isinstance(rngs, nnx.RngStream):
+            return rngs()
+        if rngs is None:
+            raise ValueError(f"mixer {self.name!r}: attention dropout in training needs rngs (a 'dropout' stream)")
+        return rngs
+
     def _attend_with_weights_dropout(self, q, k, v, mask, causal, bias, rngs):
-        """Training with model.attention_dropout: the probabilities formed explicitly (fp32), dropped per element
-        and rescaled by 1/(1 − rate) as flax's attention_dropout_rate (broadcast_dropout=False) does in the LRA
-        code; neither cuDNN's nor XLA's fused attention takes a dropout."""
+        """Training with model.attention_dropout and a position bias (or an implementation other than the
+        blocked XLA one): the probabilities formed explicitly (fp32), dropped per element and rescaled by
+        1/(1 − rate) as flax's attention_dropout_rate (broadcast_dropout=False) does in the LRA code; neither
+        cuDNN's nor XLA's fused attention takes a dropout."""
         s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(q.shape[-1])
         if bias is not None:
             s = s + bias.astype(jnp.float32)
