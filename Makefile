@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`.
 WORKERS ?= 2
 
-.PHONY: test-fast demo demo-text demo-retrieval demo-image demo-pathfinder demo-mt demo-mlm test lint format bench bench-decode clean
+.PHONY: test-fast demo demo-text demo-retrieval demo-image demo-pathfinder demo-mt demo-mlm test lint format bench bench-scaling bench-decode clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ test-fast: lint
 # Kernel benchmark for this machine's backend; results under benchmarks/ with the device named.
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench --out benchmarks
+
+# Time and memory of one mixer layer from 1K to 16K tokens beside the roofline (zoo/scaling.py).
+bench-scaling: $(STAMP)
+	$(BIN)/python -m zoo.scaling --out benchmarks
 
 # Incremental decoding per mixer (tokens/s, state and temporary memory), source = target 128..2048.
 bench-decode: $(STAMP)
