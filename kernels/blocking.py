@@ -13,6 +13,20 @@ import math
 import jax
 import jax.numpy as jnp
 
+# The key-block length of the XLA impls by platform when the options leave it unset, from measurement on a 2-core
+# CPU (fwd+bwd, B1 H4 D64, fp32, ReLU and softmax; docs/kernels.md): at T 2000 block 128 ran at 47–78% of the
+# matmul rate against 47–64% at 256 and 37–61% at 512; at T 4096 128 and 256 were within 3% causal, 256 up to 15%
+# faster non-causal. GPU and TPU run their kernels; their XLA impls (for inputs the kernels refuse) keep 512, not
+# measured there.
+XLA_BLOCK_K = {"cpu": 128}
+DEFAULT_XLA_BLOCK_K = 512
+
+
+def default_block_k(backend: str | None = None) -> int:
+    """The key-block length of the XLA impls on `backend` (default: the running one's)."""
+    return XLA_BLOCK_K.get(backend or jax.default_backend(), DEFAULT_XLA_BLOCK_K)
+
+
 # Causal self-attention with at most this many key blocks is unrolled tile by tile, each key block meeting only
 # the query rows at or after it. Beyond it a scan over every key block keeps the program's size bounded.
 MAX_CAUSAL_BLOCKS = 32
@@ -57,6 +71,15 @@ def block_scores(qh, kj, mj, j, bk, causal, *, q_offset=0):
     s = jnp.einsum("bhqd,bhkd->bhqk", qh, kj, preferred_element_type=jnp.float32) * scale
     vis = visible(mj, q_offset + jnp.arange(qh.shape[2]), j * bk + jnp.arange(bk), causal)
     return s, vis
+
+
+def causal_block_k(q: jax.Array, k: jax.Array, causal: bool, block_k: int) -> int:
+    """The key-block length the XLA impls use: `block_k`, grown for long causal self-attention so that it has at
+    most MAX_CAUSAL_BLOCKS blocks (a multiple of 8), which keeps the tile-by-tile lower triangle at any length."""
+    if not (causal and q.shape[1] == k.shape[1]):
+        return block_k
+    least = -(-k.shape[1] // MAX_CAUSAL_BLOCKS)
+    return max(block_k, -(-least // 8) * 8)
 
 
 def block_causal(q: jax.Array, k: jax.Array, causal: bool, block_k: int) -> bool:

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import jax
 
+from kernels.blocking import default_block_k
 from kernels.linear_attention_mgpu import MgpuChunkSizes
 from kernels.linear_attention_pallas import LinearBlockSizes
 from kernels.linear_attention_tpu import TpuChunkSizes
@@ -126,18 +127,23 @@ class KernelOptions:
 class ReluAttentionOptions(KernelOptions):
     """`relu_attention`'s options: those of `KernelOptions`, and
 
-    xla_block_k: the key-block length of impl "xla" (its memory is O(T_q · xla_block_k) per step).
+    xla_block_k: the key-block length of impl "xla" (its memory is O(T_q · xla_block_k) per step); None: the
+      platform's measured default (`kernels.blocking.XLA_BLOCK_K`: 256 on a CPU, else 512).
     """
 
     OP: ClassVar[str] = "relu_attention"
     BLOCK_SIZES: ClassVar[dict[str, type]] = RELU_BLOCK_SIZES
 
     pallas_block_sizes: PallasBlockSizes | TpuBlockSizes | MgpuBlockSizes | None = None
-    xla_block_k: int = 512
+    xla_block_k: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
-        self._check_length("xla_block_k", optional=False)
+        self._check_length("xla_block_k", optional=True)
+
+    def block_k(self) -> int:
+        """`xla_block_k`, or the platform's default when unset."""
+        return self.xla_block_k or default_block_k()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -12,8 +12,9 @@ Implementations (`ReluAttentionOptions.impl`, kernels/options.py):
   "reference"  dense fp32 definition (materialises the T×T matrix; for tests).
   "xla"        blocked over keys; the T×T matrix is never built, forward or backward (custom VJP that
                recomputes scores per key block, five matmuls a block). Causal self-attention is blocked over
-               queries too (up to MAX_CAUSAL_BLOCKS key blocks): key block j meets only the query rows from
-               its own start, so the work is the lower triangle plus the diagonal blocks.
+               queries too (`kernels.blocking`; long sequences get longer blocks, at most MAX_CAUSAL_BLOCKS of
+               them): key block j meets only the query rows from its own start, so the work is the lower
+               triangle plus the diagonal blocks.
   "pallas"     tiled kernels: `relu_attention_tpu` (Mosaic) for TPU, `relu_attention_pallas` (Triton) for
                GPU, `relu_attention_mgpu` (Mosaic GPU) for Hopper; interpret mode on CPU.
   "auto"       "pallas" where `kernels/kernel_passes.json` records that these kernels passed their tests on
@@ -33,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.blocking import block_causal, block_scores, key_blocks, pad_rows, unblock, visible
+from kernels.blocking import block_causal, block_scores, causal_block_k, key_blocks, pad_rows, unblock, visible
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_positive
 from kernels.masking import zero_masked_rows
 from kernels.numerics import xlogx
@@ -293,7 +294,7 @@ def _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options: ReluAttentio
     if impl == "reference":
         return _reference(q, k, v, key_mask, gamma_h, causal, row_scale)
     if impl == "xla":
-        return _xla(q, k, v, key_mask, gamma_h, causal, row_scale, options.xla_block_k)
+        return _xla(q, k, v, key_mask, gamma_h, causal, row_scale, causal_block_k(q, k, causal, options.block_k()))
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])  # differentiable: dγ flows through it
     return _kernels(backend, options, q, k, v, key_mask, factor, causal)
 
@@ -376,7 +377,7 @@ def relu_attention_row_stats(
     _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
     k = zero_masked_rows(k, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-    return _row_stats(q, k, key_mask, gamma_h, causal, row_scale, options.impl, options.xla_block_k)
+    return _row_stats(q, k, key_mask, gamma_h, causal, row_scale, options.impl, options.block_k())
 
 
 def relu_attention_and_row_stats(
@@ -406,7 +407,7 @@ def relu_attention_and_row_stats(
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     if impl != "pallas" or backend in ("tpu", "mosaic_gpu"):
         out = _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl, backend)
-        return out, *_row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, options.xla_block_k)
+        return out, *_row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, options.block_k())
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])
     out, p_sum, p_xlogx = _kernels(backend, options, q, k, v, key_mask, factor, causal, row_stats=True)
     row_sum = factor * p_sum

@@ -38,7 +38,16 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend.random import threefry_2x32
 
-from kernels.blocking import block_causal, block_scores, key_blocks, pad_rows, unblock, visible
+from kernels.blocking import (
+    block_causal,
+    block_scores,
+    causal_block_k,
+    default_block_k,
+    key_blocks,
+    pad_rows,
+    unblock,
+    visible,
+)
 from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths
 from kernels.masking import zero_masked_rows
 from kernels.platforms import auto_pallas_backend
@@ -51,7 +60,8 @@ SOFTMAX_IMPLS = ("auto", "reference", "xla", "dense", "cudnn", "splash")
 class SoftmaxAttentionOptions:
     """`softmax_attention`'s options (module docstring for the impls).
 
-    xla_block_k: the key-block length of impl "xla".
+    xla_block_k: the key-block length of impl "xla"; None: the platform's measured default
+      (`kernels.blocking.XLA_BLOCK_K`: 256 on a CPU, else 512).
     splash_block_sizes: the splash kernels' tiles (`SplashBlockSizes`); None: its defaults.
     pallas_interpret: run the splash kernels in Pallas interpret mode; None: on a CPU backend only.
     """
@@ -59,7 +69,7 @@ class SoftmaxAttentionOptions:
     OP: ClassVar[str] = "softmax_attention"
 
     impl: str = "auto"
-    xla_block_k: int = 512
+    xla_block_k: int | None = None
     splash_block_sizes: SplashBlockSizes | None = None
     pallas_interpret: bool | None = None
 
@@ -68,8 +78,8 @@ class SoftmaxAttentionOptions:
         if self.impl not in SOFTMAX_IMPLS:
             raise ValueError(f"{name}.impl: unknown softmax impl {self.impl!r}; valid: {', '.join(SOFTMAX_IMPLS)}")
         block = self.xla_block_k
-        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-            raise ValueError(f"{name}.xla_block_k: must be a positive whole number, got {block!r}")
+        if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
+            raise ValueError(f"{name}.xla_block_k: must be a positive whole number or None, got {block!r}")
         sizes = self.splash_block_sizes
         if sizes is not None and not isinstance(sizes, SplashBlockSizes):
             raise ValueError(f"{name}.splash_block_sizes: {type(sizes).__name__} are not SplashBlockSizes")
@@ -89,6 +99,10 @@ class SoftmaxAttentionOptions:
 
     def interpret(self) -> bool:
         return jax.default_backend() == "cpu" if self.pallas_interpret is None else self.pallas_interpret
+
+    def block_k(self) -> int:
+        """`xla_block_k`, or the platform's default when unset."""
+        return self.xla_block_k or default_block_k()
 
 
 def cudnn_refusal(q: jax.Array) -> str | None:
@@ -400,7 +414,7 @@ def softmax_attention(
             q, k, v, key_mask, causal=causal, block_sizes=options.splash_block_sizes, interpret=options.interpret()
         )
         return _zero_empty_rows(out, key_mask, causal)
-    return _xla(q, k, v, key_mask, seed, causal, options.xla_block_k, rate)
+    return _xla(q, k, v, key_mask, seed, causal, causal_block_k(q, k, causal, options.block_k()), rate)
 
 
 def _check_dropout(rate, key, key_length: int, options: SoftmaxAttentionOptions) -> float:
@@ -410,7 +424,7 @@ def _check_dropout(rate, key, key_length: int, options: SoftmaxAttentionOptions)
         raise ValueError(f"dropout_rate must be a number in [0, 1], got {rate!r}")
     if rate and key is None:
         raise ValueError(f"dropout_rate={rate} needs a dropout_key (a JAX PRNG key)")
-    block = options.xla_block_k
+    block = options.block_k()
     if rate and key_length > block and block % WEIGHTS_PER_HASH:
         raise ValueError(
             f"SoftmaxAttentionOptions.xla_block_k={block} must be a multiple of {WEIGHTS_PER_HASH} with dropout on "

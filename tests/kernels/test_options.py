@@ -37,7 +37,9 @@ def test_a_bad_shared_field_is_an_error_naming_the_class_and_the_field(cls, kwar
 
 @pytest.mark.parametrize("value", [0, -64, 2.5, True, "512"])
 def test_block_and_chunk_lengths_must_be_positive_whole_numbers(value):
-    with pytest.raises(ValueError, match=r"ReluAttentionOptions\.xla_block_k: must be a positive whole number, got"):
+    with pytest.raises(
+        ValueError, match=r"ReluAttentionOptions\.xla_block_k: must be a positive whole number or None, got"
+    ):
         ReluAttentionOptions(xla_block_k=value)
     with pytest.raises(ValueError, match=r"LinearAttentionOptions\.chunk_size: must be a positive whole number or"):
         LinearAttentionOptions(chunk_size=value)
@@ -106,3 +108,12 @@ def test_the_defaults_are_auto_with_each_builds_own_tiles():
         assert (options.impl, options.pallas_backend, options.pallas_block_sizes) == ("auto", None, None)
         assert options.interpret() == (jax.default_backend() == "cpu")
         assert cls(pallas_interpret=False).interpret() is False
+
+
+def test_the_xla_block_defaults_to_the_platforms_measured_length():
+    from kernels.blocking import DEFAULT_XLA_BLOCK_K, XLA_BLOCK_K, default_block_k
+
+    assert default_block_k("cpu") == XLA_BLOCK_K["cpu"] == 128
+    assert default_block_k("gpu") == default_block_k("tpu") == DEFAULT_XLA_BLOCK_K == 512
+    assert ReluAttentionOptions().block_k() == default_block_k()
+    assert kernels.SoftmaxAttentionOptions(xla_block_k=64).block_k() == 64

@@ -138,7 +138,7 @@ class SoftmaxAttentionTest(parameterized.TestCase):
     "options, message",
     [
         (dict(impl="flash"), r"SoftmaxAttentionOptions.impl: unknown softmax impl 'flash'; valid: auto, reference"),
-        (dict(xla_block_k=0), r"SoftmaxAttentionOptions.xla_block_k: must be a positive whole number, got 0"),
+        (dict(xla_block_k=0), r"SoftmaxAttentionOptions.xla_block_k: must be a positive whole number or None, got 0"),
         (dict(splash_block_sizes=kernels.TpuBlockSizes()), r"splash_block_sizes: TpuBlockSizes are not Splash"),
         (dict(pallas_interpret="yes"), r"pallas_interpret: must be True, False or None"),
     ],
@@ -243,3 +243,13 @@ def test_bad_dropout_settings_name_the_argument(kwargs, message):
     q, k, v, _ = _inputs()
     with pytest.raises(ValueError, match=message):
         kernels.softmax_attention(q, k, v, **kwargs)
+
+
+def test_long_causal_inputs_keep_the_lower_triangle_with_longer_blocks():
+    from kernels.blocking import MAX_CAUSAL_BLOCKS, block_causal, causal_block_k
+
+    q = jnp.zeros((1, 8192, 1, 8))
+    grown = causal_block_k(q, q, True, 128)  # 64 blocks of 128 would be too many to unroll
+    assert grown == 256 and block_causal(q, q, True, grown) and 8192 // grown == MAX_CAUSAL_BLOCKS
+    assert causal_block_k(q, q, False, 128) == 128 and causal_block_k(q[:, :100], q, True, 128) == 128
+    assert causal_block_k(q[:, :1000], q[:, :1000], True, 16) == 32  # ⌈1000 / 32⌉ = 32, a multiple of 8
