@@ -1,4 +1,4 @@
-"""What every study shares: its command line (`--tiny`, `--out`) and the three files it writes."""
+"""What every study shares: its command line (`--tiny`, `--out`, `--record`) and the three files it writes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 from zoo.files import atomic_write_bytes
 from zoo.training.config import check_output_dir
 
-ROOT = Path(__file__).resolve().parent.parent / "benchmarks" / "studies"
+ROOT = Path(__file__).resolve().parent.parent / "benchmarks" / "studies"  # the committed results (`--record`)
+RUNS = Path("runs") / "studies"  # where a study writes by default, relative to the working directory
 
 
 NOT_MEASURABLE = "not measurable at this budget"
@@ -43,17 +44,30 @@ def study_readme(
     return "\n\n".join(parts) + "\n"
 
 
-def study_main(name: str, doc: str, run: Callable[[bool, Path], dict]) -> None:
-    """`python -m studies.NAME [--tiny] [--out DIR]`: runs `run(tiny, out_dir)` and prints its verdict.
+def output_dir(name: str, *, tiny: bool, out: Path | None, record: bool) -> Path:
+    """Where a study writes: `out`; by default runs/studies/NAME (NAME-tiny with --tiny); with `record`, the
+    committed results, benchmarks/studies/NAME — full runs only, and never both `record` and `out`."""
+    if record and out is not None:
+        raise ValueError("--record writes the committed results (benchmarks/studies/NAME): give it or --out, not both")
+    if record and tiny:
+        raise ValueError("--record is for full runs: a --tiny run checks the mechanics and is never committed")
+    if record:
+        return ROOT / name
+    return out or RUNS / (f"{name}-tiny" if tiny else name)
 
-    --tiny checks the mechanics in seconds (the tests run it) and writes under DIR (default:
-    runs/studies/NAME-tiny, outside the committed results)."""
+
+def study_main(name: str, doc: str, run: Callable[[bool, Path], dict]) -> None:
+    """`python -m studies.NAME [--tiny] [--out DIR | --record]`: runs `run(tiny, out_dir)` and prints its verdict.
+
+    Writes under runs/studies/NAME by default (NAME-tiny with --tiny, which checks the mechanics in seconds);
+    `--record` replaces the committed results in benchmarks/studies/NAME, nothing else writes there."""
     parser = argparse.ArgumentParser(prog=f"python -m studies.{name}", description=doc.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a few seconds: the mechanics, not the verdict")
-    parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {ROOT / name})")
+    parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {RUNS / name})")
+    parser.add_argument("--record", action="store_true", help=f"write the committed results, {ROOT / name}")
     args = parser.parse_args()
-    out_dir = args.out or (Path("runs/studies") / f"{name}-tiny" if args.tiny else ROOT / name)
     try:  # before any computation: a study can take hours
+        out_dir = output_dir(name, tiny=args.tiny, out=args.out, record=args.record)
         check_output_dir(out_dir, "--out")
         out_dir.mkdir(parents=True, exist_ok=True)  # permissions alone do not tell (/proc, a read-only mount)
     except (ValueError, OSError) as e:

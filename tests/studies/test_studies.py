@@ -264,3 +264,26 @@ def test_amlp_alignment_trains_every_encoder_on_both_tasks(tmp_path):
     assert (tmp_path / "runs" / "gmlp-split_multiplicative-seed0" / "results.json").exists()
     assert result["encoder_parameters"]["aMLP"] > result["encoder_parameters"]["gMLP"]
     assert "| aMLP |" in readme
+
+
+def test_studies_write_under_runs_by_default_and_the_committed_results_only_when_asked(tmp_path):
+    from studies.common import ROOT, RUNS, output_dir
+
+    assert output_dir("variance", tiny=False, out=None, record=False) == RUNS / "variance"
+    assert output_dir("variance", tiny=True, out=None, record=False) == RUNS / "variance-tiny"
+    assert output_dir("variance", tiny=False, out=tmp_path, record=False) == tmp_path
+    assert output_dir("variance", tiny=False, out=None, record=True) == ROOT / "variance"
+    assert ROOT.parts[-2:] == ("benchmarks", "studies")
+    with pytest.raises(ValueError, match="give it or --out, not both"):
+        output_dir("variance", tiny=False, out=tmp_path, record=True)
+    with pytest.raises(ValueError, match="--record is for full runs"):
+        output_dir("variance", tiny=True, out=None, record=True)
+
+
+def test_record_with_tiny_is_a_usage_error_before_any_computation(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "studies.parameter_budget", "--tiny", "--record"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 2 and "--record is for full runs" in run.stderr
+    assert not (tmp_path / "runs").exists()

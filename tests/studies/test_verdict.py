@@ -1,0 +1,53 @@
+"""The studies' verdict rule: each of the three verdicts, and every reason a comparison is not measurable."""
+
+import pytest
+
+from studies.common import NOT_MEASURABLE
+from studies.verdict import NOT_REPRODUCED, REPRODUCED, Arm, decide, mean_std
+
+
+def _arm(name, *values, chance=0.1):
+    return Arm(name, tuple(values), chance)
+
+
+def test_a_gap_in_the_claimed_direction_beyond_the_spread_is_reproduced():
+    v = decide(_arm("relu", 0.60, 0.62, 0.61), _arm("softmax", 0.50, 0.51, 0.52), higher_is_better=True)
+    assert v.verdict == REPRODUCED and "pooled std" in v.reason
+
+
+def test_a_gap_the_other_way_beyond_the_spread_is_not_reproduced():
+    v = decide(_arm("relu", 0.50, 0.51, 0.52), _arm("softmax", 0.60, 0.62, 0.61), higher_is_better=True)
+    assert v.verdict == NOT_REPRODUCED
+
+
+def test_lower_is_better_reverses_the_direction():
+    perplexity = dict(chance=700.0)
+    better = Arm("split", (100.0, 101.0, 99.0), **perplexity)
+    worse = Arm("linear", (130.0, 131.0, 129.0), **perplexity)
+    assert decide(better, worse, higher_is_better=False).verdict == REPRODUCED
+    assert decide(worse, better, higher_is_better=False).verdict == NOT_REPRODUCED
+
+
+@pytest.mark.parametrize(
+    "claimed, other, why",
+    [
+        (_arm("a", 0.6, 0.7), _arm("b", 0.3, 0.3, 0.3), "a has 2 seed(s); the rule needs 3"),
+        (_arm("a", 0.6, 0.6, 0.6), _arm("b", 0.11, 0.09, 0.10), "b is not measurably past chance"),
+        (_arm("a", 0.6, 0.7, 0.5), _arm("b", 0.55, 0.65, 0.6), "not larger than 2 × the pooled std"),
+    ],
+)
+def test_otherwise_not_measurable_with_the_reason(claimed, other, why):
+    v = decide(claimed, other, higher_is_better=True)
+    assert v.verdict == NOT_MEASURABLE and why in v.reason
+
+
+def test_the_margin_is_a_rule_not_a_tuning_knob_in_the_studies():
+    arms = _arm("a", 0.60, 0.62, 0.64), _arm("b", 0.56, 0.58, 0.60)  # gap 0.04, pooled std 0.02: 2× exactly
+    assert decide(*arms, higher_is_better=True).verdict == NOT_MEASURABLE  # "larger than", strictly
+    assert decide(*arms, higher_is_better=True, margin=1.5).verdict == REPRODUCED
+    assert mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0)
+
+
+def test_a_non_finite_seed_is_refused_naming_the_arm():
+    with pytest.raises(ValueError, match="arm 'a': every seed's value must be finite"):
+        Arm("a", (0.5, float("nan"), 0.4), 0.1)
