@@ -11,8 +11,8 @@ memory XLA plans for it (arguments + outputs + temporaries), the model FLOPs (`z
 forward's, causal attention counting the lower triangle) and the roofline time = FLOPs / the device's peak
 (`peak_tflops_per_device`: on a CPU the float32 matmul rate measured in this process). A case whose planned memory
 exceeds `--memory_fraction` (0.75) of what the device has is recorded as not run, with the figure (XLA:CPU's
-plan undercounts its peak: softmax_dense at 16K planned 0.9 of the host's memory and was killed). Variants: "softmax" (the mixer's default
-implementation here), "softmax_dense" (XLA's whole-matrix softmax), "relu", "linear" (elu+1 feature map), "gmlp"
+plan undercounts the peak: softmax_dense at 16K fit its plan and was killed). Variants: "softmax" (the mixer's
+default implementation here), "softmax_dense" (XLA's whole-matrix softmax), "relu", "linear" (elu+1 feature map), "gmlp"
 (a T×T spatial gating matrix). Writes `scaling-<device>.json` and `scaling-<device>.svg` (time against length,
 log scale, each mixer's roofline dashed in its colour).
 """
@@ -73,9 +73,8 @@ def run_case(variant: str, length: int, args: argparse.Namespace, peak_tflops: f
     compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(params, x).compile()
     result["memory_bytes"] = memory.step_bytes(compiled)
     if limit is not None and result["memory_bytes"] > args.memory_fraction * limit:
-        result["skipped"] = (
-            f"needs {result['memory_bytes'] / 2**30:.2f} GiB, more than the {limit / 2**30:.2f} GiB here"
-        )
+        need, have = result["memory_bytes"] / 2**30, limit / 2**30
+        result["skipped"] = f"needs {need:.2f} GiB, more than {args.memory_fraction:g} of the {have:.2f} GiB here"
         return result
     jax.block_until_ready(compiled(params, x))  # warm-up
     times = []
