@@ -104,6 +104,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--causal", type=lambda s: s.lower() == "true", default=True)
     p.add_argument("--repeats", type=int, default=10 if accel else 3)
     p.add_argument("--out", type=Path, default=Path("benchmarks"))
+    p.add_argument("--memory_fraction", type=float, default=0.75, help="run cases planned below this share of memory")
     args = p.parse_args(argv)
     for name in args.mixers:
         if name not in VARIANTS:

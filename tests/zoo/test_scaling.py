@@ -29,7 +29,8 @@ def test_a_case_that_does_not_fit_is_recorded_not_run(tmp_path, monkeypatch):
     monkeypatch.setattr(scaling.memory, "device_memory_limit", lambda train: (1024, "test"))
     path = scaling.main(["--mixers=relu", "--lengths=32", "--repeats=1", f"--out={tmp_path}"])
     (row,) = json.loads(path.read_text())["results"]
-    assert row["skipped"].startswith("needs 0.00 GiB, more than 0.75 of the 0.00 GiB here") and "forward_backward_ms" not in row
+    assert row["skipped"].startswith("needs 0.00 GiB, more than 0.75 of the 0.00 GiB here")
+    assert "forward_backward_ms" not in row
 
 
 def test_unknown_variant_is_a_usage_error_naming_it(capsys):
