@@ -135,3 +135,25 @@ def test_default_cases_add_the_mosaic_kernels_on_hopper_in_half_precision_only()
     # the softmax baseline: cuDNN (half precision) beside the blocked and the dense XLA softmax
     assert {("softmax", impl, "float32") for impl in ("xla", "dense")} <= ampere
     assert not any(impl == "mosaic" for _, impl, _ in impls(None) | impls((10, 0)))
+
+
+def test_xla_block_sweep_writes_every_op_mode_and_block(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "sweep.json"
+    cmd = [
+        sys.executable,
+        "benchmarks/xla_block_sweep.py",
+        "--length=64",
+        "--blocks=16,32",
+        "--repeats=1",
+        f"--out={out}",
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["length"] == 64 and result["matmul_gflops"] > 0
+    seen = {(r["op"], r["causal"], r["block"]) for r in result["rows"]}
+    assert seen == {(op, c, b) for op in ("relu", "softmax") for c in (True, False) for b in (16, 32)}
+    assert all(r["ms"] > 0 and r["pct_of_matmul"] > 0 for r in result["rows"])
