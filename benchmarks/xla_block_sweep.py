@@ -11,25 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
 import kernels
+from kernels.bench import median_seconds
 from zoo.training.flops import measured_cpu_tflops
-
-
-def _median_seconds(fn, args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def sweep(length: int, blocks: list[int], repeats: int = 3, heads: int = 4, head_dim: int = 64) -> dict:
@@ -49,7 +38,7 @@ def sweep(length: int, blocks: list[int], repeats: int = 3, heads: int = 4, head
                 def loss(q, k, v, attend=attend, options=options, causal=causal):
                     return jnp.sum(attend(q, k, v, causal=causal, options=options))
 
-                seconds = _median_seconds(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))), (q, k, v), repeats)
+                seconds = median_seconds(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))), (q, k, v), repeats)
                 pairs = length * (length + 1) / 2 if causal else float(length) ** 2
                 useful = 3.5 * 4 * heads * head_dim * pairs
                 rows.append(dict(op=op, causal=causal, block=block, ms=1e3 * seconds,

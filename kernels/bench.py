@@ -116,7 +116,8 @@ def _fn(case: Case):
     return lambda q, k, v: softmax_attention(q, k, v, causal=case.causal, options=softmax)
 
 
-def _time(fn, args, repeats: int) -> float:
+def median_seconds(fn, args, repeats: int) -> float:
+    """The median wall time of `fn(*args)` over `repeats` calls, after one untimed call (compile, warm up)."""
     jax.block_until_ready(fn(*args))  # compile and warm up
     times = []
     for _ in range(repeats):
@@ -178,7 +179,7 @@ def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0, check
     for name, f, mult in (("forward", fwd, 1.0), ("forward_backward", fwd_bwd, 3.5)):
         try:
             compiled = f.lower(q, k, v).compile()  # once: timed and asked for its memory
-            seconds = _time(compiled, (q, k, v), repeats)
+            seconds = median_seconds(compiled, (q, k, v), repeats)
             memory = compiled.memory_analysis()
         except Exception as e:
             result[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"

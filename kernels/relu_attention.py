@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from kernels.blocking import block_causal, block_scores, causal_block_k, key_blocks, pad_rows, unblock, visible
-from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_positive
+from kernels.checks import check_attention_inputs, check_positive
 from kernels.masking import zero_masked_rows
 from kernels.numerics import xlogx
 from kernels.options import ReluAttentionOptions
@@ -78,25 +78,10 @@ def _mask_factor(key_mask: jax.Array, gamma_h: jax.Array, causal: bool, row_scal
 
 
 def _check_inputs(q, k, v, key_mask, gamma, causal, row_scale="sqrt_half"):
-    check_causal(causal)
-    check_key_mask(key_mask)
+    check_attention_inputs(q, k, v, key_mask, causal)
     if row_scale not in ROW_SCALES:
         raise ValueError(f"unknown row_scale {row_scale!r}; valid: {', '.join(ROW_SCALES)}")
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(
-            f"q, k, v must be [batch, length, heads, head_dim]; got shapes {q.shape}, {k.shape}, {v.shape}"
-        )
-    check_floating(q=q, k=k, v=v)
-    b, tq, h, d = q.shape
-    check_lengths(query_length=tq, key_length=k.shape[1], head_dim=d)
-    if k.shape[0] != b or k.shape[2] != h or k.shape[3] != d:
-        raise ValueError(f"k shape {k.shape} does not match q shape {q.shape} (batch, heads, head_dim)")
-    if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v shape {v.shape} does not match k shape {k.shape} (batch, length, heads)")
-    if key_mask is not None and key_mask.shape != k.shape[:2]:
-        raise ValueError(f"key_mask shape {key_mask.shape} must be [batch, key_length] = {k.shape[:2]}")
-    if causal and tq != k.shape[1]:
-        raise ValueError(f"causal attention needs equal query and key lengths, got {tq} and {k.shape[1]}")
+    h = q.shape[2]
     gshape = jnp.shape(gamma)
     if gshape not in ((), (1,), (h,)):
         raise ValueError(f"gamma must be a scalar or have shape [heads]=({h},), got {gshape}")

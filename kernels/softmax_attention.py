@@ -48,7 +48,7 @@ from kernels.blocking import (
     unblock,
     visible,
 )
-from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths
+from kernels.checks import check_attention_inputs
 from kernels.masking import zero_masked_rows
 from kernels.platforms import auto_pallas_backend
 from kernels.softmax_attention_tpu import SplashBlockSizes, softmax_attention_splash, splash_refusal
@@ -112,25 +112,6 @@ def cudnn_refusal(q: jax.Array) -> str | None:
     if q.shape[-1] > 128 or q.shape[-1] % 8:
         return f"cuDNN flash attention needs a head dim ≤ 128 and a multiple of 8, not {q.shape[-1]}"
     return None
-
-
-def _check_inputs(q, k, v, key_mask, causal):
-    check_causal(causal)
-    check_key_mask(key_mask)
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(
-            f"q, k, v must be [batch, length, heads, head_dim]; got shapes {q.shape}, {k.shape}, {v.shape}"
-        )
-    check_floating(q=q, k=k, v=v)
-    check_lengths(query_length=q.shape[1], key_length=k.shape[1], head_dim=q.shape[3])
-    if k.shape[0] != q.shape[0] or k.shape[2:] != q.shape[2:]:
-        raise ValueError(f"k shape {k.shape} does not match q shape {q.shape} (batch, heads, head_dim)")
-    if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v shape {v.shape} does not match k shape {k.shape} (batch, length, heads)")
-    if key_mask is not None and key_mask.shape != k.shape[:2]:
-        raise ValueError(f"key_mask shape {key_mask.shape} must be [batch, key_length] = {k.shape[:2]}")
-    if causal and q.shape[1] != k.shape[1]:
-        raise ValueError(f"causal attention needs equal query and key lengths, got {q.shape[1]} and {k.shape[1]}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -391,7 +372,7 @@ def softmax_attention(
       options: which implementation runs and how it is tiled; None: the defaults (impl "auto").
     """
     options = options or SoftmaxAttentionOptions()
-    _check_inputs(q, k, v, key_mask, causal)
+    check_attention_inputs(q, k, v, key_mask, causal)
     rate = _check_dropout(dropout_rate, dropout_key, k.shape[1], options)
     impl = "xla" if rate and options.impl == "auto" else options.plan(q, k)
     if rate and impl not in ("xla", "reference"):

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import jax
@@ -30,7 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from kernels.bench import device_name, line_plot_svg
+from kernels.bench import device_name, line_plot_svg, median_seconds
 from zoo import mixers
 from zoo.files import atomic_write_bytes
 from zoo.models.config import mixer_config, model_config
@@ -76,13 +74,7 @@ def run_case(variant: str, length: int, args: argparse.Namespace, peak_tflops: f
         need, have = result["memory_bytes"] / 2**30, limit / 2**30
         result["skipped"] = f"needs {need:.2f} GiB, more than {args.memory_fraction:g} of the {have:.2f} GiB here"
         return result
-    jax.block_until_ready(compiled(params, x))  # warm-up
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(params, x))
-        times.append(time.perf_counter() - start)
-    seconds = statistics.median(times)
+    seconds = median_seconds(compiled, (params, x), args.repeats)
     result["forward_backward_ms"] = 1e3 * seconds
     result["tflops_per_s"] = model_flops / seconds / 1e12
     result["fraction_of_peak"] = result["tflops_per_s"] / peak_tflops if peak_tflops else None
