@@ -11,7 +11,8 @@ memory XLA plans for it (arguments + outputs + temporaries), the model FLOPs (`z
 forward's, causal attention counting the lower triangle) and the roofline time = FLOPs / the device's peak
 (`peak_tflops_per_device`: on a CPU the float32 matmul rate measured in this process). A case whose planned memory
 exceeds `--memory_fraction` (0.75) of what the device has is recorded as not run, with the figure (XLA:CPU's
-plan undercounts the peak: softmax_dense at 16K fit its plan and was killed). Variants: "softmax" (the mixer's
+plan undercounts the peak: softmax_dense at 16K fit its plan and was killed twice), and on a CPU softmax_dense
+stops at `--dense_max_length` (8K). Variants: "softmax" (the mixer's
 default implementation here), "softmax_dense" (XLA's whole-matrix softmax), "relu", "linear" (elu+1 feature map), "gmlp"
 (a T×T spatial gating matrix). Writes `scaling-<device>.json` and `scaling-<device>.svg` (time against length,
 log scale, each mixer's roofline dashed in its colour).
@@ -65,6 +66,9 @@ def run_case(variant: str, length: int, args: argparse.Namespace, peak_tflops: f
         return jnp.sum(nnx.merge(graph, params)(x, causal=args.causal).astype(jnp.float32))
 
     result = {"variant": variant, "mixer": model.mixer, "length": length}
+    if variant == "softmax_dense" and args.dense_max_length and length > args.dense_max_length:
+        result["skipped"] = f"the dense T×T softmax is not run past --dense_max_length={args.dense_max_length}"
+        return result
     model_flops = flops.train_step_flops(flops.mixer_flops(model, length, causal=args.causal))
     result["model_flops"] = model_flops
     result["roofline_ms"] = 1e3 * model_flops / (peak_tflops * 1e12) if peak_tflops else None
@@ -96,6 +100,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--causal", type=lambda s: s.lower() == "true", default=True)
     p.add_argument("--repeats", type=int, default=10 if accel else 3)
     p.add_argument("--out", type=Path, default=Path("benchmarks"))
+    p.add_argument("--dense_max_length", type=int, default=0 if accel else 8192, help="0: no limit")
     p.add_argument("--memory_fraction", type=float, default=0.75, help="run cases planned below this share of memory")
     args = p.parse_args(argv)
     for name in args.mixers:

@@ -33,6 +33,12 @@ def test_a_case_that_does_not_fit_is_recorded_not_run(tmp_path, monkeypatch):
     assert "forward_backward_ms" not in row
 
 
+def test_dense_softmax_stops_at_its_length_limit(tmp_path):
+    args = ["--mixers=softmax_dense", "--lengths=32,64", "--repeats=1", "--dense_max_length=32", f"--out={tmp_path}"]
+    rows = json.loads(scaling.main(args).read_text())["results"]
+    assert "forward_backward_ms" in rows[0] and "not run past --dense_max_length=32" in rows[1]["skipped"]
+
+
 def test_unknown_variant_is_a_usage_error_naming_it(capsys):
     with pytest.raises(SystemExit) as e:
         scaling.parse_args(["--mixers=softmax,flash"])
