@@ -32,6 +32,6 @@ def test_every_mixer_trains_on_listops_without_nans(tmp_path):
             config.model.mixer_options[name].d_ffn = 64
         config.train.update(steps=6, batch_size=8, log_every=3, eval_every=0, checkpoint_every=6, eval_batch_size=16)
         results = train_and_evaluate(config, tmp_path / f"run{i}", listops.make_task(config))
-        if not all(math.isfinite(v) for v in results.values()):
+        if not all(math.isfinite(v) for v in results.values() if isinstance(v, float)):
             failures.append((name, options, results))
     assert not failures, failures
