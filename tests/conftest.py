@@ -3,18 +3,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.xla_flags import FAST_COMPILE
+
 # Tests run on the CPU with the default single device unless a test spawns its own process.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # A persistent compilation cache, shared by the pytest workers, the commands tests start (they inherit the
 # environment) and later runs: the same small models compile in many tests. Set before jax is imported.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).parents[1] / ".cache" / "jax-tests"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
-# The tests' programs are small: compiling them is most of the suite's time, running them little. LLVM's
-# cheapest settings compile about 40% faster (measured on tests/zoo/test_scan_layers.py, cold cache) and change no
-# result beyond float rounding, which every comparison here tolerates. Commands the tests start inherit them.
-_FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# The tests' programs are small: compiling them is most of the suite's time, running them little (xla_flags.py).
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_COMPILE}".strip()
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
 
 
 # Test files whose tests start commands or train models end to end (seconds to minutes each): `make test-fast`

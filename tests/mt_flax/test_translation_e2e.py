@@ -8,6 +8,8 @@ import sys
 import pytest
 import sacrebleu
 
+from tests.xla_flags import optimised_env
+
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
 
 
@@ -21,8 +23,8 @@ def _copy_task(d, counts=(("train", 3000), ("valid", 60), ("test", 100))):
         (d / f"{split}.tgt").write_text("".join(s.upper() + "\n" for s in src))
 
 
-def _run(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=900)
+def _run(module, *args, env=None):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=900, env=env)
 
 
 @pytest.mark.slow
@@ -40,7 +42,7 @@ def test_copy_task_reaches_high_bleu_and_reports_sacrebleu(tmp_path):
         "--config.data.vocab_size=128",
         "--config.train.eval_every=150",
     ]
-    proc = _run("mt_flax", *flags)
+    proc = _run("mt_flax", *flags, env=optimised_env())  # its training steps, not compilation, take the time
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((workdir / "results.json").read_text())
     assert results["bleu"] > 90, results

@@ -265,7 +265,9 @@ def test_attention_dropout_drops_weights_per_element_in_training_only():
     chex.assert_trees_all_close(layer(x, mask=mask), plain, atol=1e-6)
     layer.train()
     rngs = nnx.Rngs(dropout=3)
-    draws = jnp.stack([layer(x, mask=mask, rngs=rngs) for _ in range(400)])
+    # Jitted once: 400 eager calls through the blocked softmax take over a minute.
+    call = nnx.jit(lambda layer, x, mask, rngs: layer(x, mask=mask, rngs=rngs))
+    draws = jnp.stack([call(layer, x, mask, rngs) for _ in range(400)])
     assert float(jnp.max(jnp.abs(draws[0] - draws[1]))) > 1e-3  # a new mask each call
     # Inverted dropout keeps the expectation: the mean of 400 draws is near the plain output.
     assert float(jnp.max(jnp.abs(draws.mean(0) - plain))) < 0.15 * float(jnp.max(jnp.abs(plain)))

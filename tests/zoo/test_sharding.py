@@ -45,7 +45,9 @@ def test_state_shardings_follow_metadata_on_one_device():
 
 @pytest.mark.slow
 def test_train_steps_on_8_fake_devices_match_one_device():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    # The device count added to conftest's flags (its fast compile settings included).
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     script = Path(__file__).with_name("multidevice_check.py")
     run = subprocess.run(
         [sys.executable, str(script), "relu", "linear"], capture_output=True, text=True, env=env, timeout=900
@@ -55,7 +57,9 @@ def test_train_steps_on_8_fake_devices_match_one_device():
     for key, r in result.items():
         # Same data, same initialisation: only the order of floating-point reductions differs.
         assert max(abs(a - b) for a, b in zip(r["losses"], r["ref_losses"], strict=True)) < 1e-5, (key, r)
-        assert r["max_param_diff"] < 2e-5, (key, r["max_param_diff"])
+        # Adam divides by √v, which magnifies rounding where gradients are tiny; 5e-5 is still 1/240 of the most
+        # a parameter moves in these 4 steps (4 × lr 3e-3), where a sharding error moves it by ~1e-3.
+        assert r["max_param_diff"] < 5e-5, (key, r["max_param_diff"])
     q_spec, q_shard = result["relu/d2_f2_t2"]["shardings"]["query_kernel"]
     assert q_spec == "P('fsdp', 'tensor')" and q_shard == [16, 16]  # 32×32 split 2 × 2
     wo_spec, wo_shard = result["relu/d2_f2_t2"]["shardings"]["ffn_wo_kernel"]
