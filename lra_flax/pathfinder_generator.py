@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
-from scipy import ndimage
 
 DIFFICULTIES = {"easy": 6, "intermediate": 9, "hard": 14}  # contour length (paddles per target snake)
 GENERATOR_RECORD = "generator.json"  # written beside metadata/ in a generated folder: the settings
@@ -138,6 +137,8 @@ def dilate(image: np.ndarray, footprint: np.ndarray) -> np.ndarray:
     footprint = np.asarray(footprint, bool)
     if not footprint.any():  # an element too thin to survive the cut to whole pixels dilates by nothing
         return np.asarray(image, np.float64).copy()
+    from scipy import ndimage  # here, not at the top: every lra-train process imports this module; scipy takes 0.4 s
+
     return ndimage.maximum_filter(np.asarray(image, np.float64), footprint=footprint, mode="constant", cval=0.0)
 
 
@@ -263,6 +264,8 @@ def _blind_seed_angle(angle: float, params: PathfinderParams, margin: int) -> bo
     """
     shape = (params.window_size, params.window_size)
     element = _seed_element(angle, params, margin)
+    from scipy import ndimage  # as in `dilate`
+
     reach = ndimage.maximum_filter(np.zeros(shape), footprint=element, mode="constant", cval=-np.inf)
     return bool(element.any()) and bool(np.min(reach) < 0)
 
