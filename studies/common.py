@@ -56,22 +56,34 @@ def output_dir(name: str, *, tiny: bool, out: Path | None, record: bool) -> Path
     return out or RUNS / (f"{name}-tiny" if tiny else name)
 
 
-def study_main(name: str, doc: str, run: Callable[[bool, Path], dict]) -> None:
-    """`python -m studies.NAME [--tiny] [--out DIR | --record]`: runs `run(tiny, out_dir)` and prints its verdict.
+def study_main(
+    name: str, doc: str, run: Callable[[bool, Path], dict], report: Callable[[dict, Path], dict] | None = None
+) -> None:
+    """`python -m studies.NAME [--tiny] [--out DIR | --record] [--report]`: runs `run(tiny, out_dir)` and prints
+    its verdict.
 
     Writes under runs/studies/NAME by default (NAME-tiny with --tiny, which checks the mechanics in seconds);
-    `--record` replaces the committed results in benchmarks/studies/NAME, nothing else writes there."""
+    `--record` replaces the committed results in benchmarks/studies/NAME, nothing else writes there. With
+    `--report` (studies that separate measuring from judging) nothing is measured: the verdict, figure and
+    README.md are made again from the folder's result.json, under the rule as it stands."""
     parser = argparse.ArgumentParser(prog=f"python -m studies.{name}", description=doc.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a few seconds: the mechanics, not the verdict")
     parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {RUNS / name})")
     parser.add_argument("--record", action="store_true", help=f"write the committed results, {ROOT / name}")
+    if report is not None:
+        parser.add_argument("--report", action="store_true", help="judge the folder's result.json again, no runs")
     args = parser.parse_args()
     try:  # before any computation: a study can take hours
         out_dir = output_dir(name, tiny=args.tiny, out=args.out, record=args.record)
         check_output_dir(out_dir, "--out")
         out_dir.mkdir(parents=True, exist_ok=True)  # permissions alone do not tell (/proc, a read-only mount)
+        measured = None
+        if getattr(args, "report", False):
+            if not (out_dir / "result.json").is_file():
+                raise ValueError(f"--report: {out_dir / 'result.json'} does not exist (run the study first)")
+            measured = json.loads((out_dir / "result.json").read_text())
     except (ValueError, OSError) as e:
         print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, a usage error's 2
         sys.exit(2)
-    result = run(args.tiny, out_dir)
+    result = run(args.tiny, out_dir) if measured is None else report(measured, out_dir)
     print(f"{name}: {result['verdict']} — {out_dir}")

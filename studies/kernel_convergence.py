@@ -8,13 +8,16 @@ The `lra-train` ListOps demo setting (short expressions, 2-layer d 128 encoder, 
 mixer and a one-layer kernel: `oglu` or `orth_softplus` (the paper's "orth. linear"), orthogonality
 regulariser λ 0.1 for both; seeds 0–4 change the initialisation and the batch order. Each run is an ordinary
 workdir under runs/studies/kernel_convergence/ (re-running resumes). Faster: a smaller mean area under the
-training-loss curve; less variance: a smaller between-seed standard deviation of the loss, averaged over the
-logged steps.
+training-loss curve per seed, beyond the seed spread; less variance: a smaller variance of that area between seeds,
+by the F-test of the studies' rule (studies/verdict.py). `--report` re-renders the verdict and README from
+result.json without training.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +25,13 @@ import numpy as np
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from studies.common import study_main, study_readme, write_study
+from studies.verdict import Arm, combine, decide, decide_spread, mean_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
 KERNELS = {"OGLU": "oglu", "orth. linear": "orth_softplus"}
 RUNS = Path("runs/studies/kernel_convergence")
+CHANCE_LOSS = math.log(10)  # ListOps has 10 classes: the loss of a uniform prediction
 
 
 def config_for(kernel: str, seed: int, tiny: bool, data_dir: Path):
@@ -63,23 +68,37 @@ def run(tiny: bool, out_dir: Path) -> dict:
             steps, loss = train_curve(workdir)
             losses.append(loss)
             accs.append(results["test_accuracy"])
-        curves[name] = np.asarray(losses)
+        curves[name] = losses
         accuracy[name] = accs
-    area = {name: float(c.mean(axis=0).mean()) for name, c in curves.items()}
-    spread = {name: float(c.std(axis=0).mean()) for name, c in curves.items()}
-    faster = area["OGLU"] < area["orth. linear"]
-    steadier = spread["OGLU"] < spread["orth. linear"]
-    verdict = "reproduced" if faster and steadier else "not reproduced"
+    result = {"steps": steps, "seeds": list(seeds), "train_loss": curves, "test_accuracy": accuracy, "tiny": tiny}
+    return report(result, out_dir)
+
+
+def report(result: dict, out_dir: Path) -> dict:
+    """The verdict under the studies' rule (studies/verdict.py), the figure and README.md from the curves in
+    `result`; returns `result` with the verdict and the per-seed figures it rests on."""
+    steps, tiny = result["steps"], result["tiny"]
+    curves = {name: np.asarray(c) for name, c in result["train_loss"].items()}
+    accuracy = result["test_accuracy"]
+    # Per seed, the mean training loss over the logged steps (the area under its curve): the lower, the faster.
+    area = {name: c.mean(axis=1) for name, c in curves.items()}
+    arms = {name: Arm(name, tuple(map(float, a)), chance=CHANCE_LOSS) for name, a in area.items()}
+    parts = {
+        "faster": decide(arms["OGLU"], arms["orth. linear"], higher_is_better=False),
+        "steadier": decide_spread(arms["OGLU"], arms["orth. linear"]),
+    }
+    verdict = combine(parts)
     result = {
-        "steps": steps, "seeds": list(seeds), "train_loss": {n: c.tolist() for n, c in curves.items()},
-        "mean_loss_over_training": area, "between_seed_std": spread, "test_accuracy": accuracy,
-        "oglu_faster": faster, "oglu_steadier": steadier, "verdict": verdict, "tiny": tiny,
-    }  # fmt: skip
+        **{k: v for k, v in result.items() if k in ("steps", "seeds", "train_loss", "test_accuracy", "tiny")},
+        "mean_loss_over_training": {name: a.tolist() for name, a in area.items()},
+        "parts": {name: dataclasses.asdict(v) for name, v in parts.items()},
+        "verdict": verdict.verdict,
+    }
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, c in curves.items():
-        mean, std = c.mean(axis=0), c.std(axis=0)
+        mean, std = c.mean(axis=0), c.std(axis=0, ddof=1)
         ax.plot(steps, mean, label=f"{name} (mean of {len(c)})")
         ax.fill_between(steps, mean - std, mean + std, alpha=0.25)
     ax.set_xlabel("step")
@@ -89,8 +108,8 @@ def run(tiny: bool, out_dir: Path) -> dict:
     save_figure(fig, out_dir / "kernel_convergence.png")
 
     rows = "\n".join(
-        f"| {name} | {area[name]:.4f} | {spread[name]:.4f} | "
-        f"{100 * np.mean(accuracy[name]):.1f} ± {100 * np.std(accuracy[name]):.1f} |"
+        f"| {name} | {len(area[name])} | {mean_std(area[name])[0]:.4f} ± {mean_std(area[name])[1]:.4f} | "
+        f"{100 * mean_std(accuracy[name])[0]:.1f} ± {100 * mean_std(accuracy[name])[1]:.1f} |"
         for name in KERNELS
     )
     readme = study_readme(
@@ -99,10 +118,11 @@ def run(tiny: bool, out_dir: Path) -> dict:
         claim="(trainable-kernel paper, docs/mixers.md): a single-layer OGLU converges faster and with less variance "
         "between runs than the orthogonal linear kernel.",
         setting=f"ListOps demo data and model (2 layers, d 128) with `mixer=linear`, `kernel_depth=1`, {steps[-1]} "
-        f"steps, seeds {', '.join(map(str, seeds))}.",
-        table="| kernel | mean training loss over the run | between-seed std (mean over steps) | test accuracy % |\n"
+        f"steps, seeds {', '.join(map(str, result['seeds']))}. Faster: a lower mean training loss over the run, per "
+        "seed; steadier: a smaller variance of that figure between seeds. Mean ± std over seeds (n − 1).",
+        table="| kernel | seeds | mean training loss over the run | test accuracy % |\n"
         f"|---|---|---|---|\n{rows}",
-        verdict=f"{verdict} (OGLU faster: {faster}; OGLU steadier: {steadier}).",
+        verdict=f"{verdict.verdict} — {verdict.reason}.",
         figure="kernel_convergence.png",
     )  # fmt: skip
     write_study(out_dir, result, readme)
@@ -110,4 +130,4 @@ def run(tiny: bool, out_dir: Path) -> dict:
 
 
 if __name__ == "__main__":
-    study_main("kernel_convergence", __doc__, run)
+    study_main("kernel_convergence", __doc__, run, report)

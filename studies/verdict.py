@@ -8,6 +8,12 @@ A study may say "reproduced" or "not reproduced" only when
 then the direction of the gap decides: the paper's claimed order → "reproduced", the opposite → "not reproduced".
 Otherwise the verdict is "not measurable at this budget", with the reason. Standard deviations are the sample
 ones (n − 1) over seeds.
+
+A claim about spread ("less variance between runs") is a claim about two variances, which a gap in means cannot
+test: `decide_spread` needs (a) and the two-sided F-test of the variances over seeds at SPREAD_LEVEL: a ratio
+beyond its critical value decides the direction, anything nearer 1 is "not measurable at this budget". A claim
+made of several parts (`combine`) is reproduced when every part is, not reproduced when any part is not, and
+otherwise not measurable.
 """
 
 from __future__ import annotations
@@ -15,12 +21,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from scipy import stats
+
 from lra_flax.compare import mean_std
 from studies.common import NOT_MEASURABLE
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 MIN_SEEDS = 3
 MARGIN = 2.0
+SPREAD_LEVEL = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +54,9 @@ class Verdict:
 def decide(claimed: Arm, other: Arm, *, higher_is_better: bool, margin: float = MARGIN) -> Verdict:
     """The verdict on the claim "`claimed` does better than `other`" (module docstring for the rule)."""
     sign = 1.0 if higher_is_better else -1.0
+    if (few := _too_few_seeds(claimed, other)) is not None:
+        return few
     for arm in (claimed, other):
-        if len(arm.values) < MIN_SEEDS:
-            return Verdict(NOT_MEASURABLE, f"{arm.name} has {len(arm.values)} seed(s); the rule needs {MIN_SEEDS}")
         mean, std = mean_std(arm.values)
         beyond = sign * (mean - arm.chance)
         if not beyond > margin * std:
@@ -63,3 +72,41 @@ def decide(claimed: Arm, other: Arm, *, higher_is_better: bool, margin: float = 
     if abs(gap) <= margin * pooled:
         return Verdict(NOT_MEASURABLE, f"{what}: not larger than {margin:g} × the pooled std")
     return Verdict(REPRODUCED if gap > 0 else NOT_REPRODUCED, what)
+
+
+def _too_few_seeds(*arms: Arm) -> Verdict | None:
+    for arm in arms:
+        if len(arm.values) < MIN_SEEDS:
+            return Verdict(NOT_MEASURABLE, f"{arm.name} has {len(arm.values)} seed(s); the rule needs {MIN_SEEDS}")
+    return None
+
+
+def decide_spread(claimed: Arm, other: Arm, *, level: float = SPREAD_LEVEL) -> Verdict:
+    """The verdict on the claim "`claimed` varies less between seeds than `other`" (module docstring)."""
+    if (few := _too_few_seeds(claimed, other)) is not None:
+        return few
+    (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
+    n1, n2 = len(claimed.values), len(other.values)
+    what = f"seed std {s1:.3g} ({claimed.name}) and {s2:.3g} ({other.name})"
+    if s1 == s2:
+        return Verdict(NOT_MEASURABLE, f"{what}: equal")
+    if s1 == 0 or s2 == 0:
+        return Verdict(REPRODUCED if s1 < s2 else NOT_REPRODUCED, f"{what}: one arm does not vary at all")
+    # Two-sided: the larger variance over the smaller against F's upper level/2 quantile, its own degrees first.
+    if s1 < s2:
+        ratio, critical = (s2 / s1) ** 2, float(stats.f.ppf(1 - level / 2, n2 - 1, n1 - 1))
+    else:
+        ratio, critical = (s1 / s2) ** 2, float(stats.f.ppf(1 - level / 2, n1 - 1, n2 - 1))
+    what = f"{what}, variance ratio {ratio:.3g} (F critical value {critical:.3g} at {level:g}, two-sided)"
+    if ratio <= critical:
+        return Verdict(NOT_MEASURABLE, f"{what}: not beyond it")
+    return Verdict(REPRODUCED if s1 < s2 else NOT_REPRODUCED, what)
+
+
+def combine(parts: dict[str, Verdict]) -> Verdict:
+    """A claim made of parts: reproduced when every part is, not reproduced when any is not, else not measurable."""
+    kinds = {v.verdict for v in parts.values()}
+    reason = "; ".join(f"{name}: {v.verdict} ({v.reason})" for name, v in parts.items())
+    if kinds == {REPRODUCED}:
+        return Verdict(REPRODUCED, reason)
+    return Verdict(NOT_REPRODUCED if NOT_REPRODUCED in kinds else NOT_MEASURABLE, reason)

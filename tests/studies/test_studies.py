@@ -287,3 +287,26 @@ def test_record_with_tiny_is_a_usage_error_before_any_computation(tmp_path):
     )  # fmt: skip
     assert run.returncode == 2 and "--record is for full runs" in run.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_report_judges_the_committed_result_again_without_training(tmp_path):
+    from pathlib import Path
+
+    from studies.verdict import Arm, decide
+
+    committed = Path(kernel_convergence.__file__).parents[1] / "benchmarks/studies/kernel_convergence/result.json"
+    (tmp_path / "result.json").write_bytes(committed.read_bytes())
+    command = [sys.executable, "-m", "studies.kernel_convergence", "--report", f"--out={tmp_path}"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result, readme = _files(tmp_path, "kernel_convergence.png")
+    assert not (tmp_path / "runs").exists()  # nothing trained
+    # The verdict is the rule's, on each seed's mean training loss.
+    measured = json.loads(committed.read_text())
+    arms = [Arm(n, tuple(float(np.mean(c)) for c in curves), 2.302585) for n, curves in measured["train_loss"].items()]
+    assert result["parts"]["faster"]["verdict"] == decide(*arms, higher_is_better=False).verdict
+    assert result["verdict"] in run.stdout and "| OGLU | 5 |" in readme
+    # Without a result to judge: one line, exit 2.
+    empty = tmp_path / "empty"
+    run = subprocess.run([*command[:-1], f"--out={empty}"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "result.json does not exist (run the study first)" in run.stderr, run.stderr

@@ -3,7 +3,7 @@
 import pytest
 
 from studies.common import NOT_MEASURABLE
-from studies.verdict import NOT_REPRODUCED, REPRODUCED, Arm, decide, mean_std
+from studies.verdict import NOT_REPRODUCED, REPRODUCED, Arm, Verdict, combine, decide, decide_spread, mean_std
 
 
 def _arm(name, *values, chance=0.1):
@@ -51,3 +51,23 @@ def test_the_margin_is_a_rule_not_a_tuning_knob_in_the_studies():
 def test_a_non_finite_seed_is_refused_naming_the_arm():
     with pytest.raises(ValueError, match="arm 'a': every seed's value must be finite"):
         Arm("a", (0.5, float("nan"), 0.4), 0.1)
+
+
+def test_a_spread_claim_is_decided_by_the_f_test_of_the_seed_variances():
+    steady = _arm("oglu", 1.00, 1.02, 0.98, 1.01, 0.99)  # std 0.0158
+    noisy = _arm("linear", 1.0, 1.2, 0.8, 1.1, 0.9)  # std 0.158: variance ratio 100 > F(0.975; 4, 4) = 9.60
+    v = decide_spread(steady, noisy)
+    assert v.verdict == REPRODUCED and "F critical value 9.6" in v.reason
+    assert decide_spread(noisy, steady).verdict == NOT_REPRODUCED
+    # Ratio 4 with 3 seeds each: F(0.975; 2, 2) = 39, far from decided.
+    v = decide_spread(_arm("a", 1.0, 1.1, 0.9), _arm("b", 1.0, 1.2, 0.8))
+    assert v.verdict == NOT_MEASURABLE and "not beyond it" in v.reason
+    assert "the rule needs 3" in decide_spread(_arm("a", 1.0, 1.1), noisy).reason
+
+
+def test_a_claim_of_several_parts_needs_every_part():
+    yes, no, unsure = (Verdict(REPRODUCED, "r"), Verdict(NOT_REPRODUCED, "n"), Verdict(NOT_MEASURABLE, "m"))
+    assert combine({"faster": yes, "steadier": yes}).verdict == REPRODUCED
+    assert combine({"faster": yes, "steadier": unsure}).verdict == NOT_MEASURABLE
+    assert combine({"faster": unsure, "steadier": no}).verdict == NOT_REPRODUCED
+    assert combine({"faster": yes, "steadier": no}).reason == "faster: reproduced (r); steadier: not reproduced (n)"
