@@ -2,16 +2,17 @@
 Softmax(x Kᵀ) V for every n in 32 … 4,096; LayerNorm on the softmax memory's output recovers most of the gap,
 and ReLU beats it again at n ≥ 3,072 (IWSLT14 De-En BLEU: ReLU FFN 34.22, softmax memory 33.08).
 
-    python -m studies.ffn_memory          # 3 kinds × n ∈ {64, 256, 1,024, 4,096} × 2 seeds, ~85 min on 2 CPU cores
+    python -m studies.ffn_memory          # 3 kinds × n ∈ {64, 256, 1,024, 4,096} × 3 seeds, ~130 min on 2 CPU cores
     python -m studies.ffn_memory --tiny   # 3 kinds × n ∈ {16, 64} × 1 seed of 4 steps, seconds
 
 Here on causal language modelling instead of translation: the `lm` preset of the shared small setting
 (`studies.mlm_setting`: KJV, 1k vocabulary, 64-token sequences; a 3-layer d 128 Transformer decoder, softmax
 attention, sinusoidal positions) with its FFN replaced — `relu` (the standard FFN), `softmax_memory`,
 `softmax_ln_memory` (`zoo.layers.ffn`) — and n the FFN's hidden size, 1,000 steps. Measured: held-out next-token
-perplexity, mean over seeds. Reproduced if the claim's three parts as docs/mixers.md states them hold (`PARTS`: ReLU
-beats the softmax memory at every n; LayerNorm recovers most of the gap; ReLU beats softmax + LN at the largest n); not
-measurable if no model leaves the unigram plateau (`studies.common.left_the_plateau`).
+perplexity per seed. Each of the claim's three parts as docs/mixers.md states them (`PARTS`: ReLU beats the softmax
+memory at every n; LayerNorm recovers most of the gap; ReLU beats softmax + LN at the largest n) is judged by the
+studies' rule (studies/verdict.py, the unigram perplexity as chance); the claim is reproduced when all three are.
+`--report` re-judges result.json without training.
 
 Why a causal LM: the first version used the BERT encoder of the masked-LM setting, which stays on the unigram
 plateau for ~1,300 steps whatever the learning rate: `mlm_config("bert", 0, False, RUNS, steps=S)` gave held-out
@@ -24,12 +25,14 @@ next-token unigram 253.8 at 1,000 steps).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
-from studies.common import NOT_MEASURABLE, left_the_plateau, study_main, study_readme, write_study
+from studies.common import study_main, study_readme, write_study
 from studies.mlm_setting import RUNS, mlm_config, train
+from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, mean_std
 from zoo.plots import pyplot, save_figure
 
 KINDS = {"ReLU FFN": "relu", "softmax memory": "softmax_memory", "softmax memory + LN": "softmax_ln_memory"}
@@ -43,89 +46,85 @@ PARTS = {  # the claim's three parts as docs/mixers.md states them
 }
 
 
+NOTES = (
+    "the paper measured translation (BLEU) after full training; this is a causal LM after 1,000 steps, where "
+    "LayerNorm's rescaling of the memory's output may matter more than late in training — longer runs (or "
+    "translation on an accelerator) would tell."
+)
+
+
 def seed_means(perplexity: dict[str, dict[int, list[float]]]) -> dict[str, dict[int, float]]:
     """Per FFN kind and n, the mean over seeds."""
     return {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
 
 
-def _spread(seeds: list[float]) -> float:
-    return max(seeds) - min(seeds)
+def judge(perplexity: dict[str, dict[int, list[float]]], unigram: float) -> tuple[Verdict, dict[str, Verdict]]:
+    """(the verdict, each part's) under the studies' rule (studies/verdict.py), the unigram perplexity as chance.
+    "LN recovers most of the gap" is "softmax + LN below the midpoint of the softmax memory and ReLU", seed by
+    seed (a seed's runs share its data order)."""
+    arm = lambda name, n, values=None: Arm(f"{name} at n {n:,}", tuple(values or perplexity[name][n]), unigram)
+    slots = sorted(perplexity["ReLU FFN"])
 
+    def every_n(verdicts: dict[int, Verdict]) -> Verdict:
+        return combine({f"n {n:,}": v for n, v in verdicts.items()})
 
-def orderings(perplexity: dict[str, dict[int, list[float]]]) -> dict[str, bool]:
-    """Each part of the claim (`PARTS`), on the mean over seeds at each n. "a beats b": a's mean perplexity is
-    lower than b's by more than the larger seed spread (max − min) of the two at that n, so that a gap the seeds
-    alone produce does not count."""
-    mean = seed_means(perplexity)
-    relu, soft, ln = mean["ReLU FFN"], mean["softmax memory"], mean["softmax memory + LN"]
-    slots = sorted(relu)
+    def midpoint(n: int) -> Arm:
+        pairs = zip(perplexity["softmax memory"][n], perplexity["ReLU FFN"][n], strict=True)
+        return arm("midpoint of softmax memory and ReLU", n, [(a + b) / 2 for a, b in pairs])
 
-    def beats(a: str, b: str, n: int) -> bool:
-        tolerance = max(_spread(perplexity[a][n]), _spread(perplexity[b][n]))
-        return mean[a][n] + tolerance < mean[b][n]
-
-    return {
-        "relu_beats_softmax_at_every_n": all(beats("ReLU FFN", "softmax memory", n) for n in slots),
-        "ln_recovers_most_of_the_gap_at_every_n": all(soft[n] - ln[n] > 0.5 * (soft[n] - relu[n]) for n in slots),
-        "relu_beats_softmax_ln_at_the_largest_n": beats("ReLU FFN", "softmax memory + LN", slots[-1]),
+    lower = dict(higher_is_better=False)
+    parts = {
+        "relu_beats_softmax_at_every_n": every_n(
+            {n: decide(arm("ReLU FFN", n), arm("softmax memory", n), **lower) for n in slots}
+        ),
+        "ln_recovers_most_of_the_gap_at_every_n": every_n(
+            {n: decide(arm("softmax memory + LN", n), midpoint(n), **lower) for n in slots}
+        ),
+        "relu_beats_softmax_ln_at_the_largest_n": decide(
+            arm("ReLU FFN", slots[-1]), arm("softmax memory + LN", slots[-1]), **lower
+        ),
     }
-
-
-def judge(perplexity: dict[str, dict[int, list[float]]], unigram: float) -> tuple[str, str]:
-    """(verdict, what may explain it): not measurable if no model left the unigram plateau; otherwise
-    reproduced if every part of the claim holds (`orderings`), and which do not if not."""
-    parts = orderings(perplexity)
-    means = seed_means(perplexity)
-    best = min(min(per_n.values()) for per_n in means.values())
-    if not left_the_plateau(best, unigram):
-        return NOT_MEASURABLE, (
-            f"the model barely learns in this budget (best held-out perplexity {best:.1f} against a unigram "
-            f"{unigram:.1f}), so which FFN it has is second-order. "
-            f"The comparison needs a setting that learns here — more steps, or a learning rate and warm-up "
-            f"tuned for it — then the same runs."
-        )
-    if all(parts.values()):
-        return "reproduced", ""
-    spread = max(_spread(p) for per_n in perplexity.values() for p in per_n.values())
-    failed = "; ".join(PARTS[k] for k, held in parts.items() if not held)
-    relu, ln = means["ReLU FFN"], means["softmax memory + LN"]
-    gaps = ", ".join(f"{relu[n] - ln[n]:+.1f} at n {n:,}" for n in sorted(relu))
-    return "not reproduced", (
-        f"what does not hold: {failed}. ReLU − (softmax + LN) perplexity: {gaps}; the largest spread between "
-        f"seeds is {spread:.1f} points. The paper measured translation (BLEU) after full training; this is a causal "
-        "LM after 1,000 steps, where LayerNorm's rescaling of the memory's output may matter more than late in "
-        "training — longer runs (or translation on an accelerator) would tell."
-    )
+    return combine({PARTS[k]: v for k, v in parts.items()}), parts
 
 
 def run(tiny: bool, out_dir: Path) -> dict:
-    seeds = [0] if tiny else [0, 1]
+    seeds = [0] if tiny else [0, 1, 2]
     slots = [16, 64] if tiny else [64, 256, 1024, 4096]
     root = out_dir / "runs" if tiny else RUNS
-    perplexity: dict[str, dict[int, list[float]]] = {name: {} for name in KINDS}
+    perplexity: dict[str, dict[str, list[float]]] = {name: {} for name in KINDS}
     for name, kind in KINDS.items():
         for n in slots:
-            perplexity[name][n] = []
+            perplexity[name][str(n)] = []
             for seed in seeds:
                 config = mlm_config("lm", seed, tiny, root, steps=STEPS)
                 config.model.update(ffn=kind, mlp_dim=n)
                 results = train(config, root / f"lm-{kind}-n{n}-seed{seed}")
-                perplexity[name][n].append(results["test_perplexity"])
-    unigram = results["unigram_perplexity"]
-    mean = seed_means(perplexity)
-    parts = orderings(perplexity)
-    verdict, notes = judge(perplexity, unigram)
-    by_name = {k: {str(n): v for n, v in d.items()} for k, d in perplexity.items()}
+                perplexity[name][str(n)].append(results["test_perplexity"])
     result = {
-        "seeds": seeds, "slots": slots, "test_perplexity": by_name, "unigram_perplexity": unigram, **parts,
-        "verdict": verdict, "tiny": tiny,
+        "seeds": seeds, "slots": slots, "test_perplexity": perplexity,
+        "unigram_perplexity": results["unigram_perplexity"], "tiny": tiny,
     }  # fmt: skip
+    return report(result, out_dir)
+
+
+def report(result: dict, out_dir: Path) -> dict:
+    """The verdict (`judge`), the figure and README.md from the perplexities in `result`; returns `result` with
+    the verdict and each part's."""
+    seeds, slots, tiny, unigram = result["seeds"], result["slots"], result["tiny"], result["unigram_perplexity"]
+    perplexity = {k: {int(n): v for n, v in d.items()} for k, d in result["test_perplexity"].items()}
+    mean = seed_means(perplexity)
+    verdict, parts = judge(perplexity, unigram)
+    result = {
+        **{k: v for k, v in result.items() if k in ("seeds", "slots", "test_perplexity", "unigram_perplexity", "tiny")},
+        "parts": {k: dataclasses.asdict(v) for k, v in parts.items()},
+        "verdict": verdict.verdict,
+    }
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name in KINDS:
         ys = [mean[name][n] for n in slots]
-        spread = [np.std(perplexity[name][n]) for n in slots]
+        spread = [mean_std(perplexity[name][n])[1] for n in slots]
         ax.errorbar(slots, ys, yerr=spread, marker="o", capsize=3, label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("slots n (FFN hidden size)")
@@ -134,9 +133,10 @@ def run(tiny: bool, out_dir: Path) -> dict:
     ax.legend()
     save_figure(fig, out_dir / "ffn_memory.png")
 
-    held_parts = "; ".join(f"{PARTS[k]}: {'yes' if held else 'no'}" for k, held in parts.items())
+    held_parts = "; ".join(f"{PARTS[k]}: {v.verdict}" for k, v in parts.items())
     header = " | ".join(f"n = {n:,}" for n in slots)
-    rows = "\n".join(f"| {name} | " + " | ".join(f"{mean[name][n]:.2f}" for n in slots) + " |" for name in KINDS)
+    cell = lambda p: f"{mean_std(p)[0]:.2f} ± {mean_std(p)[1]:.2f}"
+    rows = "\n".join(f"| {name} | " + " | ".join(cell(perplexity[name][n]) for n in slots) + " |" for name in KINDS)
     readme = study_readme(
         "ffn_memory", tiny,
         title="The FFN as a key-value memory: ReLU against softmax slots",
@@ -148,14 +148,15 @@ def run(tiny: bool, out_dir: Path) -> dict:
         + f", {'4' if tiny else f'{STEPS:,}'} steps, seeds {', '.join(map(str, seeds))}; "
         f"unigram perplexity {unigram:.1f}. Not the masked-LM BERT encoder: it stays on the unigram plateau for "
         "~1,300 steps at any learning rate tried (module docstring).",
-        table=f"| FFN | {header} (held-out perplexity, mean over seeds) |\n|---|{'---|' * len(slots)}\n" + rows,
-        verdict=f"{verdict} ({held_parts}).",
+        table=f"| FFN | {header} (held-out perplexity, mean ± std over seeds) |\n|---|{'---|' * len(slots)}\n"
+        + rows,
+        verdict=f"{verdict.verdict} ({held_parts}); each part's reason, n by n, is in result.json (`parts`).",
         figure="ffn_memory.png",
-        notes=notes,
+        notes="" if verdict.verdict == REPRODUCED else NOTES,
     )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
 
 
 if __name__ == "__main__":
-    study_main("ffn_memory", __doc__, run)
+    study_main("ffn_memory", __doc__, run, report)

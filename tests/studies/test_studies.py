@@ -23,6 +23,7 @@ from studies import (
     variance,
 )
 from studies.common import NOT_MEASURABLE
+from studies.verdict import NOT_REPRODUCED, REPRODUCED
 
 
 def _files(out_dir, figure):
@@ -189,30 +190,31 @@ def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
     assert "| softmax | 1 |" in readme
 
 
-def test_ffn_memory_verdict_needs_an_encoder_that_left_the_plateau():
+def test_ffn_memory_judges_each_part_of_the_claim_by_the_rule():
     def runs(relu, softmax, softmax_ln):  # each: seeds' perplexities at every n, or {n: seeds}
         per_n = lambda p: p if isinstance(p, dict) else {64: p, 256: p}
         return {"ReLU FFN": per_n(relu), "softmax memory": per_n(softmax), "softmax memory + LN": per_n(softmax_ln)}
 
-    # ReLU beats softmax everywhere; LN recovers 6.5 of 10.5 points at n 64 but 8.5 of 20.5 at 256.
-    parts = ffn_memory.orderings(runs({64: [40, 41], 256: [30, 31]}, [50, 52], {64: [44, 45], 256: [42, 43]}))
-    assert parts == {
-        "relu_beats_softmax_at_every_n": True,
-        "ln_recovers_most_of_the_gap_at_every_n": False,
-        "relu_beats_softmax_ln_at_the_largest_n": True,
-    }
+    def verdicts(perplexity, unigram=250.0):
+        verdict, parts = ffn_memory.judge(perplexity, unigram)
+        return verdict.verdict, {k: v.verdict for k, v in parts.items()}
+
+    relu = {64: [40, 41, 42], 256: [30, 31, 32]}
     # The paper's picture: softmax + LN level with ReLU at small n, ReLU ahead at the largest.
-    paper = runs({64: [40, 41], 256: [30, 31]}, [50, 52], {64: [40, 41.5], 256: [33, 34]})
-    assert ffn_memory.judge(paper, 250.0) == ("reproduced", "")
-    # A gap within the seeds' spread is not a win: 1 point ahead with seeds 2 apart.
-    level = runs([40, 42], [50, 52], [41, 43])
-    assert not ffn_memory.orderings(level)["relu_beats_softmax_ln_at_the_largest_n"]
-    verdict, notes = ffn_memory.judge(level, 250.0)
-    assert verdict == "not reproduced" and "what does not hold: ReLU beats softmax + LN at the largest n" in notes
-    assert "spread between seeds is 2.0" in notes
-    assert not ffn_memory.orderings(runs([40, 41], [41, 42], [40.5, 41]))["relu_beats_softmax_at_every_n"]
-    verdict, notes = ffn_memory.judge(runs([160, 166], [170, 171], [158, 159]), 250.0)
-    assert verdict == NOT_MEASURABLE and "best held-out perplexity 158.5 against a unigram 250.0" in notes
+    assert verdicts(runs(relu, [50, 51, 52], {64: [40, 41, 42], 256: [35, 36, 37]})) == (
+        REPRODUCED,
+        {k: REPRODUCED for k in ffn_memory.PARTS},
+    )
+    # LN recovers 5 of 10 points at n 64 (level with the midpoint: not measurable), 6 of 20 at 256 (not reproduced).
+    verdict, parts = verdicts(runs(relu, [50, 51, 52], {64: [45, 46, 47], 256: [44, 45, 46]}))
+    assert verdict == NOT_REPRODUCED and parts["ln_recovers_most_of_the_gap_at_every_n"] == NOT_REPRODUCED
+    assert parts["relu_beats_softmax_at_every_n"] == REPRODUCED
+    # Two seeds, or a gap within the seeds' spread: not measurable.
+    assert verdicts(runs([40, 41], [50, 51], [40, 41]))[0] == NOT_MEASURABLE
+    within_spread = verdicts(runs([40, 42, 44], [41, 43, 45], [40, 42, 44]))
+    assert within_spread[1]["relu_beats_softmax_at_every_n"] == NOT_MEASURABLE
+    # Models that did not leave chance (the unigram perplexity) cannot support a verdict.
+    assert verdicts(runs([249, 251, 250], [250, 252, 251], [249, 250, 251]))[0] == NOT_MEASURABLE
 
 
 def test_ffn_memory_trains_every_kind_at_every_slot_count(tmp_path):
