@@ -74,13 +74,15 @@ def test_the_command_line_writes_under_out_and_says_the_verdict(tmp_path):
 def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_path):
     result = approximation.run(True, tmp_path)
     _, readme = _files(tmp_path, "approximation.png")
-    assert set(result["fixed"]) == {"elu1", "relu"} and set(result["favor"]) == {"16", "64"}
-    assert set(result["trained"]) == {name for name, _, _ in approximation.TRAINED}
-    assert all(0 < e < 10 for e in [*result["fixed"].values(), *result["favor"].values(), *result["trained"].values()])
-    for name, curve in result["training_loss"].items():  # training reduces the loss it minimises
+    (seed,) = result["per_seed"]
+    assert set(seed["fixed"]) == {"elu1", "relu"} and set(seed["favor"]) == {"16", "64"}
+    assert set(seed["trained"]) == {name for name, _, _ in approximation.TRAINED}
+    assert all(0 < e < 10 for e in [*seed["fixed"].values(), *seed["favor"].values(), *seed["trained"].values()])
+    for name, curve in seed["training_loss"].items():  # training reduces the loss it minimises
         assert curve[-1] < curve[0], (name, curve)
-    assert result["trained_parameters"]["2×GLU"] == 2 * result["trained_parameters"]["GLU"]
+    assert seed["trained_parameters"]["2×GLU"] == 2 * seed["trained_parameters"]["GLU"]
     assert "| 3×AOGLU (trained" in readme
+    assert result["verdict"] == NOT_MEASURABLE  # one seed: the rule needs 3
 
 
 def test_kernel_convergence_trains_every_seed_of_both_kernels_and_resumes(tmp_path):
@@ -312,3 +314,23 @@ def test_report_judges_the_committed_result_again_without_training(tmp_path):
     empty = tmp_path / "empty"
     run = subprocess.run([*command[:-1], f"--out={empty}"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "result.json does not exist (run the study first)" in run.stderr, run.stderr
+
+
+def test_the_readme_table_says_each_committed_verdict_and_whether_the_rule_made_it():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    rows = {}
+    for line in (root / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[1].startswith("`") and cells[1].endswith("`"):
+            rows[cells[1].strip("`")] = cells[3]
+    studies = sorted(p.name for p in (root / "benchmarks/studies").iterdir() if (p / "result.json").exists())
+    assert sorted(rows) == studies
+    for name in studies:
+        result = json.loads((root / "benchmarks/studies" / name / "result.json").read_text())
+        assert rows[name].startswith(result["verdict"]), (name, rows[name], result["verdict"])
+        # A verdict that rests on the rule says so by its parts; the others are marked as made before it.
+        assert ("parts" in result or name in ("variance", "parameter_budget")) != rows[name].endswith(
+            "*(before the rule)*"
+        ), name
