@@ -1,6 +1,8 @@
-"""The trainable-kernel paper's budget: every feature-map row of its Table 1 adds under 10% parameters to the
-model (docs/mixers.md). Counted here for the whole LRA model of Text, Retrieval and ListOps at the `lra_code`
-sizes, against the same model with softmax attention.
+"""The trainable-kernel paper's budget: its feature maps add under 10% parameters to the model, and "the doubled
+parametrization will not allow stacking more than two units without going beyond the 10%" (docs/mixers.md) —
+yet its Table 1 has a 3×GLU row. Counted here for every Table 1 row and the whole LRA model of Text, Retrieval
+and ListOps at the `lra_code` sizes, against the same model with softmax attention. Parameter counts have no seed
+noise: the verdict compares them with the budget directly.
 
     python -m studies.parameter_budget          # seconds: the models are built abstractly (nnx.eval_shape)
     python -m studies.parameter_budget --tiny   # the `demo` sizes instead
@@ -24,12 +26,14 @@ ROWS = [
     ("orth. linear", "orth_softplus", 1),
     ("1×GLU", "glu", 1),
     ("2×GLU", "glu", 2),
+    ("3×GLU", "glu", 3),
     ("1×OGLU", "oglu", 1),
     ("2×OGLU", "oglu", 2),
     ("3×AOGLU", "aoglu", 3),
 ]
 TASKS = tuple(reported_by("kernel paper"))  # the tasks of its Table 1
 BUDGET = 0.10
+STACKED = "3×GLU"  # the row the paper says goes beyond the budget
 
 
 def parameter_count(config) -> int:
@@ -52,10 +56,12 @@ def run(tiny: bool, out_dir: Path) -> dict:
         for name, feature_map, depth in ROWS:
             config.model.mixer_options.linear.update(feature_map=feature_map, kernel_depth=depth)
             extra.setdefault(name, {})[task] = (parameter_count(config) - base) / base
-    worst = max(v for row in extra.values() for v in row.values())
-    verdict = "reproduced" if worst < BUDGET else "not reproduced"
+    worst = max(v for name, row in extra.items() if name != STACKED for v in row.values())
+    over = [task for task in TASKS if extra[STACKED][task] > BUDGET]
+    # The claim's two parts: every other row within the budget; three stacked GLUs beyond it (on every task).
+    verdict = "reproduced" if worst < BUDGET and len(over) == len(TASKS) else "not reproduced"
     result = {"preset": preset, "models": sizes, "extra_fraction": extra, "budget": BUDGET, "worst": worst,
-              "verdict": verdict, "tiny": tiny}  # fmt: skip
+              "stacked_over_budget_on": over, "verdict": verdict, "tiny": tiny}  # fmt: skip
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
@@ -77,12 +83,14 @@ def run(tiny: bool, out_dir: Path) -> dict:
         "parameter_budget", tiny,
         title="Parameter budget of the trainable feature maps (linear attention with a trainable kernel)",
         claim="(docs/mixers.md): the trainable kernels of the paper's Table 1 keep the extra parameters under 10% of "
-        "the model.",
+        "the model; stacking more than two GLU units goes beyond it (yet Table 1 has a 3×GLU row).",
         setting=f"each LRA model (embeddings, encoder, head) at the `{preset}` preset, built abstractly, with "
         "`model.mixer=linear` and the row's `feature_map` / `kernel_depth`, against the same model with softmax "
         "attention. Per-head kernels are head dim × head dim.",
         table=f"| kernel | {header} |\n|---|---|---|---|\n{rows}",
-        verdict=f"{verdict} (largest: {100 * worst:.2f}%, budget {100 * BUDGET:.0f}%).",
+        verdict=f"{verdict} — every row but {STACKED} under {100 * BUDGET:.0f}%: "
+        f"{'yes' if worst < BUDGET else 'no'} (largest {100 * worst:.2f}%); a third stacked GLU beyond it on "
+        f"{len(over)} of {len(TASKS)} tasks (" + ", ".join(f"{t} {100 * extra[STACKED][t]:.2f}%" for t in TASKS) + ").",
         figure="parameter_budget.png",
     )  # fmt: skip
     write_study(out_dir, result, readme)

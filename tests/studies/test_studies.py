@@ -58,7 +58,10 @@ def test_parameter_budget_counts_every_table_row_for_every_task(tmp_path):
     for task in parameter_budget.TASKS:
         one, two = result["extra_fraction"]["1×GLU"][task], result["extra_fraction"]["2×GLU"][task]
         assert abs(two - 2 * one) < 1e-9
-    assert result["worst"] == max(x for row in result["extra_fraction"].values() for x in row.values())
+    others = [x for name, row in result["extra_fraction"].items() if name != "3×GLU" for x in row.values()]
+    assert result["worst"] == max(others) and "| 3×GLU |" in readme
+    three = result["extra_fraction"]["3×GLU"]
+    assert result["stacked_over_budget_on"] == [t for t in parameter_budget.TASKS if three[t] > 0.1]
 
 
 def test_the_command_line_writes_under_out_and_says_the_verdict(tmp_path):
