@@ -50,9 +50,10 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Marks the end-to-end tests (`e2e`); they stay where they are collected, among the unit tests: run first,
-    both workers waited on commands (timeouts, hangs, other processes) together and the suite took 29 instead of 23
-    minutes. On an accelerator the kernels themselves run, so the CPU's cross-platform lowering checks are skipped
-    there (they cost minutes of a rare GPU window and show nothing the real runs do not)."""
+    both workers waited on commands (timeouts, hangs, other processes) together, and a fresh clone's suite kept
+    the 2 cores 168% busy instead of 186%. On an accelerator the kernels themselves run, so the CPU's
+    cross-platform lowering checks are skipped there (they cost minutes of a rare GPU window and show nothing the
+    real runs do not)."""
     import jax
 
     tests_dir = Path(__file__).parent
