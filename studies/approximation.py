@@ -16,7 +16,6 @@ with its own held-out draw, ω draws, initialisation and training draws; judged 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from flax import nnx
 
 import kernels
 from studies.common import study_main, study_readme, write_study
-from studies.verdict import Arm, combine, decide, mean_std
+from studies.verdict import Arm, combine, decide, judged, mean_std
 from zoo import mixers
 from zoo.mixers.linear import FeatureMap
 from zoo.plots import pyplot, save_figure
@@ -147,11 +146,8 @@ def report(result: dict, out_dir: Path) -> dict:
     })  # fmt: skip
     parts = {"every trained kernel below the better fixed map": beats_fixed, "FAVOR+ error falling with m": favor_falls}
     verdict = combine(parts)
-    result = {
-        **{k: v for k, v in result.items() if k != "verdict" and k != "parts"},
-        "parts": {name: dataclasses.asdict(v) for name, v in parts.items()},
-        "verdict": verdict.verdict,
-    }
+    measured = ("seeds", "features", "steps", "favor_draws", "head_dim", "length", "per_seed", "tiny")
+    result = judged(result, measured, parts, verdict)
     sizes = per_seed[0]["trained_parameters"]
 
     plt = pyplot()

@@ -25,14 +25,13 @@ next-token unigram 253.8 at 1,000 steps).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 
 from studies.common import study_main, study_readme, write_study
 from studies.mlm_setting import RUNS, mlm_config, train
-from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, mean_std
+from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, judged, mean_std
 from zoo.plots import pyplot, save_figure
 
 KINDS = {"ReLU FFN": "relu", "softmax memory": "softmax_memory", "softmax memory + LN": "softmax_ln_memory"}
@@ -114,11 +113,7 @@ def report(result: dict, out_dir: Path) -> dict:
     perplexity = {k: {int(n): v for n, v in d.items()} for k, d in result["test_perplexity"].items()}
     mean = seed_means(perplexity)
     verdict, parts = judge(perplexity, unigram)
-    result = {
-        **{k: v for k, v in result.items() if k in ("seeds", "slots", "test_perplexity", "unigram_perplexity", "tiny")},
-        "parts": {k: dataclasses.asdict(v) for k, v in parts.items()},
-        "verdict": verdict.verdict,
-    }
+    result = judged(result, ("seeds", "slots", "test_perplexity", "unigram_perplexity", "tiny"), parts, verdict)
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))

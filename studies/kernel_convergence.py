@@ -15,7 +15,6 @@ result.json without training.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from studies.common import study_main, study_readme, write_study
-from studies.verdict import Arm, combine, decide, decide_spread, mean_std
+from studies.verdict import Arm, combine, decide, decide_spread, judged, mean_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
@@ -88,12 +87,8 @@ def report(result: dict, out_dir: Path) -> dict:
         "steadier": decide_spread(arms["OGLU"], arms["orth. linear"]),
     }
     verdict = combine(parts)
-    result = {
-        **{k: v for k, v in result.items() if k in ("steps", "seeds", "train_loss", "test_accuracy", "tiny")},
-        "mean_loss_over_training": {name: a.tolist() for name, a in area.items()},
-        "parts": {name: dataclasses.asdict(v) for name, v in parts.items()},
-        "verdict": verdict.verdict,
-    }
+    result = judged(result, ("steps", "seeds", "train_loss", "test_accuracy", "tiny"), parts, verdict)
+    result["mean_loss_over_training"] = {name: a.tolist() for name, a in area.items()}
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))

@@ -13,7 +13,6 @@ order; reproduced if all three pairs are. `--report` re-judges result.json witho
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import numpy as np
 
 from studies.common import study_main, study_readme, write_study
 from studies.mlm_setting import RUNS, mlm_config, train, train_curve
-from studies.verdict import REPRODUCED, Arm, combine, decide
+from studies.verdict import REPRODUCED, Arm, combine, decide, judged
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
 
@@ -69,15 +68,13 @@ def report(result: dict, out_dir: Path) -> dict:
         for worse, better in itertools.pairwise(paper_order)
     }
     verdict = combine(parts)
+    measured = ("seeds", "test_perplexity", "parameters", "train_curves", "unigram_perplexity", "tiny")
     result = {
-        **{k: v for k, v in result.items() if k in ("seeds", "test_perplexity", "parameters", "train_curves", "tiny")},
-        "unigram_perplexity": unigram,
+        **judged(result, measured, parts, verdict),
         "mean_test_perplexity": means,
         "paper_perplexity": {n: p for n, (_, p) in VARIANTS.items()},
         "measured_order": measured_order,
         "paper_order": paper_order,
-        "parts": {name: dataclasses.asdict(v) for name, v in parts.items()},
-        "verdict": verdict.verdict,
     }
 
     if "train_curves" in result:  # results recorded before the curves were kept keep their figure

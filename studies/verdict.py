@@ -110,3 +110,13 @@ def combine(parts: dict[str, Verdict]) -> Verdict:
     if kinds == {REPRODUCED}:
         return Verdict(REPRODUCED, reason)
     return Verdict(NOT_REPRODUCED if NOT_REPRODUCED in kinds else NOT_MEASURABLE, reason)
+
+
+def judged(result: dict, measured: tuple[str, ...], parts: dict[str, Verdict], verdict: Verdict) -> dict:
+    """A study's result.json: the `measured` fields of `result` (what an earlier judgement derived is dropped), each
+    part's verdict with its reason, and the verdict."""
+    return {
+        **{k: v for k, v in result.items() if k in measured},
+        "parts": {name: dataclasses.asdict(v) for name, v in parts.items()},
+        "verdict": verdict.verdict,
+    }
