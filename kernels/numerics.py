@@ -12,6 +12,7 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend.random import threefry_2x32
 
 # ----------------------------------------------------------------------------------------------
 # Linear attention's denominator
@@ -82,3 +83,49 @@ def triton_compiler_params(platform: str, num_warps: int | None, num_stages: int
             "these are the GPU (Triton) kernels; TPU has its own in relu_attention_tpu / linear_attention_tpu"
         )
     return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Dropout's random bits
+# ----------------------------------------------------------------------------------------------
+
+# A value is kept when its 16 random bits are ≥ round(rate · 2^16): one Threefry hash (64 bits) decides four
+# values, where `jax.random.bernoulli` spends one hash on each (JAX's partitionable Threefry): ~4.5× fewer hashes,
+# the bulk of a dropout's cost on a CPU. The rate is rounded to a multiple of 2^-16; `keep_scale` uses the rounded
+# one, so the expectation is exact.
+DROPOUT_LEVELS = 1 << 16
+VALUES_PER_HASH = 4
+
+
+def dropout_seed(key: jax.Array) -> jax.Array:
+    """The `uint32[2]` Threefry key of dropout masks, from a JAX PRNG key of any implementation."""
+    return jax.random.bits(key, (2,), jnp.uint32)
+
+
+def hashed_levels(seed: jax.Array, hi: jax.Array, lo: jax.Array) -> jax.Array:
+    """Four 16-bit random levels per counter (hi, lo): uint32 `[*hi.shape, 4]` from one Threefry hash each."""
+    words = threefry_2x32(seed, jnp.concatenate([hi.ravel(), lo.ravel()]))
+    y0, y1 = words[: hi.size].reshape(hi.shape), words[hi.size :].reshape(hi.shape)
+    return jnp.stack([y0 & 0xFFFF, y0 >> 16, y1 & 0xFFFF, y1 >> 16], axis=-1)
+
+
+def keep_threshold(rate: float) -> int:
+    """The smallest level a kept value has: the rate rounded to a multiple of 1 / DROPOUT_LEVELS."""
+    return round(rate * DROPOUT_LEVELS)
+
+
+def keep_scale(rate: float) -> float:
+    """1 / the probability of keeping a value (the rate as `keep_threshold` rounds it)."""
+    return DROPOUT_LEVELS / (DROPOUT_LEVELS - keep_threshold(rate))
+
+
+def dropout_keep_mask(seed: jax.Array, rate: float, shape: tuple[int, ...]) -> jax.Array:
+    """Which values of a tensor of `shape` dropout keeps, bool: value i (row-major) has the level
+    `VALUES_PER_HASH · (i // 4) + i % 4` of the hashes of counters (0, i // 4)."""
+    size = math.prod(shape)
+    groups = -(-size // VALUES_PER_HASH)
+    if groups >= 1 << 32:
+        raise ValueError(f"dropout on a tensor of shape {shape}: more than 2^34 values (the counter is 32 bits)")
+    lo = jnp.arange(groups, dtype=jnp.uint32)
+    levels = hashed_levels(seed, jnp.zeros_like(lo), lo).reshape(-1)[:size].reshape(shape)
+    return levels >= jnp.uint32(keep_threshold(rate))

@@ -36,7 +36,6 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.extend.random import threefry_2x32
 
 from kernels.blocking import (
     block_causal,
@@ -50,6 +49,7 @@ from kernels.blocking import (
 )
 from kernels.checks import check_attention_inputs
 from kernels.masking import zero_masked_rows
+from kernels.numerics import VALUES_PER_HASH, dropout_seed, hashed_levels, keep_scale, keep_threshold
 from kernels.platforms import auto_pallas_backend
 from kernels.softmax_attention_tpu import SplashBlockSizes, softmax_attention_splash, splash_refusal
 
@@ -123,35 +123,19 @@ def cudnn_refusal(q: jax.Array) -> str | None:
 # Dropout on the attention weights
 # ----------------------------------------------------------------------------------------------
 
-DROPOUT_LEVELS = 1 << 16  # each weight is kept when its 16 random bits are ≥ round(rate · 2^16)
-WEIGHTS_PER_HASH = 4  # a Threefry hash gives 64 bits: four weights' 16
-
-
-def dropout_seed(key: jax.Array) -> jax.Array:
-    """The `uint32[2]` Threefry key of the dropout masks, from a JAX PRNG key of any implementation."""
-    return jax.random.bits(key, (2,), jnp.uint32)
-
 
 def keep_mask(seed, rate: float, heads: int, q_length: int, batch: int, rows, col_start, num_cols: int) -> jax.Array:
     """Which weights dropout keeps: bool `[batch, heads, len(rows), num_cols]` for query positions `rows` and the
     keys from `col_start` (a multiple of 4). Weight (b, h, i, j) hashes (its row's number, j // 4): the same
     wherever a block starts."""
-    groups = -(-num_cols // WEIGHTS_PER_HASH)
+    groups = -(-num_cols // VALUES_PER_HASH)
     row_id = (jnp.arange(batch)[:, None, None] * heads + jnp.arange(heads)[None, :, None]) * q_length
     row_id = (row_id + rows[None, None, :]).astype(jnp.uint32)
-    group = (col_start // WEIGHTS_PER_HASH + jnp.arange(groups)).astype(jnp.uint32)
+    group = (col_start // VALUES_PER_HASH + jnp.arange(groups)).astype(jnp.uint32)
     shape = (*row_id.shape, groups)
-    hi, lo = jnp.broadcast_to(row_id[..., None], shape).ravel(), jnp.broadcast_to(group, shape).ravel()
-    words = threefry_2x32(seed, jnp.concatenate([hi, lo]))
-    y0, y1 = words[: hi.size], words[hi.size :]
-    levels = jnp.stack([y0 & 0xFFFF, y0 >> 16, y1 & 0xFFFF, y1 >> 16], axis=-1)
-    levels = levels.reshape(*row_id.shape, groups * WEIGHTS_PER_HASH)[..., :num_cols]
-    return levels >= jnp.uint32(round(rate * DROPOUT_LEVELS))
-
-
-def _keep_scale(rate: float) -> float:
-    """1 / the probability of keeping a weight (the rate as `keep_mask` rounds it)."""
-    return DROPOUT_LEVELS / (DROPOUT_LEVELS - round(rate * DROPOUT_LEVELS))
+    levels = hashed_levels(seed, jnp.broadcast_to(row_id[..., None], shape), jnp.broadcast_to(group, shape))
+    levels = levels.reshape(*row_id.shape, groups * VALUES_PER_HASH)[..., :num_cols]
+    return levels >= jnp.uint32(keep_threshold(rate))
 
 
 def _reference(q, k, v, key_mask, causal, seed=None, rate=0.0):
@@ -166,7 +150,7 @@ def _reference(q, k, v, key_mask, causal, seed=None, rate=0.0):
     if rate:
         b, tq, h, _ = q.shape
         keep = keep_mask(seed, rate, h, tq, b, jnp.arange(tq), 0, k.shape[1])
-        a = jnp.where(keep, a * _keep_scale(rate), 0.0)
+        a = jnp.where(keep, a * keep_scale(rate), 0.0)
     out = jnp.einsum("bhqk,bkhd->bqhd", a, v.astype(jnp.float32), precision=lax.Precision.HIGHEST)
     return out.astype(v.dtype)
 
@@ -200,7 +184,7 @@ def _zero_empty_rows(out, key_mask, causal):
 _NO_KEY = -jnp.inf  # the running maximum of a row that has seen no visible key yet
 
 
-def _online_block(carry, s, vis, vj, keep=None, keep_scale=1.0):
+def _online_block(carry, s, vis, vj, keep=None, scale=1.0):
     """Folds one key block into a row's running (maximum, sum of exp, Σ exp·v); `keep`: the block's dropout
     mask (the sum of exp is over every weight, the values' sum over the kept ones, scaled)."""
     row_max, row_sum, acc = carry
@@ -209,7 +193,7 @@ def _online_block(carry, s, vis, vj, keep=None, keep_scale=1.0):
     safe_max = jnp.where(jnp.isfinite(new_max), new_max, 0.0)  # −∞ − −∞ would be NaN
     p = jnp.where(vis, jnp.exp(s - safe_max[..., None]), 0.0)
     rescale = jnp.exp(jnp.where(jnp.isfinite(row_max), row_max, safe_max) - safe_max)
-    kept = p if keep is None else jnp.where(keep, p * keep_scale, 0.0)
+    kept = p if keep is None else jnp.where(keep, p * scale, 0.0)
     pv = jnp.einsum("bhqk,bhkd->bhqd", kept.astype(vj.dtype), vj, preferred_element_type=jnp.float32)
     return new_max, row_sum * rescale + p.sum(-1), acc * rescale[..., None] + pv
 
@@ -244,7 +228,7 @@ def _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate):
     b, tq, h, _ = q.shape
     kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
-    scale = _keep_scale(rate)
+    scale = keep_scale(rate)
     if block_causal(q, k, causal, block_k):  # query block i meets key blocks j ≤ i only
         qp = pad_rows(qh, nb * bk)
         outs, lses = [], []
@@ -288,7 +272,7 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
     q, k, v, key_mask, seed, out, lse = residuals
     b, tq, h, d = q.shape
     scale = 1.0 / jnp.sqrt(float(d))
-    keep_scale = _keep_scale(rate)
+    kept_scale = keep_scale(rate)
     kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh, do = q.transpose(0, 2, 1, 3), d_out.transpose(0, 2, 1, 3)
     delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
@@ -297,11 +281,11 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
         s, vis = block_scores(qr, kj, mj, j, bk, causal, q_offset=q_offset)
         p = jnp.where(vis, jnp.exp(s - lse_r[..., None]), 0.0)
         keep = _block_keep(seed, rate, q, q_offset + jnp.arange(qr.shape[2]), j * bk, bk)
-        kept = p if keep is None else jnp.where(keep, p * keep_scale, 0.0)
+        kept = p if keep is None else jnp.where(keep, p * kept_scale, 0.0)
         dv_j = jnp.einsum("bhqk,bhqd->bhkd", kept.astype(dor.dtype), dor, preferred_element_type=jnp.float32)
         dp = jnp.einsum("bhqd,bhkd->bhqk", dor, vj, preferred_element_type=jnp.float32)
         if keep is not None:
-            dp = jnp.where(keep, dp * keep_scale, 0.0)
+            dp = jnp.where(keep, dp * kept_scale, 0.0)
         ds = (p * (dp - delta_r[..., None]) * scale).astype(q.dtype)
         dq_rows = jnp.einsum("bhqk,bhkd->bhqd", ds, kj, preferred_element_type=jnp.float32)
         dk_j = jnp.einsum("bhqk,bhqd->bhkd", ds, qr, preferred_element_type=jnp.float32)
@@ -406,9 +390,9 @@ def _check_dropout(rate, key, key_length: int, options: SoftmaxAttentionOptions)
     if rate and key is None:
         raise ValueError(f"dropout_rate={rate} needs a dropout_key (a JAX PRNG key)")
     block = options.block_k()
-    if rate and key_length > block and block % WEIGHTS_PER_HASH:
+    if rate and key_length > block and block % VALUES_PER_HASH:
         raise ValueError(
-            f"SoftmaxAttentionOptions.xla_block_k={block} must be a multiple of {WEIGHTS_PER_HASH} with dropout on "
+            f"SoftmaxAttentionOptions.xla_block_k={block} must be a multiple of {VALUES_PER_HASH} with dropout on "
             "the weights (each hash of the dropout mask decides four neighbouring weights)"
         )
     return float(rate)

@@ -1,18 +1,23 @@
-"""ReLUFormer: the FFN read as a key-value memory with n slots (docs/mixers.md). A ReLU FFN beats a softmax memory
+"""ReLUFormer: the FFN read as a key-value memory with n slots (docs/mixers.md). A ReLU memory beats a softmax memory
 Softmax(x Kᵀ) V for every n in 32 … 4,096; LayerNorm on the softmax memory's output recovers most of the gap,
 and ReLU beats it again at n ≥ 3,072 (IWSLT14 De-En BLEU: ReLU FFN 34.22, softmax memory 33.08).
 
-    python -m studies.ffn_memory          # 3 kinds × n ∈ {64, 256, 1,024, 4,096} × 3 seeds, ~130 min on 2 CPU cores
-    python -m studies.ffn_memory --tiny   # 3 kinds × n ∈ {16, 64} × 1 seed of 4 steps, seconds
+    python -m studies.ffn_memory          # 3 memories × n ∈ {64, 256, 1,024, 4,096} × 3 seeds + no FFN, ~140 min
+    python -m studies.ffn_memory --tiny   # the same at n ∈ {16, 64}, 1 seed of 4 steps, seconds
 
 Here on causal language modelling instead of translation: the `lm` preset of the shared small setting
 (`studies.mlm_setting`: KJV, 1k vocabulary, 64-token sequences; a 3-layer d 128 Transformer decoder, softmax
-attention, sinusoidal positions) with its FFN replaced — `relu` (the standard FFN), `softmax_memory`,
-`softmax_ln_memory` (`zoo.layers.ffn`) — and n the FFN's hidden size, 1,000 steps. Measured: held-out next-token
-perplexity per seed. Each of the claim's three parts as docs/mixers.md states them (`PARTS`: ReLU beats the softmax
-memory at every n; LayerNorm recovers most of the gap; ReLU beats softmax + LN at the largest n) is judged by the
-studies' rule (studies/verdict.py, the unigram perplexity as chance); the claim is reproduced when all three are.
-`--report` re-judges result.json without training.
+attention, sinusoidal positions) with its FFN replaced by one of the paper's memories (`zoo.layers.ffn`), n the
+number of slots, 1,000 steps:
+- `relu_memory`: ReLU(x Kᵀ) V, without the biases of a standard FFN (the paper's memory has none);
+- `softmax_memory` with `ffn_init="softmax_matched"`: at a standard initialisation its output is inert (variance
+  e/n², the first version of this study measured it level with no FFN at every n), so V starts with variance
+  n/(2e), which gives it a ReLU memory's output variance at initialisation;
+- `softmax_ln_memory`: LayerNorm(Softmax(x Kᵀ) V) (the scale of V cancels);
+and a control without an FFN. Measured: held-out next-token perplexity per seed. Each of the claim's three parts
+as docs/mixers.md states them (`PARTS`) is judged by the studies' rule (studies/verdict.py) with the FFN-less
+model's mean perplexity as the level to beat — a memory that does no measurable work cannot be compared; the
+claim is reproduced when all three parts are. `--report` re-judges result.json without training.
 
 Why a causal LM: the first version used the BERT encoder of the masked-LM setting, which stays on the unigram
 plateau for ~1,300 steps whatever the learning rate: `mlm_config("bert", 0, False, RUNS, steps=S)` gave held-out
@@ -34,7 +39,14 @@ from studies.mlm_setting import RUNS, mlm_config, train
 from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, judged, mean_std
 from zoo.plots import pyplot, save_figure
 
-KINDS = {"ReLU FFN": "relu", "softmax memory": "softmax_memory", "softmax memory + LN": "softmax_ln_memory"}
+# Arm → (model.ffn, model.ffn_init). Results recorded before the controls named the ReLU arm "ReLU FFN" (the
+# standard FFN, with biases) and had a softmax memory at lecun_normal; `report` still reads them.
+KINDS = {
+    "ReLU memory": ("relu_memory", "lecun_normal"),
+    "softmax memory": ("softmax_memory", "softmax_matched"),
+    "softmax memory + LN": ("softmax_ln_memory", "lecun_normal"),
+}
+CONTROL = "no FFN"
 STEPS = 1000
 
 
@@ -57,30 +69,32 @@ def seed_means(perplexity: dict[str, dict[int, list[float]]]) -> dict[str, dict[
     return {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
 
 
-def judge(perplexity: dict[str, dict[int, list[float]]], unigram: float) -> tuple[Verdict, dict[str, Verdict]]:
-    """(the verdict, each part's) under the studies' rule (studies/verdict.py), the unigram perplexity as chance.
-    "LN recovers most of the gap" is "softmax + LN below the midpoint of the softmax memory and ReLU", seed by
-    seed (a seed's runs share its data order)."""
-    arm = lambda name, n, values=None: Arm(f"{name} at n {n:,}", tuple(values or perplexity[name][n]), unigram)
-    slots = sorted(perplexity["ReLU FFN"])
+def judge(perplexity: dict[str, dict[int, list[float]]], level: float) -> tuple[Verdict, dict[str, Verdict]]:
+    """(the verdict, each part's) under the studies' rule (studies/verdict.py), `level` the perplexity every arm
+    must beat measurably (the FFN-less control's; the unigram's for results without it). "LN recovers most of
+    the gap" is "softmax + LN below the midpoint of the softmax memory and ReLU", seed by seed (a seed's runs share
+    its data order)."""
+    relu = "ReLU memory" if "ReLU memory" in perplexity else "ReLU FFN"
+    arm = lambda name, n, values=None: Arm(f"{name} at n {n:,}", tuple(values or perplexity[name][n]), level)
+    slots = sorted(perplexity[relu])
 
     def every_n(verdicts: dict[int, Verdict]) -> Verdict:
         return combine({f"n {n:,}": v for n, v in verdicts.items()})
 
     def midpoint(n: int) -> Arm:
-        pairs = zip(perplexity["softmax memory"][n], perplexity["ReLU FFN"][n], strict=True)
+        pairs = zip(perplexity["softmax memory"][n], perplexity[relu][n], strict=True)
         return arm("midpoint of softmax memory and ReLU", n, [(a + b) / 2 for a, b in pairs])
 
     lower = dict(higher_is_better=False)
     parts = {
         "relu_beats_softmax_at_every_n": every_n(
-            {n: decide(arm("ReLU FFN", n), arm("softmax memory", n), **lower) for n in slots}
+            {n: decide(arm(relu, n), arm("softmax memory", n), **lower) for n in slots}
         ),
         "ln_recovers_most_of_the_gap_at_every_n": every_n(
             {n: decide(arm("softmax memory + LN", n), midpoint(n), **lower) for n in slots}
         ),
         "relu_beats_softmax_ln_at_the_largest_n": decide(
-            arm("ReLU FFN", slots[-1]), arm("softmax memory + LN", slots[-1]), **lower
+            arm(relu, slots[-1]), arm("softmax memory + LN", slots[-1]), **lower
         ),
     }
     return combine({PARTS[k]: v for k, v in parts.items()}), parts
@@ -90,18 +104,27 @@ def run(tiny: bool, out_dir: Path) -> dict:
     seeds = [0] if tiny else [0, 1, 2]
     slots = [16, 64] if tiny else [64, 256, 1024, 4096]
     root = out_dir / "runs" if tiny else RUNS
+
+    def train_lm(seed: int, workdir: str, **model) -> dict:
+        config = mlm_config("lm", seed, tiny, root, steps=STEPS)
+        config.model.update(model)
+        return train(config, root / workdir)
+
     perplexity: dict[str, dict[str, list[float]]] = {name: {} for name in KINDS}
-    for name, kind in KINDS.items():
+    for name, (kind, init) in KINDS.items():
+        init_tag = "-matched" if init == "softmax_matched" else ""
         for n in slots:
-            perplexity[name][str(n)] = []
-            for seed in seeds:
-                config = mlm_config("lm", seed, tiny, root, steps=STEPS)
-                config.model.update(ffn=kind, mlp_dim=n)
-                results = train(config, root / f"lm-{kind}-n{n}-seed{seed}")
-                perplexity[name][str(n)].append(results["test_perplexity"])
+            perplexity[name][str(n)] = [
+                train_lm(seed, f"lm-{kind}{init_tag}-n{n}-seed{seed}", ffn=kind, ffn_init=init, mlp_dim=n)[
+                    "test_perplexity"
+                ]
+                for seed in seeds
+            ]
+    control = [train_lm(seed, f"lm-none-seed{seed}", ffn="none") for seed in seeds]
     result = {
         "seeds": seeds, "slots": slots, "test_perplexity": perplexity,
-        "unigram_perplexity": results["unigram_perplexity"], "tiny": tiny,
+        "control_perplexity": [r["test_perplexity"] for r in control],
+        "unigram_perplexity": control[0]["unigram_perplexity"], "tiny": tiny,
     }  # fmt: skip
     return report(result, out_dir)
 
@@ -111,16 +134,21 @@ def report(result: dict, out_dir: Path) -> dict:
     the verdict and each part's."""
     seeds, slots, tiny, unigram = result["seeds"], result["slots"], result["tiny"], result["unigram_perplexity"]
     perplexity = {k: {int(n): v for n, v in d.items()} for k, d in result["test_perplexity"].items()}
+    control = result.get("control_perplexity")
+    level = float(np.mean(control)) if control else unigram
     mean = seed_means(perplexity)
-    verdict, parts = judge(perplexity, unigram)
-    result = judged(result, ("seeds", "slots", "test_perplexity", "unigram_perplexity", "tiny"), parts, verdict)
+    verdict, parts = judge(perplexity, level)
+    measured = ("seeds", "slots", "test_perplexity", "unigram_perplexity", "tiny")
+    result = judged(result, measured + (("control_perplexity",) if control else ()), parts, verdict)
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for name in KINDS:
+    for name in perplexity:
         ys = [mean[name][n] for n in slots]
         spread = [mean_std(perplexity[name][n])[1] for n in slots]
         ax.errorbar(slots, ys, yerr=spread, marker="o", capsize=3, label=name)
+    if control:
+        ax.axhline(level, color="grey", linestyle=":", label=f"{CONTROL} (control)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("slots n (FFN hidden size)")
     ax.set_ylabel("held-out next-token perplexity")
@@ -131,20 +159,29 @@ def report(result: dict, out_dir: Path) -> dict:
     held_parts = "; ".join(f"{PARTS[k]}: {v.verdict}" for k, v in parts.items())
     header = " | ".join(f"n = {n:,}" for n in slots)
     cell = lambda p: f"{mean_std(p)[0]:.2f} ± {mean_std(p)[1]:.2f}"
-    rows = "\n".join(f"| {name} | " + " | ".join(cell(perplexity[name][n]) for n in slots) + " |" for name in KINDS)
+    rows = [f"| {name} | " + " | ".join(cell(perplexity[name][n]) for n in slots) + " |" for name in perplexity]
+    if control:
+        rows.append(f"| {CONTROL} (control) | " + " | ".join([cell(control)] * len(slots)) + " |")
+    arms = (
+        "arms: ReLU(x Kᵀ) V without biases; the softmax memory with V drawn to a ReLU memory's output variance at "
+        "initialisation (`ffn_init=softmax_matched`); softmax + LN; and no FFN, the level every arm must beat"
+        if control
+        else "arms: the standard ReLU FFN (with biases), the softmax memory at lecun_normal (inert at "
+        "initialisation) and softmax + LN; no FFN-less control (recorded before the controls)"
+    )
     readme = study_readme(
         "ffn_memory", tiny,
         title="The FFN as a key-value memory: ReLU against softmax slots",
-        claim="(ReLUFormer, docs/mixers.md): a ReLU FFN beats a softmax memory at every slot count n (32 … 4,096); "
-        "LayerNorm on the softmax memory recovers most of the gap; ReLU beats softmax + LN again at n ≥ 3,072 "
-        "(IWSLT14 De-En: 34.22 vs 33.08 BLEU).",
+        claim="(ReLUFormer, docs/mixers.md): a ReLU memory beats a softmax memory at every slot count n "
+        "(32 … 4,096); LayerNorm on the softmax memory recovers most of the gap; ReLU beats softmax + LN again at "
+        "n ≥ 3,072 (IWSLT14 De-En: 34.22 vs 33.08 BLEU).",
         setting="causal LM instead of translation: the `lm` decoder of `studies/mlm_setting.py`"
         + (" (tiny: a Markov-chain corpus)" if tiny else " (KJV, 1k vocabulary, 64 tokens, 3 layers d 128, 4 heads)")
-        + f", {'4' if tiny else f'{STEPS:,}'} steps, seeds {', '.join(map(str, seeds))}; "
+        + f", {'4' if tiny else f'{STEPS:,}'} steps, seeds {', '.join(map(str, seeds))}; {arms}; "
         f"unigram perplexity {unigram:.1f}. Not the masked-LM BERT encoder: it stays on the unigram plateau for "
         "~1,300 steps at any learning rate tried (module docstring).",
         table=f"| FFN | {header} (held-out perplexity, mean ± std over seeds) |\n|---|{'---|' * len(slots)}\n"
-        + rows,
+        + "\n".join(rows),
         verdict=f"{verdict.verdict} ({held_parts}); each part's reason, n by n, is in result.json (`parts`).",
         figure="ffn_memory.png",
         notes="" if verdict.verdict == REPRODUCED else NOTES,

@@ -204,7 +204,7 @@ def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
 def test_ffn_memory_judges_each_part_of_the_claim_by_the_rule():
     def runs(relu, softmax, softmax_ln):  # each: seeds' perplexities at every n, or {n: seeds}
         per_n = lambda p: p if isinstance(p, dict) else {64: p, 256: p}
-        return {"ReLU FFN": per_n(relu), "softmax memory": per_n(softmax), "softmax memory + LN": per_n(softmax_ln)}
+        return {"ReLU memory": per_n(relu), "softmax memory": per_n(softmax), "softmax memory + LN": per_n(softmax_ln)}
 
     def verdicts(perplexity, unigram=250.0):
         verdict, parts = ffn_memory.judge(perplexity, unigram)
@@ -224,21 +224,30 @@ def test_ffn_memory_judges_each_part_of_the_claim_by_the_rule():
     assert verdicts(runs([40, 41], [50, 51], [40, 41]))[0] == NOT_MEASURABLE
     within_spread = verdicts(runs([40, 42, 44], [41, 43, 45], [40, 42, 44]))
     assert within_spread[1]["relu_beats_softmax_at_every_n"] == NOT_MEASURABLE
-    # Models that did not leave chance (the unigram perplexity) cannot support a verdict.
+    # Models that did not beat the level (no FFN's perplexity, else the unigram's) cannot support a verdict.
     assert verdicts(runs([249, 251, 250], [250, 252, 251], [249, 250, 251]))[0] == NOT_MEASURABLE
+    assert verdicts(runs(relu, [50, 51, 52], {64: [40, 41, 42], 256: [35, 36, 37]}), unigram=51.5)[0] == (
+        NOT_MEASURABLE
+    )
+    # Results recorded before the controls name the ReLU arm "ReLU FFN".
+    old = runs(relu, [50, 51, 52], {64: [40, 41, 42], 256: [35, 36, 37]})
+    assert verdicts({"ReLU FFN": old.pop("ReLU memory"), **old})[0] == REPRODUCED
 
 
-def test_ffn_memory_trains_every_kind_at_every_slot_count(tmp_path):
+def test_ffn_memory_trains_every_kind_at_every_slot_count_and_the_ffn_less_control(tmp_path):
     result = ffn_memory.run(True, tmp_path)
     _, readme = _files(tmp_path, "ffn_memory.png")
     assert set(result["test_perplexity"]) == set(ffn_memory.KINDS) and result["slots"] == [16, 64]
-    for name, kind in ffn_memory.KINDS.items():
+    for name, (kind, init) in ffn_memory.KINDS.items():
+        tag = "-matched" if init == "softmax_matched" else ""
         for n in result["slots"]:
             (perplexity,) = result["test_perplexity"][name][str(n)]
             assert 1 < perplexity < 1e4
-            config = json.loads((tmp_path / "runs" / f"lm-{kind}-n{n}-seed0" / "config.json").read_text())
-            assert (config["model"]["ffn"], config["model"]["mlp_dim"]) == (kind, n)
-    assert "| softmax memory + LN |" in readme
+            config = json.loads((tmp_path / "runs" / f"lm-{kind}{tag}-n{n}-seed0" / "config.json").read_text())
+            assert (config["model"]["ffn"], config["model"]["ffn_init"], config["model"]["mlp_dim"]) == (kind, init, n)
+    config = json.loads((tmp_path / "runs" / "lm-none-seed0" / "config.json").read_text())
+    assert config["model"]["ffn"] == "none" and len(result["control_perplexity"]) == 1
+    assert "| softmax memory + LN |" in readme and "| no FFN (control) |" in readme
 
 
 def test_amlp_alignment_verdict_needs_an_encoder_that_learned_to_copy():

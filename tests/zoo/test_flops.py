@@ -125,6 +125,26 @@ def test_a_cpu_measures_its_matmul_rate_once():
     assert peak == rate / jax.local_device_count() and "measured" in source
 
 
+def test_a_throughput_measurement_on_cpu_takes_its_peak_beside_the_timed_steps(monkeypatch):
+    from zoo.training import throughput
+
+    rates = iter([0.1, 0.3])  # before and after the timed steps
+    monkeypatch.setattr(flops, "cpu_matmul_tflops", lambda: next(rates))
+    config, task = tiny_loop_run(2, model_flops=lambda batch: 1e9)
+    result = throughput.measure(config, task, vocab_size=12, num_classes=5, steps=2, warmup=0)
+    peak = 0.3 / jax.local_device_count()  # the better of the two
+    assert result["peak_tflops_per_device"] == peak and "before and just after" in result["peak_source"]
+    np.testing.assert_allclose(result["mfu"], result["tflops_per_s_per_device"] / peak)
+    np.testing.assert_allclose(
+        result["tflops_per_s_per_device"], 1e9 * result["steps_per_s"] / jax.device_count() / 1e12
+    )
+    with pytest.raises(StopIteration):
+        next(rates)  # measured exactly twice
+    config.train.peak_tflops_per_device = 2.0  # an override is not measured
+    result = throughput.measure(config, task, vocab_size=12, num_classes=5, steps=1, warmup=0)
+    assert result["peak_tflops_per_device"] == 2.0 and result["peak_source"] == "train.peak_tflops_per_device"
+
+
 def test_every_log_line_and_the_results_carry_model_flops_and_mfu(tmp_path, capsys):
     seen = []
 

@@ -30,6 +30,27 @@ def test_ffn_variants(kind):
         chex.assert_trees_all_close(y, weights @ ffn.wo.kernel[...], atol=1e-5)
 
 
+@pytest.mark.parametrize("slots", [64, 1024])
+def test_softmax_matched_init_gives_a_softmax_memory_a_relu_ffns_output_variance(slots):
+    """At lecun_normal, a softmax memory's output variance is σ_V² e/n = e/n² (inert at large n); with
+    ffn_init="softmax_matched" it is the ReLU FFN's (both ~1/2 for unit-variance inputs), within sampling noise."""
+    d = 128
+    x = jax.random.normal(jax.random.key(1), (4, 256, d))
+
+    def output_variance(kind, init):
+        ffn = FeedForward(d, slots, kind=kind, dropout=0.0, dtype=jnp.float32, rngs=nnx.Rngs(2), init=init)
+        return float(ffn(x).var())
+
+    relu = output_variance("relu_memory", "lecun_normal")
+    inert = output_variance("softmax_memory", "lecun_normal")
+    matched = output_variance("softmax_memory", "softmax_matched")
+    np.testing.assert_allclose(relu, 0.5, rtol=0.15)
+    np.testing.assert_allclose(matched, relu, rtol=0.35)  # Σp² ≈ e/n holds for logits ~ N(0, 1) on average
+    np.testing.assert_allclose(inert, np.e / slots**2, rtol=0.5)
+    with pytest.raises(ValueError, match="model.ffn_init='softmax_matched'.*model.ffn='relu'"):
+        FeedForward(d, slots, kind="relu", dropout=0.0, dtype=jnp.float32, rngs=nnx.Rngs(0), init="softmax_matched")
+
+
 def test_unknown_ffn_kind():
     with pytest.raises(ValueError, match=r"unknown ffn kind 'swish'; valid: relu, gelu, softmax_memory"):
         FeedForward(D, 8, kind="swish", dropout=0.0, dtype=jnp.float32, rngs=nnx.Rngs(0))

@@ -14,6 +14,7 @@ import ml_collections
 from flax import nnx
 
 from zoo.layers.common import compute_dtype, dense
+from zoo.layers.dropout import Dropout
 from zoo.mixers.inputs import check_mixer_input
 
 ATTENTION_INITS = ("xavier_uniform", "fairseq")
@@ -63,7 +64,7 @@ class MultiHeadMixer(nnx.Module):
         )
         out_init = nnx.initializers.xavier_uniform()
         self.out = dense(width, d, ("heads", "embed"), init=out_init, use_bias=bias, dtype=self.dtype, rngs=rngs)
-        self.weights_dropout = nnx.Dropout(cfg.attention_dropout)
+        self.weights_dropout = Dropout(cfg.attention_dropout)
 
     def attend(self, q, k, v, mask, causal):
         raise NotImplementedError

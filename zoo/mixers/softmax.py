@@ -162,7 +162,7 @@ class SoftmaxAttention(MultiHeadMixer):
         if dropout and (bias is not None or self.options.impl not in ("auto", "xla")):
             return self._attend_with_weights_dropout(q, k, v, mask, causal, bias, rngs)
         if dropout:  # the blocked softmax forms and drops the weights block by block
-            rate, key = self.weights_dropout.rate, self._dropout_key(rngs)
+            rate, key = self.weights_dropout.rate, self.weights_dropout.key(rngs)
             return kernels.softmax_attention(
                 q, k, v, causal=causal, key_mask=mask, dropout_rate=rate, dropout_key=key, options=self.options
             )
@@ -170,17 +170,6 @@ class SoftmaxAttention(MultiHeadMixer):
             return kernels.softmax_attention(q, k, v, causal=causal, key_mask=mask, options=self.options)
         bias_mask = None if mask is None else mask[:, None, None, :]
         return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=bias_mask, is_causal=causal, implementation="xla")
-
-    def _dropout_key(self, rngs) -> jax.Array:
-        """A key for the weights' dropout, drawn as `nnx.Dropout` draws its own (from `rngs`, else its stream)."""
-        rngs = rngs if rngs is not None else self.weights_dropout.rngs
-        if isinstance(rngs, nnx.Rngs):
-            return rngs[self.weights_dropout.rng_collection]()
-        if isinstance(rngs, nnx.RngStream):
-            return rngs()
-        if rngs is None:
-            raise ValueError(f"mixer {self.name!r}: attention dropout in training needs rngs (a 'dropout' stream)")
-        return rngs
 
     def _attend_with_weights_dropout(self, q, k, v, mask, causal, bias, rngs):
         """Training with model.attention_dropout and a position bias (or an implementation other than the

@@ -8,6 +8,7 @@ from flax import nnx
 
 from zoo import mixers
 from zoo.layers import FeedForward, compute_dtype
+from zoo.layers.dropout import Dropout
 from zoo.models.config import NORMS, mixer_config
 
 
@@ -53,7 +54,7 @@ class Block(nnx.Module):
             if has_ffn
             else None
         )
-        self.dropout = nnx.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def _residual(self, x, norm, sublayer, rngs):
         """One sub-layer with its residual and LayerNorm, before (pre) or after (post) it."""

@@ -8,6 +8,7 @@ import ml_collections
 from flax import nnx
 
 from zoo.layers import ClassificationHead, TokenEmbedding, add_positions, compute_dtype
+from zoo.layers.dropout import Dropout
 from zoo.layers.embeddings import LearnedPositions
 from zoo.layers.heads import pool
 from zoo.models.config import check_tie_embeddings
@@ -41,7 +42,7 @@ class SequenceEncoder(nnx.Module):
             if cfg.positional == "learned"
             else None
         )
-        self.dropout = nnx.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         if tokens.shape[1] > self.max_length:

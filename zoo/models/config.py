@@ -52,7 +52,8 @@ MODEL_FIELDS: tuple[Field, ...] = (
           "code's MlpBlock); fairseq's activation_dropout is 0"),
     Field("ffn_init", "lecun_normal", one_of(*FFN_INITS), "FFN initialisers: lecun_normal (flax's Dense, biases "
           "0), xavier_uniform (the LRA code's MlpBlock, biases N(0, 1e-6²)), torch (PyTorch's nn.Linear, fairseq: "
-          "kernels and biases U(±1/√fan_in))"),
+          "kernels and biases U(±1/√fan_in)), softmax_matched (softmax memories: V with variance n/(2e), a ReLU "
+          "FFN's output variance at init; zoo/layers/ffn.py)"),
     Field("embed_scale", "none", one_of(*EMBED_SCALES), "token embeddings: none (N(0, 1), tied logits ÷ √d) or "
           "sqrt_d (N(0, 1/d), inputs × √d: fairseq)"),
     Field("attention_init", "xavier_uniform", one_of(*ATTENTION_INITS), "q/k/v/out initialisers: xavier_uniform "

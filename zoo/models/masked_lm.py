@@ -13,6 +13,7 @@ import ml_collections
 from flax import nnx
 
 from zoo.layers import ClassificationHead, LearnedPositions, TokenEmbedding, add_positions, compute_dtype, dense
+from zoo.layers.dropout import Dropout
 from zoo.layers.heads import pool
 from zoo.models.classifiers import PAD_ID
 from zoo.models.encoder import Encoder
@@ -35,7 +36,7 @@ class TextEncoder(nnx.Module):
             else None
         )
         self.encoder = Encoder(cfg, rngs=rngs)
-        self.dropout = nnx.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         if tokens.shape[1] > self.max_length:
@@ -80,7 +81,7 @@ class TextClassifier(nnx.Module):
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs):
         self.backbone = TextEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
         self.pooling = cfg.pooling
-        self.dropout = nnx.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.head = ClassificationHead(cfg.d_model, cfg.d_model, num_classes, dtype=compute_dtype(cfg.dtype), rngs=rngs)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:

@@ -13,6 +13,7 @@ import ml_collections
 from flax import nnx
 
 from zoo.layers import TokenEmbedding, add_positions, compute_dtype, dense
+from zoo.layers.dropout import Dropout
 from zoo.layers.embeddings import sinusoidal_positions
 from zoo.models.classifiers import PAD_ID
 from zoo.models.config import TIE_EMBEDDINGS, check_tie_embeddings
@@ -42,7 +43,7 @@ class CausalLM(nnx.Module):
         self.logits = (
             None if tie != "none" else dense(cfg.d_model, vocab_size, ("embed", "vocab"), dtype=dtype, rngs=rngs)
         )
-        self.dropout = nnx.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def _project(self, x: jax.Array) -> jax.Array:
         return (self.embed.attend(x) if self.logits is None else self.logits(x)).astype(jnp.float32)
@@ -92,7 +93,7 @@ class EncoderDecoder(nnx.Module):
         self.logits = (
             None if tie != "none" else dense(cfg.d_model, tgt_vocab, ("embed", "vocab"), dtype=dtype, rngs=rngs)
         )
-        self.dropout = nnx.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def _project(self, y: jax.Array) -> jax.Array:
         return (self.tgt_embed.attend(y) if self.logits is None else self.logits(y)).astype(jnp.float32)

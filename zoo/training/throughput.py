@@ -66,11 +66,17 @@ def measure(
     for _ in range(warmup):
         state, _ = compiled(state, batch, key)
     jax.block_until_ready(state)  # warmup may be 0
+    # A CPU's peak is its matmul rate, measured beside the timed steps: a shared VM's rate drifts within minutes.
+    cpu_rates = [] if _measures_cpu_peak(config) else None
+    if cpu_rates is not None:
+        cpu_rates.append(flops.cpu_matmul_tflops())
     start = time.perf_counter()
     for _ in range(steps):
         state, sums = compiled(state, batch, key)
     jax.block_until_ready((state, sums))
     seconds = time.perf_counter() - start
+    if cpu_rates is not None:
+        cpu_rates.append(flops.cpu_matmul_tflops())
     if not np.isfinite(float(jnp.asarray(sums["loss"]))):
         raise FloatingPointError("the loss of the timed steps is not finite")
     breakdown = None
@@ -88,7 +94,12 @@ def measure(
     result = {"steps_per_s": steps / seconds, "memory_bytes": memory, "memory_source": source, "compile_s": compile_s}
     if task.model_flops is not None:
         step_flops = task.model_flops(batch)
-        peak, peak_source = flops.peak_tflops_per_device(config.train)
+        if cpu_rates is not None:
+            peak = max(cpu_rates) / jax.local_device_count()
+            peak_source = "float32 matmul rate on this host, best 1 s round just before and just after the timed steps"
+        else:
+            peak, peak_source = flops.peak_tflops_per_device(config.train)
+        result["peak_tflops_per_device"] = peak
         result["model_flops_per_step"] = step_flops
         result["tflops_per_s_per_device"] = step_flops * steps / seconds / mesh.size / 1e12
         if peak:
@@ -97,3 +108,8 @@ def measure(
     if breakdown is not None:
         result["op_breakdown"] = breakdown
     return result
+
+
+def _measures_cpu_peak(config: ml_collections.ConfigDict) -> bool:
+    """Whether the peak is this host's measured matmul rate (a CPU, no `train.peak_tflops_per_device`)."""
+    return jax.local_devices()[0].platform == "cpu" and not config.train.get("peak_tflops_per_device", 0.0)
