@@ -1,15 +1,17 @@
 """gMLP paper: the learned spatial weights W of a gMLP trained on real text become Toeplitz-like (shift-invariant
 bands along the diagonal; the paper's figure of W, docs/mixers.md). Toeplitz score per layer against training steps.
 
-    python -m studies.toeplitz          # reads (or trains) the 2 seeds of the split gMLP of studies.sgu_ablation
+    python -m studies.toeplitz          # reads (or trains) the 3 seeds of the split gMLP of studies.sgu_ablation
     python -m studies.toeplitz --tiny   # 1 seed of 4 steps on a Markov-chain corpus, seconds
 
 The shared setting (`studies.mlm_setting`: KJV, 1k vocabulary, 64-token sequences, 4-layer d 128 gMLP,
 2,000 steps, a checkpoint every 250 kept) — the same workdirs as `studies.sgu_ablation`'s default gating, so
 running both trains them once. Score (`zoo.mixers.sgu.toeplitz_score`): the share of ‖W‖² explained by W's
 diagonal means, 1 for a Toeplitz matrix, about 2/n for noise (0.031 at n = 64; the demo's W stay there).
-Reproduced if, having left the unigram plateau (held-out perplexity well below the unigram's), the final W
-score at least 0.5 in every layer on average over seeds.
+Judged by the studies' rule (studies/verdict.py, `decide_threshold`): in every layer, the final score over seeds
+above THRESHOLD by more than 2 seed standard deviations (and past the noise level 2/n); "not measurable" whenever a
+seed's model has not left the unigram plateau (held-out perplexity under half the unigram's). `--report`
+re-judges result.json without reading the checkpoints again.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from mlm_flax.sgu_analysis import load_model, plot_spatial_weights, spatial_weights
-from studies.common import study_main, study_readme, write_study
+from studies.common import NOT_MEASURABLE, left_the_plateau, study_main, study_readme, write_study
 from studies.mlm_setting import RUNS, mlm_config, train
+from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide_threshold, judged
 from zoo.mixers.sgu import toeplitz_score
 from zoo.plots import pyplot, save_figure
 
@@ -32,43 +35,67 @@ def checkpoint_steps(workdir: Path) -> list[int]:
 
 
 def run(tiny: bool, out_dir: Path) -> dict:
-    seeds = [0] if tiny else [0, 1]
+    seeds = [0] if tiny else [0, 1, 2]
     root = out_dir / "runs" if tiny else RUNS
     scores, perplexity = {}, {}
     for seed in seeds:
         workdir = root / f"gmlp-split_multiplicative-seed{seed}"
         config = mlm_config("gmlp", seed, tiny, root, sgu_variant="split_multiplicative")
         results = train(config, workdir)
-        perplexity[seed] = results["test_perplexity"]
-        scores[seed] = {}
+        perplexity[str(seed)] = results["test_perplexity"]
+        scores[str(seed)] = {}
         for step in checkpoint_steps(workdir):
             model, _, _ = load_model(workdir, step)
-            scores[seed][step] = [toeplitz_score(w) for _, w in spatial_weights(model)]
+            scores[str(seed)][str(step)] = [toeplitz_score(w) for _, w in spatial_weights(model)]
         if seed == seeds[0]:
             title = f"gMLP W after {step} steps, seed {seed}"
             plot_spatial_weights(spatial_weights(model), out_dir / "toeplitz_weights.png", title)
-    unigram = results["unigram_perplexity"]
-    n = config.model.max_length
-    final = {seed: s[max(s)] for seed, s in scores.items()}
-    mean_final = np.mean([final[seed] for seed in seeds], axis=0).tolist()  # per layer
-    left_plateau = float(np.mean(list(perplexity.values()))) < 0.5 * unigram
-    toeplitz_like = float(np.mean(mean_final)) >= THRESHOLD
-    verdict = "reproduced" if left_plateau and toeplitz_like else "not reproduced"
     result = {
-        "seeds": seeds, "scores": {str(k): {str(s): v for s, v in d.items()} for k, d in scores.items()},
-        "final_scores_mean_over_seeds": mean_final, "noise_level": 2 / n, "test_perplexity": perplexity,
-        "unigram_perplexity": unigram, "left_plateau": left_plateau, "verdict": verdict, "tiny": tiny,
+        "seeds": seeds, "scores": scores, "noise_level": 2 / config.model.max_length, "test_perplexity": perplexity,
+        "unigram_perplexity": results["unigram_perplexity"], "tiny": tiny,
     }  # fmt: skip
+    return report(result, out_dir)
+
+
+def judge(final: dict[str, list[float]], perplexity: dict[str, float], unigram: float, noise: float):
+    """(the verdict, each layer's): every layer's final score above THRESHOLD by the rule, once every seed's model
+    has left the unigram plateau. `final`: per seed, the final score of each layer."""
+    on_plateau = [seed for seed, p in perplexity.items() if not left_the_plateau(p, unigram)]
+    layers = len(next(iter(final.values())))
+    if on_plateau:
+        why = f"seed(s) {', '.join(on_plateau)} did not leave the unigram plateau (perplexity ≥ half of {unigram:.1f})"
+        parts = {f"layer {i}": Verdict(NOT_MEASURABLE, why) for i in range(layers)}
+    else:
+        parts = {
+            f"layer {i}": decide_threshold(
+                Arm(f"layer {i}", tuple(s[i] for s in final.values()), noise), THRESHOLD, higher_is_better=True
+            )
+            for i in range(layers)
+        }
+    return combine(parts), parts
+
+
+def report(result: dict, out_dir: Path) -> dict:
+    """The verdict (`judge`), the figure and README.md from `result`; returns `result` with the verdict."""
+    seeds, tiny, unigram, noise = result["seeds"], result["tiny"], result["unigram_perplexity"], result["noise_level"]
+    scores = {str(seed): {int(step): v for step, v in per.items()} for seed, per in result["scores"].items()}
+    perplexity = {str(seed): p for seed, p in result["test_perplexity"].items()}
+    final = {seed: per[max(per)] for seed, per in scores.items()}
+    verdict, parts = judge(final, perplexity, unigram, noise)
+    measured = ("seeds", "scores", "noise_level", "test_perplexity", "unigram_perplexity", "tiny")
+    mean_final = np.mean(list(final.values()), axis=0).tolist()
+    result = {**judged(result, measured, parts, verdict), "final_scores_mean_over_seeds": mean_final}
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for seed, per_step in scores.items():
+    for j, per_step in enumerate(scores.values()):
         steps = sorted(per_step)
         layers = np.asarray([per_step[s] for s in steps])
         for layer in range(layers.shape[1]):
-            label = f"layer {layer}" if seed == seeds[0] else None
+            label = f"layer {layer}" if j == 0 else None
             ax.plot(steps, layers[:, layer], color=f"C{layer}", marker="o", alpha=0.8, label=label)
-    ax.axhline(2 / n, color="grey", linestyle=":", label=f"noise ≈ 2/n = {2 / n:.3f}")
+    ax.axhline(noise, color="grey", linestyle=":", label=f"noise ≈ 2/n = {noise:.3f}")
+    ax.axhline(THRESHOLD, color="black", linestyle="--", linewidth=0.8, label=f"threshold {THRESHOLD}")
     ax.set_ylim(0, 1)
     ax.set_xlabel("step")
     ax.set_ylabel("Toeplitz score of W")
@@ -77,7 +104,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     save_figure(fig, out_dir / "toeplitz.png")
 
     rows = "\n".join(
-        f"| {seed} | {perplexity[seed]:.1f} | " + " | ".join(f"{x:.2f}" for x in final[seed]) + " |" for seed in seeds
+        f"| {seed} | {perplexity[seed]:.1f} | " + " | ".join(f"{x:.2f}" for x in final[seed]) + " |" for seed in final
     )
     header = " | ".join(f"layer {i}" for i in range(len(mean_final)))
     readme = study_readme(
@@ -88,17 +115,16 @@ def run(tiny: bool, out_dir: Path) -> dict:
         setting="the split gMLP of the shared small MLM setting (`studies/mlm_setting.py`"
         + (", tiny: a Markov-chain corpus, 4 steps" if tiny else ": KJV, 1k vocabulary, 64 tokens, 4 layers d 128, "
            "2,000 steps") + f"), seeds {', '.join(map(str, seeds))}; unigram perplexity {unigram:.1f}, noise level of "
-        f"the score 2/n = {2 / n:.3f}.",
+        f"the score 2/n = {noise:.3f}; the claim, per layer: the final score above {THRESHOLD}.",
         table=f"| seed | held-out perplexity | {header} (final Toeplitz score) |\n"
         f"|---|---|{'---|' * len(mean_final)}\n" + rows,
-        verdict=f"{verdict} (left the unigram plateau: {left_plateau}; mean final score "
-        f"{np.mean(mean_final):.2f} against {THRESHOLD}).",
+        verdict=f"{verdict.verdict} — {verdict.reason}.",
         figure="toeplitz.png",
-        notes="" if verdict == "reproduced" else "see W (`toeplitz_weights.png`) and the curve per layer.",
+        notes="" if verdict.verdict == REPRODUCED else "see W (`toeplitz_weights.png`) and the curve per layer.",
     )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
 
 
 if __name__ == "__main__":
-    study_main("toeplitz", __doc__, run)
+    study_main("toeplitz", __doc__, run, report)

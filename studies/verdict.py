@@ -9,6 +9,9 @@ then the direction of the gap decides: the paper's claimed order → "reproduced
 Otherwise the verdict is "not measurable at this budget", with the reason. Standard deviations are the sample
 ones (n − 1) over seeds.
 
+A claim about a level ("the score exceeds 0.5") is `decide_threshold`: (a), (b), and the mean beyond the threshold by
+more than MARGIN × the seed standard deviation; the side decides.
+
 A claim about spread ("less variance between runs") is a claim about two variances, which a gap in means cannot
 test: `decide_spread` needs (a) and the two-sided F-test of the variances over seeds at SPREAD_LEVEL: a ratio
 beyond its critical value decides the direction, anything nearer 1 is "not measurable at this budget". A claim
@@ -71,6 +74,24 @@ def decide(claimed: Arm, other: Arm, *, higher_is_better: bool, margin: float = 
     what = f"gap {m1 - m2:+.4g} between {means}, pooled std {pooled:.3g}"
     if abs(gap) <= margin * pooled:
         return Verdict(NOT_MEASURABLE, f"{what}: not larger than {margin:g} × the pooled std")
+    return Verdict(REPRODUCED if gap > 0 else NOT_REPRODUCED, what)
+
+
+def decide_threshold(arm: Arm, threshold: float, *, higher_is_better: bool, margin: float = MARGIN) -> Verdict:
+    """The verdict on the claim "`arm` is beyond `threshold`" (above it if `higher_is_better`; module docstring)."""
+    sign = 1.0 if higher_is_better else -1.0
+    if (few := _too_few_seeds(arm)) is not None:
+        return few
+    mean, std = mean_std(arm.values)
+    if not sign * (mean - arm.chance) > margin * std:
+        return Verdict(
+            NOT_MEASURABLE,
+            f"{arm.name} is not measurably past chance: mean {mean:.4g} vs chance {arm.chance:.4g}, seed std {std:.3g}",
+        )
+    gap = sign * (mean - threshold)
+    what = f"{arm.name}: mean {mean:.4g} against the threshold {threshold:.4g}, seed std {std:.3g}"
+    if abs(gap) <= margin * std:
+        return Verdict(NOT_MEASURABLE, f"{what}: not beyond it by more than {margin:g} × the std")
     return Verdict(REPRODUCED if gap > 0 else NOT_REPRODUCED, what)
 
 

@@ -3,7 +3,17 @@
 import pytest
 
 from studies.common import NOT_MEASURABLE
-from studies.verdict import NOT_REPRODUCED, REPRODUCED, Arm, Verdict, combine, decide, decide_spread, mean_std
+from studies.verdict import (
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Arm,
+    Verdict,
+    combine,
+    decide,
+    decide_spread,
+    decide_threshold,
+    mean_std,
+)
 
 
 def _arm(name, *values, chance=0.1):
@@ -71,3 +81,15 @@ def test_a_claim_of_several_parts_needs_every_part():
     assert combine({"faster": yes, "steadier": unsure}).verdict == NOT_MEASURABLE
     assert combine({"faster": unsure, "steadier": no}).verdict == NOT_REPRODUCED
     assert combine({"faster": yes, "steadier": no}).reason == "faster: reproduced (r); steadier: not reproduced (n)"
+
+
+def test_a_level_claim_needs_the_seeds_beyond_the_threshold_by_the_margin():
+    above = _arm("layer 0", 0.625, 0.75, 0.875, chance=0.03)  # mean 0.75, std 0.125 (exact in binary)
+    assert decide_threshold(above, 0.45, higher_is_better=True).verdict == REPRODUCED
+    assert decide_threshold(above, 0.5, higher_is_better=True).verdict == NOT_MEASURABLE  # 2 std above, not more
+    assert decide_threshold(above, 1.05, higher_is_better=True).verdict == NOT_REPRODUCED
+    perplexity = _arm("model", 0.625, 0.75, 0.875, chance=2.0)  # lower is better: chance lies above
+    assert decide_threshold(perplexity, 1.05, higher_is_better=False).verdict == REPRODUCED  # "below 1.05"
+    noise = _arm("layer 1", 0.03, 0.031, 0.029, chance=0.03)
+    assert "not measurably past chance" in decide_threshold(noise, 0.5, higher_is_better=True).reason
+    assert "the rule needs 3" in decide_threshold(_arm("a", 0.7, 0.7), 0.5, higher_is_better=True).reason
