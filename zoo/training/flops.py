@@ -186,8 +186,9 @@ def cpu_matmul_tflops(size: int = 1024, repeats: int = 8, seconds: float = 1.0) 
 
 @functools.cache
 def measured_cpu_tflops() -> float:
-    """This process's float32 matmul rate (`cpu_matmul_tflops`), measured once."""
-    return cpu_matmul_tflops()
+    """This process's float32 matmul rate (`cpu_matmul_tflops`), measured once, in half a second: every training
+    command pays it at start-up, so it may land in a slow phase; `lra_flax.efficiency` measures beside its steps."""
+    return cpu_matmul_tflops(seconds=0.5)
 
 
 def peak_tflops_per_device(train: ml_collections.ConfigDict | None = None) -> tuple[float, str]:
