@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.xla_flags import FAST_COMPILE
+from tests.xla_flags import FAST_COMPILE, ONE_THREAD
 
 # Tests run on the CPU with the default single device unless a test spawns its own process.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -11,9 +11,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # environment) and later runs: the same small models compile in many tests. Set before jax is imported.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).parents[1] / ".cache" / "jax-tests"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+# The suite starts ~150 training commands: each would spend half a second of both cores measuring the host's
+# matmul rate for MFU, which no test reads; tests/zoo/test_flops.py measures it, with this unset.
+os.environ.setdefault("ZOO_CPU_PEAK_TFLOPS", "0.1")
 # The tests' programs are small: compiling them is most of the suite's time, running them little (xla_flags.py).
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
+if "xla_cpu_multi_thread_eigen" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += f" {ONE_THREAD}"
 
 
 # Test files whose tests start commands or train models end to end (seconds to minutes each): `make test-fast`

@@ -12,6 +12,12 @@ FAST_COMPILE = (
     "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false"
 )
 
+# One thread per matmul: the suite runs one pytest worker per core, and a worker's (or its command's) Eigen
+# thread pool as wide as the machine only competes with the other worker. Measured on this 2-core CPU, cold cache,
+# tests/zoo with tests/lra_flax/test_train_cli.py: 307 → 283 s, CPU time 581 → 540 s (three workers instead:
+# 290 s). Kept by optimised_env(): the commands that train for hundreds of steps run beside a worker too.
+ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
+
 
 def optimised_env(**extra: str) -> dict[str, str]:
     """The environment for a command that trains for hundreds of steps: this process's, without FAST_COMPILE."""

@@ -117,12 +117,36 @@ def test_the_peak_table_names_each_accelerator(kind, peak, monkeypatch):
     )
 
 
-def test_a_cpu_measures_its_matmul_rate_once():
+def test_a_cpu_measures_its_matmul_rate_once(monkeypatch):
+    monkeypatch.delenv(flops.CPU_PEAK_ENV, raising=False)  # the suite sets it (tests/conftest.py)
     rate = flops.measured_cpu_tflops()
     assert 1e-4 < rate < 100  # TFLOP/s of a CPU
     assert flops.measured_cpu_tflops() == rate  # cached: measured once per process
     peak, source = flops.peak_tflops_per_device(train_config())
     assert peak == rate / jax.local_device_count() and "measured" in source
+
+
+def test_a_cpu_rate_from_the_environment_is_not_measured_and_a_bad_one_is_refused_by_name(monkeypatch):
+    from zoo.training.validate import config_problems
+
+    def measure(*args, **kwargs):
+        raise AssertionError("measured although the environment gives the rate")
+
+    monkeypatch.setattr(flops, "cpu_matmul_tflops", measure)
+    monkeypatch.setattr(flops, "measured_cpu_tflops", measure)
+    monkeypatch.setenv(flops.CPU_PEAK_ENV, "0.25")
+    peak, source = flops.peak_tflops_per_device(train_config())
+    assert peak == 0.25 / jax.local_device_count() and flops.CPU_PEAK_ENV in source
+    assert flops.peak_tflops_per_device(train_config(peak_tflops_per_device=3.0))[0] == 3.0  # the field wins
+    config = ml_collections.ConfigDict({"train": train_config()})
+    assert config_problems(config) == []
+    for bad in ("fast", "0", "-1", "nan", "inf"):
+        monkeypatch.setenv(flops.CPU_PEAK_ENV, bad)
+        assert config_problems(config) == [
+            f"{flops.CPU_PEAK_ENV}={bad!r} must be a positive number of TFLOP/s (or unset, to measure)"
+        ]
+        with pytest.raises(ValueError, match=flops.CPU_PEAK_ENV):
+            flops.peak_tflops_per_device(train_config())
 
 
 def test_a_throughput_measurement_on_cpu_takes_its_peak_beside_the_timed_steps(monkeypatch):

@@ -84,6 +84,25 @@ def test_an_inactive_mixers_bad_option_is_reported():
 _MAPS = "elu1, relu, favor, softplus, orth_softplus, glu, oglu, aoglu"
 
 
+def test_each_mixer_config_is_built_once_per_process_and_its_outcome_kept(monkeypatch):
+    from zoo.training import validate
+
+    built = []
+    real_build = validate.mixers.build
+    monkeypatch.setattr(validate, "_BUILD_OUTCOMES", {})
+    monkeypatch.setattr(validate.mixers, "build", lambda cfg, **kw: built.append(cfg.name) or real_build(cfg, **kw))
+    config = listops.get_config("demo")
+    assert config_problems(config) == [] and sorted(built) == sorted(config.model.mixer_options.keys())
+    assert config_problems(config) == [] and len(built) == len(config.model.mixer_options)  # the same configs
+    config.model.mixer_options.linear.feature_map = "bogus"
+    expected = ["model.mixer_options.linear: mixer 'linear': unknown feature_map 'bogus'; valid: " + _MAPS]
+    assert config_problems(config) == expected and built[-1] == "linear"  # a changed config is built
+    assert config_problems(config) == expected  # and its error kept
+    config.model.d_model = 48  # a shared field changes every mixer's config
+    config.model.mixer_options.linear.feature_map = "elu1"
+    assert config_problems(config) == [] and len(built) == 2 * len(config.model.mixer_options) + 1
+
+
 def test_every_problem_is_reported_at_once():
     config = listops.get_config("demo")
     config.train.steps, config.train.learning_rate, config.model.dropout = -5, -1.0, 2.0

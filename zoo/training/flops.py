@@ -20,6 +20,8 @@ float32 matmul rate measured once per process; `train.peak_tflops_per_device` ov
 from __future__ import annotations
 
 import functools
+import math
+import os
 import re
 import time
 
@@ -184,6 +186,26 @@ def cpu_matmul_tflops(size: int = 1024, repeats: int = 8, seconds: float = 1.0) 
     return 2.0 * size**3 / best / 1e12
 
 
+# The host's float32 matmul rate in TFLOP/s, when it is known already (a cluster's CPU nodes, a test suite that
+# starts many short commands): a training command then skips its start-up measurement.
+CPU_PEAK_ENV = "ZOO_CPU_PEAK_TFLOPS"
+
+
+def cpu_peak_from_env() -> float | None:
+    """The rate that CPU_PEAK_ENV sets, or None when unset or empty; a value that is not a positive, finite
+    number is an error naming the variable."""
+    text = os.environ.get(CPU_PEAK_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = float("nan")
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"{CPU_PEAK_ENV}={text!r} must be a positive number of TFLOP/s (or unset, to measure)")
+    return rate
+
+
 @functools.cache
 def measured_cpu_tflops() -> float:
     """This process's float32 matmul rate (`cpu_matmul_tflops`), measured once, in half a second: every training
@@ -199,6 +221,8 @@ def peak_tflops_per_device(train: ml_collections.ConfigDict | None = None) -> tu
     device = jax.local_devices()[0]
     if device.platform == "cpu":
         # CPU devices (fake ones too) share the host's cores.
+        if (rate := cpu_peak_from_env()) is not None:
+            return rate / jax.local_device_count(), f"float32 matmul rate of this host from {CPU_PEAK_ENV}"
         return measured_cpu_tflops() / jax.local_device_count(), "float32 matmul rate measured on this host"
     for pattern, tflops in PEAK_BF16_TFLOPS:
         if re.search(pattern, device.device_kind):
