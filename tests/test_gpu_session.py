@@ -102,7 +102,7 @@ def test_failures_hangs_and_killed_files_all_come_back_with_their_reasons(tmp_pa
     files = f"{tests / 'test_mixed.py'} {tests / 'test_stuck_at_import.py'}"
     run, log = _session(
         "--dry-run", "kernel-tests", out=tmp_path / "out", state=tmp_path / "state", KERNEL_TESTS=files,
-        TEST_LIMIT="5", FILE_LIMIT="30", timeout=300,
+        TEST_LIMIT="3", FILE_LIMIT="15", timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, log
     failures = (tmp_path / "out/failures.txt").read_text()
