@@ -1,11 +1,12 @@
 """ReLUFormer: "ReLU attention can capture more distant correlations" than softmax attention (docs/mixers.md). Mean
 attention distance per layer and head, and attention maps, of trained models on held-out inputs.
 
-    python -m studies.attention_distance          # the seed-0 models of studies.stability (train them first)
+    python -m studies.attention_distance          # studies.stability's seed-0 models (train them first)
     python -m studies.attention_distance --tiny   # trains studies.stability's --tiny models first, seconds
 
-The models are `studies.stability`'s (ListOps, 512–1,024 tokens, 2 layers, 4 heads): ReLU attention with the
-1/√(n/2) factor against softmax, same data, optimiser and seed. The attention matrix of every layer is read
+The models are `studies.stability`'s at its first learning rate (ListOps, 512–1,024 tokens, 2 layers, 4 heads,
+post-LN): ReLU attention with the 1/√(n/2) factor against softmax, same data, optimiser and seed. The committed
+result was measured on the models of the study's earlier, pre-LN version. The attention matrix of every layer is read
 out of the mixer's own `attend` (what the trained model computes): its inputs are recorded on a forward pass
 of 8 test examples, then it is applied to one-hot values. The distance of query i is Σ_j a_ij |i − j| / Σ_j a_ij
 over the real keys (ReLU rows are not normalised; rows with no weight are skipped), averaged over real queries.
@@ -156,7 +157,8 @@ def run(tiny: bool, out_dir: Path) -> dict:
         title="Mean attention distance of trained ReLU and softmax attention",
         claim="(ReLUFormer, docs/mixers.md): ReLU attention captures more distant correlations than softmax attention.",
         setting="the seed-0 models of `studies.stability` ("
-        + ("tiny" if tiny else "ListOps, 512–1,024 tokens, 2 layers, 4 heads, 300 steps")
+        + ("tiny" if tiny else f"ListOps, 512–1,024 tokens, 2 layers, 4 heads, post-LN, {stability.STEPS} steps at "
+           f"learning rate {stability.LEARNING_RATES[0]:g}")
         + f"), {EXAMPLES} held-out examples; distance = Σ_j a_ij |i − j| / Σ_j a_ij over real tokens.",
         table="| attention | layer | mean distance (tokens) | per head |\n|---|---|---|---|\n" + rows,
         verdict=f"{verdict} (ReLU farther in every layer: {farther}).",

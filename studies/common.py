@@ -83,7 +83,19 @@ def study_main(
                 raise ValueError(f"--report: {out_dir / 'result.json'} does not exist (run the study first)")
             measured = json.loads((out_dir / "result.json").read_text())
     except (ValueError, OSError) as e:
-        print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, a usage error's 2
-        sys.exit(2)
-    result = run(args.tiny, out_dir) if measured is None else report(measured, out_dir)
+        _usage_error(parser.prog, e)
+    if measured is None:
+        result = run(args.tiny, out_dir)
+    else:
+        try:  # a result.json the study's current report cannot read (recorded by an earlier version of it)
+            result = report(measured, out_dir)
+        except ValueError as e:
+            _usage_error(parser.prog, ValueError(f"--report: {out_dir / 'result.json'}: {e}"))
+        except KeyError as e:
+            _usage_error(parser.prog, ValueError(f"--report: {out_dir / 'result.json'} has no field {e}"))
     print(f"{name}: {result['verdict']} — {out_dir}")
+
+
+def _usage_error(prog: str, error: Exception) -> None:
+    print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)  # one line, a usage error's 2
+    sys.exit(2)

@@ -1,17 +1,26 @@
 """ReLUFormer: "plain ReLU attention without the variance-reduction factor trains unstably; the factor fixes it"
-(docs/mixers.md). The same small model on long ListOps inputs, ReLU attention with and without 1/√(n/2), softmax as
-the baseline, three seeds each.
+(docs/mixers.md). Measured as the largest learning rate each attention trains at without diverging, in the
+paper's kind of block (post-LayerNorm, no gradient clipping), three seeds each.
 
-    python -m studies.stability          # 3 × 3 runs of 300 steps on 512–1,024-token inputs, ~55 min on 2 CPU cores
-    python -m studies.stability --tiny   # 3 runs of 4 steps on short inputs, seconds
+    python -m studies.stability          # 3 arms × 3 seeds up the learning rates 1e-3 … 6.4e-2, ~1–2 h on 2 CPU cores
+    python -m studies.stability --tiny   # 1 seed, two learning rates of 4 steps on short inputs, seconds
 
-The `lra-train` ListOps demo model (2 layers, d 128, 4 heads, pre-LayerNorm) and optimiser (AdamW, lr 1e-3,
-cosine) on expressions of 512–1,024 tokens (the paper's instability is a long-sequence effect: at init plain
-ReLU attention's output variance grows with the number of keys n, `studies.variance`). Seeds change the
-initialisation and the batch order; the data is the same. Logged every 20 steps: training loss and global
-gradient norm. A run diverges when its loss becomes non-finite (the loop refuses to checkpoint it and stops)
-or exceeds twice the chance-level loss ln 10 after warm-up. Runs are ordinary workdirs under
-runs/studies/stability/ (re-running resumes them); `studies.attention_distance` reads the trained models.
+The `lra-train` ListOps demo model (2 layers, d 128, 4 heads) with post-LN blocks (`model.norm="post"`: LN(x +
+f(x)), the original Transformer's and fairseq's, whose residual stream is not normalised before the mixer) and
+no gradient clipping (`train.grad_clip_norm=0`), AdamW with a cosine schedule, on expressions of 512–1,024 tokens
+(the paper's instability is a long-sequence effect: at initialisation plain ReLU attention's output variance grows
+with the number of keys n, `studies.variance`). An earlier version trained pre-LN blocks with clipping at one
+learning rate (1e-3): no arm diverged, every model stayed near chance, and the claim could not show.
+
+Each (arm, seed) climbs the learning-rate grid ×2 at a time from LEARNING_RATES[0] and stops at the first that
+diverges: a non-finite loss (the loop refuses to checkpoint it and stops) or a logged loss above twice the
+chance level ln 10 after warm-up. Its measure is the number of grid steps it climbed without diverging (0: only
+the first; −1: not even the first, the level an arm must be measurably above; the top of the grid when nothing
+diverged, a lower bound). Judged by the studies' rule (studies/verdict.py): the factor's arm against plain ReLU,
+higher is better; softmax is the reference, outside the verdict. Seeds change the initialisation and the batch
+order; the data is the same. Runs are ordinary workdirs under runs/studies/stability-lr/ (re-running resumes
+them); `studies.attention_distance` reads the models trained at the first learning rate. `--report` re-judges
+result.json without training.
 """
 
 from __future__ import annotations
@@ -20,11 +29,10 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
-
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from studies.common import study_main, study_readme, write_study
+from studies.verdict import Arm, decide, judged, mean_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
@@ -33,30 +41,30 @@ ARMS = {
     "relu, no factor": ("relu", False),
     "softmax": ("softmax", None),
 }
-RUNS = Path("runs/studies/stability")
+CLAIMED, PLAIN = "relu, 1/√(n/2)", "relu, no factor"
+LEARNING_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
+TINY_LEARNING_RATES = LEARNING_RATES[:2]
+RUNS = Path("runs/studies/stability-lr")
 DIVERGED_LOSS = 2 * math.log(10)  # twice the chance-level loss of 10 balanced classes
-NOT_REPRODUCED_NOTE = (
-    "the blocks here are pre-LayerNorm and trained by AdamW at 1e-3 with warm-up: a residual stream normalised "
-    "before every mixer and per-parameter step sizes absorb the √(n/2)-times larger attention output at "
-    "initialisation, and at 2 layers and 300 steps the models stay near the chance loss (ln 10 = 2.303), where "
-    "there is little to destabilise. The paper's ablation (plain ReLU 'does not converge') is on its own "
-    "translation Transformers trained for many epochs; a deeper model, post-LN blocks, a larger learning rate or "
-    "longer training are what a further test would vary."
-)
+STEPS, WARMUP = 150, 15
 
 
-def arm_dir(root: Path, arm: str, seed: int) -> Path:
+def arm_dir(root: Path, arm: str, seed: int, learning_rate: float = LEARNING_RATES[0]) -> Path:
+    """The workdir of one run (by default at the first learning rate: the models attention_distance reads)."""
     mixer, factor = ARMS[arm]
     name = mixer if factor is None else f"{mixer}-{'factor' if factor else 'nofactor'}"
-    return root / name / f"seed{seed}"
+    return root / name / f"lr{learning_rate:g}" / f"seed{seed}"
 
 
-def config_for(arm: str, seed: int, tiny: bool, data_dir: Path):
+def config_for(arm: str, seed: int, tiny: bool, data_dir: Path, learning_rate: float = LEARNING_RATES[0]):
     mixer, factor = ARMS[arm]
     config = get_config("demo")
     config.seed = seed
     config.data.dir = str(data_dir)
     config.model.mixer = mixer
+    config.model.norm = "post"
+    config.train.grad_clip_norm = 0.0
+    config.train.learning_rate = learning_rate
     if factor is not None:
         config.model.mixer_options.relu.variance_reduction = factor
     if tiny:
@@ -69,7 +77,9 @@ def config_for(arm: str, seed: int, tiny: bool, data_dir: Path):
         num_train=4000, num_valid=200, num_test=500, min_length=512, max_length=1024, max_depth=10, max_args=10
     )
     config.model.max_length = 1024
-    config.train.update(steps=300, log_every=20, eval_every=0, checkpoint_every=300, warmup_steps=40, batch_size=16)
+    config.train.update(
+        steps=STEPS, log_every=10, eval_every=0, checkpoint_every=STEPS, warmup_steps=WARMUP, batch_size=16
+    )
     config.train.eval_batch_size = 50
     return config
 
@@ -86,97 +96,117 @@ def has_diverged(train: list[dict], warmup_steps: int) -> bool:
     return any(not math.isfinite(m["loss"]) or m["loss"] > DIVERGED_LOSS for m in train if m["step"] > warmup_steps)
 
 
+def train_one(arm: str, seed: int, learning_rate: float, tiny: bool, root: Path) -> dict:
+    """One run (resumed if its workdir has one): its logged curves, test accuracy and whether it diverged."""
+    workdir = arm_dir(root, arm, seed, learning_rate)
+    config = config_for(arm, seed, tiny, root / "data", learning_rate)
+    try:
+        results, error = train_and_evaluate(config, workdir, make_task(config)), None
+    except FloatingPointError as e:  # the loop stops at a non-finite loss and keeps the last good state
+        results, error = {}, str(e).split(";")[0]
+    train = logged(workdir)
+    return {
+        "learning_rate": learning_rate,
+        "steps": [m["step"] for m in train],
+        "loss": [m["loss"] for m in train],
+        "grad_norm": [m["grad_norm"] for m in train],
+        "test_accuracy": results.get("test_accuracy"),
+        "diverged": error is not None or has_diverged(train, config.train.warmup_steps),
+        "error": error,
+    }
+
+
+def climb(arm: str, seed: int, learning_rates: tuple[float, ...], tiny: bool, root: Path) -> list[dict]:
+    """The runs of one (arm, seed) up the grid, ending with the first that diverged (or at the top)."""
+    runs = []
+    for learning_rate in learning_rates:
+        runs.append(train_one(arm, seed, learning_rate, tiny, root))
+        if runs[-1]["diverged"]:
+            break
+    return runs
+
+
+def stable_steps(runs: list[dict]) -> int:
+    """Grid steps climbed without diverging: the index of the last stable learning rate (−1: none was)."""
+    return sum(not r["diverged"] for r in runs) - 1
+
+
 def run(tiny: bool, out_dir: Path) -> dict:
     seeds = list(range(1) if tiny else range(3))
+    learning_rates = TINY_LEARNING_RATES if tiny else LEARNING_RATES
     root = out_dir / "runs" if tiny else RUNS
-    data_dir = root / "data"
-    runs = {}
-    for arm in ARMS:
-        runs[arm] = []
-        for seed in seeds:
-            workdir = arm_dir(root, arm, seed)
-            config = config_for(arm, seed, tiny, data_dir)
-            try:
-                results, error = train_and_evaluate(config, workdir, make_task(config)), None
-            except FloatingPointError as e:  # the loop stops at a non-finite loss and keeps the last good state
-                results, error = {}, str(e).split(";")[0]
-            train = logged(workdir)
-            diverged = error is not None or has_diverged(train, config.train.warmup_steps)
-            runs[arm].append(
-                {
-                    "seed": seed,
-                    "steps": [m["step"] for m in train],
-                    "loss": [m["loss"] for m in train],
-                    "grad_norm": [m["grad_norm"] for m in train],
-                    "test_accuracy": results.get("test_accuracy"),
-                    "diverged": diverged,
-                    "error": error,
-                }
-            )
+    runs = {arm: [climb(arm, seed, learning_rates, tiny, root) for seed in seeds] for arm in ARMS}
+    result = {"seeds": seeds, "learning_rates": list(learning_rates), "runs": runs, "tiny": tiny}
+    return report(result, out_dir)
 
-    def summary(arm: str) -> dict:
-        rs = runs[arm]
-        finished = [r for r in rs if r["test_accuracy"] is not None]
-        return {
-            "divergences": sum(r["diverged"] for r in rs),
-            "final_loss": [r["loss"][-1] if r["loss"] else None for r in rs],
-            "max_grad_norm": [max(r["grad_norm"]) if r["grad_norm"] else None for r in rs],
-            "median_grad_norm": [float(np.median(r["grad_norm"])) if r["grad_norm"] else None for r in rs],
-            "test_accuracy": [r["test_accuracy"] for r in finished],
-        }
 
-    summaries = {arm: summary(arm) for arm in ARMS}
-    with_factor, without = summaries["relu, 1/√(n/2)"], summaries["relu, no factor"]
-    unstable_without = without["divergences"] > 0 or max(without["max_grad_norm"]) > 10 * max(
-        with_factor["max_grad_norm"]
-    )
-    fixed = with_factor["divergences"] == 0
-    verdict = "reproduced" if unstable_without and fixed else "not reproduced"
-    result = {"seeds": seeds, "runs": runs, "summary": summaries, "verdict": verdict, "tiny": tiny}
+def report(result: dict, out_dir: Path) -> dict:
+    """The verdict under the studies' rule, the figure and README.md from the runs in `result`."""
+    if "learning_rates" not in result:
+        raise ValueError("this result.json was recorded at one learning rate, before the sweep: run the study again")
+    seeds, learning_rates, runs, tiny = result["seeds"], result["learning_rates"], result["runs"], result["tiny"]
+    climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
+    arms = {arm: Arm(arm, tuple(map(float, c)), chance=-1.0) for arm, c in climbed.items()}
+    verdict = decide(arms[CLAIMED], arms[PLAIN], higher_is_better=True)
+    parts = {"the factor raises the largest stable learning rate": verdict}
+    result = judged(result, ("seeds", "learning_rates", "runs", "tiny"), parts, verdict)
+    result["grid_steps_climbed"] = climbed
+
+    def lr_at(steps: int) -> str:
+        top = " (top: a lower bound)" if steps == len(learning_rates) - 1 else ""
+        return "none" if steps < 0 else f"{learning_rates[steps]:g}{top}"
+
+    def last_loss(r: dict) -> float:  # a diverged run's loss, drawn at the top of the plot
+        loss = r["loss"][-1] if r["loss"] else math.inf
+        return min(loss, 2 * DIVERGED_LOSS) if math.isfinite(loss) else 2 * DIVERGED_LOSS
+
+    def diverged_at(per_seed: list[dict]) -> str:
+        return f"{per_seed[-1]['learning_rate']:g}" if per_seed[-1]["diverged"] else "—"
 
     plt = pyplot()
-    fig, (ax_loss, ax_grad) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, ax = plt.subplots(figsize=(6.8, 4.2))
     for colour, arm in zip(("C0", "C3", "C2"), ARMS, strict=True):
-        for i, r in enumerate(runs[arm]):
-            label = arm if i == 0 else None
-            ax_loss.plot(r["steps"], r["loss"], color=colour, alpha=0.8, label=label)
-            ax_grad.plot(r["steps"], r["grad_norm"], color=colour, alpha=0.8, label=label)
-    ax_loss.set_xlabel("step")
-    ax_loss.set_ylabel("training loss")
-    ax_grad.set_xlabel("step")
-    ax_grad.set_ylabel("global gradient norm")
-    ax_grad.set_yscale("log")
-    ax_loss.legend()
-    ax_loss.set_title("Long ListOps (512–1,024 tokens), one line per seed")
+        for i, per_seed in enumerate(runs[arm]):
+            xs = [r["learning_rate"] for r in per_seed]
+            ys = [last_loss(r) for r in per_seed]
+            ax.plot(xs, ys, "-o", color=colour, alpha=0.7, label=arm if i == 0 else None)
+            for x, y, r in zip(xs, ys, per_seed, strict=True):
+                if r["diverged"]:
+                    ax.plot([x], [y], "x", color=colour, markersize=10)
+    ax.axhline(DIVERGED_LOSS, color="grey", linestyle=":", label="diverged above (2 ln 10)")
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("last logged training loss (× : diverged)")
+    ax.set_title(f"Post-LN, no clipping, {'short' if tiny else '512–1,024-token'} ListOps: one line per seed")
+    ax.legend(fontsize=8)
     save_figure(fig, out_dir / "stability.png")
 
-    def fmt(xs, pattern):
-        return ", ".join(pattern.format(x) if x is not None else "—" for x in xs) or "—"
-
     rows = "\n".join(
-        f"| {arm} | {s['divergences']} / {len(seeds)} | {fmt(s['final_loss'], '{:.3f}')} | "
-        f"{fmt(s['median_grad_norm'], '{:.2f}')} | {fmt(s['max_grad_norm'], '{:.2f}')} | "
-        f"{fmt([100 * a for a in s['test_accuracy']], '{:.1f}')} |"
-        for arm, s in summaries.items()
+        f"| {arm} | {', '.join(lr_at(c) for c in climbed[arm])} | "
+        f"{mean_std(climbed[arm])[0]:.2f} ± {mean_std(climbed[arm])[1]:.2f} | "
+        f"{', '.join(diverged_at(r) for r in runs[arm])} |"
+        for arm in ARMS
     )
-    train = config_for("softmax", 0, tiny, data_dir).train
+    train = config_for("softmax", 0, tiny, Path("data")).train
     readme = study_readme(
         "stability", tiny,
         title="Training stability of ReLU attention with and without the variance-reduction factor",
         claim="(ReLUFormer, docs/mixers.md): plain ReLU attention without the 1/√(n/2) factor trains unstably on long "
         "inputs; the factor fixes it.",
-        setting=f"ListOps demo model (2 layers, d 128, 4 heads) and optimiser (AdamW 1e-3, cosine), "
-        f"{'short' if tiny else '512–1,024-token'} expressions, batch {train.batch_size}, {train.steps} steps, "
-        f"seeds {', '.join(map(str, seeds))}. Diverged: a non-finite loss, or a loss above 2 ln 10 after warm-up.",
-        table="| attention | diverged | final training loss (per seed) | median gradient norm | max gradient norm "
-        "| test accuracy % |\n|---|---|---|---|---|---|\n" + rows,
-        verdict=f"{verdict} (unstable without the factor: {unstable_without}; stable with it: {fixed}).",
+        setting=f"ListOps demo model (2 layers, d 128, 4 heads) with post-LN blocks and no gradient clipping, AdamW "
+        f"(cosine), {'short' if tiny else '512–1,024-token'} expressions, batch {train.batch_size}, {train.steps} "
+        f"steps per run, learning rates {', '.join(f'{x:g}' for x in learning_rates)} climbed until the first "
+        "divergence, "
+        f"seeds {', '.join(map(str, seeds))}. Diverged: a non-finite loss, or a loss above 2 ln 10 after warm-up. "
+        "The measure: grid steps climbed without diverging (−1: none), mean ± std over seeds (n − 1).",
+        table="| attention | largest stable learning rate (per seed) | grid steps climbed | diverged at |\n"
+        "|---|---|---|---|\n" + rows,
+        verdict=f"{verdict.verdict} — {verdict.reason}. Softmax is the reference, outside the verdict.",
         figure="stability.png",
-        notes="" if verdict == "reproduced" else NOT_REPRODUCED_NOTE,
     )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
 
 
 if __name__ == "__main__":
-    study_main("stability", __doc__, run)
+    study_main("stability", __doc__, run, report)

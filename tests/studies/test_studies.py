@@ -103,8 +103,9 @@ def test_kernel_convergence_trains_every_seed_of_both_kernels_and_resumes(tmp_pa
 
 @pytest.fixture(scope="module")
 def stability_tiny(tmp_path_factory):
-    """studies.stability --tiny under <root>/stability, with its no-factor arm "diverging" (the loop's own
-    error for a NaN loss); studies.attention_distance --tiny at <root> reads the other two arms' models."""
+    """studies.stability --tiny under <root>/stability, with its no-factor arm "diverging" at the first learning
+    rate (the loop's own error for a NaN loss); studies.attention_distance --tiny at <root> reads the other two
+    arms' models."""
     root = tmp_path_factory.mktemp("studies")
     real_train = stability.train_and_evaluate
 
@@ -120,22 +121,36 @@ def stability_tiny(tmp_path_factory):
     return root, result
 
 
-def test_stability_trains_every_arm_and_counts_divergences(stability_tiny):
+def test_stability_climbs_the_learning_rates_until_the_first_divergence(stability_tiny):
     root, result = stability_tiny
     tmp_path = root / "stability"
     _, readme = _files(tmp_path, "stability.png")
-    assert set(result["runs"]) == set(stability.ARMS)
-    for arm, runs in result["runs"].items():
-        (run,) = runs
-        assert len(run["loss"]) == len(run["grad_norm"]) == 2 and all(g > 0 for g in run["grad_norm"]), arm
-        config = json.loads((stability.arm_dir(tmp_path / "runs", arm, 0) / "config.json").read_text())
-        if arm != "softmax":  # the arms differ in the factor only
-            assert config["model"]["mixer_options"]["relu"]["variance_reduction"] == (arm == "relu, 1/√(n/2)")
-    summary = result["summary"]
-    assert summary["relu, no factor"]["divergences"] == 1 and summary["relu, no factor"]["test_accuracy"] == []
-    assert result["runs"]["relu, no factor"][0]["error"].startswith("loss is not finite")
-    assert summary["relu, 1/√(n/2)"]["divergences"] == 0 and len(summary["softmax"]["test_accuracy"]) == 1
-    assert "| relu, no factor | 1 / 1 |" in readme
+    rates = list(stability.TINY_LEARNING_RATES)
+    assert set(result["runs"]) == set(stability.ARMS) and result["learning_rates"] == rates
+    # The arms that never diverged climbed the whole grid; plain ReLU stopped at its first, diverged, run.
+    assert result["grid_steps_climbed"] == {"relu, 1/√(n/2)": [1], "relu, no factor": [-1], "softmax": [1]}
+    for arm, (runs,) in result["runs"].items():
+        assert [r["learning_rate"] for r in runs] == (rates[:1] if arm == "relu, no factor" else rates)
+        for r in runs:
+            assert len(r["loss"]) == len(r["grad_norm"]) == 2 and all(g > 0 for g in r["grad_norm"]), arm
+            workdir = stability.arm_dir(tmp_path / "runs", arm, 0, r["learning_rate"])
+            config = json.loads((workdir / "config.json").read_text())
+            # The paper's kind of block: post-LN, no clipping; the arms differ in the factor only.
+            assert config["model"]["norm"] == "post" and config["train"]["grad_clip_norm"] == 0
+            assert config["train"]["learning_rate"] == r["learning_rate"]
+            if arm != "softmax":
+                assert config["model"]["mixer_options"]["relu"]["variance_reduction"] == (arm == "relu, 1/√(n/2)")
+    (plain,) = result["runs"]["relu, no factor"][0]
+    assert plain["diverged"] and plain["error"].startswith("loss is not finite") and plain["test_accuracy"] is None
+    assert not stability.arm_dir(tmp_path / "runs", "relu, no factor", 0, rates[1]).exists()  # not climbed further
+    assert result["verdict"] == NOT_MEASURABLE  # one seed: the rule needs three
+    assert "| relu, no factor | none | -1.00 ± 0.00 | 0.001 |" in readme
+    assert "| relu, 1/√(n/2) | 0.002 (top: a lower bound) | 1.00 ± 0.00 | — |" in readme
+    # --report judges the recorded runs again, the same way; a result of the one-learning-rate version is refused.
+    again = stability.report(json.loads((tmp_path / "result.json").read_text()), tmp_path / "again")
+    assert again["grid_steps_climbed"] == result["grid_steps_climbed"] and again["parts"] == result["parts"]
+    with pytest.raises(ValueError, match="before the sweep"):
+        stability.report({"seeds": [0], "runs": {}, "verdict": "not reproduced", "tiny": False}, tmp_path / "old")
     # The rule for logged losses: after warm-up, non-finite or above twice chance.
     logs = [{"step": 1, "loss": 50.0}, {"step": 10, "loss": 2.0}]
     assert not stability.has_diverged(logs, warmup_steps=5)
@@ -332,6 +347,14 @@ def test_report_judges_the_committed_result_again_without_training(tmp_path):
     empty = tmp_path / "empty"
     run = subprocess.run([*command[:-1], f"--out={empty}"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "result.json does not exist (run the study first)" in run.stderr, run.stderr
+    # A result recorded by an earlier version of a study that its report cannot judge: one line, exit 2.
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "result.json").write_text(json.dumps({"seeds": [0, 1, 2], "runs": {}, "verdict": "not reproduced"}))
+    stability_report = [sys.executable, "-m", "studies.stability", "--report", f"--out={old}"]
+    run = subprocess.run(stability_report, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "recorded at one learning rate, before the sweep" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and not (old / "README.md").exists()
 
 
 def test_the_readme_table_says_each_committed_verdict_and_whether_the_rule_made_it():
