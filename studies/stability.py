@@ -17,7 +17,10 @@ diverges: a non-finite loss (the loop refuses to checkpoint it and stops) or a l
 chance level ln 10 after warm-up. Its measure is the number of grid steps it climbed without diverging (0: only
 the first; −1: not even the first, the level an arm must be measurably above; the top of the grid when nothing
 diverged, a lower bound). Judged by the studies' rule (studies/verdict.py): the factor's arm against plain ReLU,
-higher is better; softmax is the reference, outside the verdict. Seeds change the initialisation and the batch
+higher is better; softmax is the reference, outside the verdict. The grid must bracket both arms: one that
+stays stable at the top only gains (its true figure is higher), but one that diverges at the first learning rate in
+every seed is below the grid, not past the rule's chance level, and the verdict is "not measurable" until the grid
+reaches lower. Seeds change the initialisation and the batch
 order; the data is the same. Runs are ordinary workdirs under runs/studies/stability-lr/ (re-running resumes
 them); `studies.attention_distance` reads the models trained at the first learning rate. `--report` re-judges
 result.json without training.
