@@ -17,6 +17,7 @@ import bz2
 import dataclasses
 import gzip
 import io
+import os
 import subprocess
 import sys
 import zipfile
@@ -568,10 +569,13 @@ def _model_cases() -> list[Case]:
 LISTOPS = "lra_flax/configs/listops.py"
 
 
-def _command(args: list[str], status: int, pattern: str, writes: str = "w"):
+def _command(args: list[str], status: int, pattern: str, writes: str = "w", env: dict[str, str] | None = None):
     def run(tmp):
         argv = [a.replace("{tmp}", str(tmp)) for a in args]
-        proc = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
+        environment = {**os.environ, **(env or {})}
+        proc = subprocess.run(
+            [sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=300, env=environment
+        )
         return proc
 
     def check(proc):
@@ -609,6 +613,14 @@ def _cli_cases() -> list[Case]:
     for name, args, pattern in rows:
         run, outcome, writes = _command(args, 2, pattern)
         cases.append(Case("command", name, run, outcome, untouched=writes))
+    bad_peak = {"ZOO_CPU_PEAK_TFLOPS": "fast"}  # the host's matmul rate from the environment, checked with the config
+    run, outcome, writes = _command(
+        ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--config.data.dir={tmp}/w/data"],
+        2,
+        r"ZOO_CPU_PEAK_TFLOPS='fast' must be",
+        env=bad_peak,
+    )
+    cases.append(Case("command", "bad ZOO_CPU_PEAK_TFLOPS", run, outcome, untouched=writes))
     return cases
 
 
