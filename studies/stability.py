@@ -18,12 +18,11 @@ chance level ln 10 after warm-up. Its measure is the number of grid steps it cli
 the first; −1: not even the first, the level an arm must be measurably above; the top of the grid when nothing
 diverged, a lower bound). Judged by the studies' rule (studies/verdict.py): the factor's arm against plain ReLU,
 higher is better; softmax is the reference, outside the verdict. The grid must bracket both arms: one that
-stays stable at the top only gains (its true figure is higher), but one that diverges at the first learning rate in
-every seed is below the grid, not past the rule's chance level, and the verdict is "not measurable" until the grid
-reaches lower. Seeds change the initialisation and the batch
-order; the data is the same. Runs are ordinary workdirs under runs/studies/stability-lr/ (re-running resumes
-them); `studies.attention_distance` reads the models trained at the first learning rate. `--report` re-judges
-result.json without training.
+stays stable at the top only gains (its true figure is higher), but one that diverges at the first learning rate
+in every seed is below the grid, not past the rule's chance level, and the verdict is "not measurable" until the
+grid reaches lower. Seeds change the initialisation and the batch order; the data is the same. Runs are
+ordinary workdirs under runs/studies/stability-lr/ (re-running resumes them); `studies.attention_distance` reads
+the models trained at the first learning rate. `--report` re-judges result.json without training.
 """
 
 from __future__ import annotations
@@ -166,6 +165,7 @@ def report(result: dict, out_dir: Path) -> dict:
     def diverged_at(per_seed: list[dict]) -> str:
         return f"{per_seed[-1]['learning_rate']:g}" if per_seed[-1]["diverged"] else "—"
 
+    inputs = "short" if tiny else "512–1,024-token"
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.8, 4.2))
     for colour, arm in zip(("C0", "C3", "C2"), ARMS, strict=True):
@@ -180,7 +180,7 @@ def report(result: dict, out_dir: Path) -> dict:
     ax.set_xscale("log")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("last logged training loss (× : diverged)")
-    ax.set_title(f"Post-LN, no clipping, {'short' if tiny else '512–1,024-token'} ListOps: one line per seed")
+    ax.set_title(f"Post-LN, no clipping, {inputs} ListOps: one line per seed")
     ax.legend(fontsize=8)
     save_figure(fig, out_dir / "stability.png")
 
@@ -197,10 +197,9 @@ def report(result: dict, out_dir: Path) -> dict:
         claim="(ReLUFormer, docs/mixers.md): plain ReLU attention without the 1/√(n/2) factor trains unstably on long "
         "inputs; the factor fixes it.",
         setting=f"ListOps demo model (2 layers, d 128, 4 heads) with post-LN blocks and no gradient clipping, AdamW "
-        f"(cosine), {'short' if tiny else '512–1,024-token'} expressions, batch {train.batch_size}, {train.steps} "
-        f"steps per run, learning rates {', '.join(f'{x:g}' for x in learning_rates)} climbed until the first "
-        "divergence, "
-        f"seeds {', '.join(map(str, seeds))}. Diverged: a non-finite loss, or a loss above 2 ln 10 after warm-up. "
+        f"(cosine), {inputs} expressions, batch {train.batch_size}, {train.steps} steps per run, learning rates "
+        f"{', '.join(f'{x:g}' for x in learning_rates)} climbed until the first divergence, seeds "
+        f"{', '.join(map(str, seeds))}. Diverged: a non-finite loss, or a loss above 2 ln 10 after warm-up. "
         "The measure: grid steps climbed without diverging (−1: none), mean ± std over seeds (n − 1).",
         table="| attention | largest stable learning rate (per seed) | grid steps climbed | diverged at |\n"
         "|---|---|---|---|\n" + rows,
