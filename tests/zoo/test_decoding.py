@@ -36,18 +36,18 @@ def test_causal_lm_decode_equals_full_forward(mixer, options):
     model = models.CausalLM(_cfg(mixer, options), vocab_size=V, rngs=nnx.Rngs(0))
     model.eval()
     tokens = _tokens()
-    full = model(tokens)
 
     @jax.jit
-    def run(tokens):
+    def full_and_stepwise(tokens):
         def step(cache, token):
             logits, cache = model.decode(token[:, None], cache)
             return cache, logits[:, 0]
 
         _, logits = jax.lax.scan(step, model.init_cache(tokens.shape[0]), tokens.T)
-        return logits.transpose(1, 0, 2)
+        return model(tokens), logits.transpose(1, 0, 2)
 
-    chex.assert_trees_all_close(run(tokens), full, atol=2e-4, rtol=2e-4)
+    full, stepwise = full_and_stepwise(tokens)
+    chex.assert_trees_all_close(stepwise, full, atol=2e-4, rtol=2e-4)
 
 
 @pytest.mark.parametrize(
@@ -61,14 +61,20 @@ def test_encoder_decoder_decode_equals_full_forward(mixer, norm):
     model.eval()
     src = _tokens(seed=1).at[1, 6:].set(0)  # padded source
     tgt = _tokens(seed=2)
-    full = model(src, tgt)
-    enc, src_mask = model.encode(src)
-    cache = model.init_cache(2)
-    steps = []
-    for t in range(T):
-        logits, cache = model.decode(tgt[:, t : t + 1], cache, enc, src_mask)
-        steps.append(logits[:, 0])
-    chex.assert_trees_all_close(jnp.stack(steps, 1), full, atol=2e-4, rtol=2e-4)
+
+    @jax.jit
+    def full_and_stepwise(src, tgt):
+        enc, src_mask = model.encode(src)
+
+        def step(cache, token):
+            logits, cache = model.decode(token[:, None], cache, enc, src_mask)
+            return cache, logits[:, 0]
+
+        _, steps = jax.lax.scan(step, model.init_cache(2), tgt.T)
+        return model(src, tgt), steps.transpose(1, 0, 2)
+
+    full, stepwise = full_and_stepwise(src, tgt)
+    chex.assert_trees_all_close(stepwise, full, atol=2e-4, rtol=2e-4)
 
 
 def test_linear_decode_state_does_not_grow_with_length():
