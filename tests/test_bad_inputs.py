@@ -631,6 +631,7 @@ CASES = (
 CLI_CASES = _cli_cases()
 
 
+@pytest.mark.every_case
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.kind}: {c.name}")
 def test_bad_input(case, tmp_path):
     _expect(case, tmp_path)

@@ -43,6 +43,7 @@ def _refuses():
     return "lengths that are not whole tiles"
 
 
+@pytest.mark.every_case
 @pytest.mark.parametrize(
     "requested, capability, refusal, expected",
     [
@@ -194,6 +195,7 @@ def test_the_committed_record_reads_and_names_known_ops_backends_and_classes():
         assert r.tests and r.commit and r.device, r
 
 
+@pytest.mark.every_case
 @pytest.mark.parametrize("device_cls", DEVICE_CLASSES)
 def test_auto_never_picks_a_backend_without_a_passing_record_for_the_device_class(device_cls, pretend):
     """With the committed table: whatever auto picks has passed on this class under this jax minor and is past
@@ -253,6 +255,7 @@ def test_the_ops_with_auto_run_xla_here_and_on_a_device_class_with_no_pass(prete
         assert jnp.array_equal(auto, kernels.linear_attention(*phi, v, causal=causal, options=xla))
 
 
+@pytest.mark.every_case
 @pytest.mark.parametrize(
     "platform, kind, capability, expected",
     [
@@ -277,6 +280,7 @@ def test_this_machine_has_a_device_class():
     assert platforms.device_class() == ("cpu" if jax.default_backend() == "cpu" else platforms.device_class())
 
 
+@pytest.mark.every_case
 @pytest.mark.parametrize(
     "row, message",
     [

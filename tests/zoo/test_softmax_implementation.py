@@ -17,6 +17,7 @@ def _queries(dtype, head_dim, length=16):
     return jax.ShapeDtypeStruct((2, length, 4, head_dim), jnp.dtype(dtype))
 
 
+@pytest.mark.every_case
 @pytest.mark.parametrize(
     "option, backend, dtype, head_dim, length, bias, expected",
     [
