@@ -17,6 +17,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # all). Set before jax is imported.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).parents[1] / ".cache" / "jax-tests"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# The commands the suite starts get transparent huge pages for malloc, as under `make test` (see the Makefile).
+os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
 # The suite starts ~150 training commands: each would spend half a second of both cores measuring the host's
 # matmul rate for MFU, which no test reads; tests/zoo/test_flops.py measures it, with this unset.
 os.environ.setdefault("ZOO_CPU_PEAK_TFLOPS", "0.1")
