@@ -75,7 +75,9 @@ def _one_function(item) -> tuple[str, str]:
 
 def _sample_cases(config, items) -> None:
     limit = config.getoption("--cases-per-test")
-    if limit <= 0:
+    if limit < 0:
+        raise pytest.UsageError(f"--cases-per-test={limit}: 0 (every case) or a positive number of cases per test")
+    if limit == 0:
         return
     cases = defaultdict(list)
     for item in items:

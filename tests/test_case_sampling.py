@@ -76,3 +76,8 @@ def test_each_function_keeps_n_cases_and_tables_keep_all(limit):
 def test_zero_keeps_every_case():
     kept, deselected = _sample(0)
     assert len(kept) == len(_items()) and not deselected
+
+
+def test_a_negative_count_is_a_usage_error():
+    with pytest.raises(pytest.UsageError, match=r"--cases-per-test=-1: 0 \(every case\) or a positive number"):
+        _sample(-1)
