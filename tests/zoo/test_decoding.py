@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+from tests.zoo.decoding_check import assert_encoder_decoder_decodes_like_its_full_forward
 from zoo import mixers, models
 from zoo.mixers.attention import MultiHeadMixer
 
@@ -61,20 +62,7 @@ def test_encoder_decoder_decode_equals_full_forward(mixer, norm):
     model.eval()
     src = _tokens(seed=1).at[1, 6:].set(0)  # padded source
     tgt = _tokens(seed=2)
-
-    @jax.jit
-    def full_and_stepwise(src, tgt):
-        enc, src_mask = model.encode(src)
-
-        def step(cache, token):
-            logits, cache = model.decode(token[:, None], cache, enc, src_mask)
-            return cache, logits[:, 0]
-
-        _, steps = jax.lax.scan(step, model.init_cache(2), tgt.T)
-        return model(src, tgt), steps.transpose(1, 0, 2)
-
-    full, stepwise = full_and_stepwise(src, tgt)
-    chex.assert_trees_all_close(stepwise, full, atol=2e-4, rtol=2e-4)
+    assert_encoder_decoder_decodes_like_its_full_forward(model, src, tgt)
 
 
 def test_linear_decode_state_does_not_grow_with_length():

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from mt_flax.configs import translation
+from tests.zoo.decoding_check import assert_encoder_decoder_decodes_like_its_full_forward
 from zoo import models
 from zoo.layers import add_positions
 
@@ -74,20 +75,7 @@ def test_parameter_counts_and_decoding_with_tied_tables(tie):
     assert untied - count == saved
     model.eval()
     src, tgt = _batch()
-
-    @jax.jit
-    def full_and_stepwise(src, tgt):
-        enc, src_mask = model.encode(src)
-
-        def step(cache, token):
-            logits, cache = model.decode(token[:, None], cache, enc, src_mask)
-            return cache, logits[:, 0]
-
-        _, steps = jax.lax.scan(step, model.init_cache(2), tgt.T)
-        return model(src, tgt), steps.transpose(1, 0, 2)
-
-    full, stepwise = full_and_stepwise(src, tgt)
-    chex.assert_trees_all_close(stepwise, full, atol=2e-4, rtol=2e-4)
+    assert_encoder_decoder_decodes_like_its_full_forward(model, src, tgt)
 
 
 def test_causal_lm_tying_and_errors():
