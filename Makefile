@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`.
 WORKERS ?= 2
 # glibc's malloc asks for transparent huge pages: XLA:CPU's step buffers then fault in 2 MiB at a time, not 4 KiB
-# (ListOps demo step: system time -45%, training -11%; benchmarks/malloc_hugepages.py). Ignored off glibc.
+# (ListOps demo step: system time -44%, training -10%; benchmarks/malloc-hugepages-cpu.json). Ignored off glibc.
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 .PHONY: test-fast demo demo-text demo-retrieval demo-image demo-pathfinder demo-mt demo-mlm test lint format bench bench-scaling bench-decode clean

@@ -79,11 +79,12 @@ def _sample_cases(config, items) -> None:
         raise pytest.UsageError(f"--cases-per-test={limit}: 0 (every case) or a positive number of cases per test")
     if limit == 0:
         return
-    cases = defaultdict(list)
+    keep, cases = set(), defaultdict(list)
     for item in items:
-        if "every_case" not in item.keywords:
+        if "every_case" in item.keywords:
+            keep.add(id(item))
+        else:
             cases[_one_function(item)].append(item)
-    keep = {id(item) for item in items if "every_case" in item.keywords}
     for group in cases.values():
         group.sort(key=lambda item: hashlib.sha256(item.nodeid.encode()).hexdigest())
         keep.update(id(item) for item in group[:limit])

@@ -56,8 +56,8 @@ def test_tied_model_is_the_untied_model_with_equal_tables(tie):
     def loss(model):
         return jnp.sum(jnp.sin(model(src, tgt)))
 
-    g_tied = nnx.jit(nnx.grad(loss))(tied)
-    g_untied = nnx.jit(nnx.grad(loss))(untied)
+    grad = nnx.jit(nnx.grad(loss))
+    g_tied, g_untied = grad(tied), grad(untied)
     expected = g_untied.tgt_embed.embed.embedding[...] + g_untied.logits.kernel[...].T / math.sqrt(D)
     if tie == "all":
         expected = expected + g_untied.src_embed.embed.embedding[...]
