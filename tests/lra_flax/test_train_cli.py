@@ -140,13 +140,13 @@ def test_demo_preset_learns_above_majority_class(tmp_path):
         "--config.data.generator.num_train=3000",
         "--config.data.generator.num_test=500",
         "--config.data.generator.num_valid=100",
-        "--config.train.steps=240",
+        "--config.train.steps=160",  # test accuracy 22.4% against a majority class of 12.6% (2 cores, jax 0.10)
         "--config.train.batch_size=32",  # half the preset's: the test is about learning, not its final accuracy
-        "--config.train.warmup_steps=24",
+        "--config.train.warmup_steps=16",
         "--config.train.eval_every=0",
-        "--config.train.checkpoint_every=240",
+        "--config.train.checkpoint_every=160",
     ]
-    run = _train(workdir, flags, env=optimised_env())  # 240 steps: their run time, not compilation, dominates
+    run = _train(workdir, flags, env=optimised_env())  # 160 steps: their run time, not compilation, dominates
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((workdir / "results.json").read_text())
     cache = next((tmp_path / "data" / "cache").glob("basic_test-*.array_record"))
