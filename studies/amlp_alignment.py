@@ -2,6 +2,7 @@
 a Transformer of matched size on a task that needs it and on one that does not, both masked LM.
 
     python -m studies.amlp_alignment          # 3 encoders × 2 tasks × 2 seeds, ~25 min on 2 CPU cores
+    python -m studies.amlp_alignment --gpu    # × 3 seeds, copy 3,000 and KJV 5,000 steps of batch 64, one H100
     python -m studies.amlp_alignment --tiny   # 3 encoders × 2 tasks × 1 seed of 4 steps, seconds
 
 Needs alignment — *copy*: every document is a random sequence of m words (m uniform in 5 … 25, 200 made-up
@@ -20,15 +21,17 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import ml_collections
 import numpy as np
 
-from studies.common import NOT_MEASURABLE, left_the_plateau, study_main, study_readme, write_study
-from studies.mlm_setting import RUNS, STEPS, mlm_config, train
+from studies.common import NOT_MEASURABLE, left_the_plateau, runs_root, study_main, study_readme, write_study
+from studies.mlm_setting import GPU_BATCH, GPU_STEPS, RUNS, STEPS, mlm_config, train
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
 
 ARCHS = {"gMLP": "gmlp", "aMLP": "amlp", "Transformer (BERT)": "bert"}
-COPY_STEPS = 1000
+COPY_STEPS = {"tiny": 4, "cpu": 1000, "gpu": 3000}
+SEEDS = {"tiny": [0], "cpu": [0, 1], "gpu": [0, 1, 2]}
 
 
 def copy_corpus(d: Path, docs=(("train", 6000), ("valid", 300), ("test", 300)), words: int = 200, seed: int = 0):
@@ -45,10 +48,11 @@ def copy_corpus(d: Path, docs=(("train", 6000), ("valid", 300), ("test", 300)), 
         (d / f"{split}.txt").write_text("".join(lines))
 
 
-def config_for(task: str, arch: str, seed: int, tiny: bool, root: Path):
+def config_for(task: str, arch: str, seed: int, preset: str, root: Path):
+    tiny = preset == "tiny"
     if task == "KJV":
-        return mlm_config(arch, seed, tiny, root)
-    config = mlm_config(arch, seed, tiny, root, steps=COPY_STEPS)
+        return mlm_config(arch, seed, preset, root)
+    config = mlm_config(arch, seed, preset, root, steps=COPY_STEPS[preset])
     corpus = root / "copy-corpus"
     if not (corpus / "test.txt").exists():
         copy_corpus(corpus, **({"docs": (("train", 200), ("valid", 20), ("test", 20))} if tiny else {}))
@@ -96,30 +100,36 @@ def _kjv_note(kjv: dict[str, float], unigram: float) -> str:
     )
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
-    seeds = [0] if tiny else [0, 1]
-    root = out_dir / "runs" if tiny else RUNS
-    perplexity: dict[str, dict[str, list[float]]] = {}
-    unigram, parameters = {}, {}
+def planned_runs(preset: str, root: Path) -> list[tuple[str, str, Path, ml_collections.ConfigDict]]:
+    """(task, encoder, workdir, config) of every run of the preset, in order."""
+    runs = []
     for task in ("copy", "KJV"):
-        perplexity[task] = {}
         for name, arch in ARCHS.items():
-            perplexity[task][name] = []
-            for seed in seeds:
-                config = config_for(task, arch, seed, tiny, root)
+            for seed in SEEDS[preset]:
                 # KJV's gMLP is studies.sgu_ablation's default-gating run: the same workdir, trained once.
                 suffix = "-split_multiplicative" if arch == "gmlp" and task == "KJV" else ""
                 workdir = root / (f"{arch}{suffix}-seed{seed}" if task == "KJV" else f"copy-{arch}-seed{seed}")
-                results = train(config, workdir)
-                perplexity[task][name].append(results["test_perplexity"])
-                parameters[name] = total(parameter_counts(config.model))
-            unigram[task] = results["unigram_perplexity"]
+                runs.append((task, name, workdir, config_for(task, arch, seed, preset, root)))
+    return runs
+
+
+def run(preset: str, out_dir: Path) -> dict:
+    tiny, seeds = preset == "tiny", SEEDS[preset]
+    root = runs_root(preset, out_dir, RUNS)
+    perplexity: dict[str, dict[str, list[float]]] = {task: {name: [] for name in ARCHS} for task in ("copy", "KJV")}
+    unigram, parameters = {}, {}
+    for task, name, workdir, config in planned_runs(preset, root):
+        results = train(config, workdir)
+        perplexity[task][name].append(results["test_perplexity"])
+        parameters[name] = total(parameter_counts(config.model))
+        unigram[task] = results["unigram_perplexity"]
     mean = {task: {name: float(np.mean(p)) for name, p in per.items()} for task, per in perplexity.items()}
     gain = {task: mean[task]["gMLP"] / mean[task]["aMLP"] for task in mean}  # > 1: aMLP better
     verdict, notes = judge(mean, unigram)
     result = {
         "seeds": seeds, "test_perplexity": perplexity, "mean_test_perplexity": mean, "unigram_perplexity": unigram,
         "amlp_gain_over_gmlp": gain, "encoder_parameters": parameters, "verdict": verdict, "tiny": tiny,
+        "preset": preset,
     }  # fmt: skip
 
     plt = pyplot()
@@ -137,13 +147,15 @@ def run(tiny: bool, out_dir: Path) -> dict:
     rows = "\n".join(
         f"| {name} | {parameters[name]:,} | {mean['copy'][name]:.2f} | {mean['KJV'][name]:.2f} |" for name in ARCHS
     )
+    kjv_steps, batch = (GPU_STEPS, GPU_BATCH) if preset == "gpu" else (STEPS, 32)
     readme = study_readme(
-        "amlp_alignment", tiny,
+        "amlp_alignment", preset,
         title="aMLP's tiny attention where alignment across positions matters",
         claim="(gMLP paper, docs/mixers.md): gMLP's fixed spatial projection falls short where a task needs alignment "
         "across positions; aMLP's single 64-wide attention head in the gate closes the gap to a Transformer.",
         setting=("tiny: Markov and copy corpora, 4 steps" if tiny else f"copy (words repeated at a varying distance, "
-        f"{COPY_STEPS:,} steps) and KJV (`studies/mlm_setting.py`, {STEPS:,} steps), 64-token sequences, the "
+        f"{COPY_STEPS[preset]:,} steps) and KJV (`studies/mlm_setting.py`, {kjv_steps:,} steps), batch {batch}, "
+        "64-token sequences, the "
         "`mlm_flax` demo encoders") + f"; seeds {', '.join(map(str, seeds))}; unigram perplexity copy "
         f"{unigram['copy']:.1f}, KJV {unigram['KJV']:.1f}.",
         table="| encoder | encoder parameters | copy: held-out perplexity | KJV: held-out perplexity |\n"

@@ -4,6 +4,7 @@ GLU, OGLU, 2×GLU, 3×AOGLU) fitted to reproduce softmax attention — error aga
 
     python -m studies.approximation          # 3 seeds, about six minutes on 2 CPU cores
     python -m studies.approximation --tiny   # seconds
+    python -m studies.approximation --gpu    # m up to 4,096, 3,000 fitting steps, 8 draws of ω, one H100
 
 q, k, v ~ N(0, 1), one head of dim 32, 256 keys and queries, no mask. The target is softmax(q·kᵀ/√d) v; a
 feature map φ gives φ(q)(φ(k)ᵀ v) / (φ(q)·Σ φ(k)), computed by the project's `FeatureMap` and
@@ -25,7 +26,7 @@ import optax
 from flax import nnx
 
 import kernels
-from studies.common import study_main, study_readme, write_study
+from studies.common import result_preset, study_main, study_readme, write_study
 from studies.verdict import Arm, combine, decide, judged, mean_std
 from zoo import mixers
 from zoo.mixers.linear import FeatureMap
@@ -112,14 +113,15 @@ def measure(seed: int, features: list[int], steps: int, favor_draws: int) -> dic
     return {"fixed": fixed, "favor": favor, "trained": trained, "trained_parameters": sizes, "training_loss": curves}
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
+def run(preset: str, out_dir: Path) -> dict:
+    tiny = preset == "tiny"
     seeds = [0] if tiny else [0, 1, 2]
-    features = [16, 64] if tiny else [16, 64, 256, 1024]
-    steps, favor_draws = (20, 1) if tiny else (600, 4)
+    features = {"tiny": [16, 64], "cpu": [16, 64, 256, 1024], "gpu": [16, 64, 256, 1024, 4096]}[preset]
+    steps, favor_draws = {"tiny": (20, 1), "cpu": (600, 4), "gpu": (3000, 8)}[preset]
     per_seed = [measure(seed, features, steps, favor_draws) for seed in seeds]
     result = {
         "seeds": seeds, "features": features, "steps": steps, "favor_draws": favor_draws, "head_dim": D, "length": T,
-        "per_seed": per_seed, "tiny": tiny,
+        "per_seed": per_seed, "tiny": tiny, "preset": preset,
     }  # fmt: skip
     return report(result, out_dir)
 
@@ -128,7 +130,7 @@ def report(result: dict, out_dir: Path) -> dict:
     """The verdict under the studies' rule (studies/verdict.py), with the error of the zero output (1) as chance:
     every trained kernel against the better fixed map, and FAVOR+ at each m against the next smaller m. Writes the
     figure and README.md; returns `result` with the verdict."""
-    seeds, features, steps, tiny = result["seeds"], result["features"], result["steps"], result["tiny"]
+    seeds, features, steps, preset = result["seeds"], result["features"], result["steps"], result_preset(result)
     per_seed = result["per_seed"]
     values = lambda group, name: tuple(s[group][name] for s in per_seed)
     arm = lambda group, name, label=None: Arm(label or name, values(group, name), chance=CHANCE_ERROR)
@@ -146,7 +148,7 @@ def report(result: dict, out_dir: Path) -> dict:
     })  # fmt: skip
     parts = {"every trained kernel below the better fixed map": beats_fixed, "FAVOR+ error falling with m": favor_falls}
     verdict = combine(parts)
-    measured = ("seeds", "features", "steps", "favor_draws", "head_dim", "length", "per_seed", "tiny")
+    measured = ("seeds", "features", "steps", "favor_draws", "head_dim", "length", "per_seed", "tiny", "preset")
     result = judged(result, measured, parts, verdict)
     sizes = per_seed[0]["trained_parameters"]
 
@@ -178,7 +180,7 @@ def report(result: dict, out_dir: Path) -> dict:
     rows += [f"| {name} (trained {steps} steps) | {sizes[name]:,} | {cell('trained', name)} |" for name in names]
     table = "\n".join(rows)
     readme = study_readme(
-        "approximation", tiny,
+        "approximation", preset,
         title="How close each feature map gets to softmax attention",
         claim="(trainable-kernel paper, docs/mixers.md): a trainable feature map can approximate softmax attention "
         "better than fixed ones (elu1, ReLU); FAVOR+'s error falls as its number of random features m grows.",

@@ -2,6 +2,7 @@
 attention distance per layer and head, and attention maps, of trained models on held-out inputs.
 
     python -m studies.attention_distance          # studies.stability's seed-0 models (train them first)
+    python -m studies.attention_distance --gpu    # the seed-0 models of `studies.stability --gpu`
     python -m studies.attention_distance --tiny   # trains studies.stability's --tiny models first, seconds
 
 The models are `studies.stability`'s at its first learning rate (ListOps, 512–1,024 tokens, 2 layers, 4 heads,
@@ -26,7 +27,7 @@ from flax import nnx
 
 from lra_flax.tasks import make_task
 from studies import stability
-from studies.common import study_main, study_readme, write_study
+from studies.common import runs_root, study_main, study_readme, write_study
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.models import stored_model_config
 from zoo.plots import pyplot, save_figure
@@ -106,10 +107,11 @@ def mean_distance(weights: np.ndarray, real: np.ndarray) -> np.ndarray:
     return (per_row * rows).sum((0, 2)) / np.maximum(rows.sum((0, 2)), 1)
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
-    root = out_dir / "stability" / "runs" if tiny else stability.RUNS
+def run(preset: str, out_dir: Path) -> dict:
+    tiny = preset == "tiny"
+    root = runs_root(preset, out_dir / "stability", stability.RUNS)
     if tiny and not (stability.arm_dir(root, ARMS[0], 0) / "results.json").exists():
-        stability.run(True, root.parent)  # the tiny models, trained here
+        stability.run("tiny", root.parent)  # the tiny models, trained here
     distances, maps = {}, {}
     for arm in ARMS:
         workdir = stability.arm_dir(root, arm, 0)
@@ -128,7 +130,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     verdict = "reproduced" if farther else "not reproduced"
     result = {
         "mean_distance": distances, "mean_distance_per_layer": per_layer, "uniform_attention_distance": uniform,
-        "verdict": verdict, "tiny": tiny,
+        "verdict": verdict, "tiny": tiny, "preset": preset,
     }  # fmt: skip
 
     plt = pyplot()
@@ -152,13 +154,15 @@ def run(tiny: bool, out_dir: Path) -> dict:
         for layer, heads in enumerate(distances[arm])
     )
     rows += f"\n| uniform (every real key alike) | any | {uniform:.1f} | — |"
+    config = stability.config_for(ARMS[0], 0, preset, root / "data")
+    model, train = config.model, config.train
     readme = study_readme(
-        "attention_distance", tiny,
+        "attention_distance", preset,
         title="Mean attention distance of trained ReLU and softmax attention",
         claim="(ReLUFormer, docs/mixers.md): ReLU attention captures more distant correlations than softmax attention.",
         setting="the seed-0 models of `studies.stability` ("
-        + ("tiny" if tiny else f"ListOps, 512–1,024 tokens, 2 layers, 4 heads, post-LN, {stability.STEPS} steps at "
-           f"learning rate {stability.LEARNING_RATES[0]:g}")
+        + ("tiny" if tiny else f"ListOps, 512–1,024 tokens, 2 layers, d {model.d_model}, 4 heads, post-LN, "
+           f"{train.steps} steps at learning rate {train.learning_rate:g}")
         + f"), {EXAMPLES} held-out examples; distance = Σ_j a_ij |i − j| / Σ_j a_ij over real tokens.",
         table="| attention | layer | mean distance (tokens) | per head |\n|---|---|---|---|\n" + rows,
         verdict=f"{verdict} (ReLU farther in every layer: {farther}).",

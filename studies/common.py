@@ -1,14 +1,19 @@
-"""What every study shares: its command line (`--tiny`, `--out`, `--record`) and the three files it writes."""
+"""What every study shares: its command line (`--tiny` / `--gpu`, `--out`, `--record`), the three files it writes,
+and the plan of its `gpu` preset."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import ml_collections
+import numpy as np
+
 from zoo.files import atomic_write_bytes
+from zoo.training import flops
 from zoo.training.config import check_output_dir
 
 ROOT = Path(__file__).resolve().parent.parent / "benchmarks" / "studies"  # the committed results (`--record`)
@@ -17,11 +22,58 @@ RUNS = Path("runs") / "studies"  # where a study writes by default, relative to 
 
 NOT_MEASURABLE = "not measurable at this budget"
 
+# A study's sizes: `tiny` (seconds: the mechanics, for the tests), `cpu` (the default: what 2 CPU cores finish in
+# minutes to hours) and `gpu` (the settings that need scale, for one H100 in at most GPU_BUDGET_S).
+PRESETS = ("tiny", "cpu", "gpu")
+
+# How a `gpu` preset is planned before a GPU has run it. The one GPU session so far (2026-11-23, an H100,
+# benchmarks/listops-gpu-h100-partial) trained the lra_code ListOps model (bf16, batch 32 × 2,000 tokens, 6.4
+# TFLOP of model FLOPs a step) at 4.3 steps/s beside a second training: ~28 model TFLOP/s. A run is planned at
+# GPU_TFLOPS, at least GPU_STEP_FLOOR_S a step (a small model's step is bound by its kernel launches, not its
+# FLOPs), plus GPU_RUN_OVERHEAD_S (compilation, evaluation, checkpoints). The first GPU session to run a preset
+# replaces these guesses with its measured time.
+GPU_TFLOPS = 25.0
+GPU_STEP_FLOOR_S = 0.004
+GPU_RUN_OVERHEAD_S = 10.0
+GPU_BUDGET_S = 8 * 60
+
 
 def left_the_plateau(perplexity: float, unigram: float) -> bool:
     """Whether a language model (masked or causal) learned more than word frequencies: held-out perplexity under
     half the unigram's. A comparison between models none of which did cannot support a verdict either way."""
     return perplexity < 0.5 * unigram
+
+
+def runs_root(preset: str, out_dir: Path, cpu_root: Path) -> Path:
+    """Where a study's training runs go: inside its output folder for `tiny`; `cpu_root` (shared between studies
+    and kept, so re-running resumes) for `cpu`, and beside it with a -gpu suffix for `gpu`."""
+    preset = as_preset(preset)
+    if preset == "tiny":
+        return out_dir / "runs"
+    return cpu_root if preset == "cpu" else cpu_root.with_name(f"{cpu_root.name}-gpu")
+
+
+def step_flops(config: ml_collections.ConfigDict) -> float:
+    """Model FLOPs of one train step of a study's run (zoo/training/flops.py): an LRA classifier on
+    `model.max_length` tokens, or a language model of `mlm_flax` on `data.seq_length` (masked: the head at
+    `data.max_predictions` positions; causal, task "clm": at every position)."""
+    rows = config.train.batch_size
+    if "seq_length" in config.data:  # an mlm_flax run
+        batch = {"inputs": np.empty((rows, config.data.seq_length), np.int32)}
+        causal = config.task == "clm"
+        return flops.language_model_step_flops(
+            config.model, batch, config.data.vocab_size, causal=causal, predicted=config.data.max_predictions
+        )
+    return flops.encoder_step_flops(config.model, {"inputs": np.empty((rows, config.model.max_length))}, ("inputs",))
+
+
+def gpu_seconds(configs: Iterable[ml_collections.ConfigDict]) -> float:
+    """The planned time of a `gpu` preset's training runs on one H100 (see GPU_TFLOPS)."""
+    total = 0.0
+    for config in configs:
+        per_step = max(GPU_STEP_FLOOR_S, step_flops(config) / (GPU_TFLOPS * 1e12))
+        total += GPU_RUN_OVERHEAD_S + config.train.steps * per_step
+    return total
 
 
 def write_study(out_dir: Path, result: dict, readme: str) -> None:
@@ -32,10 +84,21 @@ def write_study(out_dir: Path, result: dict, readme: str) -> None:
 
 
 def study_readme(
-    name: str, tiny: bool, *, title: str, claim: str, setting: str, table: str, verdict: str, figure: str, notes=""
+    name: str,
+    preset: bool | str,
+    *,
+    title: str,
+    claim: str,
+    setting: str,
+    table: str,
+    verdict: str,
+    figure: str,
+    notes="",
 ) -> str:
-    """A study's README.md: the claim, the command and setting, the measured table, the verdict, the figure."""
-    command = f"python -m studies.{name}" + (" --tiny" if tiny else "")
+    """A study's README.md: the claim, the command and setting, the measured table, the verdict, the figure.
+    `preset`: one of PRESETS (True / False: tiny / cpu, as results recorded before the `gpu` preset say)."""
+    preset = as_preset(preset)
+    command = f"python -m studies.{name}" + ("" if preset == "cpu" else f" --{preset}")
     parts = [f"# {title}", f"**Claim** {claim}", f"**Setting**: `{command}` — {setting}", table]
     parts.append(f"**Verdict**: {verdict}")
     if notes:
@@ -44,37 +107,58 @@ def study_readme(
     return "\n\n".join(parts) + "\n"
 
 
-def output_dir(name: str, *, tiny: bool, out: Path | None, record: bool) -> Path:
-    """Where a study writes: `out`; by default runs/studies/NAME (NAME-tiny with --tiny); with `record`, the
-    committed results, benchmarks/studies/NAME — full runs only, and never both `record` and `out`."""
+def as_preset(preset: bool | str) -> str:
+    """One of PRESETS; True / False (a `tiny` flag, in results recorded before the `gpu` preset) are tiny / cpu."""
+    if isinstance(preset, bool):
+        return "tiny" if preset else "cpu"
+    if preset not in PRESETS:
+        raise ValueError(f"preset {preset!r} is not one of {', '.join(PRESETS)}")
+    return preset
+
+
+def result_preset(result: dict) -> str:
+    """The preset a result.json was measured at (`tiny` alone in results recorded before the `gpu` preset)."""
+    return as_preset(result.get("preset", result["tiny"]))
+
+
+def output_dir(name: str, *, preset: str, out: Path | None, record: bool) -> Path:
+    """Where a study writes: `out`; by default runs/studies/NAME (NAME-tiny, NAME-gpu for those presets); with
+    `record`, the committed results, benchmarks/studies/NAME (NAME-gpu) — never a tiny run's, and never both
+    `record` and `out`."""
+    preset = as_preset(preset)
     if record and out is not None:
         raise ValueError("--record writes the committed results (benchmarks/studies/NAME): give it or --out, not both")
-    if record and tiny:
+    if record and preset == "tiny":
         raise ValueError("--record is for full runs: a --tiny run checks the mechanics and is never committed")
+    folder = name if preset == "cpu" else f"{name}-{preset}"
     if record:
-        return ROOT / name
-    return out or RUNS / (f"{name}-tiny" if tiny else name)
+        return ROOT / folder
+    return out or RUNS / folder
 
 
 def study_main(
     name: str, doc: str, run: Callable[[bool, Path], dict], report: Callable[[dict, Path], dict] | None = None
 ) -> None:
-    """`python -m studies.NAME [--tiny] [--out DIR | --record] [--report]`: runs `run(tiny, out_dir)` and prints
-    its verdict.
+    """`python -m studies.NAME [--tiny | --gpu] [--out DIR | --record] [--report]`: runs `run(preset, out_dir)`
+    and prints its verdict.
 
-    Writes under runs/studies/NAME by default (NAME-tiny with --tiny, which checks the mechanics in seconds);
-    `--record` replaces the committed results in benchmarks/studies/NAME, nothing else writes there. With
+    Writes under runs/studies/NAME by default (NAME-tiny with --tiny, which checks the mechanics in seconds;
+    NAME-gpu with --gpu, the preset for one H100); `--record` replaces the committed results in
+    benchmarks/studies/NAME (NAME-gpu), nothing else writes there. With
     `--report` (studies that separate measuring from judging) nothing is measured: the verdict, figure and
     README.md are made again from the folder's result.json, under the rule as it stands."""
     parser = argparse.ArgumentParser(prog=f"python -m studies.{name}", description=doc.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="a few seconds: the mechanics, not the verdict")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--tiny", action="store_true", help="a few seconds: the mechanics, not the verdict")
+    size.add_argument("--gpu", action="store_true", help="the settings that need scale, for one H100 (≤ 8 minutes)")
     parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {RUNS / name})")
     parser.add_argument("--record", action="store_true", help=f"write the committed results, {ROOT / name}")
     if report is not None:
         parser.add_argument("--report", action="store_true", help="judge the folder's result.json again, no runs")
     args = parser.parse_args()
     try:  # before any computation: a study can take hours
-        out_dir = output_dir(name, tiny=args.tiny, out=args.out, record=args.record)
+        preset = "tiny" if args.tiny else "gpu" if args.gpu else "cpu"
+        out_dir = output_dir(name, preset=preset, out=args.out, record=args.record)
         check_output_dir(out_dir, "--out")
         out_dir.mkdir(parents=True, exist_ok=True)  # permissions alone do not tell (/proc, a read-only mount)
         measured = None
@@ -85,7 +169,7 @@ def study_main(
     except (ValueError, OSError) as e:
         _usage_error(parser.prog, e)
     if measured is None:
-        result = run(args.tiny, out_dir)
+        result = run(preset, out_dir)
     else:
         try:  # a result.json the study's current report cannot read (recorded by an earlier version of it)
             result = report(measured, out_dir)

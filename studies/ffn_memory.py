@@ -3,6 +3,7 @@ Softmax(x Kᵀ) V for every n in 32 … 4,096; LayerNorm on the softmax memory's
 and ReLU beats it again at n ≥ 3,072 (IWSLT14 De-En BLEU: ReLU FFN 34.22, softmax memory 33.08).
 
     python -m studies.ffn_memory          # 3 memories × n ∈ {64, 256, 1,024, 4,096} × 3 seeds + no FFN, ~140 min
+    python -m studies.ffn_memory --gpu    # n ∈ {256, 4,096}, 3,000 steps of batch 64 (3× the tokens), one H100
     python -m studies.ffn_memory --tiny   # the same at n ∈ {16, 64}, 1 seed of 4 steps, seconds
 
 Here on causal language modelling instead of translation: the `lm` preset of the shared small setting
@@ -32,10 +33,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_collections
 import numpy as np
 
-from studies.common import study_main, study_readme, write_study
-from studies.mlm_setting import RUNS, mlm_config, train
+from studies.common import result_preset, runs_root, study_main, study_readme, write_study
+from studies.mlm_setting import GPU_BATCH, RUNS, mlm_config, train
 from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, judged, mean_std
 from zoo.plots import pyplot, save_figure
 
@@ -47,7 +49,8 @@ KINDS = {
     "softmax memory + LN": ("softmax_ln_memory", "lecun_normal"),
 }
 CONTROL = "no FFN"
-STEPS = 1000
+STEPS, GPU_STEPS = 1000, 3000
+SLOTS = {"tiny": [16, 64], "cpu": [64, 256, 1024, 4096], "gpu": [256, 4096]}
 
 
 PARTS = {  # the claim's three parts as docs/mixers.md states them
@@ -58,7 +61,7 @@ PARTS = {  # the claim's three parts as docs/mixers.md states them
 
 
 NOTES = (
-    "the paper measured translation (BLEU) after full training; this is a causal LM after 1,000 steps, where "
+    "the paper measured translation (BLEU) after full training; this is a causal LM after {steps:,} steps, where "
     "LayerNorm's rescaling of the memory's output may matter more than late in training — longer runs (or "
     "translation on an accelerator) would tell."
 )
@@ -100,31 +103,39 @@ def judge(perplexity: dict[str, dict[int, list[float]]], level: float) -> tuple[
     return combine({PARTS[k]: v for k, v in parts.items()}), parts
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
-    seeds = [0] if tiny else [0, 1, 2]
-    slots = [16, 64] if tiny else [64, 256, 1024, 4096]
-    root = out_dir / "runs" if tiny else RUNS
+def planned_runs(preset: str, root: Path) -> list[tuple[str, int | None, Path, ml_collections.ConfigDict]]:
+    """(arm, n, workdir, config) of every run of the preset, the FFN-less control's last (n None)."""
+    seeds = [0] if preset == "tiny" else [0, 1, 2]
 
-    def train_lm(seed: int, workdir: str, **model) -> dict:
-        config = mlm_config("lm", seed, tiny, root, steps=STEPS)
+    def lm(seed: int, **model) -> ml_collections.ConfigDict:
+        config = mlm_config("lm", seed, preset, root, steps=GPU_STEPS if preset == "gpu" else STEPS)
         config.model.update(model)
-        return train(config, root / workdir)
+        return config
 
-    perplexity: dict[str, dict[str, list[float]]] = {name: {} for name in KINDS}
+    runs = []
     for name, (kind, init) in KINDS.items():
         init_tag = "-matched" if init == "softmax_matched" else ""
-        for n in slots:
-            perplexity[name][str(n)] = [
-                train_lm(seed, f"lm-{kind}{init_tag}-n{n}-seed{seed}", ffn=kind, ffn_init=init, mlp_dim=n)[
-                    "test_perplexity"
-                ]
-                for seed in seeds
-            ]
-    control = [train_lm(seed, f"lm-none-seed{seed}", ffn="none") for seed in seeds]
+        for n in SLOTS[preset]:
+            for seed in seeds:
+                workdir = root / f"lm-{kind}{init_tag}-n{n}-seed{seed}"
+                runs.append((name, n, workdir, lm(seed, ffn=kind, ffn_init=init, mlp_dim=n)))
+    runs += [(CONTROL, None, root / f"lm-none-seed{seed}", lm(seed, ffn="none")) for seed in seeds]
+    return runs
+
+
+def run(preset: str, out_dir: Path) -> dict:
+    perplexity: dict[str, dict[str, list[float]]] = {name: {} for name in KINDS}
+    control = []
+    for name, n, workdir, config in planned_runs(preset, runs_root(preset, out_dir, RUNS)):
+        results = train(config, workdir)
+        if name == CONTROL:
+            control.append(results)
+        else:
+            perplexity[name].setdefault(str(n), []).append(results["test_perplexity"])
     result = {
-        "seeds": seeds, "slots": slots, "test_perplexity": perplexity,
+        "seeds": [0] if preset == "tiny" else [0, 1, 2], "slots": SLOTS[preset], "test_perplexity": perplexity,
         "control_perplexity": [r["test_perplexity"] for r in control],
-        "unigram_perplexity": control[0]["unigram_perplexity"], "tiny": tiny,
+        "unigram_perplexity": control[0]["unigram_perplexity"], "tiny": preset == "tiny", "preset": preset,
     }  # fmt: skip
     return report(result, out_dir)
 
@@ -132,13 +143,18 @@ def run(tiny: bool, out_dir: Path) -> dict:
 def report(result: dict, out_dir: Path) -> dict:
     """The verdict (`judge`), the figure and README.md from the perplexities in `result`; returns `result` with
     the verdict and each part's."""
-    seeds, slots, tiny, unigram = result["seeds"], result["slots"], result["tiny"], result["unigram_perplexity"]
+    seeds, slots, preset, unigram = (
+        result["seeds"],
+        result["slots"],
+        result_preset(result),
+        result["unigram_perplexity"],
+    )
     perplexity = {k: {int(n): v for n, v in d.items()} for k, d in result["test_perplexity"].items()}
     control = result.get("control_perplexity")
     level = float(np.mean(control)) if control else unigram
     mean = seed_means(perplexity)
     verdict, parts = judge(perplexity, level)
-    measured = ("seeds", "slots", "test_perplexity", "unigram_perplexity", "tiny")
+    measured = ("seeds", "slots", "test_perplexity", "unigram_perplexity", "tiny", "preset")
     result = judged(result, measured + (("control_perplexity",) if control else ()), parts, verdict)
 
     plt = pyplot()
@@ -169,22 +185,24 @@ def report(result: dict, out_dir: Path) -> dict:
         else "arms: the standard ReLU FFN (with biases), the softmax memory at lecun_normal (inert at "
         "initialisation) and softmax + LN; no FFN-less control (recorded before the controls)"
     )
+    steps_text = {"tiny": "4 steps", "cpu": f"{STEPS:,} steps of batch 32", "gpu": f"{GPU_STEPS:,} steps of batch "
+                  f"{GPU_BATCH}"}[preset]  # fmt: skip
     readme = study_readme(
-        "ffn_memory", tiny,
+        "ffn_memory", preset,
         title="The FFN as a key-value memory: ReLU against softmax slots",
         claim="(ReLUFormer, docs/mixers.md): a ReLU memory beats a softmax memory at every slot count n "
         "(32 … 4,096); LayerNorm on the softmax memory recovers most of the gap; ReLU beats softmax + LN again at "
         "n ≥ 3,072 (IWSLT14 De-En: 34.22 vs 33.08 BLEU).",
         setting="causal LM instead of translation: the `lm` decoder of `studies/mlm_setting.py`"
-        + (" (tiny: a Markov-chain corpus)" if tiny else " (KJV, 1k vocabulary, 64 tokens, 3 layers d 128, 4 heads)")
-        + f", {'4' if tiny else f'{STEPS:,}'} steps, seeds {', '.join(map(str, seeds))}; {arms}; "
+        + (" (tiny: a Markov-chain corpus)" if preset == "tiny" else " (KJV, 1k vocabulary, 64 tokens, 3 layers d 128, "
+           "4 heads)") + f", {steps_text}, seeds {', '.join(map(str, seeds))}; {arms}; "
         f"unigram perplexity {unigram:.1f}. Not the masked-LM BERT encoder: it stays on the unigram plateau for "
         "~1,300 steps at any learning rate tried (module docstring).",
         table=f"| FFN | {header} (held-out perplexity, mean ± std over seeds) |\n|---|{'---|' * len(slots)}\n"
         + "\n".join(rows),
         verdict=f"{verdict.verdict} ({held_parts}); each part's reason, n by n, is in result.json (`parts`).",
         figure="ffn_memory.png",
-        notes="" if verdict.verdict == REPRODUCED else NOTES,
+        notes="" if verdict.verdict == REPRODUCED else NOTES.format(steps=GPU_STEPS if preset == "gpu" else STEPS),
     )  # fmt: skip
     write_study(out_dir, result, readme)
     return result

@@ -2,6 +2,7 @@
 the orthogonal linear kernel" (docs/mixers.md). Learning curves over 5 seeds of each, on ListOps.
 
     python -m studies.kernel_convergence          # 2 × 5 runs of 300 steps, about 15 minutes on 2 CPU cores
+    python -m studies.kernel_convergence --gpu    # 2 × 8 runs of 3,000 steps, one H100
     python -m studies.kernel_convergence --tiny   # 2 × 2 runs of 4 steps on 128 examples, seconds
 
 The `lra-train` ListOps demo setting (short expressions, 2-layer d 128 encoder, batch 64) with the `linear`
@@ -19,11 +20,12 @@ import json
 import math
 from pathlib import Path
 
+import ml_collections
 import numpy as np
 
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
-from studies.common import study_main, study_readme, write_study
+from studies.common import result_preset, runs_root, study_main, study_readme, write_study
 from studies.verdict import Arm, combine, decide, decide_spread, judged, mean_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
@@ -31,16 +33,19 @@ from zoo.training import train_and_evaluate
 KERNELS = {"OGLU": "oglu", "orth. linear": "orth_softplus"}
 RUNS = Path("runs/studies/kernel_convergence")
 CHANCE_LOSS = math.log(10)  # ListOps has 10 classes: the loss of a uniform prediction
+SEEDS = {"tiny": 2, "cpu": 5, "gpu": 8}
+STEPS = {"tiny": 4, "cpu": 300, "gpu": 3000}
 
 
-def config_for(kernel: str, seed: int, tiny: bool, data_dir: Path):
+def config_for(kernel: str, seed: int, preset: str, data_dir: Path):
     config = get_config("demo")
     config.seed = seed
     config.data.dir = str(data_dir)
     config.model.mixer = "linear"
     config.model.mixer_options.linear.update(feature_map=kernel, kernel_depth=1)
-    config.train.update(steps=300, log_every=20, eval_every=0, checkpoint_every=300, warmup_steps=30)
-    if tiny:
+    steps = STEPS[preset]
+    config.train.update(steps=steps, log_every=20, eval_every=0, checkpoint_every=steps, warmup_steps=steps // 10)
+    if preset == "tiny":
         config.data.generator.update(num_train=128, num_valid=32, num_test=32)
         config.train.update(steps=4, log_every=2, checkpoint_every=4, warmup_steps=1, batch_size=16)
         config.train.eval_batch_size = 16
@@ -53,30 +58,33 @@ def train_curve(workdir: Path) -> tuple[list[int], list[float]]:
     return [m["step"] for m in train], [m["loss"] for m in train]
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
-    seeds = range(2) if tiny else range(5)
-    root = out_dir / "runs" if tiny else RUNS
-    data_dir = root / "data"
-    curves, accuracy = {}, {}
-    for name, kernel in KERNELS.items():
-        losses, accs = [], []
-        for seed in seeds:
-            workdir = root / kernel / f"seed{seed}"
-            config = config_for(kernel, seed, tiny, data_dir)
-            results = train_and_evaluate(config, workdir, make_task(config))
-            steps, loss = train_curve(workdir)
-            losses.append(loss)
-            accs.append(results["test_accuracy"])
-        curves[name] = losses
-        accuracy[name] = accs
-    result = {"steps": steps, "seeds": list(seeds), "train_loss": curves, "test_accuracy": accuracy, "tiny": tiny}
+def planned_runs(preset: str, root: Path) -> list[tuple[str, Path, ml_collections.ConfigDict]]:
+    """(kernel's name, workdir, config) of every run of the preset, in order."""
+    return [
+        (name, root / kernel / f"seed{seed}", config_for(kernel, seed, preset, root / "data"))
+        for name, kernel in KERNELS.items()
+        for seed in range(SEEDS[preset])
+    ]
+
+
+def run(preset: str, out_dir: Path) -> dict:
+    curves, accuracy = {name: [] for name in KERNELS}, {name: [] for name in KERNELS}
+    for name, workdir, config in planned_runs(preset, runs_root(preset, out_dir, RUNS)):
+        results = train_and_evaluate(config, workdir, make_task(config))
+        steps, loss = train_curve(workdir)
+        curves[name].append(loss)
+        accuracy[name].append(results["test_accuracy"])
+    result = {
+        "steps": steps, "seeds": list(range(SEEDS[preset])), "train_loss": curves, "test_accuracy": accuracy,
+        "tiny": preset == "tiny", "preset": preset,
+    }  # fmt: skip
     return report(result, out_dir)
 
 
 def report(result: dict, out_dir: Path) -> dict:
     """The verdict under the studies' rule (studies/verdict.py), the figure and README.md from the curves in
     `result`; returns `result` with the verdict and the per-seed figures it rests on."""
-    steps, tiny = result["steps"], result["tiny"]
+    steps, preset = result["steps"], result_preset(result)
     curves = {name: np.asarray(c) for name, c in result["train_loss"].items()}
     accuracy = result["test_accuracy"]
     # Per seed, the mean training loss over the logged steps (the area under its curve): the lower, the faster.
@@ -87,7 +95,8 @@ def report(result: dict, out_dir: Path) -> dict:
         "steadier": decide_spread(arms["OGLU"], arms["orth. linear"]),
     }
     verdict = combine(parts)
-    result = judged(result, ("steps", "seeds", "train_loss", "test_accuracy", "tiny"), parts, verdict)
+    measured = ("steps", "seeds", "train_loss", "test_accuracy", "tiny", "preset")
+    result = judged(result, measured, parts, verdict)
     result["mean_loss_over_training"] = {name: a.tolist() for name, a in area.items()}
 
     plt = pyplot()
@@ -108,7 +117,7 @@ def report(result: dict, out_dir: Path) -> dict:
         for name in KERNELS
     )
     readme = study_readme(
-        "kernel_convergence", tiny,
+        "kernel_convergence", preset,
         title="Convergence of a one-layer OGLU vs the orthogonal linear kernel",
         claim="(trainable-kernel paper, docs/mixers.md): a single-layer OGLU converges faster and with less variance "
         "between runs than the orthogonal linear kernel.",

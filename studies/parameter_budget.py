@@ -6,6 +6,7 @@ noise: the verdict compares them with the budget directly.
 
     python -m studies.parameter_budget          # seconds: the models are built abstractly (nnx.eval_shape)
     python -m studies.parameter_budget --tiny   # the `demo` sizes instead
+    python -m studies.parameter_budget --gpu    # the same as without: counting needs no accelerator
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ def parameter_count(config) -> int:
     return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
-    preset = "demo" if tiny else "lra_code"
+def run(study_preset: str, out_dir: Path) -> dict:
+    tiny = study_preset == "tiny"
+    preset = "demo" if tiny else "lra_code"  # the LRA configs' sizes
     extra: dict[str, dict[str, float]] = {}
     sizes = {}
     for task in TASKS:
@@ -80,7 +82,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     rows = "\n".join(f"| {name} | " + " | ".join(f"{100 * extra[name][t]:+.2f}%" for t in TASKS) + " |"
                      for name, _, _ in ROWS)  # fmt: skip
     readme = study_readme(
-        "parameter_budget", tiny,
+        "parameter_budget", study_preset,
         title="Parameter budget of the trainable feature maps (linear attention with a trainable kernel)",
         claim="(docs/mixers.md): the trainable kernels of the paper's Table 1 keep the extra parameters under 10% of "
         "the model; stacking more than two GLU units goes beyond it (yet Table 1 has a 3×GLU row).",

@@ -2,6 +2,7 @@
 linear s = f(Z) 5.14, additive Z + f(Z) 4.97, multiplicative Z ⊙ f(Z) 4.53, multiplicative split Z1 ⊙ f(Z2) 4.35.
 
     python -m studies.sgu_ablation          # 5 arms × 3 seeds of the shared MLM setting, ~135 min on 2 CPU cores
+    python -m studies.sgu_ablation --gpu    # the same, 5,000 steps of batch 64 (5× the tokens), one H100
     python -m studies.sgu_ablation --tiny   # 5 arms × 1 seed of 4 steps on a Markov-chain corpus, seconds
 
 The shared setting (`studies.mlm_setting`: KJV, 1k vocabulary, 64-token sequences, 4-layer d 128 gMLP, d_ffn
@@ -20,10 +21,11 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import ml_collections
 import numpy as np
 
-from studies.common import study_main, study_readme, write_study
-from studies.mlm_setting import RUNS, mlm_config, train, train_curve
+from studies.common import result_preset, runs_root, study_main, study_readme, write_study
+from studies.mlm_setting import GPU_STEPS, RUNS, STEPS, mlm_config, setting, train, train_curve
 from studies.verdict import REPRODUCED, Arm, combine, decide, judged
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
@@ -43,24 +45,29 @@ VARIANTS = {
 PAPER_ORDER = list(VARIANTS)[:4]  # worst → best, as judged (the split arm with the unsplit's parameter count)
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
-    seeds = [0] if tiny else [0, 1, 2]
-    root = out_dir / "runs" if tiny else RUNS
-    perplexity, parameters, curves = {}, {}, {}
+def planned_runs(preset: str, root: Path) -> list[tuple[str, Path, ml_collections.ConfigDict]]:
+    """(arm, workdir, config) of every run of the preset, in order."""
+    runs = []
     for name, (variant, widen, _) in VARIANTS.items():
-        perplexity[name], curves[name] = [], []
-        for seed in seeds:
-            config = mlm_config("gmlp", seed, tiny, root, sgu_variant=variant)
+        for seed in [0] if preset == "tiny" else [0, 1, 2]:
+            config = mlm_config("gmlp", seed, preset, root, sgu_variant=variant)
             d_ffn = 2 * round(config.model.mixer_options.gmlp.d_ffn * widen / 2)
             config.model.mixer_options.gmlp.d_ffn = d_ffn
-            workdir = root / f"gmlp-{variant}{'' if widen == 1 else f'-ffn{d_ffn}'}-seed{seed}"
-            results = train(config, workdir)
-            perplexity[name].append(results["test_perplexity"])
-            parameters[name] = total(parameter_counts(config.model))
-            curves[name].append([(m["step"], m["loss"]) for m in train_curve(workdir)])
+            runs.append((name, root / f"gmlp-{variant}{'' if widen == 1 else f'-ffn{d_ffn}'}-seed{seed}", config))
+    return runs
+
+
+def run(preset: str, out_dir: Path) -> dict:
+    perplexity, parameters, curves = {name: [] for name in VARIANTS}, {}, {name: [] for name in VARIANTS}
+    for name, workdir, config in planned_runs(preset, runs_root(preset, out_dir, RUNS)):
+        results = train(config, workdir)
+        perplexity[name].append(results["test_perplexity"])
+        parameters[name] = total(parameter_counts(config.model))
+        curves[name].append([(m["step"], m["loss"]) for m in train_curve(workdir)])
     result = {
-        "seeds": seeds, "test_perplexity": perplexity, "parameters": parameters, "train_curves": curves,
-        "unigram_perplexity": results["unigram_perplexity"], "tiny": tiny,
+        "seeds": [0] if preset == "tiny" else [0, 1, 2], "test_perplexity": perplexity, "parameters": parameters,
+        "train_curves": curves, "unigram_perplexity": results["unigram_perplexity"], "tiny": preset == "tiny",
+        "preset": preset,
     }  # fmt: skip
     return report(result, out_dir)
 
@@ -69,7 +76,7 @@ def report(result: dict, out_dir: Path) -> dict:
     """The verdict under the studies' rule (studies/verdict.py) — each adjacent pair of the paper's order is a claim
     of its own, and the ordering is reproduced when all three are — with README.md and, where `result` has the
     training curves, the figure; returns `result` with the verdict."""
-    seeds, tiny, unigram = result["seeds"], result["tiny"], result["unigram_perplexity"]
+    seeds, preset, unigram = result["seeds"], result_preset(result), result["unigram_perplexity"]
     perplexity, parameters = result["test_perplexity"], result["parameters"]
     means = {name: float(np.mean(p)) for name, p in perplexity.items()}
     # Results recorded before the equal-parameter arm judged the paper's order with the d_ffn 768 split arm.
@@ -81,7 +88,7 @@ def report(result: dict, out_dir: Path) -> dict:
         for worse, better in itertools.pairwise(paper_order)
     }
     verdict = combine(parts)
-    measured = ("seeds", "test_perplexity", "parameters", "train_curves", "unigram_perplexity", "tiny")
+    measured = ("seeds", "test_perplexity", "parameters", "train_curves", "unigram_perplexity", "tiny", "preset")
     result = {
         **judged(result, measured, parts, verdict),
         "mean_test_perplexity": means,
@@ -112,25 +119,24 @@ def report(result: dict, out_dir: Path) -> dict:
         if name in perplexity
     )
     readme = study_readme(
-        "sgu_ablation", tiny,
+        "sgu_ablation", preset,
         title="The spatial gating unit's gating function (gMLP Table 3)",
         claim="(gMLP paper, docs/mixers.md, Table 3): multiplicative gating with a split (Z1 ⊙ f(Z2)) beats "
         "multiplicative without a split, which beats additive, which beats a linear f(Z): perplexity 4.35 < 4.53 "
         "< 4.97 < 5.14 (C4, base-size models).",
-        setting="the shared small MLM setting of `studies/mlm_setting.py`"
-        + (" (tiny: a Markov-chain corpus, 4 steps)" if tiny else " (KJV, 1k vocabulary, 64 tokens, 4-layer "
-           "d 128 gMLP, 2,000 steps)") + f", seeds {', '.join(map(str, seeds))}; unigram perplexity {unigram:.1f}.",
+        setting=f"the shared small MLM setting of `studies/mlm_setting.py` ({setting(preset)}), seeds "
+        f"{', '.join(map(str, seeds))}; unigram perplexity {unigram:.1f}.",
         table="| s(Z) | paper perplexity | here: held-out perplexity, mean (per seed) | encoder parameters |\n"
         "|---|---|---|---|\n" + rows,
         verdict=f"{verdict.verdict} — measured, worst to best: {' > '.join(measured_order)}; {verdict.reason}.",
         figure="sgu_ablation.png",
-        notes="" if verdict.verdict == REPRODUCED else _not_reproduced_note(perplexity, parameters),
+        notes="" if verdict.verdict == REPRODUCED else _not_reproduced_note(perplexity, parameters, preset),
     )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
 
 
-def _not_reproduced_note(perplexity: dict[str, list[float]], parameters: dict[str, int]) -> str:
+def _not_reproduced_note(perplexity: dict[str, list[float]], parameters: dict[str, int], preset: str) -> str:
     """What the measured numbers themselves say about why the ordering differs (facts, then what would test it)."""
     spread = {name: max(p) - min(p) for name, p in perplexity.items()}
     equal = SPLIT_EQUAL in parameters
@@ -144,14 +150,15 @@ def _not_reproduced_note(perplexity: dict[str, list[float]], parameters: dict[st
     )
     n = len(next(iter(perplexity.values())))
     widest = max(spread, key=spread.get)
+    steps = GPU_STEPS if preset == "gpu" else STEPS
     means = {name: float(np.mean(p)) for name, p in perplexity.items()}
     gaps = sorted(means.values())
     smallest_gap = min(b - a for a, b in itertools.pairwise(gaps))
     return (
         f"the seeds disagree by more than some variants do — {widest} spans {spread[widest]:.1f} perplexity "
         f"points between its {n} seeds, the closest two means are {smallest_gap:.1f} apart — so {n} seeds of "
-        f"2,000 steps cannot order the multiplicative variants. The paper's models are base-size and trained far "
-        f"longer on C4 (perplexity 4–5); these are early in training (perplexity ~40 on a 1k vocabulary), where "
+        f"{steps:,} steps cannot order the multiplicative variants. The paper's models are base-size and trained "
+        f"far longer on C4 (perplexity 4–5); these are early in training (perplexity ~40 on a 1k vocabulary), where "
         f"gating that keeps Z itself in the output (additive) may learn faster. {params} "
         f"To test the claim: ≥ 5 seeds and ≥ 20k steps per variant (25× this study's CPU time), or the "
         f"base-size setting on a GPU."

@@ -3,6 +3,7 @@
 paper's kind of block (post-LayerNorm, no gradient clipping), three seeds each.
 
     python -m studies.stability          # 3 arms × 3 seeds up the learning rates 1e-3 … 6.4e-2, ~1–2 h on 2 CPU cores
+    python -m studies.stability --gpu    # d 256 (MLP 1,024), 300 steps, learning rates ×4 apart, one H100
     python -m studies.stability --tiny   # 1 seed, two learning rates of 4 steps on short inputs, seconds
 
 The `lra-train` ListOps demo model (2 layers, d 128, 4 heads) with post-LN blocks (`model.norm="post"`: LN(x +
@@ -31,9 +32,11 @@ import json
 import math
 from pathlib import Path
 
+import ml_collections
+
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
-from studies.common import study_main, study_readme, write_study
+from studies.common import result_preset, runs_root, study_main, study_readme, write_study
 from studies.verdict import Arm, decide, judged, mean_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
@@ -45,10 +48,11 @@ ARMS = {
 }
 CLAIMED, PLAIN = "relu, 1/√(n/2)", "relu, no factor"
 LEARNING_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
-TINY_LEARNING_RATES = LEARNING_RATES[:2]
+GRIDS = {"tiny": LEARNING_RATES[:2], "cpu": LEARNING_RATES, "gpu": LEARNING_RATES[::2]}
 RUNS = Path("runs/studies/stability-lr")
 DIVERGED_LOSS = 2 * math.log(10)  # twice the chance-level loss of 10 balanced classes
 STEPS, WARMUP = 150, 15
+GPU_STEPS, GPU_WARMUP = 300, 30
 
 
 def arm_dir(root: Path, arm: str, seed: int, learning_rate: float = LEARNING_RATES[0]) -> Path:
@@ -58,7 +62,7 @@ def arm_dir(root: Path, arm: str, seed: int, learning_rate: float = LEARNING_RAT
     return root / name / f"lr{learning_rate:g}" / f"seed{seed}"
 
 
-def config_for(arm: str, seed: int, tiny: bool, data_dir: Path, learning_rate: float = LEARNING_RATES[0]):
+def config_for(arm: str, seed: int, preset: str, data_dir: Path, learning_rate: float = LEARNING_RATES[0]):
     mixer, factor = ARMS[arm]
     config = get_config("demo")
     config.seed = seed
@@ -69,7 +73,7 @@ def config_for(arm: str, seed: int, tiny: bool, data_dir: Path, learning_rate: f
     config.train.learning_rate = learning_rate
     if factor is not None:
         config.model.mixer_options.relu.variance_reduction = factor
-    if tiny:
+    if preset == "tiny":
         config.data.generator.update(num_train=64, num_valid=16, num_test=16, min_length=20, max_length=64)
         config.model.max_length = 64
         config.train.update(steps=4, log_every=2, eval_every=0, checkpoint_every=4, warmup_steps=1, batch_size=8)
@@ -83,6 +87,9 @@ def config_for(arm: str, seed: int, tiny: bool, data_dir: Path, learning_rate: f
         steps=STEPS, log_every=10, eval_every=0, checkpoint_every=STEPS, warmup_steps=WARMUP, batch_size=16
     )
     config.train.eval_batch_size = 50
+    if preset == "gpu":
+        config.model.update(d_model=256, mlp_dim=1024)
+        config.train.update(steps=GPU_STEPS, checkpoint_every=GPU_STEPS, warmup_steps=GPU_WARMUP)
     return config
 
 
@@ -98,10 +105,10 @@ def has_diverged(train: list[dict], warmup_steps: int) -> bool:
     return any(not math.isfinite(m["loss"]) or m["loss"] > DIVERGED_LOSS for m in train if m["step"] > warmup_steps)
 
 
-def train_one(arm: str, seed: int, learning_rate: float, tiny: bool, root: Path) -> dict:
+def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path) -> dict:
     """One run (resumed if its workdir has one): its logged curves, test accuracy and whether it diverged."""
     workdir = arm_dir(root, arm, seed, learning_rate)
-    config = config_for(arm, seed, tiny, root / "data", learning_rate)
+    config = config_for(arm, seed, preset, root / "data", learning_rate)
     try:
         results, error = train_and_evaluate(config, workdir, make_task(config)), None
     except FloatingPointError as e:  # the loop stops at a non-finite loss and keeps the last good state
@@ -118,11 +125,11 @@ def train_one(arm: str, seed: int, learning_rate: float, tiny: bool, root: Path)
     }
 
 
-def climb(arm: str, seed: int, learning_rates: tuple[float, ...], tiny: bool, root: Path) -> list[dict]:
+def climb(arm: str, seed: int, preset: str, root: Path) -> list[dict]:
     """The runs of one (arm, seed) up the grid, ending with the first that diverged (or at the top)."""
     runs = []
-    for learning_rate in learning_rates:
-        runs.append(train_one(arm, seed, learning_rate, tiny, root))
+    for learning_rate in GRIDS[preset]:
+        runs.append(train_one(arm, seed, learning_rate, preset, root))
         if runs[-1]["diverged"]:
             break
     return runs
@@ -133,12 +140,28 @@ def stable_steps(runs: list[dict]) -> int:
     return sum(not r["diverged"] for r in runs) - 1
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
-    seeds = list(range(1) if tiny else range(3))
-    learning_rates = TINY_LEARNING_RATES if tiny else LEARNING_RATES
-    root = out_dir / "runs" if tiny else RUNS
-    runs = {arm: [climb(arm, seed, learning_rates, tiny, root) for seed in seeds] for arm in ARMS}
-    result = {"seeds": seeds, "learning_rates": list(learning_rates), "runs": runs, "tiny": tiny}
+def seeds_of(preset: str) -> list[int]:
+    return list(range(1) if preset == "tiny" else range(3))
+
+
+def planned_runs(preset: str, root: Path) -> list[ml_collections.ConfigDict]:
+    """The config of every run the preset may train: the whole grid for every (arm, seed) — the most it takes,
+    when nothing diverges."""
+    return [
+        config_for(arm, seed, preset, root / "data", learning_rate)
+        for arm in ARMS
+        for seed in seeds_of(preset)
+        for learning_rate in GRIDS[preset]
+    ]
+
+
+def run(preset: str, out_dir: Path) -> dict:
+    root = runs_root(preset, out_dir, RUNS)
+    runs = {arm: [climb(arm, seed, preset, root) for seed in seeds_of(preset)] for arm in ARMS}
+    result = {
+        "seeds": seeds_of(preset), "learning_rates": list(GRIDS[preset]), "runs": runs, "tiny": preset == "tiny",
+        "preset": preset,
+    }  # fmt: skip
     return report(result, out_dir)
 
 
@@ -146,12 +169,17 @@ def report(result: dict, out_dir: Path) -> dict:
     """The verdict under the studies' rule, the figure and README.md from the runs in `result`."""
     if "learning_rates" not in result:
         raise ValueError("this result.json was recorded at one learning rate, before the sweep: run the study again")
-    seeds, learning_rates, runs, tiny = result["seeds"], result["learning_rates"], result["runs"], result["tiny"]
+    seeds, learning_rates, runs, preset = (
+        result["seeds"],
+        result["learning_rates"],
+        result["runs"],
+        result_preset(result),
+    )
     climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
     arms = {arm: Arm(arm, tuple(map(float, c)), chance=-1.0) for arm, c in climbed.items()}
     verdict = decide(arms[CLAIMED], arms[PLAIN], higher_is_better=True)
     parts = {"the factor raises the largest stable learning rate": verdict}
-    result = judged(result, ("seeds", "learning_rates", "runs", "tiny"), parts, verdict)
+    result = judged(result, ("seeds", "learning_rates", "runs", "tiny", "preset"), parts, verdict)
     result["grid_steps_climbed"] = climbed
 
     def lr_at(steps: int) -> str:
@@ -165,7 +193,7 @@ def report(result: dict, out_dir: Path) -> dict:
     def diverged_at(per_seed: list[dict]) -> str:
         return f"{per_seed[-1]['learning_rate']:g}" if per_seed[-1]["diverged"] else "—"
 
-    inputs = "short" if tiny else "512–1,024-token"
+    inputs = "short" if preset == "tiny" else "512–1,024-token"
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.8, 4.2))
     for colour, arm in zip(("C0", "C3", "C2"), ARMS, strict=True):
@@ -190,13 +218,15 @@ def report(result: dict, out_dir: Path) -> dict:
         f"{', '.join(diverged_at(r) for r in runs[arm])} |"
         for arm in ARMS
     )
-    train = config_for("softmax", 0, tiny, Path("data")).train
+    config = config_for("softmax", 0, preset, Path("data"))
+    model, train = config.model, config.train
     readme = study_readme(
-        "stability", tiny,
+        "stability", preset,
         title="Training stability of ReLU attention with and without the variance-reduction factor",
         claim="(ReLUFormer, docs/mixers.md): plain ReLU attention without the 1/√(n/2) factor trains unstably on long "
         "inputs; the factor fixes it.",
-        setting=f"ListOps demo model (2 layers, d 128, 4 heads) with post-LN blocks and no gradient clipping, AdamW "
+        setting=f"ListOps demo model ({model.num_layers} layers, d {model.d_model}, MLP {model.mlp_dim}, "
+        f"{model.num_heads} heads) with post-LN blocks and no gradient clipping, AdamW "
         f"(cosine), {inputs} expressions, batch {train.batch_size}, {train.steps} steps per run, learning rates "
         f"{', '.join(f'{x:g}' for x in learning_rates)} climbed until the first divergence, seeds "
         f"{', '.join(map(str, seeds))}. Diverged: a non-finite loss, or a loss above 2 ln 10 after warm-up. "

@@ -2,6 +2,7 @@
 bands along the diagonal; the paper's figure of W, docs/mixers.md). Toeplitz score per layer against training steps.
 
     python -m studies.toeplitz          # reads (or trains) the 3 seeds of the split gMLP of studies.sgu_ablation
+    python -m studies.toeplitz --gpu    # the same at the `gpu` preset of studies.sgu_ablation, one H100
     python -m studies.toeplitz --tiny   # 1 seed of 4 steps on a Markov-chain corpus, seconds
 
 The shared setting (`studies.mlm_setting`: KJV, 1k vocabulary, 64-token sequences, 4-layer d 128 gMLP,
@@ -18,11 +19,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_collections
 import numpy as np
 
 from mlm_flax.sgu_analysis import load_model, plot_spatial_weights, spatial_weights
-from studies.common import NOT_MEASURABLE, left_the_plateau, study_main, study_readme, write_study
-from studies.mlm_setting import RUNS, mlm_config, train
+from studies.common import (
+    NOT_MEASURABLE,
+    left_the_plateau,
+    result_preset,
+    runs_root,
+    study_main,
+    study_readme,
+    write_study,
+)
+from studies.mlm_setting import RUNS, mlm_config, setting, train
 from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide_threshold, judged
 from zoo.mixers.sgu import toeplitz_score
 from zoo.plots import pyplot, save_figure
@@ -34,13 +44,20 @@ def checkpoint_steps(workdir: Path) -> list[int]:
     return sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
-    seeds = [0] if tiny else [0, 1, 2]
-    root = out_dir / "runs" if tiny else RUNS
+def planned_runs(preset: str, root: Path) -> list[tuple[int, Path, ml_collections.ConfigDict]]:
+    """(seed, workdir, config) of every run of the preset: studies.sgu_ablation's split arm."""
+    return [
+        (seed, root / f"gmlp-split_multiplicative-seed{seed}",
+         mlm_config("gmlp", seed, preset, root, sgu_variant="split_multiplicative"))
+        for seed in ([0] if preset == "tiny" else [0, 1, 2])
+    ]  # fmt: skip
+
+
+def run(preset: str, out_dir: Path) -> dict:
+    runs = planned_runs(preset, runs_root(preset, out_dir, RUNS))
+    seeds = [seed for seed, _, _ in runs]
     scores, perplexity = {}, {}
-    for seed in seeds:
-        workdir = root / f"gmlp-split_multiplicative-seed{seed}"
-        config = mlm_config("gmlp", seed, tiny, root, sgu_variant="split_multiplicative")
+    for seed, workdir, config in runs:
         results = train(config, workdir)
         perplexity[str(seed)] = results["test_perplexity"]
         scores[str(seed)] = {}
@@ -52,7 +69,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
             plot_spatial_weights(spatial_weights(model), out_dir / "toeplitz_weights.png", title)
     result = {
         "seeds": seeds, "scores": scores, "noise_level": 2 / config.model.max_length, "test_perplexity": perplexity,
-        "unigram_perplexity": results["unigram_perplexity"], "tiny": tiny,
+        "unigram_perplexity": results["unigram_perplexity"], "tiny": preset == "tiny", "preset": preset,
     }  # fmt: skip
     return report(result, out_dir)
 
@@ -77,12 +94,13 @@ def judge(final: dict[str, list[float]], perplexity: dict[str, float], unigram: 
 
 def report(result: dict, out_dir: Path) -> dict:
     """The verdict (`judge`), the figure and README.md from `result`; returns `result` with the verdict."""
-    seeds, tiny, unigram, noise = result["seeds"], result["tiny"], result["unigram_perplexity"], result["noise_level"]
+    seeds, preset, unigram = result["seeds"], result_preset(result), result["unigram_perplexity"]
+    noise = result["noise_level"]
     scores = {str(seed): {int(step): v for step, v in per.items()} for seed, per in result["scores"].items()}
     perplexity = {str(seed): p for seed, p in result["test_perplexity"].items()}
     final = {seed: per[max(per)] for seed, per in scores.items()}
     verdict, parts = judge(final, perplexity, unigram, noise)
-    measured = ("seeds", "scores", "noise_level", "test_perplexity", "unigram_perplexity", "tiny")
+    measured = ("seeds", "scores", "noise_level", "test_perplexity", "unigram_perplexity", "tiny", "preset")
     mean_final = np.mean(list(final.values()), axis=0).tolist()
     result = {**judged(result, measured, parts, verdict), "final_scores_mean_over_seeds": mean_final}
 
@@ -108,13 +126,12 @@ def report(result: dict, out_dir: Path) -> dict:
     )
     header = " | ".join(f"layer {i}" for i in range(len(mean_final)))
     readme = study_readme(
-        "toeplitz", tiny,
+        "toeplitz", preset,
         title="Toeplitz-like spatial weights in a gMLP trained on real text",
         claim="(gMLP paper, docs/mixers.md): the spatial weights W a gMLP learns on text are Toeplitz-like — bands "
         "along the diagonal, the same for every position (the paper's figure of W).",
-        setting="the split gMLP of the shared small MLM setting (`studies/mlm_setting.py`"
-        + (", tiny: a Markov-chain corpus, 4 steps" if tiny else ": KJV, 1k vocabulary, 64 tokens, 4 layers d 128, "
-           "2,000 steps") + f"), seeds {', '.join(map(str, seeds))}; unigram perplexity {unigram:.1f}, noise level of "
+        setting=f"the split gMLP of the shared small MLM setting (`studies/mlm_setting.py`: {setting(preset)}), "
+        f"seeds {', '.join(map(str, seeds))}; unigram perplexity {unigram:.1f}, noise level of "
         f"the score 2/n = {noise:.3f}; the claim, per layer: the final score above {THRESHOLD}.",
         table=f"| seed | held-out perplexity | {header} (final Toeplitz score) |\n"
         f"|---|---|{'---|' * len(mean_final)}\n" + rows,

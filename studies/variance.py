@@ -2,6 +2,7 @@
 number of keys n, softmax's shrinks, and ReLU with the 1/√(n/2) factor stays flat (docs/mixers.md).
 
     python -m studies.variance          # n = 16 … 16,384, about a minute on 2 CPU cores
+    python -m studies.variance --gpu    # n = 16 … 65,536, 8 draws, one H100
     python -m studies.variance --tiny   # n = 16 … 256, seconds
 
 q, k, v ~ N(0, 1) per entry (head dim 64, so s = q·k/√64 ~ N(0, 1)), one head, every key visible. Var(out)
@@ -52,9 +53,10 @@ def output_variance(kind: str, n: int, *, queries: int, draws: int) -> float:
     return total / draws
 
 
-def run(tiny: bool, out_dir: Path) -> dict:
-    lengths = [16, 64, 256] if tiny else [16, 64, 256, 1024, 4096, 16384]
-    queries, draws = (16, 1) if tiny else (128, 4)
+def run(preset: str, out_dir: Path) -> dict:
+    tiny = preset == "tiny"
+    lengths = {"tiny": [16, 64, 256], "cpu": [16, 64, 256, 1024, 4096, 16384]}.get(preset, [4**i for i in range(2, 9)])
+    queries, draws = {"tiny": (16, 1), "cpu": (128, 4)}.get(preset, (128, 8))
     variances = {kind: [output_variance(kind, n, queries=queries, draws=draws) for n in lengths]
                  for kind in PREDICTED_SLOPE}  # fmt: skip
     slopes = {kind: float(np.polyfit(np.log(lengths), np.log(var), 1)[0]) for kind, var in variances.items()}
@@ -64,7 +66,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
     result = {
         "lengths": lengths, "queries": queries, "draws": draws, "head_dim": HEAD_DIM, "variance": variances,
         "fitted_slope": slopes, "predicted_slope": PREDICTED_SLOPE, "slope_tolerance": SLOPE_TOLERANCE,
-        "verdict": verdict, "tiny": tiny,
+        "verdict": verdict, "tiny": tiny, "preset": preset,
     }  # fmt: skip
 
     plt = pyplot()
@@ -86,7 +88,7 @@ def run(tiny: bool, out_dir: Path) -> dict:
         for kind in PREDICTED_SLOPE
     )
     readme = study_readme(
-        "variance", tiny,
+        "variance", preset,
         title="Variance of attention outputs at initialisation (ReLUFormer)",
         claim="(ReLUFormer, docs/mixers.md): the output variance of plain ReLU attention grows with the number of keys "
         "n, softmax's shrinks, and the 1/√(n/2) factor keeps ReLU attention's flat.",

@@ -36,7 +36,7 @@ def test_usage_errors_exit_2_and_name_the_step():
 @pytest.mark.slow
 def test_dry_run_of_every_step_then_a_second_call_resumes_the_training(tmp_path):
     out, state = tmp_path / "out1", tmp_path / "state"
-    steps = ["info", "data", "kernel-tests", "probe", "train", "bench"]
+    steps = ["info", "data", "kernel-tests", "probe", "train", "bench", "studies"]
     run, log = _session("--dry-run", *steps, out=out, state=state, MIXERS="relu", TRAIN_FAULT="sigterm_after_step=3")
     assert run.returncode == 0, log
     assert "dry run 1" in (out / "info.txt").read_text()
@@ -60,6 +60,9 @@ def test_dry_run_of_every_step_then_a_second_call_resumes_the_training(tmp_path)
     assert (out / "failures.txt").read_text() == ""
     assert json.loads((out / "probe-relu.json").read_text())["steps_per_s"] > 0
     assert list((out / "bench").glob("kernels-*.json"))
+    # the studies: each one's result, README and figure (here the variance study at its tiny preset)
+    verdict = json.loads((out / "studies/variance/result.json").read_text())["verdict"]
+    assert f"variance: {verdict} — {out / 'studies/variance'}" in log
     # the training was stopped after step 3 with a checkpoint, as at a call's time limit
     assert "train relu: stopped at the limit with a checkpoint" in log
     assert not (out / "train/listops-relu/results.json").exists()

@@ -15,6 +15,9 @@
 #   train         lra_code ListOps per mixer, side by side, each resumed from runs/gpu/listops-MIXER; at
 #                 TRAIN_LIMIT it gets SIGTERM, saves a checkpoint and stops (exit 75): the next call goes on
 #   bench         the kernel benchmark (kernels.bench) sweep
+#   studies       each study in STUDIES at its `gpu` preset (`python -m studies.NAME --gpu`, planned at ≤ 8 minutes
+#                 on one H100), one after another, each under STUDY_LIMIT; its runs resume from runs/studies/
+#                 on the next call, its result.json, README.md and figure go to $OUT/studies/NAME
 #
 # Everything a step writes that must come back goes under $OUT; what must survive between calls on the same
 # machine (workdirs, data, the compilation cache) goes under runs/gpu/, which git ignores, so it stays.
@@ -22,8 +25,8 @@
 #
 # Settings (environment): OUT, GPU_STATE (default runs/gpu), PY (python), COMMIT, MIXERS (train and probe;
 # default "softmax relu"), TRAIN_ARGS, PROBE_ARGS, BENCH_ARGS, PYTEST_ARGS (extra words), KERNEL_TESTS (files),
-# FILE_LIMIT, TEST_LIMIT, TRAIN_LIMIT, BENCH_LIMIT, DATA_WAIT (seconds), TRAIN_FAULT (a fault injected into the
-# training processes, as the tests inject them: e.g. sigterm_after_step=3).
+# FILE_LIMIT, TEST_LIMIT, TRAIN_LIMIT, BENCH_LIMIT, STUDY_LIMIT, DATA_WAIT (seconds), TRAIN_FAULT (a fault injected
+# into the training processes, as the tests inject them: e.g. sigterm_after_step=3), STUDIES (names).
 set -u
 DRY_RUN=0
 if [ "${1:-}" = "--dry-run" ]; then
@@ -31,12 +34,12 @@ if [ "${1:-}" = "--dry-run" ]; then
   shift
 fi
 if [ $# -eq 0 ]; then
-  sed -n '2,24p' "$0"
+  sed -n '2,27p' "$0"
   exit 2
 fi
 for s in "$@"; do
-  case $s in info | data | kernel-tests | probe | train | bench) ;; *)
-    echo "session.sh: unknown step '$s'; valid: info data kernel-tests probe train bench" >&2
+  case $s in info | data | kernel-tests | probe | train | bench | studies) ;; *)
+    echo "session.sh: unknown step '$s'; valid: info data kernel-tests probe train bench studies" >&2
     exit 2
     ;;
   esac
@@ -83,6 +86,7 @@ if [ $DRY_RUN = 1 ]; then
   fi
   BENCH_SIZES=(--lengths=64 --tokens=64 --heads=2 --head_dims=32 --dtypes=float32 --repeats=1 --check_max_length=64)
   FILE_LIMIT=${FILE_LIMIT:-240} TRAIN_LIMIT=${TRAIN_LIMIT:-240} BENCH_LIMIT=${BENCH_LIMIT:-120}
+  STUDY_LIMIT=${STUDY_LIMIT:-240} STUDY_PRESET=--tiny STUDIES=${STUDIES:-variance}
   WORKERS=1
 else
   export JAX_PLATFORMS=cuda
@@ -99,6 +103,11 @@ else
   BENCH_SIZES=("--lengths=1024,4096,16384" "--head_dims=64,128" --dtypes=bfloat16 --check_max_length=4096 --repeats=5)
   # Four calls of ≤ 7 minutes fit a 30-minute window with the machine's start (benchmarks/gpu/README.md).
   FILE_LIMIT=${FILE_LIMIT:-330} TRAIN_LIMIT=${TRAIN_LIMIT:-390} BENCH_LIMIT=${BENCH_LIMIT:-330}
+  # Each preset is planned at ≤ 8 minutes (studies/common.py); stability before attention_distance, which reads
+  # its models; sgu_ablation before toeplitz and amlp_alignment, which share its runs.
+  STUDY_LIMIT=${STUDY_LIMIT:-540} STUDY_PRESET=--gpu
+  STUDIES=${STUDIES:-stability attention_distance sgu_ablation toeplitz ffn_memory kernel_convergence amlp_alignment
+    approximation variance}
   WORKERS=2
 fi
 TEST_LIMIT=${TEST_LIMIT:-180}
@@ -239,6 +248,23 @@ step_bench() {
   grep -E "^\[" "$OUT/bench.log" | cut -c1-200 | tail -40
 }
 
+step_studies() {
+  local name rc
+  for name in $STUDIES; do
+    note "studies: $name $STUDY_PRESET, ${STUDY_LIMIT}s"
+    mkdir -p "$OUT/studies/$name"
+    # SIGTERM at the limit: the run in progress saves a checkpoint, and the next call resumes from it.
+    timeout -s TERM -k 90 "$STUDY_LIMIT" "$PY" -m "studies.$name" "$STUDY_PRESET" --out="$OUT/studies/$name" \
+      >"$OUT/studies/$name/study.log" 2>&1
+    rc=$?
+    case $rc in
+      0) tail -1 "$OUT/studies/$name/study.log" ;;
+      75 | 124) echo "$name: stopped at the limit; the next call resumes its runs" ;;
+      *) echo "$name: FAILED (exit $rc):" && tail -5 "$OUT/studies/$name/study.log" ;;
+    esac
+  done
+}
+
 case " $* " in *" train "*) start_data ;; esac # data first: it runs on the CPU while the GPU steps run
 for s in "$@"; do
   case $s in
@@ -248,6 +274,7 @@ for s in "$@"; do
     probe) step_probe ;;
     train) step_train ;;
     bench) step_bench ;;
+    studies) step_studies ;;
   esac
 done
 [ -f "$STATE/data.log" ] && cp "$STATE/data.log" "$OUT/data.log"

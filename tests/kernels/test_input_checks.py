@@ -1,4 +1,4 @@
-"""Bad inputs to the attention ops are errors that name the argument, in every impl (issue: silently
+"""Bad inputs to the attention ops are errors that name the argument, in every impl (once silently
 accepted int32 inputs, float masks, causal="no", γ ≤ 0, T = 0 and negative features)."""
 
 import jax

@@ -36,7 +36,7 @@ def _files(out_dir, figure):
 
 
 def test_variance_measures_each_operator_against_n(tmp_path):
-    result = variance.run(True, tmp_path)
+    result = variance.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "variance.png")
     assert set(result["variance"]) == set(variance.PREDICTED_SLOPE)
     for kind, values in result["variance"].items():
@@ -48,7 +48,7 @@ def test_variance_measures_each_operator_against_n(tmp_path):
 
 
 def test_parameter_budget_counts_every_table_row_for_every_task(tmp_path):
-    result = parameter_budget.run(True, tmp_path)
+    result = parameter_budget.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "parameter_budget.png")
     assert "| 3×AOGLU |" in readme
     assert set(result["extra_fraction"]) == {name for name, _, _ in parameter_budget.ROWS}
@@ -75,7 +75,7 @@ def test_the_command_line_writes_under_out_and_says_the_verdict(tmp_path):
 
 
 def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_path):
-    result = approximation.run(True, tmp_path)
+    result = approximation.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "approximation.png")
     (seed,) = result["per_seed"]
     assert set(seed["fixed"]) == {"elu1", "relu"} and set(seed["favor"]) == {"16", "64"}
@@ -89,14 +89,14 @@ def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_pat
 
 
 def test_kernel_convergence_trains_every_seed_of_both_kernels_and_resumes(tmp_path):
-    result = kernel_convergence.run(True, tmp_path)
+    result = kernel_convergence.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "kernel_convergence.png")
     assert set(result["train_loss"]) == set(kernel_convergence.KERNELS)
     for curves in result["train_loss"].values():
         assert len(curves) == 2 and all(len(c) == len(result["steps"]) for c in curves)
         assert curves[0] != curves[1]  # the seeds differ
     # A re-run finds every workdir finished and reports the same numbers.
-    again = kernel_convergence.run(True, tmp_path)
+    again = kernel_convergence.run("tiny", tmp_path)
     assert again["train_loss"] == result["train_loss"] and again["test_accuracy"] == result["test_accuracy"]
     assert "| OGLU |" in readme
 
@@ -117,7 +117,7 @@ def stability_tiny(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(stability, "train_and_evaluate", train)
-        result = stability.run(True, root / "stability")
+        result = stability.run("tiny", root / "stability")
     return root, result
 
 
@@ -125,7 +125,7 @@ def test_stability_climbs_the_learning_rates_until_the_first_divergence(stabilit
     root, result = stability_tiny
     tmp_path = root / "stability"
     _, readme = _files(tmp_path, "stability.png")
-    rates = list(stability.TINY_LEARNING_RATES)
+    rates = list(stability.GRIDS["tiny"])
     assert set(result["runs"]) == set(stability.ARMS) and result["learning_rates"] == rates
     # The arms that never diverged climbed the whole grid; plain ReLU stopped at its first, diverged, run.
     assert result["grid_steps_climbed"] == {"relu, 1/√(n/2)": [1], "relu, no factor": [-1], "softmax": [1]}
@@ -159,7 +159,7 @@ def test_stability_climbs_the_learning_rates_until_the_first_divergence(stabilit
 
 
 def test_sgu_ablation_trains_every_gating_variant(tmp_path):
-    result = sgu_ablation.run(True, tmp_path)
+    result = sgu_ablation.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "sgu_ablation.png")
     assert set(result["test_perplexity"]) == set(sgu_ablation.VARIANTS)
     perplexities = [p for runs in result["test_perplexity"].values() for p in runs]
@@ -178,7 +178,7 @@ def test_sgu_ablation_trains_every_gating_variant(tmp_path):
 
 
 def test_toeplitz_scores_every_checkpoint_of_every_layer(tmp_path):
-    result = toeplitz.run(True, tmp_path)
+    result = toeplitz.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "toeplitz.png")
     assert (tmp_path / "toeplitz_weights.png").stat().st_size > 1000
     (per_step,) = result["scores"].values()
@@ -190,7 +190,7 @@ def test_toeplitz_scores_every_checkpoint_of_every_layer(tmp_path):
 
 def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
     tmp_path, _ = stability_tiny  # the tiny stability runs are there already: nothing is trained again
-    result = attention_distance.run(True, tmp_path)
+    result = attention_distance.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "attention_distance.png")
     assert set(result["mean_distance"]) == set(attention_distance.ARMS)
     for arm, layers in result["mean_distance"].items():
@@ -250,7 +250,7 @@ def test_ffn_memory_judges_each_part_of_the_claim_by_the_rule():
 
 
 def test_ffn_memory_trains_every_kind_at_every_slot_count_and_the_ffn_less_control(tmp_path):
-    result = ffn_memory.run(True, tmp_path)
+    result = ffn_memory.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "ffn_memory.png")
     assert set(result["test_perplexity"]) == set(ffn_memory.KINDS) and result["slots"] == [16, 64]
     for name, (kind, init) in ffn_memory.KINDS.items():
@@ -287,7 +287,7 @@ def test_amlp_alignment_verdict_needs_an_encoder_that_learned_to_copy():
 
 
 def test_amlp_alignment_trains_every_encoder_on_both_tasks(tmp_path):
-    result = amlp_alignment.run(True, tmp_path)
+    result = amlp_alignment.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "amlp_alignment.png")
     for task in ("copy", "KJV"):
         assert set(result["test_perplexity"][task]) == set(amlp_alignment.ARCHS)
@@ -306,23 +306,68 @@ def test_amlp_alignment_trains_every_encoder_on_both_tasks(tmp_path):
 def test_studies_write_under_runs_by_default_and_the_committed_results_only_when_asked(tmp_path):
     from studies.common import ROOT, RUNS, output_dir
 
-    assert output_dir("variance", tiny=False, out=None, record=False) == RUNS / "variance"
-    assert output_dir("variance", tiny=True, out=None, record=False) == RUNS / "variance-tiny"
-    assert output_dir("variance", tiny=False, out=tmp_path, record=False) == tmp_path
-    assert output_dir("variance", tiny=False, out=None, record=True) == ROOT / "variance"
+    assert output_dir("variance", preset="cpu", out=None, record=False) == RUNS / "variance"
+    assert output_dir("variance", preset="tiny", out=None, record=False) == RUNS / "variance-tiny"
+    assert output_dir("variance", preset="gpu", out=None, record=False) == RUNS / "variance-gpu"
+    assert output_dir("variance", preset="cpu", out=tmp_path, record=False) == tmp_path
+    assert output_dir("variance", preset="cpu", out=None, record=True) == ROOT / "variance"
+    assert output_dir("variance", preset="gpu", out=None, record=True) == ROOT / "variance-gpu"
     assert ROOT.parts[-2:] == ("benchmarks", "studies")
     with pytest.raises(ValueError, match="give it or --out, not both"):
-        output_dir("variance", tiny=False, out=tmp_path, record=True)
+        output_dir("variance", preset="cpu", out=tmp_path, record=True)
     with pytest.raises(ValueError, match="--record is for full runs"):
-        output_dir("variance", tiny=True, out=None, record=True)
+        output_dir("variance", preset="tiny", out=None, record=True)
+    with pytest.raises(ValueError, match="preset 'huge' is not one of tiny, cpu, gpu"):
+        output_dir("variance", preset="huge", out=None, record=False)
+
+
+@pytest.mark.parametrize("study", [ffn_memory, sgu_ablation, toeplitz, amlp_alignment, kernel_convergence, stability])
+def test_every_gpu_preset_is_planned_within_the_budget_and_validates(study, tmp_path):
+    from studies.common import GPU_BUDGET_S, gpu_seconds
+    from zoo.training.validate import config_problems
+
+    runs = study.planned_runs("gpu", tmp_path)
+    configs = [r[-1] if isinstance(r, tuple) else r for r in runs]
+    cpu = [r[-1] if isinstance(r, tuple) else r for r in study.planned_runs("cpu", tmp_path)]
+    assert all(not config_problems(c) for c in configs), [config_problems(c) for c in configs]
+    assert gpu_seconds(configs) <= GPU_BUDGET_S, gpu_seconds(configs)
+    # The preset is what the claims need more of: at least the CPU preset's seeds and training per run.
+    assert max(c.train.steps * c.train.batch_size for c in configs) >= max(
+        c.train.steps * c.train.batch_size for c in cpu
+    )
+    assert len({c.seed for c in configs}) >= 3
+    # Every run trains in its own workdir (a preset's runs never resume one another).
+    if isinstance(runs[0], tuple):
+        workdirs = [r[-2] for r in runs]
+        assert len(set(workdirs)) == len(workdirs) and all(
+            "mlm-gpu" in str(w) or tmp_path in w.parents for w in workdirs
+        )
+
+
+def test_gpu_plan_counts_a_step_at_its_flops_or_the_launch_floor():
+    from studies import common
+    from studies.mlm_setting import mlm_config
+
+    config = mlm_config("lm", 0, "gpu", common.RUNS)
+    flops = common.step_flops(config)
+    rows, length = config.train.batch_size, config.data.seq_length
+    # A causal LM's step: 3 × (the encoder's forward + the vocabulary projection at every position).
+    from zoo.training.flops import encoder_flops
+
+    forward = rows * (encoder_flops(config.model, length, causal=True) + 2 * length * config.model.d_model * 1000)
+    assert flops == pytest.approx(3 * forward)
+    per_step = max(common.GPU_STEP_FLOOR_S, flops / (common.GPU_TFLOPS * 1e12))
+    assert common.gpu_seconds([config, config]) == pytest.approx(2 * (common.GPU_RUN_OVERHEAD_S + 5000 * per_step))
 
 
 def test_record_with_tiny_is_a_usage_error_before_any_computation(tmp_path):
-    run = subprocess.run(
-        [sys.executable, "-m", "studies.parameter_budget", "--tiny", "--record"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
-    assert run.returncode == 2 and "--record is for full runs" in run.stderr
+    for flags, message in ((["--tiny", "--record"], "--record is for full runs"),
+                           (["--tiny", "--gpu"], "argument --gpu: not allowed with argument --tiny")):  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-m", "studies.parameter_budget", *flags],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        assert run.returncode == 2 and message in run.stderr, run.stderr
     assert not (tmp_path / "runs").exists()
 
 

@@ -1,4 +1,4 @@
-"""Conventions that differ between reference implementations are config fields, used everywhere (issue 20.3).
+"""Conventions that differ between reference implementations are config fields, used everywhere.
 
 Each is checked against an independent float64 formula, and the presets' choices are pinned to their
 sources (docs/conventions.md).

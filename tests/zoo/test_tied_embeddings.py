@@ -1,5 +1,5 @@
 """Embedding tying in the generative models (fairseq's --share-decoder-input-output-embed and
---share-all-embeddings; issue 20.4): the tied model is the untied one with its tables set equal, and a shared
+--share-all-embeddings): the tied model is the untied one with its tables set equal, and a shared
 table's gradient is the sum over its uses."""
 
 import math
