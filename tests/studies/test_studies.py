@@ -265,25 +265,40 @@ def test_ffn_memory_trains_every_kind_at_every_slot_count_and_the_ffn_less_contr
     assert "| softmax memory + LN |" in readme and "| no FFN (control) |" in readme
 
 
-def test_amlp_alignment_verdict_needs_an_encoder_that_learned_to_copy():
+def test_amlp_alignment_verdict_needs_a_transformer_that_learned_to_copy_and_three_seeds():
     unigram = {"copy": 200.0, "KJV": 250.0}
+    spread = (-0.5, 0.0, 0.5)  # three seeds around each mean
 
-    def mean(copy, kjv):
+    def perplexity(copy, kjv):
         names = ("gMLP", "aMLP", "Transformer (BERT)")
-        return {"copy": dict(zip(names, copy, strict=True)), "KJV": dict(zip(names, kjv, strict=True))}
+        seeds = lambda means: {n: [m + d for d in spread] for n, m in zip(names, means, strict=True)}
+        return {"copy": seeds(copy), "KJV": seeds(kjv)}
 
     learned_kjv = (40.0, 36.0, 30.0)
-    assert amlp_alignment.judge(mean((40.0, 20.0, 15.0), learned_kjv), unigram) == ("reproduced", "")
-    verdict, notes = amlp_alignment.judge(mean((40.0, 39.0, 15.0), learned_kjv), unigram)
-    assert verdict == "not reproduced" and "1.03× on copy against 1.11× on KJV" in notes
-    verdict, notes = amlp_alignment.judge(mean((141.0, 140.0, 138.0), (40.0, 33.0, 154.0)), unigram)
-    assert verdict == "not measurable at this budget"
-    assert "best 138.0 against a unigram 200.0; copying would give about 14" in notes
+    # aMLP copies (20 against gMLP at chance) and gains far more there than on KJV: reproduced, every part.
+    verdict, parts, notes = amlp_alignment.judge(perplexity((199.0, 20.0, 15.0), learned_kjv), unigram)
+    assert verdict.verdict == "reproduced" and notes == ""
+    assert {v.verdict for v in parts.values()} == {"reproduced"} and len(parts) == 3
+    # aMLP's gain on copy (3%) is smaller than on KJV (11%): not reproduced, though the Transformer copies.
+    verdict, parts, notes = amlp_alignment.judge(perplexity((40.0, 39.0, 15.0), learned_kjv), unigram)
+    assert verdict.verdict == "not reproduced"
+    assert parts["aMLP gains more over gMLP on copy than on KJV"].verdict == "not reproduced"
+    # No encoder, the Transformer included, learned to copy: the control fails, not measurable.
+    verdict, parts, notes = amlp_alignment.judge(perplexity((141.0, 140.0, 138.0), (40.0, 33.0, 154.0)), unigram)
+    assert verdict.verdict == "not measurable at this budget" and list(parts) == [
+        "the Transformer learns to copy (control)"
+    ]
+    assert "best mean 138.0 against a unigram 200.0; copying would give about 14" in notes
     assert "the Transformer is far behind (154.0" in notes
-    # Off the plateau but three times gMLP's perplexity: still not a reference (the note stays).
-    notes = amlp_alignment.judge(mean((141.0, 140.0, 138.0), (40.0, 33.0, 121.8)), unigram)[1]
+    # Two seeds: not measurable whatever the means (the rule needs three).
+    two = {
+        task: {n: p[:2] for n, p in per.items()} for task, per in perplexity((199.0, 20.0, 15.0), learned_kjv).items()
+    }
+    assert amlp_alignment.judge(two, unigram)[0].verdict == "not measurable at this budget"
+    # Off the plateau but three times gMLP's perplexity on KJV: still not a reference (the note stays).
+    notes = amlp_alignment.judge(perplexity((141.0, 140.0, 138.0), (40.0, 33.0, 121.8)), unigram)[2]
     assert "the Transformer is far behind (121.8" in notes
-    assert "far behind" not in amlp_alignment.judge(mean((141.0, 140.0, 138.0), (40.0, 33.0, 60.0)), unigram)[1]
+    assert "far behind" not in amlp_alignment.judge(perplexity((141.0, 140.0, 138.0), (40.0, 33.0, 60.0)), unigram)[2]
 
 
 def test_amlp_alignment_trains_every_encoder_on_both_tasks(tmp_path):
