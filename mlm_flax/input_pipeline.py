@@ -130,7 +130,8 @@ def pack(token_docs: Iterator[list[int]], seq_length: int, ids: SpecialIds) -> I
 def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokenizer_path: Path) -> Path:
     """Writes (once) the split's packed sequences to ArrayRecord, with token counts alongside (`.counts.npy`)."""
     d = config.data
-    key = data_lib.source_key(*_corpus_key(config), split, tokenizer_path, d.seq_length)
+    # The tokenizer by its bytes: caches prepared on one machine are found on another (studies.mlm_setting).
+    key = data_lib.source_key(*_corpus_key(config), split, data_lib.file_digest(tokenizer_path), d.seq_length)
     path = cache_dir(config) / f"{split}-{key}.array_record"
     counts_path = path.with_suffix(".counts.npy")
     if path.exists() and counts_path.exists():

@@ -36,7 +36,7 @@ from studies.common import (
     write_study,
 )
 from studies.mlm_setting import GPU_BATCH, GPU_STEPS, RUNS, STEPS, mlm_config, train
-from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, decide_threshold, judged, mean_std
+from studies.verdict import MIN_SEEDS, REPRODUCED, Arm, Verdict, combine, decide, decide_threshold, judged, mean_std
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
 
@@ -90,13 +90,23 @@ def judge(perplexity: dict[str, dict[str, list[float]]], unigram: dict[str, floa
     learned = decide_threshold(arm("copy", TRANSFORMER, unigram["copy"]), unigram["copy"] / 2, **lower)
     parts = {"the Transformer learns to copy (control)": learned}
     if learned.verdict != REPRODUCED:
-        best = min(float(np.mean(p)) for p in perplexity["copy"].values())
-        note = (
-            f"no encoder learned to copy (best mean {best:.1f} against a unigram {unigram['copy']:.1f}; copying would "
-            f"give about {unigram['copy'] ** 0.5:.0f}), the Transformer included, so the copy task cannot show "
-            f"what aMLP's attention adds. It would take longer copy training (or shorter documents, or a smaller "
-            f"vocabulary) until the Transformer copies, then the same comparison."
-        )
+        means = {name: float(np.mean(p)) for name, p in perplexity["copy"].items()}
+        copied = [name for name, m in means.items() if left_the_plateau(m, unigram["copy"])]
+        if len(perplexity["copy"][TRANSFORMER]) < MIN_SEEDS:
+            note = f"the rule needs {MIN_SEEDS} seeds per arm; this result has {len(perplexity['copy'][TRANSFORMER])}."
+        elif not copied:
+            note = (
+                f"no encoder learned to copy (best mean {min(means.values()):.1f} against a unigram "
+                f"{unigram['copy']:.1f}; copying would give about {unigram['copy'] ** 0.5:.0f}), the Transformer "
+                f"included, so the copy task cannot show what aMLP's attention adds. It would take longer copy "
+                f"training (or shorter documents, or a smaller vocabulary) until the Transformer copies, then the "
+                f"same comparison."
+            )
+        else:
+            note = (
+                f"{', '.join(copied)} learned to copy (mean below half the unigram {unigram['copy']:.1f}) but not "
+                f"measurably the Transformer, the control: {learned.reason}."
+            )
         verdict = Verdict(NOT_MEASURABLE, f"the control failed: {learned.reason}")
         return verdict, parts, note + _kjv_note(perplexity["KJV"], unigram["KJV"])
     parts["aMLP beats gMLP on copy"] = decide(

@@ -108,7 +108,7 @@ def mean_distance(weights: np.ndarray, real: np.ndarray) -> np.ndarray:
 
 
 def run(preset: str, out_dir: Path) -> dict:
-    tiny = preset == "tiny"
+    tiny, flag = preset == "tiny", "" if preset == "cpu" else f" --{preset}"
     root = runs_root(preset, out_dir / "stability", stability.RUNS)
     if tiny and not (stability.arm_dir(root, ARMS[0], 0) / "results.json").exists():
         stability.run("tiny", root.parent)  # the tiny models, trained here
@@ -116,7 +116,7 @@ def run(preset: str, out_dir: Path) -> dict:
     for arm in ARMS:
         workdir = stability.arm_dir(root, arm, 0)
         if not (workdir / "results.json").exists():
-            raise FileNotFoundError(f"{workdir} is not a finished run: run `python -m studies.stability` first")
+            raise FileNotFoundError(f"{workdir} is not a finished run: run `python -m studies.stability{flag}` first")
         model, _, task = load_run(workdir)
         batch = next(iter(task.eval_batches("test")))
         matrices = attention_matrices(model, batch["inputs"][:EXAMPLES])

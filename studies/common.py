@@ -118,7 +118,7 @@ def as_preset(preset: bool | str) -> str:
 
 def result_preset(result: dict) -> str:
     """The preset a result.json was measured at (`tiny` alone in results recorded before the `gpu` preset)."""
-    return as_preset(result.get("preset", result["tiny"]))
+    return as_preset(result["preset"] if "preset" in result else result["tiny"])
 
 
 def output_dir(name: str, *, preset: str, out: Path | None, record: bool) -> Path:
@@ -137,7 +137,7 @@ def output_dir(name: str, *, preset: str, out: Path | None, record: bool) -> Pat
 
 
 def study_main(
-    name: str, doc: str, run: Callable[[bool, Path], dict], report: Callable[[dict, Path], dict] | None = None
+    name: str, doc: str, run: Callable[[str, Path], dict], report: Callable[[dict, Path], dict] | None = None
 ) -> None:
     """`python -m studies.NAME [--tiny | --gpu] [--out DIR | --record] [--report]`: runs `run(preset, out_dir)`
     and prints its verdict.

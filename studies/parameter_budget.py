@@ -62,8 +62,9 @@ def run(study_preset: str, out_dir: Path) -> dict:
     over = [task for task in TASKS if extra[STACKED][task] > BUDGET]
     # The claim's two parts: every other row within the budget; three stacked GLUs beyond it (on every task).
     verdict = "reproduced" if worst < BUDGET and len(over) == len(TASKS) else "not reproduced"
-    result = {"preset": preset, "models": sizes, "extra_fraction": extra, "budget": BUDGET, "worst": worst,
-              "stacked_over_budget_on": over, "verdict": verdict, "tiny": tiny}  # fmt: skip
+    result = {"lra_preset": preset, "preset": study_preset, "models": sizes, "extra_fraction": extra,
+              "budget": BUDGET, "worst": worst, "stacked_over_budget_on": over, "verdict": verdict,
+              "tiny": tiny}  # fmt: skip
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))

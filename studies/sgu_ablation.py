@@ -160,8 +160,8 @@ def _not_reproduced_note(perplexity: dict[str, list[float]], parameters: dict[st
         f"{steps:,} steps cannot order the multiplicative variants. The paper's models are base-size and trained "
         f"far longer on C4 (perplexity 4–5); these are early in training (perplexity ~40 on a 1k vocabulary), where "
         f"gating that keeps Z itself in the output (additive) may learn faster. {params} "
-        f"To test the claim: ≥ 5 seeds and ≥ 20k steps per variant (25× this study's CPU time), or the "
-        f"base-size setting on a GPU."
+        f"To test the claim: ≥ 5 seeds and ≥ 20k steps per variant (10× the CPU preset's steps), or the base-size "
+        f"setting."
     )
 
 

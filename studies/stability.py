@@ -36,7 +36,7 @@ import ml_collections
 
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
-from studies.common import result_preset, runs_root, study_main, study_readme, write_study
+from studies.common import as_preset, result_preset, runs_root, study_main, study_readme, write_study
 from studies.verdict import Arm, decide, judged, mean_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
@@ -64,6 +64,7 @@ def arm_dir(root: Path, arm: str, seed: int, learning_rate: float = LEARNING_RAT
 
 def config_for(arm: str, seed: int, preset: str, data_dir: Path, learning_rate: float = LEARNING_RATES[0]):
     mixer, factor = ARMS[arm]
+    preset = as_preset(preset)
     config = get_config("demo")
     config.seed = seed
     config.data.dir = str(data_dir)

@@ -15,9 +15,10 @@
 #   train         lra_code ListOps per mixer, side by side, each resumed from runs/gpu/listops-MIXER; at
 #                 TRAIN_LIMIT it gets SIGTERM, saves a checkpoint and stops (exit 75): the next call goes on
 #   bench         the kernel benchmark (kernels.bench) sweep
-#   studies       each study in STUDIES at its `gpu` preset (`python -m studies.NAME --gpu`, planned at ≤ 8 minutes
-#                 on one H100), one after another, each under STUDY_LIMIT; its runs resume from runs/studies/
-#                 on the next call, its result.json, README.md and figure go to $OUT/studies/NAME
+#   studies       the studies named in STUDIES at their `gpu` preset (`python -m studies.NAME --gpu`, each planned at
+#                 ≤ 8 minutes on one H100), one after another within STUDY_LIMIT seconds for the whole step; one
+#                 stopped at the limit resumes its runs from runs/studies/ on the next call (and the step stops
+#                 there); result.json, README.md, figure and log go to $OUT/studies/NAME
 #
 # Everything a step writes that must come back goes under $OUT; what must survive between calls on the same
 # machine (workdirs, data, the compilation cache) goes under runs/gpu/, which git ignores, so it stays.
@@ -34,7 +35,7 @@ if [ "${1:-}" = "--dry-run" ]; then
   shift
 fi
 if [ $# -eq 0 ]; then
-  sed -n '2,27p' "$0"
+  sed -n '2,30p' "$0"
   exit 2
 fi
 for s in "$@"; do
@@ -103,11 +104,9 @@ else
   BENCH_SIZES=("--lengths=1024,4096,16384" "--head_dims=64,128" --dtypes=bfloat16 --check_max_length=4096 --repeats=5)
   # Four calls of ≤ 7 minutes fit a 30-minute window with the machine's start (benchmarks/gpu/README.md).
   FILE_LIMIT=${FILE_LIMIT:-330} TRAIN_LIMIT=${TRAIN_LIMIT:-390} BENCH_LIMIT=${BENCH_LIMIT:-330}
-  # Each preset is planned at ≤ 8 minutes (studies/common.py); stability before attention_distance, which reads
-  # its models; sgu_ablation before toeplitz and amlp_alignment, which share its runs.
-  STUDY_LIMIT=${STUDY_LIMIT:-540} STUDY_PRESET=--gpu
-  STUDIES=${STUDIES:-stability attention_distance sgu_ablation toeplitz ffn_memory kernel_convergence amlp_alignment
-    approximation variance}
+  # Each preset is planned at ≤ 8 minutes (studies/common.py): one or two a call, named in STUDIES (the order:
+  # benchmarks/gpu/README.md). A call is at most 600 s: the step's limit leaves the SIGKILL grace inside it.
+  STUDY_LIMIT=${STUDY_LIMIT:-500} STUDY_PRESET=--gpu STUDIES=${STUDIES:-}
   WORKERS=2
 fi
 TEST_LIMIT=${TEST_LIMIT:-180}
@@ -249,17 +248,30 @@ step_bench() {
 }
 
 step_studies() {
-  local name rc
+  if [ -z "$STUDIES" ]; then
+    echo "studies: name them in STUDIES (one or two a call; benchmarks/gpu/README.md gives the order)"
+    return 1
+  fi
+  local name rc left deadline=$((SECONDS + STUDY_LIMIT))
   for name in $STUDIES; do
-    note "studies: $name $STUDY_PRESET, ${STUDY_LIMIT}s"
+    left=$((deadline - SECONDS))
+    if [ "$left" -lt 60 ]; then
+      echo "studies: $name not started (${left}s left of ${STUDY_LIMIT}s); name it in the next call"
+      continue
+    fi
+    note "studies: $name $STUDY_PRESET, at most ${left}s"
     mkdir -p "$OUT/studies/$name"
-    # SIGTERM at the limit: the run in progress saves a checkpoint, and the next call resumes from it.
-    timeout -s TERM -k 90 "$STUDY_LIMIT" "$PY" -m "studies.$name" "$STUDY_PRESET" --out="$OUT/studies/$name" \
+    # SIGTERM at the limit: the run in progress saves a checkpoint (SIGKILL 30 s later if it has not stopped).
+    timeout -s TERM -k 30 "$left" "$PY" -m "studies.$name" "$STUDY_PRESET" --out="$OUT/studies/$name" \
       >"$OUT/studies/$name/study.log" 2>&1
     rc=$?
     case $rc in
       0) tail -1 "$OUT/studies/$name/study.log" ;;
-      75 | 124) echo "$name: stopped at the limit; the next call resumes its runs" ;;
+      124 | 137)
+        echo "$name: stopped at the limit (exit $rc); a study with training runs resumes them on the next call," \
+          "the others start again"
+        return 0
+        ;;
       *) echo "$name: FAILED (exit $rc):" && tail -5 "$OUT/studies/$name/study.log" ;;
     esac
   done

@@ -359,6 +359,49 @@ def test_every_gpu_preset_is_planned_within_the_budget_and_validates(study, tmp_
         )
 
 
+def test_a_prepared_mlm_cache_is_used_where_the_corpus_cannot_be_read(tmp_path, monkeypatch):
+    import os
+
+    from mlm_flax import input_pipeline
+    from studies import mlm_setting
+
+    cache = mlm_setting.prepare("tiny", tmp_path)
+    files = sorted(p.name for p in cache.iterdir())
+    assert any(f.startswith("tokenizer-") for f in files) and sum(f.startswith("train-") for f in files) == 2
+    # As on a GPU machine the cache is carried to: new modification times, and no corpus to read.
+    for f in cache.iterdir():
+        os.utime(f, ns=(1, 1))
+
+    def no_corpus(*args):
+        raise AssertionError("the corpus was read again")
+
+    monkeypatch.setattr(input_pipeline, "load_documents", no_corpus)
+    assert mlm_setting.prepare("tiny", tmp_path) == cache and sorted(p.name for p in cache.iterdir()) == files
+
+
+def test_every_study_trains_exactly_its_planned_runs(tmp_path, monkeypatch):
+    from studies import common, mlm_setting
+
+    trained = []
+
+    def train(config, workdir):
+        trained.append((str(workdir), config.to_json()))
+        return {"test_perplexity": 50.0, "unigram_perplexity": 200.0}
+
+    monkeypatch.setattr(common, "write_study", lambda *args: None)
+    for study in (ffn_memory, sgu_ablation, amlp_alignment):
+        monkeypatch.setattr(study, "train", train)
+        monkeypatch.setattr(study, "report", lambda result, out_dir: result)
+        if hasattr(study, "train_curve"):
+            monkeypatch.setattr(study, "train_curve", lambda workdir: [])
+        trained.clear()
+        study.run("gpu", tmp_path)
+        root = common.runs_root("gpu", tmp_path, mlm_setting.RUNS)
+        assert root == mlm_setting.RUNS.with_name("mlm-gpu")
+        planned = [(str(r[-2]), r[-1].to_json()) for r in study.planned_runs("gpu", root)]
+        assert trained == planned, study.__name__
+
+
 def test_gpu_plan_counts_a_step_at_its_flops_or_the_launch_floor():
     from studies import common
     from studies.mlm_setting import mlm_config

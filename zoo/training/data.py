@@ -72,6 +72,12 @@ def source_key(*parts: object) -> str:
     return hashlib.sha256(repr(items).encode()).hexdigest()[:16]
 
 
+def file_digest(path: Path) -> str:
+    """A short hash of a file's bytes: the key of a derived file (a trained tokenizer) that stays the same when
+    the file is copied to another machine, where its modification time changes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
 def open_tfds(name: str, split: str, data_dir: str | None, alternative: str):
     """`tfds.data_source(name, split)` (random access, no TensorFlow); a clear error when it is not prepared.
 
