@@ -9,6 +9,11 @@ then the direction of the gap decides: the paper's claimed order → "reproduced
 Otherwise the verdict is "not measurable at this budget", with the reason. Standard deviations are the sample
 ones (n − 1) over seeds.
 
+Where the claim itself predicts that an arm stays at chance (gMLP on a task that needs alignment, which its fixed
+spatial weights cannot do), (b) is asked of a control instead: an arm that must learn the task at this budget
+(`studies.amlp_alignment`: the Transformer must learn to copy), so "at chance" means the arm cannot, not that the
+budget was too small. Such an arm is given an infinite chance level, and the study says which and why.
+
 A claim about a level ("the score exceeds 0.5") is `decide_threshold`: (a), (b), and the mean beyond the threshold by
 more than MARGIN × the seed standard deviation; the side decides.
 
