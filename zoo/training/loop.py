@@ -114,7 +114,6 @@ def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) ->
     memory.check_state_fits(abstract, state_sharding, config.train)
     shardings = mesh_lib.step_shardings(mesh, state_sharding)
     train_step = make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings)
-    compiled = None
     if task.batch_spec is not None:
         if is_writer:
             print("compiling the train step...", flush=True)
@@ -122,13 +121,12 @@ def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) ->
         batch = memory.abstract_batch(task, config, mesh)
         compiled = memory.compile_train_step(train_step, abstract, state_sharding, batch)
         need = memory.check_step_fits(compiled, config.train, check_batch_rows(config.train, task)[1])
-        train_step = memory.reuse_compiled(train_step, compiled, batch)
         if is_writer:
             print(f"compiled in {time.perf_counter() - compile_start:.1f} s; the step needs "
                   f"{need / 2**30:.2f} GiB per device", flush=True)  # fmt: skip
     return Run(
         config=config, workdir=workdir, task=task, mesh=mesh, graphdef=graphdef, state=None,
-        state_sharding=state_sharding, train_step=train_step, compiled_train_step=compiled,
+        state_sharding=state_sharding, train_step=train_step,
         eval_step=make_eval_step(graphdef, task.loss_fn, **shardings), schedule=make_schedule(config.train),
         rng=jax.random.key(config.seed + 1), is_writer=is_writer, build=build,
     )  # fmt: skip

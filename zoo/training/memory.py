@@ -45,28 +45,10 @@ def abstract_batch(task, config: ml_collections.ConfigDict, mesh: jax.sharding.M
 
 
 def compile_train_step(train_step, abstract, state_sharding, batch: dict):
-    """The train step compiled ahead of time for the sharded state and `batch`."""
+    """The train step compiled ahead of time for the sharded state and `batch` (jit keeps the executable, so
+    the first real step with these shapes does not compile again)."""
     args = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, state_sharding)
     return train_step.lower(args, batch, jax.eval_shape(lambda: jax.random.key(0))).compile()
-
-
-def _shapes(batch: dict) -> tuple:
-    return tuple(sorted((k, tuple(v.shape), np.dtype(v.dtype).str) for k, v in batch.items()))
-
-
-def reuse_compiled(train_step, compiled, batch: dict):
-    """`train_step` that runs `compiled` (compile_train_step's executable for `batch`) on batches of its shapes.
-    jit does not keep an ahead-of-time executable: its first call lowers and compiles the same step again (without
-    a persistent compilation cache, a second full compile of every run's largest program). Batches of other
-    shapes (token-batched tasks) go through jit."""
-    shapes = _shapes(batch)
-
-    def step(state, batch, rng):
-        if _shapes(batch) == shapes:
-            return compiled(state, batch, rng)
-        return train_step(state, batch, rng)
-
-    return step
 
 
 def step_bytes(compiled) -> int:

@@ -74,7 +74,6 @@ class Run:
     rng: jax.Array
     is_writer: bool
     build: Callable[[], tuple] | None = None  # makes the (model, optimiser) pair: `open_workdir` builds the state
-    compiled_train_step: Any = None  # the executable `setup` compiled and checked for the largest batch
     step: int = 0
     start_step: int = 0
     pending: dict = dataclasses.field(default_factory=dict)
