@@ -130,7 +130,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
     def warm_start(state: nnx.State) -> nnx.State:
         params, _ = backbone()
         target = state[0]["backbone"]
-        nnx.replace_by_pure_dict(target, params.to_pure_dict())
+        nnx.replace_by_pure_dict(target, nnx.to_pure_dict(params))
         return state
 
     def batch_spec(batch: int):

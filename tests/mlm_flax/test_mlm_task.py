@@ -97,7 +97,7 @@ def test_finetuning_starts_from_the_pretrained_encoder(pretrained):
     _, state, _ = create_train_state(
         state_builder(task.build_model, config.train, config.seed), mesh_lib.make_mesh(config.mesh)
     )
-    fresh_head = jax.tree.map(np.asarray, state[0]["head"].to_pure_dict())
+    fresh_head = jax.tree.map(np.asarray, nnx.to_pure_dict(state[0]["head"]))
     started = task.warm_start(state)
     vocab_size = pipeline.SentencePieceTokenizer.load(root / "run" / "spm.model").vocab_size
     checkpoint, _ = restore_model(
@@ -106,10 +106,10 @@ def test_finetuning_starts_from_the_pretrained_encoder(pretrained):
         root / "run" / "checkpoints",
     )
     chex.assert_trees_all_equal(
-        jax.tree.map(np.asarray, started[0]["backbone"].to_pure_dict()),
-        jax.tree.map(np.asarray, nnx.state(checkpoint.backbone, nnx.Param).to_pure_dict()),
+        jax.tree.map(np.asarray, nnx.to_pure_dict(started[0]["backbone"])),
+        jax.tree.map(np.asarray, nnx.to_pure_dict(nnx.state(checkpoint.backbone, nnx.Param))),
     )
-    chex.assert_trees_all_equal(jax.tree.map(np.asarray, started[0]["head"].to_pure_dict()), fresh_head)
+    chex.assert_trees_all_equal(jax.tree.map(np.asarray, nnx.to_pure_dict(started[0]["head"])), fresh_head)
     # And the whole command runs: results for valid and test (= GLUE dev), the tokenizer copied along.
     results = train_and_evaluate(config, root / "ft", task)
     assert {"valid_accuracy", "test_accuracy", "test_loss"} <= set(results)
