@@ -204,5 +204,23 @@ def report(result: dict, out_dir: Path) -> dict:
     return result
 
 
+CLAIM = "a trainable feature map approximates softmax better than fixed ones; FAVOR+ improves with m (kernel paper)"
+PAPER = "qualitative (trained below fixed maps)"
+
+
+def summary(result: dict) -> str:
+    """The README's figures of a committed result.json (studies.table)."""
+    per_seed, n = result["per_seed"], len(result["seeds"])
+    fixed = {kind: mean_std([s["fixed"][kind] for s in per_seed]) for kind in per_seed[0]["fixed"]}
+    best = min(fixed, key=lambda kind: fixed[kind][0])
+    trained = {name: mean_std([s["trained"][name] for s in per_seed])[0] for name in per_seed[0]["trained"]}
+    favor = [mean_std([s["favor"][str(m)] for s in per_seed])[0] for m in result["features"]]
+    return (
+        f"relative error, {n} seeds: best fixed map ({best}) {fixed[best][0]:.3f} ± {fixed[best][1]:.3f}; trained "
+        f"{min(trained.values()):.3f}–{max(trained.values()):.3f}; FAVOR+ {favor[0]:.2f} (m {result['features'][0]}) "
+        f"→ {favor[-1]:.2f} (m {result['features'][-1]:,})"
+    )
+
+
 if __name__ == "__main__":
     study_main("approximation", __doc__, run, report)

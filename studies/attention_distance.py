@@ -176,5 +176,19 @@ def run(preset: str, out_dir: Path) -> dict:
     return result
 
 
+CLAIM = "ReLU attention captures more distant correlations than softmax (ReLUFormer)"
+PAPER = "qualitative"
+
+
+def summary(result: dict) -> str:
+    """The README's figures of a committed result.json (studies.table)."""
+    per_layer = result["mean_distance_per_layer"]
+    return (
+        "mean distance per layer: "
+        + "; ".join(f"{arm} {', '.join(f'{d:.0f}' for d in layers)}" for arm, layers in per_layer.items())
+        + f" tokens (uniform {result['uniform_attention_distance']:.0f}); seed 0"
+    )
+
+
 if __name__ == "__main__":
     study_main("attention_distance", __doc__, run)

@@ -208,5 +208,20 @@ def report(result: dict, out_dir: Path) -> dict:
     return result
 
 
+CLAIM = "FFN as key-value memory: ReLU beats a softmax memory, LayerNorm recovers most of the gap (ReLUFormer)"
+PAPER = "BLEU 34.22 (ReLU) vs 33.08 (softmax) at n ≥ 3,072"
+
+
+def summary(result: dict) -> str:
+    """The README's figures of a committed result.json (studies.table)."""
+    n = str(result["slots"][-1])
+    cells = [
+        f"{mean_std(p[n])[0]:.1f} ± {mean_std(p[n])[1]:.1f} ({name})" for name, p in result["test_perplexity"].items()
+    ]
+    control = result.get("control_perplexity")
+    tail = f", {CONTROL} {mean_std(control)[0]:.1f}" if control else ""
+    return f"perplexity at n {int(n):,}: {', '.join(cells)}{tail}; {len(result['seeds'])} seeds"
+
+
 if __name__ == "__main__":
     study_main("ffn_memory", __doc__, run, report)

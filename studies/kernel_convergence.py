@@ -133,5 +133,16 @@ def report(result: dict, out_dir: Path) -> dict:
     return result
 
 
+CLAIM = "a one-layer OGLU converges faster and with less variance than the orthogonal linear kernel (kernel paper)"
+PAPER = "qualitative (learning curves)"
+
+
+def summary(result: dict) -> str:
+    """The README's figures of a committed result.json (studies.table)."""
+    area = {name: [float(np.mean(c)) for c in curves] for name, curves in result["train_loss"].items()}
+    (m1, s1), (m2, s2) = mean_std(area["OGLU"]), mean_std(area["orth. linear"])
+    return f"mean training loss {m1:.3f} ± {s1:.3f} (OGLU) vs {m2:.3f} ± {s2:.3f}, {len(result['seeds'])} seeds"
+
+
 if __name__ == "__main__":
     study_main("kernel_convergence", __doc__, run, report)

@@ -100,5 +100,17 @@ def run(study_preset: str, out_dir: Path) -> dict:
     return result
 
 
+CLAIM = "trainable feature maps add < 10% parameters; a third stacked GLU goes beyond (kernel paper)"
+PAPER = "< 10% for every map; 3×GLU > 10%"
+
+
+def summary(result: dict) -> str:
+    """The README's figures of a committed result.json (studies.table)."""
+    three = result["extra_fraction"]["3×GLU"]
+    return f"every row but 3×GLU ≤ {100 * result['worst']:.2f}%; 3×GLU " + ", ".join(
+        f"{100 * three[t]:.1f}% ({t})" for t in sorted(three)
+    )
+
+
 if __name__ == "__main__":
     study_main("parameter_budget", __doc__, run)

@@ -26,7 +26,7 @@ import numpy as np
 
 from studies.common import result_preset, runs_root, study_main, study_readme, write_study
 from studies.mlm_setting import GPU_STEPS, RUNS, STEPS, mlm_config, setting, train, train_curve
-from studies.verdict import REPRODUCED, Arm, combine, decide, judged
+from studies.verdict import REPRODUCED, Arm, combine, decide, judged, mean_std
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
 
@@ -163,6 +163,18 @@ def _not_reproduced_note(perplexity: dict[str, list[float]], parameters: dict[st
         f"To test the claim: ≥ 5 seeds and ≥ 20k steps per variant (10× the CPU preset's steps), or the base-size "
         f"setting."
     )
+
+
+CLAIM = "SGU gating: split multiplicative < multiplicative < additive < linear in perplexity (gMLP)"
+PAPER = "4.35 < 4.53 < 4.97 < 5.14 (C4)"
+
+
+def summary(result: dict) -> str:
+    """The README's figures of a committed result.json (studies.table)."""
+    perplexity = result["test_perplexity"]
+    order = result.get("paper_order", PAPER_ORDER)
+    cells = [f"{mean_std(perplexity[name])[0]:.1f} ± {mean_std(perplexity[name])[1]:.1f}" for name in reversed(order)]
+    return f"{' / '.join(cells)} (same order), {len(result['seeds'])} seeds"
 
 
 if __name__ == "__main__":

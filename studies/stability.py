@@ -241,5 +241,23 @@ def report(result: dict, out_dir: Path) -> dict:
     return result
 
 
+CLAIM = "plain ReLU attention trains unstably; the 1/√(n/2) factor fixes it (ReLUFormer)"
+PAPER = "qualitative (divergence without the factor)"
+
+
+def summary(result: dict) -> str:
+    """The README's figures of a committed result.json (studies.table), also of one recorded before the sweep."""
+    if "learning_rates" not in result:
+        runs = sum(len(arm["final_loss"]) for arm in result["summary"].values())
+        diverged = sum(arm["divergences"] for arm in result["summary"].values())
+        return f"{diverged} divergences in {runs} pre-LN runs at one learning rate (recorded before the sweep)"
+    climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in result["runs"].items()}
+    return (
+        "grid steps climbed: "
+        + ", ".join(f"{arm} {mean_std(c)[0]:.1f} ± {mean_std(c)[1]:.1f}" for arm, c in climbed.items())
+        + f", {len(result['seeds'])} seeds"
+    )
+
+
 if __name__ == "__main__":
     study_main("stability", __doc__, run, report)

@@ -33,7 +33,7 @@ from studies.common import (
     write_study,
 )
 from studies.mlm_setting import RUNS, mlm_config, setting, train
-from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide_threshold, judged
+from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide_threshold, judged, mean_std
 from zoo.mixers.sgu import toeplitz_score
 from zoo.plots import pyplot, save_figure
 
@@ -141,6 +141,18 @@ def report(result: dict, out_dir: Path) -> dict:
     )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
+
+
+CLAIM = "gMLP's spatial weights become Toeplitz-like on text (gMLP)"
+PAPER = "qualitative (a figure of W)"
+
+
+def summary(result: dict) -> str:
+    """The README's figures of a committed result.json (studies.table)."""
+    final = [per[max(per, key=int)] for per in result["scores"].values()]
+    layers = zip(*final, strict=True)
+    cells = [f"{mean_std(list(scores))[0]:.2f} ± {mean_std(list(scores))[1]:.2f}" for scores in layers]
+    return f"final Toeplitz score per layer {', '.join(cells)} (claim: > {THRESHOLD}), {len(final)} seeds"
 
 
 if __name__ == "__main__":

@@ -104,5 +104,18 @@ def run(preset: str, out_dir: Path) -> dict:
     return result
 
 
+CLAIM = "ReLU attention's output variance grows with n, softmax's shrinks, 1/√(n/2) keeps it flat (ReLUFormer)"
+PAPER = "slopes +1, −1, 0 (Var ≈ n/2, ≈ e/n, ≈ 1)"
+
+
+def summary(result: dict) -> str:
+    """The README's figures of a committed result.json (studies.table)."""
+    s = result["fitted_slope"]
+    return (
+        f"slopes {s['relu (no factor)']:+.3f}, {s['softmax']:+.3f}, {s['relu (ReLUFormer factor)']:+.3f} "
+        f"(n {result['lengths'][0]:,}–{result['lengths'][-1]:,}, {result['draws']} draws)"
+    )
+
+
 if __name__ == "__main__":
     study_main("variance", __doc__, run)

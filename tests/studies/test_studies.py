@@ -1,5 +1,6 @@
 """Every study's `--tiny` run: the files it writes and the quantities it reports (its mechanics, not its verdict)."""
 
+import importlib
 import json
 import subprocess
 import sys
@@ -32,6 +33,9 @@ def _files(out_dir, figure):
     assert (out_dir / figure).stat().st_size > 1000
     verdicts = ("reproduced", "not reproduced", NOT_MEASURABLE)
     assert result["verdict"] in verdicts and f"**Verdict**: {result['verdict']}" in readme
+    # The README table's figures (studies.table) read this result too.
+    study = importlib.import_module(f"studies.{figure.removesuffix('.png')}")
+    assert study.summary(result) and "nan" not in study.summary(result)
     return result, readme
 
 
@@ -460,21 +464,28 @@ def test_report_judges_the_committed_result_again_without_training(tmp_path):
     assert len(run.stderr.strip().splitlines()) == 1 and not (old / "README.md").exists()
 
 
-def test_the_readme_table_says_each_committed_verdict_and_whether_the_rule_made_it():
-    from pathlib import Path
+def test_the_readme_table_is_what_the_committed_results_say(tmp_path):
+    from studies import table
 
-    root = Path(__file__).resolve().parents[2]
-    rows = {}
-    for line in (root / "README.md").read_text().splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 4 and cells[1].startswith("`") and cells[1].endswith("`"):
-            rows[cells[1].strip("`")] = cells[3]
-    studies = sorted(p.name for p in (root / "benchmarks/studies").iterdir() if (p / "result.json").exists())
-    assert sorted(rows) == studies
-    for name in studies:
-        result = json.loads((root / "benchmarks/studies" / name / "result.json").read_text())
-        assert rows[name].startswith(result["verdict"]), (name, rows[name], result["verdict"])
-        # A verdict that rests on the rule says so by its parts; the others are marked as made before it.
-        assert ("parts" in result or name in ("variance", "parameter_budget")) != rows[name].endswith(
-            "*(before the rule)*"
-        ), name
+    readme = (table.ROOT.parents[1] / "README.md").read_text()
+    assert table.readme_table(readme) == table.render()  # else: python -m studies.table
+    names = sorted(p.name for p in table.ROOT.iterdir() if (p / "result.json").exists() and "-" not in p.name)
+    assert sorted(table.name_of(s) for s in table.STUDIES) == names
+    # Each row's verdict is the result's; a verdict without the rule's parts is marked as made before it.
+    for study in table.STUDIES:
+        result = json.loads((table.ROOT / table.name_of(study) / "result.json").read_text())
+        cells = table.row(study).strip("|").split(" | ")
+        assert cells[3].startswith(result["verdict"]) and cells[4].strip(" |") == f"`{table.name_of(study)}`"
+        marked = cells[3].endswith("*(before the rule)*")
+        assert marked == ("parts" not in result and table.name_of(study) not in table.WITHOUT_ARMS)
+    # A re-judged result loses the mark: the row follows the file.
+    copy = tmp_path / "toeplitz"
+    copy.mkdir()
+    result = json.loads((table.ROOT / "toeplitz" / "result.json").read_text())
+    (copy / "result.json").write_text(json.dumps({**result, "verdict": "reproduced"}))
+    assert table.row(toeplitz, tmp_path).endswith("| reproduced | `toeplitz` |")
+    (copy / "result.json").write_text(json.dumps({k: v for k, v in result.items() if k != "parts"}))
+    assert "*(before the rule)*" in table.row(toeplitz, tmp_path)
+    # Without its markers the README is an error that says where the table goes.
+    with pytest.raises(ValueError, match="no claims table"):
+        table.readme_table("# a README\n")
