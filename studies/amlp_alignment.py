@@ -65,10 +65,7 @@ def config_for(task: str, arch: str, seed: int, preset: str, root: Path):
     if task == "KJV":
         return mlm_config(arch, seed, preset, root)
     config = mlm_config(arch, seed, preset, root, steps=COPY_STEPS[preset])
-    corpus = root / "copy-corpus"
-    if not (corpus / "test.txt").exists():
-        copy_corpus(corpus, **({"docs": (("train", 200), ("valid", 20), ("test", 20))} if tiny else {}))
-    config.data.update(source="text", dir=str(corpus), cache_dir=str(root / "copy-cache"), vocab_size=300)
+    config.data.update(source="text", dir=str(root / "copy-corpus"), cache_dir=str(root / "copy-cache"), vocab_size=300)
     if tiny:
         config.data.vocab_size = 120
     return config
@@ -160,7 +157,13 @@ def planned_runs(preset: str, root: Path) -> list[tuple[str, str, Path, ml_colle
 def run(preset: str, out_dir: Path) -> dict:
     perplexity: dict[str, dict[str, list[float]]] = {task: {name: [] for name in ARCHS} for task in ("copy", "KJV")}
     unigram, parameters = {}, {}
-    for task, name, workdir, config in planned_runs(preset, runs_root(preset, out_dir, RUNS)):
+    root = runs_root(preset, out_dir, RUNS)
+    if not (root / "copy-corpus" / "test.txt").exists():  # written once, before the first copy run reads it
+        copy_corpus(
+            root / "copy-corpus",
+            **({"docs": (("train", 200), ("valid", 20), ("test", 20))} if preset == "tiny" else {}),
+        )
+    for task, name, workdir, config in planned_runs(preset, root):
         results = train(config, workdir)
         perplexity[task][name].append(results["test_perplexity"])
         parameters[name] = total(parameter_counts(config.model))

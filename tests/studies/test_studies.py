@@ -393,6 +393,7 @@ def test_every_study_trains_exactly_its_planned_runs(tmp_path, monkeypatch):
         return {"test_perplexity": 50.0, "unigram_perplexity": 200.0}
 
     monkeypatch.setattr(common, "write_study", lambda *args: None)
+    monkeypatch.chdir(tmp_path)  # the gpu runs' root is relative: runs/studies/mlm-gpu (the copy corpus goes there)
     for study in (ffn_memory, sgu_ablation, amlp_alignment):
         monkeypatch.setattr(study, "train", train)
         monkeypatch.setattr(study, "report", lambda result, out_dir: result)
