@@ -30,8 +30,9 @@ PRESETS = ("tiny", "cpu", "gpu")
 # benchmarks/listops-gpu-h100-partial) trained the lra_code ListOps model (bf16, batch 32 × 2,000 tokens, 6.4
 # TFLOP of model FLOPs a step) at 4.3 steps/s beside a second training: ~28 model TFLOP/s. A run is planned at
 # GPU_TFLOPS, at least GPU_STEP_FLOOR_S a step (a small model's step is bound by its kernel launches, not its
-# FLOPs), plus GPU_RUN_OVERHEAD_S (compilation, evaluation, checkpoints). The first GPU session to run a preset
-# replaces these guesses with its measured time.
+# FLOPs), plus GPU_RUN_OVERHEAD_S (compilation, evaluation, checkpoints). The studies train in float32 where that
+# measurement was bf16, and data preparation on the device is not counted: these are guesses, which the first GPU
+# session to run a preset replaces with its measured time.
 GPU_TFLOPS = 25.0
 GPU_STEP_FLOOR_S = 0.004
 GPU_RUN_OVERHEAD_S = 10.0
