@@ -49,12 +49,12 @@ def row(study, root: Path = ROOT) -> str:
     verdict = result["verdict"]
     if "parts" not in result and name not in WITHOUT_ARMS:
         verdict += " *(before the rule)*"
-    return f"| {study.CLAIM} | {study.PAPER} | {study.summary(result)} | {verdict} | `{name}` |"
+    return f"| {study.CLAIM} | {study.PAPER} | {study.summary(result)} | {verdict} | `python -m studies.{name}` |"
 
 
 def render(root: Path = ROOT) -> str:
     """The table, header and one row per study, from the results under `root`."""
-    header = "| claim (paper) | the paper | here (mean ± std over seeds) | verdict | study |\n|---|---|---|---|---|"
+    header = "| claim (paper) | the paper | here (mean ± std over seeds) | verdict | command |\n|---|---|---|---|---|"
     return "\n".join([header, *(row(study, root) for study in STUDIES)])
 
 

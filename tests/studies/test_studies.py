@@ -476,7 +476,10 @@ def test_the_readme_table_is_what_the_committed_results_say(tmp_path):
     for study in table.STUDIES:
         result = json.loads((table.ROOT / table.name_of(study) / "result.json").read_text())
         cells = table.row(study).strip("|").split(" | ")
-        assert cells[3].startswith(result["verdict"]) and cells[4].strip(" |") == f"`{table.name_of(study)}`"
+        assert (
+            cells[3].startswith(result["verdict"])
+            and cells[4].strip(" |") == f"`python -m studies.{table.name_of(study)}`"
+        )
         marked = cells[3].endswith("*(before the rule)*")
         assert marked == ("parts" not in result and table.name_of(study) not in table.WITHOUT_ARMS)
     # A re-judged result loses the mark: the row follows the file.
@@ -484,7 +487,7 @@ def test_the_readme_table_is_what_the_committed_results_say(tmp_path):
     copy.mkdir()
     result = json.loads((table.ROOT / "toeplitz" / "result.json").read_text())
     (copy / "result.json").write_text(json.dumps({**result, "verdict": "reproduced"}))
-    assert table.row(toeplitz, tmp_path).endswith("| reproduced | `toeplitz` |")
+    assert table.row(toeplitz, tmp_path).endswith("| reproduced | `python -m studies.toeplitz` |")
     (copy / "result.json").write_text(json.dumps({k: v for k, v in result.items() if k != "parts"}))
     assert "*(before the rule)*" in table.row(toeplitz, tmp_path)
     # Without its markers the README is an error that says where the table goes.
