@@ -405,6 +405,17 @@ def test_every_study_trains_exactly_its_planned_runs(tmp_path, monkeypatch):
         assert root == mlm_setting.RUNS.with_name("mlm-gpu")
         planned = [(str(r[-2]), r[-1].to_json()) for r in study.planned_runs("gpu", root)]
         assert trained == planned, study.__name__
+    # kernel_convergence trains through the loop itself; stability climbs its planned grid until a divergence.
+    trained.clear()
+    monkeypatch.setattr(
+        kernel_convergence, "train_and_evaluate", lambda c, w, t: train(c, w) and {"test_accuracy": 0.5}
+    )
+    monkeypatch.setattr(kernel_convergence, "make_task", lambda config: None)
+    monkeypatch.setattr(kernel_convergence, "train_curve", lambda workdir: ([1], [2.0]))
+    monkeypatch.setattr(kernel_convergence, "report", lambda result, out_dir: result)
+    kernel_convergence.run("gpu", tmp_path)
+    root = common.runs_root("gpu", tmp_path, kernel_convergence.RUNS)
+    assert trained == [(str(w), c.to_json()) for _, w, c in kernel_convergence.planned_runs("gpu", root)]
 
 
 def test_gpu_plan_counts_a_step_at_its_flops_or_the_launch_floor():
