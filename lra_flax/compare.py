@@ -7,7 +7,8 @@
 
 Each cell is an ordinary `lra-train` run in `WORKDIR/cells/<task>/<variant>/seed<k>` (its own config.json,
 checkpoints, metrics and results.json), started as a subprocess so that a crash or an out-of-memory error
-in one cell cannot take the sweep down. A finished cell (results.json) is skipped; an interrupted one
+in one cell cannot take the sweep down; a cell whose config the harness's validation refuses is recorded as
+failed without starting one. A finished cell (results.json) is skipped; an interrupted one
 resumes from its checkpoint; a failed one is recorded in `failed.json` with its reason and retried only
 with --retry_failed. So a sweep can be stopped, re-run, or extended with more seeds or variants at any time.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib
 import io
 import json
 import math
@@ -33,6 +35,7 @@ from zoo.files import atomic_write_bytes, parse_ordered_pair, read_json
 from zoo.plots import pyplot, save_figure
 from zoo.training.config import flatten_config
 from zoo.training.distributed import PREEMPTED_EXIT_CODE
+from zoo.training.validate import config_problems
 
 FAILED = "failed.json"
 RESULTS = "results.json"
@@ -124,12 +127,45 @@ def _reason(log_tail: str, returncode: int) -> str:
     return (errors[-1] if errors else lines[-1] if lines else f"exit status {returncode}").strip()[:500]
 
 
+def cell_config(cell: Cell) -> ml_collections.ConfigDict:
+    """The config the cell's command trains with, built here: its preset with the cell's fields set."""
+    module, _, preset = cell.config_spec.partition(":")
+    config = importlib.import_module(f"lra_flax.configs.{module}").get_config(preset)
+    fields = {"model.mixer": cell.mixer, "seed": cell.seed, **dict(cell.overrides)}
+    fields.update({f"model.mixer_options.{cell.mixer}.{k}": v for k, v in cell.options})
+    for path, value in fields.items():
+        *parents, leaf = path.split(".")
+        node = config
+        for name in parents:
+            node = node[name]
+        node[leaf] = value
+    return config
+
+
+def config_problem(cell: Cell) -> str | None:
+    """What the harness's validation refuses in the cell's config ("invalid config: ..."), or None. A field this
+    cannot set as the command line would (a type that only the flag parser converts) leaves the check to it."""
+    try:
+        config = cell_config(cell)
+    except (KeyError, TypeError, ValueError, AttributeError, ImportError):
+        return None
+    problems = config_problems(config)
+    return "invalid config: " + "; ".join(problems) if problems else None
+
+
 def run_cell(cell: Cell, root: Path, *, env: dict | None = None) -> str:
     """Runs (or resumes) one cell; returns "done", "failed" or "preempted" (stopped by a signal or a
-    preemption: re-running resumes it). Output goes to the cell's train.log."""
+    preemption: re-running resumes it). A config that validation refuses fails here, without a process
+    (seconds of start-up a cell). Output goes to the cell's train.log."""
     workdir = cell.workdir(root)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / FAILED).unlink(missing_ok=True)
+    if (problem := config_problem(cell)) is not None:
+        with (workdir / "train.log").open("a") as log:
+            log.write(f"$ {' '.join(cell.train_command(root))}\nnot started: {problem}\n")
+        record = {"returncode": None, "reason": problem[:500], "command": cell.train_command(root)}
+        _write(workdir / FAILED, json.dumps(record, indent=1) + "\n")
+        return "failed"
     with (workdir / "train.log").open("a") as log:
         log.write(f"$ {' '.join(cell.train_command(root))}\n")
         log.flush()

@@ -52,6 +52,33 @@ def test_a_cell_is_an_ordinary_lra_train_command(tmp_path):
     assert any(a.startswith("--config.model.mixer_options.") for a in cmd) or cell.mixer == "softmax"
 
 
+@pytest.mark.parametrize("preset", compare_configs.PRESETS)
+def test_the_config_checked_before_a_cell_starts_is_the_one_its_command_trains_with(preset, tmp_path):
+    from absl import flags
+    from ml_collections import config_flags
+
+    for cell in compare.cells(compare_configs.get_config(preset)):
+        # The command's --config and --config.a.b=v flags, parsed as lra-train's absl flags parse them.
+        argv = ["lra-train", *(a for a in cell.train_command(tmp_path) if a.startswith("--config"))]
+        values = flags.FlagValues()
+        config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
+        values(argv)
+        assert compare.cell_config(cell).to_dict() == values.config.to_dict(), cell.name
+        assert compare.config_problem(cell) is None, cell.name
+
+
+def test_a_cell_that_validation_refuses_fails_without_a_process(tmp_path, monkeypatch):
+    variants = {"broken": {"mixer": "linear", "options": {"feature_map": "nonsense"}}}
+    config = _sweep(tmp_path / "data", variants)
+    monkeypatch.setattr(compare.subprocess, "run", lambda *a, **k: pytest.fail("a process was started"))
+    assert compare.run_sweep(config, tmp_path / "sweep") == {"done": 0, "failed": 2, "skipped": 0}
+    record = json.loads((compare.cells(config)[0].workdir(tmp_path / "sweep") / compare.FAILED).read_text())
+    assert record["reason"].startswith(
+        "invalid config: model.mixer_options.linear: mixer 'linear': unknown feature_map"
+    )
+    assert "--config.model.mixer_options.linear.feature_map=nonsense" in record["command"]
+
+
 @pytest.mark.slow
 def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path):
     # ListOps and Pathfinder (both generated offline, in seconds) × softmax, FAVOR+ and a variant that cannot
