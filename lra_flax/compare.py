@@ -133,12 +133,7 @@ def cell_config(cell: Cell) -> ml_collections.ConfigDict:
     config = importlib.import_module(f"lra_flax.configs.{module}").get_config(preset)
     fields = {"model.mixer": cell.mixer, "seed": cell.seed, **dict(cell.overrides)}
     fields.update({f"model.mixer_options.{cell.mixer}.{k}": v for k, v in cell.options})
-    for path, value in fields.items():
-        *parents, leaf = path.split(".")
-        node = config
-        for name in parents:
-            node = node[name]
-        node[leaf] = value
+    config.update_from_flattened_dict(fields)
     return config
 
 

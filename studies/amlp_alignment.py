@@ -35,7 +35,7 @@ from studies.common import (
     study_readme,
     write_study,
 )
-from studies.mlm_setting import GPU_BATCH, GPU_STEPS, RUNS, STEPS, mlm_config, train
+from studies.mlm_setting import RUNS, SEEDS, budget, mlm_config, train
 from studies.verdict import MIN_SEEDS, REPRODUCED, Arm, Verdict, combine, decide, decide_threshold, judged, mean_std
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
@@ -43,7 +43,6 @@ from zoo.plots import pyplot, save_figure
 TRANSFORMER = "Transformer (BERT)"
 ARCHS = {"gMLP": "gmlp", "aMLP": "amlp", TRANSFORMER: "bert"}
 COPY_STEPS = {"tiny": 4, "cpu": 1000, "gpu": 3000}
-SEEDS = {"tiny": [0], "cpu": [0, 1, 2], "gpu": [0, 1, 2]}
 
 
 def copy_corpus(d: Path, docs=(("train", 6000), ("valid", 300), ("test", 300)), words: int = 200, seed: int = 0):
@@ -205,7 +204,7 @@ def report(result: dict, out_dir: Path) -> dict:
         f"| {name} | {parameters[name]:,} | {cell(perplexity['copy'][name])} | {cell(perplexity['KJV'][name])} |"
         for name in ARCHS
     )
-    kjv_steps, batch = (GPU_STEPS, GPU_BATCH) if preset == "gpu" else (STEPS, 32)
+    kjv_steps, batch = budget(preset)
     readme = study_readme(
         "amlp_alignment", preset,
         title="aMLP's tiny attention where alignment across positions matters",

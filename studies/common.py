@@ -86,7 +86,7 @@ def write_study(out_dir: Path, result: dict, readme: str) -> None:
 
 def study_readme(
     name: str,
-    preset: bool | str,
+    preset: str,
     *,
     title: str,
     claim: str,
@@ -96,8 +96,8 @@ def study_readme(
     figure: str,
     notes="",
 ) -> str:
-    """A study's README.md: the claim, the command and setting, the measured table, the verdict, the figure.
-    `preset`: one of PRESETS (True / False: tiny / cpu, as results recorded before the `gpu` preset say)."""
+    """A study's README.md: the claim, the command (for `preset`, one of PRESETS) and setting, the measured table,
+    the verdict, the figure."""
     preset = as_preset(preset)
     command = f"python -m studies.{name}" + ("" if preset == "cpu" else f" --{preset}")
     parts = [f"# {title}", f"**Claim** {claim}", f"**Setting**: `{command}` — {setting}", table]

@@ -29,6 +29,7 @@ from zoo.training import train_and_evaluate
 RUNS = Path("runs/studies/mlm")
 STEPS, CHECKPOINT_EVERY = 2000, 250
 GPU_STEPS, GPU_BATCH = 5000, 64
+SEEDS = {"tiny": [0], "cpu": [0, 1, 2], "gpu": [0, 1, 2]}  # every study of the setting
 
 
 def mlm_config(
@@ -62,11 +63,18 @@ def mlm_config(
     return config
 
 
+def budget(preset: str) -> tuple[int, int]:
+    """(steps, batch size) of the setting's `cpu` or `gpu` runs: what `mlm_config` gives them."""
+    if preset == "gpu":
+        return GPU_STEPS, GPU_BATCH
+    return STEPS, get_config("gmlp_demo").train.batch_size
+
+
 def setting(preset: str, arch: str = "gMLP") -> str:
     """The setting in words, for a study's README."""
     if preset == "tiny":
         return "tiny: a Markov-chain corpus, 4 steps"
-    steps, batch = (GPU_STEPS, GPU_BATCH) if preset == "gpu" else (STEPS, 32)
+    steps, batch = budget(preset)
     return f"KJV, 1k vocabulary, 64 tokens, 4-layer d 128 {arch}, {steps:,} steps of batch {batch}"
 
 

@@ -25,7 +25,7 @@ import ml_collections
 import numpy as np
 
 from studies.common import result_preset, runs_root, study_main, study_readme, write_study
-from studies.mlm_setting import GPU_STEPS, RUNS, STEPS, mlm_config, setting, train, train_curve
+from studies.mlm_setting import RUNS, SEEDS, budget, mlm_config, setting, train, train_curve
 from studies.verdict import REPRODUCED, Arm, combine, decide, judged, mean_std
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
@@ -49,7 +49,7 @@ def planned_runs(preset: str, root: Path) -> list[tuple[str, Path, ml_collection
     """(arm, workdir, config) of every run of the preset, in order."""
     runs = []
     for name, (variant, widen, _) in VARIANTS.items():
-        for seed in [0] if preset == "tiny" else [0, 1, 2]:
+        for seed in SEEDS[preset]:
             config = mlm_config("gmlp", seed, preset, root, sgu_variant=variant)
             d_ffn = 2 * round(config.model.mixer_options.gmlp.d_ffn * widen / 2)
             config.model.mixer_options.gmlp.d_ffn = d_ffn
@@ -65,7 +65,7 @@ def run(preset: str, out_dir: Path) -> dict:
         parameters[name] = total(parameter_counts(config.model))
         curves[name].append([(m["step"], m["loss"]) for m in train_curve(workdir)])
     result = {
-        "seeds": [0] if preset == "tiny" else [0, 1, 2], "test_perplexity": perplexity, "parameters": parameters,
+        "seeds": SEEDS[preset], "test_perplexity": perplexity, "parameters": parameters,
         "train_curves": curves, "unigram_perplexity": results["unigram_perplexity"], "tiny": preset == "tiny",
         "preset": preset,
     }  # fmt: skip
@@ -150,7 +150,7 @@ def _not_reproduced_note(perplexity: dict[str, list[float]], parameters: dict[st
     )
     n = len(next(iter(perplexity.values())))
     widest = max(spread, key=spread.get)
-    steps = GPU_STEPS if preset == "gpu" else STEPS
+    steps = budget(preset)[0]
     means = {name: float(np.mean(p)) for name, p in perplexity.items()}
     gaps = sorted(means.values())
     smallest_gap = min(b - a for a, b in itertools.pairwise(gaps))

@@ -32,7 +32,7 @@ from studies.common import (
     study_readme,
     write_study,
 )
-from studies.mlm_setting import RUNS, mlm_config, setting, train
+from studies.mlm_setting import RUNS, SEEDS, mlm_config, setting, train
 from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide_threshold, judged, mean_std
 from zoo.mixers.sgu import toeplitz_score
 from zoo.plots import pyplot, save_figure
@@ -49,7 +49,7 @@ def planned_runs(preset: str, root: Path) -> list[tuple[int, Path, ml_collection
     return [
         (seed, root / f"gmlp-split_multiplicative-seed{seed}",
          mlm_config("gmlp", seed, preset, root, sgu_variant="split_multiplicative"))
-        for seed in ([0] if preset == "tiny" else [0, 1, 2])
+        for seed in SEEDS[preset]
     ]  # fmt: skip
 
 
