@@ -83,6 +83,11 @@ def test_document_level_run_and_bad_input(tmp_path):
         "--config.data.src_lang=src",
         "--config.data.tgt_lang=tgt",
         "--config.data.vocab_size=128",
+        # What is checked here is the data and the commands, not the model: one small layer compiles quickly.
+        "--config.model.num_layers=1",
+        "--config.model.d_model=32",
+        "--config.model.mlp_dim=32",
+        "--config.model.num_heads=2",
         "--config.train.steps=4",
         "--config.train.checkpoint_every=4",
         "--config.decode.beam_size=2",

@@ -127,7 +127,9 @@ def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) ->
     return Run(
         config=config, workdir=workdir, task=task, mesh=mesh, graphdef=graphdef, state=None,
         state_sharding=state_sharding, train_step=train_step,
-        eval_step=make_eval_step(graphdef, task.loss_fn, **shardings), schedule=make_schedule(config.train),
+        eval_step=make_eval_step(graphdef, task.loss_fn, **shardings),
+        # Jitted: evaluated eagerly for the log line, a schedule is a dozen one-op programs, each compiled once.
+        schedule=jax.jit(make_schedule(config.train)),
         rng=jax.random.key(config.seed + 1), is_writer=is_writer, build=build,
     )  # fmt: skip
 
