@@ -298,6 +298,15 @@ def test_the_loop_tells_its_hooks_every_step_and_final_evaluation_and_resumes_af
     full = train_and_evaluate(config, tmp_path / "full", task)
     for key in ("valid_loss", "test_loss", "valid_accuracy"):
         assert resumed[key] == full[key], key
+    # Each train line logs the rate of its last update: the schedule at step − 1 (jitted in the loop: float32
+    # rounding differs from the eager schedule's by a few parts in a million).
+    from zoo.training import make_schedule
+
+    logged = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    rates = {m["step"]: m["learning_rate"] for m in logged if m["split"] == "train"}
+    assert sorted(rates) == [2, 4, 6]
+    for step, rate in rates.items():
+        assert rate == pytest.approx(float(make_schedule(config.train)(step - 1)), rel=1e-5), step
 
 
 @pytest.mark.parametrize("accum", [1, 2])
