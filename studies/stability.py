@@ -2,7 +2,8 @@
 (docs/mixers.md). Measured as the largest learning rate each attention trains at without diverging, in the
 paper's kind of block (post-LayerNorm, no gradient clipping), three seeds each.
 
-    python -m studies.stability          # 3 arms × 3 seeds up the learning rates 1e-3 … 6.4e-2, ~1–2 h on 2 CPU cores
+    python -m studies.stability          # 3 arms × 3 seeds up the learning rates 1e-3 … 6.4e-2: ~3.5 min a run on
+                                         # 2 CPU cores, up to 63 runs (~4 h) when nothing diverges
     python -m studies.stability --gpu    # d 256 (MLP 1,024), 300 steps, learning rates ×4 apart, one H100
     python -m studies.stability --tiny   # 1 seed, two learning rates of 4 steps on short inputs, seconds
 
