@@ -75,10 +75,11 @@ def judge(perplexity: dict[str, dict[str, list[float]]], unigram: dict[str, floa
     perplexities per task, encoder and seed.
 
     The parts: (1) the control — the Transformer learns to copy, its perplexity measurably below half the unigram
-    (an encoder that copies predicts the masked words of a document's second half almost surely and those of the
-    first no better than the unigram: about √unigram); without it the budget cannot show what alignment needs,
-    and the claim is not measurable. (2) aMLP beats gMLP on copy — gMLP may stay at chance there (that is the
-    claim), so only aMLP must be past it; part 1 stands for the task being learnable. (3) The gain is about
+    (every word of a document stands twice, so an encoder that copies predicts a masked word from its other
+    occurrence, almost surely unless both are masked: far below the unigram, a lenient bar); without it the budget
+    cannot show what alignment needs, and the claim is not measurable. (2) aMLP beats gMLP on copy — gMLP may stay
+    at chance there (that is the claim), so only aMLP must be past it; part 1 stands for the task being
+    learnable. (3) The gain is about
     alignment: aMLP's per-seed log perplexity ratio to gMLP larger on copy than on KJV, where both must be past
     the unigram."""
     arm = lambda task, name, chance: Arm(f"{name} on {task}", tuple(perplexity[task][name]), chance)
