@@ -49,7 +49,7 @@ COPY_STEPS = {"tiny": 4, "cpu": 10_000, "gpu": 3000}
 COPY_DOCUMENTS = {"tiny": 200, "cpu": 60_000, "gpu": 60_000}
 
 
-def copy_corpus(d: Path, docs=(("train", 6000), ("valid", 300), ("test", 300)), words: int = 200, seed: int = 0):
+def copy_corpus(d: Path, docs: tuple[tuple[str, int], ...], words: int = 200, seed: int = 0):
     """`d/{split}.txt`: documents "w1 … wm w1 … wm", m uniform in 5 … 25 (the `text` source's layout)."""
     rng = random.Random(seed)
     syllables = ["ba", "ke", "lo", "mi", "nu", "pa", "ri", "so", "tu", "ve", "xa", "zo"]
@@ -65,7 +65,7 @@ def copy_corpus(d: Path, docs=(("train", 6000), ("valid", 300), ("test", 300)), 
 
 def copy_dir(preset: str, root: Path) -> Path:
     """Where the preset's copy corpus is written (named by its size, so that a smaller one is never reused)."""
-    return root / ("copy-corpus" if preset == "tiny" else f"copy-corpus-{COPY_DOCUMENTS[preset]}")
+    return root / f"copy-corpus-{COPY_DOCUMENTS[preset]}"
 
 
 def config_for(task: str, arch: str, seed: int, preset: str, root: Path):
@@ -74,10 +74,10 @@ def config_for(task: str, arch: str, seed: int, preset: str, root: Path):
         return mlm_config(arch, seed, preset, root)
     config = mlm_config(arch, seed, preset, root, steps=COPY_STEPS[preset])
     corpus = copy_dir(preset, root)
-    config.data.update(source="text", dir=str(corpus), cache_dir=str(corpus.with_name(f"{corpus.name}-cache")))
-    config.data.vocab_size = 300
-    if tiny:
-        config.data.vocab_size = 120
+    config.data.update(
+        source="text", dir=str(corpus), cache_dir=str(corpus.with_name(f"{corpus.name}-cache")),
+        vocab_size=120 if tiny else 300,
+    )  # fmt: skip
     return config
 
 
@@ -169,10 +169,10 @@ def run(preset: str, out_dir: Path) -> dict:
     perplexity: dict[str, dict[str, list[float]]] = {task: {name: [] for name in ARCHS} for task in ("copy", "KJV")}
     unigram, parameters = {}, {}
     root = runs_root(preset, out_dir, RUNS)
-    if not (copy_dir(preset, root) / "test.txt").exists():  # written once, before the first copy run reads it
+    corpus = copy_dir(preset, root)
+    if not (corpus / "test.txt").exists():  # written once, before the first copy run reads it
         held_out = 20 if preset == "tiny" else 300
-        docs = (("train", COPY_DOCUMENTS[preset]), ("valid", held_out), ("test", held_out))
-        copy_corpus(copy_dir(preset, root), docs=docs)
+        copy_corpus(corpus, docs=(("train", COPY_DOCUMENTS[preset]), ("valid", held_out), ("test", held_out)))
     for task, name, workdir, config in planned_runs(preset, root):
         results = train(config, workdir)
         perplexity[task][name].append(results["test_perplexity"])

@@ -312,7 +312,7 @@ def test_amlp_alignment_trains_every_encoder_on_both_tasks(tmp_path):
         assert set(result["test_perplexity"][task]) == set(amlp_alignment.ARCHS)
         assert all(1 < p < 1e4 for runs in result["test_perplexity"][task].values() for p in runs)
     # The copy corpus: every document is one word sequence written twice.
-    for doc in (tmp_path / "runs" / "copy-corpus" / "test.txt").read_text().split("\n\n")[:-1]:
+    for doc in (amlp_alignment.copy_dir("tiny", tmp_path / "runs") / "test.txt").read_text().split("\n\n")[:-1]:
         words = doc.split()
         m = len(words) // 2
         assert 5 <= m <= 25 and words[:m] == words[m:]
