@@ -147,6 +147,7 @@ def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path):
     assert {k: v for k, v in a.items() if k.startswith("test_")} == {
         k: v for k, v in b.items() if k.startswith("test_")
     }
+    assert b["resumed_at_step"] == 2  # the checkpoint before the kill, not a fresh start
 
 
 def test_cells_flag_lists_states_without_running(tmp_path):

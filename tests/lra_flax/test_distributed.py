@@ -101,6 +101,7 @@ def test_preemption_saves_and_exits_then_resumes_exactly(tmp_path):
     again = _train(tmp_path / "pre", flags)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _metrics(tmp_path / "pre") == _metrics(tmp_path / "full")
+    assert json.loads((tmp_path / "pre" / "results.json").read_text())["resumed_at_step"] == 6  # not from 0
 
 
 @pytest.mark.slow

@@ -60,6 +60,8 @@ def test_retrieval_resume_after_kill_equals_uninterrupted_run(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _metrics(tmp_path / "resumed") == _metrics(tmp_path / "full")
     assert _results(tmp_path / "resumed") == _results(tmp_path / "full")
+    # ... from the step-4 checkpoint (killed after step 6), not trained again from the start
+    assert json.loads((tmp_path / "resumed" / "results.json").read_text())["resumed_at_step"] == 4
     assert "not the AAN citation pairs" in json.loads((tmp_path / "full" / "results.json").read_text())["data_note"]
 
 

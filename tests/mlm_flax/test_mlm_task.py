@@ -155,9 +155,18 @@ def test_loss_is_taken_only_at_masked_positions():
     expected = -sum(float(logp[b, p, t]) for b, p, t in chosen)
     assert float(objective) == pytest.approx(expected, rel=1e-5)
     assert float(sums["count"]) == 5
-    # Unused slots (weight 0) and padding rows do not count, whatever they hold.
-    other = dict(batch, targets=batch["targets"].at[0, 2].set(30).at[2].set(31), weights=jnp.array([1.0, 1.0, 0.0]))
-    assert float(mlm_loss(model, other, None, False)[0]) == pytest.approx(expected, rel=1e-5)
+    # Unused slots (weight 0) and padding rows (row weight 0) do not count, whatever they hold: the padding row
+    # here has chosen positions and targets of its own, which only its row weight leaves out.
+    other = dict(
+        batch,
+        positions=batch["positions"].at[2].set(jnp.array([3, 6, 8])),
+        targets=batch["targets"].at[0, 2].set(30).at[2].set(31),
+        mask_weights=batch["mask_weights"].at[2].set(1.0),
+        weights=jnp.array([1.0, 1.0, 0.0]),
+    )
+    other_objective, other_sums = mlm_loss(model, other, None, False)
+    assert float(other_objective) == pytest.approx(expected, rel=1e-5)
+    assert float(other_sums["count"]) == 5
     summary = summarise({k: float(v) for k, v in sums.items()})
     assert summary["perplexity"] == pytest.approx(math.exp(summary["loss"]), rel=1e-6)
 

@@ -92,15 +92,49 @@ def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_pat
     assert result["verdict"] == NOT_MEASURABLE  # one seed: the rule needs 3
 
 
+def _files_state(root):
+    """Each file's bytes and when it was written: a run that trained or evaluated again would rewrite its files
+    even where the bytes come out the same."""
+    return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def test_kernel_convergence_trains_every_seed_of_both_kernels_and_resumes(tmp_path):
+    from zoo.training import loop
+
+    class Crash(Exception):
+        pass
+
+    last_steps = []
+
+    def crash_in_the_third_run(event):  # after its last step's checkpoint, before its final evaluation
+        if event.split is None and event.step == kernel_convergence.STEPS["tiny"]:
+            last_steps.append(event.step)
+            if len(last_steps) == 3:
+                event.wait_for_checkpoints()
+                raise Crash
+
+    loop.EVENT_HOOKS.append(crash_in_the_third_run)
+    try:
+        with pytest.raises(Crash):
+            kernel_convergence.run("tiny", tmp_path)
+    finally:
+        loop.EVENT_HOOKS.remove(crash_in_the_third_run)
+    runs = kernel_convergence.planned_runs("tiny", tmp_path / "runs")
+    finished = _files_state(runs[0][1]) | _files_state(runs[1][1])
+    assert not (runs[2][1] / "results.json").exists() and not (runs[3][1] / "metrics.jsonl").exists()
+    # Run again: the two finished runs are left as they are, the crashed one resumes from its checkpoint.
     result = kernel_convergence.run("tiny", tmp_path)
+    assert _files_state(runs[0][1]) | _files_state(runs[1][1]) == finished
+    assert json.loads((runs[2][1] / "results.json").read_text())["resumed_at_step"] == kernel_convergence.STEPS["tiny"]
     _, readme = _files(tmp_path, "kernel_convergence.png")
     assert set(result["train_loss"]) == set(kernel_convergence.KERNELS)
     for curves in result["train_loss"].values():
         assert len(curves) == 2 and all(len(c) == len(result["steps"]) for c in curves)
         assert curves[0] != curves[1]  # the seeds differ
-    # A re-run finds every workdir finished and reports the same numbers.
+    # A third run finds every workdir finished, changes none of their files and reports the same numbers.
+    every_run = _files_state(tmp_path / "runs")
     again = kernel_convergence.run("tiny", tmp_path)
+    assert _files_state(tmp_path / "runs") == every_run
     assert again["train_loss"] == result["train_loss"] and again["test_accuracy"] == result["test_accuracy"]
     assert "| OGLU |" in readme
 

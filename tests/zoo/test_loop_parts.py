@@ -172,7 +172,10 @@ def test_restore_warm_starts_a_fresh_run_resumes_a_partial_one_and_returns_a_fin
     loop.open_workdir(run)
     assert loop.restore(run) == results == json.loads((tmp_path / "done/results.json").read_text())
 
+    # train_and_evaluate returns a finished run's results before compiling anything or opening the workdir
+    assert loop.finished_run(config, tmp_path / "done", task) == results
     config.train.steps = 6  # the same workdir, trained further: resumes at its last checkpoint (step 4)
+    assert loop.finished_run(config, tmp_path / "done", task) is None
     run = loop.setup(config, tmp_path / "done", task)
     loop.open_workdir(run)
     assert loop.restore(run) is None and run.step == run.start_step == 4

@@ -81,8 +81,8 @@ def test_encoder_decoder_target_is_causal_and_source_padding_is_ignored():
     base = model(src, tgt)
     changed_future = model(src, tgt.at[:, 5:].set(4))
     chex.assert_trees_all_close(base[:, :5], changed_future[:, :5], atol=1e-5)
-    # Padded source positions (id 0) are masked: swapping the padding for other padding changes nothing.
-    chex.assert_trees_all_close(model(src, tgt), model(src.at[:, 6].set(0), tgt), atol=1e-6)
+    # Padded source positions (id 0) are masked: the padded source gives what the unpadded one does.
+    chex.assert_trees_all_close(base, model(src[:, :4], tgt), atol=1e-5)
 
 
 def test_describe_counts_every_parameter_and_compares_with_softmax():

@@ -52,6 +52,20 @@ def _finished_results(workdir: epath.Path, restored_step: int, steps: int) -> di
     return results if results.get("steps") == float(steps) else None
 
 
+def finished_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) -> dict | None:
+    """results.json of a workdir that has trained and evaluated `config`'s steps, after the checks every run
+    passes (a config that would change the run is refused), else None. A finished run is not compiled, and its
+    data, state and checkpoints are not touched: re-running a study over finished workdirs costs seconds."""
+    check_run(config, workdir, task)
+    steps = config.train.steps
+    if not (workdir / "checkpoints" / str(steps)).exists():
+        return None
+    results = _finished_results(workdir, steps, steps)
+    if results is not None and jax.process_index() == 0:
+        print(f"{workdir} already finished {steps} steps; results.json is unchanged", flush=True)
+    return results
+
+
 def check_batch_rows(train_cfg: ml_collections.ConfigDict, task: Task) -> tuple[int, str]:
     """(rows that every batch is a multiple of, the config field that sets them); errors name the field.
 
@@ -291,7 +305,11 @@ def train_and_evaluate(
     and returns the results dict. `profile_steps=(first, last)` records a `jax.profiler` trace of those
     train steps into workdir/profile (TensorBoard's profile plugin or Perfetto read it).
     """
-    run = setup(config, as_path(workdir), task)
+    workdir = as_path(workdir)
+    finished = finished_run(config, workdir, task)
+    if finished is not None:
+        return finished
+    run = setup(config, workdir, task)
     prepare_data(run)
     lock = lock_workdir(run)
     try:
@@ -314,5 +332,6 @@ def train_and_evaluate(
 
 __all__ = [
     "EVENT_HOOKS", "LoopEvent", "Run", "Task", "check_batch_rows", "check_run", "evaluate", "final_evaluation",
-    "lock_workdir", "open_workdir", "prepare_data", "restore", "setup", "train_and_evaluate", "train_steps",
+    "finished_run", "lock_workdir", "open_workdir", "prepare_data", "restore", "setup", "train_and_evaluate",
+    "train_steps",
 ]  # fmt: skip
