@@ -5,6 +5,7 @@ device class, from their measured crossover length); the record's format and how
 
 import dataclasses
 import json
+import re
 import types
 
 import jax
@@ -243,16 +244,20 @@ def test_the_newest_passing_run_counts():
 
 
 def test_the_ops_with_auto_run_xla_here_and_on_a_device_class_with_no_pass(pretend):
-    """`impl="auto"` on this CPU gives exactly the "xla" impl (same numbers), for both ops."""
+    """`impl="auto"` gives exactly the "xla" impl (same numbers), for both ops: on this CPU, and on a GPU and a
+    TPU class that no kernel has passed on (this process pretending to be one; the ops still run here)."""
     q, k, v = (jax.random.normal(jax.random.key(i), (1, 96, 2, 16)) for i in range(3))
-    for causal in (False, True):
-        auto = kernels.relu_attention(q, k, v, causal=causal)
-        xla = ReluAttentionOptions(impl="xla")
-        assert jnp.array_equal(auto, kernels.relu_attention(q, k, v, causal=causal, options=xla))
-        phi = jax.nn.elu(q) + 1, jax.nn.elu(k) + 1
-        auto = kernels.linear_attention(*phi, v, causal=causal)
-        xla = LinearAttentionOptions(impl="xla")
-        assert jnp.array_equal(auto, kernels.linear_attention(*phi, v, causal=causal, options=xla))
+    phi = jax.nn.elu(q) + 1, jax.nn.elu(k) + 1
+    for device_cls in ("here", "cuda-sm80", "tpu-v5e"):
+        if device_cls != "here":
+            pretend(device_cls, [])
+        for causal in (False, True):
+            auto = kernels.relu_attention(q, k, v, causal=causal)
+            xla = ReluAttentionOptions(impl="xla")
+            assert jnp.array_equal(auto, kernels.relu_attention(q, k, v, causal=causal, options=xla)), device_cls
+            auto = kernels.linear_attention(*phi, v, causal=causal)
+            xla = LinearAttentionOptions(impl="xla")
+            assert jnp.array_equal(auto, kernels.linear_attention(*phi, v, causal=causal, options=xla)), device_cls
 
 
 @pytest.mark.every_case
@@ -277,7 +282,8 @@ def test_device_class(platform, kind, capability, expected):
 
 
 def test_this_machine_has_a_device_class():
-    assert platforms.device_class() == ("cpu" if jax.default_backend() == "cpu" else platforms.device_class())
+    expected = {"cpu": r"cpu", "gpu": r"cuda-sm\d+|gpu-[a-z0-9-]+", "tpu": r"tpu-v\w+"}[jax.default_backend()]
+    assert re.fullmatch(expected, platforms.device_class()), platforms.device_class()
 
 
 @pytest.mark.every_case
