@@ -39,6 +39,7 @@ from zoo.training.validate import config_problems
 
 FAILED = "failed.json"
 RESULTS = "results.json"
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"  # the presets cells and efficiency entries run
 
 TASK_ORDER = tuple(REGISTRY)  # the LRA paper's table order
 
@@ -61,12 +62,31 @@ class Cell:
         return root / "cells" / self.task / self.variant / f"seed{self.seed}"
 
     def train_command(self, root: Path) -> list[str]:
-        module, _, preset = self.config_spec.partition(":")
-        cmd = [sys.executable, "-m", "lra_flax", f"--config=lra_flax/configs/{module}.py:{preset}"]
+        cmd = [sys.executable, "-m", "lra_flax", f"--config={config_path(self.config_spec)}"]
         cmd += [f"--workdir={self.workdir(root)}", f"--config.model.mixer={self.mixer}", f"--config.seed={self.seed}"]
         cmd += [f"--config.model.mixer_options.{self.mixer}.{k}={v}" for k, v in self.options]
         cmd += [f"--config.{k}={v}" for k, v in self.overrides]
         return cmd
+
+
+def config_path(spec: str) -> str:
+    """ "module:preset" as the `--config` of a command: the preset file of the installed package, so that a sweep
+    run from any directory finds it."""
+    module, _, preset = spec.partition(":")
+    return f"{CONFIGS_DIR / module}.py:{preset}"
+
+
+def check_sweep_dir(root: Path, *, must_exist: bool) -> None:
+    """Refuses a folder that is not a sweep's: a training run's workdir (its results.json would be replaced by
+    the sweep's report), or, when only reports are asked for, a folder with no cells."""
+    if not (root / "cells").is_dir():
+        if (root / "config.json").exists():
+            raise ValueError(
+                f"--workdir={root} is a training run's workdir (it holds config.json), not a sweep's: give "
+                "lra-compare a folder of its own"
+            )
+        if must_exist:
+            raise ValueError(f"--workdir={root} holds no sweep (no cells/ folder): run the sweep there first")
 
 
 def _items(node) -> tuple[tuple[str, object], ...]:
@@ -242,8 +262,7 @@ def efficiency_path(root: Path, variant: str, length: int) -> Path:
 
 def efficiency_command(config: ml_collections.ConfigDict, variant: str, length: int, output: Path) -> list[str]:
     eff, v = config.efficiency, config.variants[variant]
-    module, _, preset = eff.task.partition(":")
-    cmd = [sys.executable, "-m", "lra_flax.efficiency", f"--config=lra_flax/configs/{module}.py:{preset}"]
+    cmd = [sys.executable, "-m", "lra_flax.efficiency", f"--config={config_path(eff.task)}"]
     cmd += [f"--config.model.max_length={length}", f"--config.model.mixer={v.mixer}", f"--output={output}"]
     cmd += [f"--config.model.mixer_options.{v.mixer}.{k}={val}" for k, val in _items(v.get("options"))]
     cmd += [f"--config.{k}={val}" for k, val in _items(eff.get("overrides"))]

@@ -30,11 +30,14 @@ def main(argv: list[str]) -> None:
         # (lra-train) may be a URL, the sweep's directory may not.
         root = require_local(_WORKDIR.value, "--workdir")
         check_output_dir(root, "--workdir")
+        compare.check_sweep_dir(root, must_exist=_REPORT_ONLY.value)
         all_cells = compare.cells(config)
         if _CELLS.value:
             i, n = compare.parse_shard(_SHARD.value)
             for cell in compare.shard(all_cells, i, n):
-                print(f"{compare.state(cell, root):8}  {cell.name}  ({cell.config_spec})")
+                state = compare.state(cell, root)
+                problem = compare.config_problem(cell) if state != "done" else None
+                print(f"{state:8}  {cell.name}  ({cell.config_spec})" + (f"  will fail: {problem}" if problem else ""))
             return
         counts = {}
         if not _REPORT_ONLY.value:
@@ -48,6 +51,13 @@ def main(argv: list[str]) -> None:
     print("\n".join(f"{name}: {path}" for name, path in paths.items()))
     if counts.get("preempted"):
         sys.exit(compare.PREEMPTED_EXIT_CODE)
+    if counts.get("failed"):  # the reports are written, failures included; a script still learns of them
+        print(
+            f"lra-compare: {counts['failed']} cell(s) of this shard failed (each cell's failed.json and train.log "
+            "say why; --retry_failed runs them again)",
+            file=sys.stderr,
+        )
+        sys.exit(1)
 
 
 def run() -> None:

@@ -24,7 +24,8 @@ import time
 from absl import app, flags
 
 from lra_flax import pathfinder_generator
-from lra_flax.tasks import data_writers
+from lra_flax.tasks import REGISTRY, data_writers
+from zoo.files import refuse_to_replace
 from zoo.training import cli
 from zoo.training.config import check_output_dir
 
@@ -51,6 +52,7 @@ _DIFFICULTY = flags.DEFINE_enum(
 _NUM_IMAGES = flags.DEFINE_integer("num_images", 10000, "pathfinder: images to generate.")
 _WORKERS = flags.DEFINE_integer("workers", 0, "pathfinder: generator processes (0: all cores).")
 _IMAGES_PER_BATCH = flags.DEFINE_integer("images_per_batch", 1000, "pathfinder: images per imgs/<batch> folder.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace the data files (or folder) that already exist there.")
 flags.mark_flag_as_required("output_dir")
 
 
@@ -63,7 +65,11 @@ def main(argv: list[str]) -> None:
     start = time.perf_counter()
     try:
         check_output_dir(_OUTPUT_DIR.value, "--output_dir")
-        paths = SUBCOMMANDS[argv[1]](_OUTPUT_DIR.value, flags.FLAGS.flag_values_dict())
+        values = flags.FLAGS.flag_values_dict()
+        data_files = REGISTRY[argv[1]].data_files
+        if data_files and not _OVERWRITE.value:
+            refuse_to_replace(data_files(_OUTPUT_DIR.value, values), _OUTPUT_DIR.value, "lra-data")
+        paths = SUBCOMMANDS[argv[1]](_OUTPUT_DIR.value, values)
     except (ValueError, RuntimeError, OSError) as e:  # one line, exit status 2, as every CLI here
         print(f"lra-data: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)

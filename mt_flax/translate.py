@@ -64,6 +64,8 @@ def main(argv: list[str]) -> None:
     if _OUTPUT.value != "-":
         if os.path.isdir(_OUTPUT.value):
             raise ValueError(f"--output={_OUTPUT.value} is a directory; give a file path")
+        if _INPUT.value != "-" and os.path.exists(_OUTPUT.value) and os.path.samefile(_INPUT.value, _OUTPUT.value):
+            raise ValueError(f"--output={_OUTPUT.value} is the --input file: the translations would replace it")
         check_output_dir(os.path.dirname(os.path.abspath(_OUTPUT.value)), "--output's directory")
     lines = utf8_lines(sys.stdin.buffer.read(), "<stdin>") if _INPUT.value == "-" else read_utf8_lines(_INPUT.value)
     config, tokenizer, model, step = load_run(_WORKDIR.value, _STEP.value)

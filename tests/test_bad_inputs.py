@@ -607,6 +607,8 @@ def _cli_cases() -> list[Case]:
          "--config.decode.length_penalty=nan"], r"decode.length_penalty=nan must be a finite number"),
         ("lra-compare workdir is a file", ["lra_flax.compare_cli", "--config=lra_flax/configs/compare.py:demo",
          "--workdir=README.md", "--report_only"], "exists and is not a directory"),
+        ("lra-compare --report_only, no sweep there", ["lra_flax.compare_cli",
+         "--config=lra_flax/configs/compare.py:demo", "--workdir={tmp}/w", "--report_only"], "holds no sweep"),
         ("study --out unwritable", ["studies.variance", "--tiny", "--out=/proc/nope"], r"/proc/nope"),
     ]  # fmt: skip
     cases = []

@@ -85,6 +85,17 @@ def require_local(path: str | os.PathLike, field: str) -> pathlib.Path:
     return pathlib.Path(path)
 
 
+def refuse_to_replace(paths, output_dir: str | os.PathLike, tool: str) -> None:
+    """Raises ValueError when any of `paths` (what `tool` would write in `output_dir`) exists: a data command
+    pointed by mistake at a release folder, or at a user's own files, must not replace them (--overwrite)."""
+    existing = [str(p) for p in paths if pathlib.Path(p).exists()]
+    if existing:
+        raise ValueError(
+            f"--output_dir={output_dir} already holds {', '.join(existing)}: {tool} would replace them "
+            "(--overwrite to do so)"
+        )
+
+
 def read_json(path: str | os.PathLike):
     """The JSON value in `path`, or a one-line ValueError naming the file (not JSON, not UTF-8)."""
     try:

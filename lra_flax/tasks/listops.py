@@ -233,6 +233,12 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
     )
 
 
+def data_files(output_dir: str, flags: Mapping[str, Any]) -> list[Path]:
+    """What `lra-data listops` writes in `output_dir`: the release's three TSVs."""
+    del flags
+    return [Path(output_dir) / name for name in SPLIT_FILES.values()]
+
+
 def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
     """`lra-data listops`: the generator's fields from the command line."""
     names = ("num_train", "num_valid", "num_test", "min_length", "max_length", "max_depth", "max_args", "seed")
@@ -256,6 +262,7 @@ SPECS = (
             "kernel paper: 3×AOGLU": 18.45,
         },
         write_data=write_data,
+        data_files=data_files,
     ),
 )
 

@@ -175,6 +175,11 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
     )
 
 
+def data_files(output_dir: str, flags: Mapping[str, Any]) -> list[Path]:
+    """What `lra-data pathfinder` writes in `output_dir`: its resolution's and difficulty's release folder."""
+    return [dataset_dir(output_dir, int(flags["resolution"]), flags["difficulty"])]
+
+
 def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
     """`lra-data pathfinder`: images in LRA's release layout (all cores unless flags["workers"] says)."""
     resolution = int(flags["resolution"])
@@ -199,6 +204,7 @@ _PATHFINDER = LraTask(
     demo_cut={"steps": 24, "eval_max_batches": 1},
     published={"LRA paper: Transformer": 71.40, "LRA paper: Linear Trans.": 75.30, "LRA paper: Performer": 77.05},
     write_data=write_data,
+    data_files=data_files,
 )
 # Path-X: the same task at 128 × 128 (`lra-data pathfinder --resolution=128` writes it); every model of the LRA
 # paper failed it (None: no accuracy above chance).

@@ -35,6 +35,8 @@ class LraTask:
     published:   published test accuracy (%) by row label ("LRA paper: Transformer", ...); None = failed.
     write_data:  (output directory, `lra-data` flag values) → {what: path}; None when the task needs no
                  `lra-data` sub-command (its offline data is read straight from a package).
+    data_files:  (output directory, `lra-data` flag values) → the files or folders `write_data` would replace
+                 there: `lra-data` refuses to when one exists, unless --overwrite. None: it replaces nothing.
     """
 
     name: str
@@ -47,6 +49,7 @@ class LraTask:
     demo_cut: Mapping[str, int] = dataclasses.field(default_factory=dict)
     published: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
     write_data: Callable[[str, Mapping[str, Any]], dict[str, Path]] | None = None
+    data_files: Callable[[str, Mapping[str, Any]], list[Path]] | None = None
 
     def __post_init__(self):
         if not self.config:

@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import ml_collections
 import pytest
@@ -49,6 +50,8 @@ def test_a_cell_is_an_ordinary_lra_train_command(tmp_path):
     cell = compare.cells(compare_configs.get_config("kernel_paper"))[0]
     cmd = cell.train_command(tmp_path)
     assert cmd[1:3] == ["-m", "lra_flax"] and f"--workdir={cell.workdir(tmp_path)}" in cmd
+    config_file = Path(cmd[3].removeprefix("--config=").rpartition(":")[0])
+    assert config_file.is_absolute() and config_file.is_file()  # the sweep may run from any directory
     assert any(a.startswith("--config.model.mixer_options.") for a in cmd) or cell.mixer == "softmax"
 
 
@@ -148,6 +151,33 @@ def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path):
         k: v for k, v in b.items() if k.startswith("test_")
     }
     assert b["resumed_at_step"] == 2  # the checkpoint before the kill, not a fresh start
+
+
+def test_a_training_run_s_workdir_is_not_taken_for_a_sweep(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")  # what lra-train writes first
+    for must_exist in (False, True):
+        with pytest.raises(ValueError, match=r"is a training run's workdir \(it holds config.json\)"):
+            compare.check_sweep_dir(tmp_path / "run", must_exist=must_exist)
+    compare.check_sweep_dir(tmp_path / "new", must_exist=False)  # a sweep's folder to be
+    with pytest.raises(ValueError, match="holds no sweep"):
+        compare.check_sweep_dir(tmp_path / "new", must_exist=True)
+
+
+def test_a_shard_with_failed_cells_lists_them_first_and_exits_1_after_its_reports(tmp_path):
+    cells = compare.cells(compare_configs.get_config("demo"))
+    broken = f"--config.variants.{cells[0].variant}.mixer=nosuch"  # shard 1 of len(cells): cells[0] alone
+    command = [
+        sys.executable, "-m", "lra_flax.compare_cli", f"--config={compare.CONFIGS_DIR / 'compare.py'}:demo",
+        f"--workdir={tmp_path / 'sweep'}", broken, f"--shard=1/{len(cells)}",
+    ]  # fmt: skip
+    listed = subprocess.run([*command, "--cells"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert "will fail: invalid config: model.mixer: unknown mixer 'nosuch'" in listed.stdout
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert "1 cell(s) of this shard failed" in run.stderr
+    assert "| failed |" in (tmp_path / "sweep" / "results.md").read_text()  # the reports were written first
 
 
 def test_cells_flag_lists_states_without_running(tmp_path):

@@ -208,9 +208,20 @@ def test_lra_data_cli_writes_release_format(tmp_path):
     cmd += ["--num_train=20", "--num_valid=5", "--num_test=5", "--min_length=10", "--max_length=50", "--seed=2"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    for name in ("basic_train.tsv", "basic_val.tsv", "basic_test.tsv"):
+    names = ("basic_train.tsv", "basic_val.tsv", "basic_test.tsv")
+    for name in names:
         assert (tmp_path / name).read_text().startswith("Source\tTarget\n")
-    bad = subprocess.run([*cmd[:5], "--min_length=60", "--max_length=50"], capture_output=True, text=True)
+    written = {name: (tmp_path / name).read_bytes() for name in names}
+    # The files there are not replaced unless asked: a release folder pointed at by mistake survives.
+    again = subprocess.run([*cmd, "--seed=3"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "already holds" in again.stderr and "--overwrite" in again.stderr, again.stderr
+    assert {name: (tmp_path / name).read_bytes() for name in names} == written
+    replaced = subprocess.run([*cmd, "--seed=3", "--overwrite"], capture_output=True, text=True, timeout=120)
+    assert replaced.returncode == 0, replaced.stderr
+    assert (tmp_path / "basic_train.tsv").read_bytes() != written["basic_train.tsv"]
+    bad = subprocess.run(
+        [*cmd[:5], "--overwrite", "--min_length=60", "--max_length=50"], capture_output=True, text=True
+    )
     assert bad.returncode != 0 and "min_length + 1 < max_length" in bad.stderr
 
 

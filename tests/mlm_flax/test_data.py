@@ -124,6 +124,12 @@ def test_mlm_data_writes_the_wiki_sample_from_a_local_wheel(tmp_path):
     splits = {s: data.read_documents(out / f"{s}.txt") for s in data.SPLITS}
     assert [len(splits[s]) for s in data.SPLITS] == [36, 2, 2]
     assert "Page 0\nArticle 0 is about subject number 0 in detail." in [d for docs in splits.values() for d in docs]
+    written = {s: (out / f"{s}.txt").read_bytes() for s in data.SPLITS}
+    again = subprocess.run(
+        [*cmd, "--holdout_fraction=0.2", f"--wheel_cache={tmp_path / 'wheels'}"], capture_output=True, text=True
+    )
+    assert again.returncode == 2 and "already holds" in again.stderr and "--overwrite" in again.stderr, again.stderr
+    assert {s: (out / f"{s}.txt").read_bytes() for s in data.SPLITS} == written  # nothing replaced
     proc = subprocess.run([*cmd[:3], "shakespeare", f"--output_dir={out}"], capture_output=True, text=True)
     assert proc.returncode != 0 and "usage: mlm-data" in proc.stderr
 

@@ -1,6 +1,8 @@
 """Translation data: readers, the Bible corpus, documents, tokenised caches and token-based batches."""
 
 import sqlite3
+import subprocess
+import sys
 
 import ml_collections
 import numpy as np
@@ -194,3 +196,13 @@ def test_unknown_source_is_a_config_error(tmp_path):
 def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="TFDS dataset 'wmt14_translate/de-en' is not prepared in "):
         data.tfds_corpus("wmt14_translate/de-en", "valid", "de", "en", data_dir=str(tmp_path))
+
+
+def test_mt_data_does_not_replace_parallel_text_already_there(tmp_path):
+    _write(tmp_path, "train", ["ein eigener Satz"], ["a sentence of one's own"])
+    command = [sys.executable, "-m", "mt_flax.data_cli", "bible", f"--output_dir={tmp_path}"]
+    run = subprocess.run([*command, f"--wheel_cache={tmp_path / 'no-wheels'}"], capture_output=True, text=True)
+    assert run.returncode == 2 and "already holds" in run.stderr and "train.de" in run.stderr, run.stderr
+    assert "--overwrite" in run.stderr and "Traceback" not in run.stderr
+    assert (tmp_path / "train.de").read_text() == "ein eigener Satz\n"
+    assert not (tmp_path / "no-wheels").exists()  # refused before fetching anything

@@ -110,9 +110,11 @@ def test_document_level_run_and_bad_input(tmp_path):
     for extra, message in (
         (["--beam_size=0", f"--output={out}"], "--beam_size=0 must be at least 1"),
         ([f"--output={tmp_path}"], f"--output={tmp_path} is a directory"),
+        ([f"--output={data / 'test.src'}"], "is the --input file"),
     ):
         proc = _run(*translate, *extra)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert (data / "test.src").read_text().splitlines() == source  # the input survived being named as output
     (tmp_path / "latin1.src").write_bytes("alpha\nfa\xe7ade bravo\n".encode("latin-1"))
     proc = _run("mt_flax.translate", f"--workdir={tmp_path / 'doc'}", f"--input={tmp_path / 'latin1.src'}")
     assert proc.returncode == 2 and f"{tmp_path / 'latin1.src'}:2: not valid UTF-8" in proc.stderr, proc.stderr

@@ -81,8 +81,8 @@ def test_debug_shows_the_traceback(tmp_path):
         ("mlm_flax", ["--config", "--workdir", "--plan_memory", "--heartbeat_timeout_s"]),
         ("mlm_flax.finetune", ["--config", "--workdir", "--plan_memory", "--coordinator_address"]),
         ("mt_flax.translate", ["--workdir", "--input", "--output", "--beam_size", "--length_penalty"]),
-        ("mlm_flax.data_cli", ["--output_dir", "--wheel_cache", "--holdout_fraction"]),
-        ("lra_flax.data_cli", ["--output_dir", "--num_train", "--resolution", "--difficulty"]),
+        ("mlm_flax.data_cli", ["--output_dir", "--wheel_cache", "--holdout_fraction", "--overwrite"]),
+        ("lra_flax.data_cli", ["--output_dir", "--num_train", "--resolution", "--difficulty", "--overwrite"]),
     ],
 )
 def test_help_lists_the_commands_own_flags(module, own_flags):
