@@ -303,17 +303,33 @@ def _csv(kind):
     return lambda s: [kind(x) for x in s.split(",") if x]
 
 
+def _true_or_false(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give true or false")
+    return text.lower() == "true"
+
+
+def _choices(*valid: str):
+    def parse(text: str) -> list[str]:
+        items = _csv(str)(text)
+        if unknown := [x for x in items if x not in valid]:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; valid: {', '.join(valid)}")
+        return items
+
+    return parse
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """The sweep's settings; defaults by backend (a CPU gets a small sweep)."""
     accel = jax.default_backend() != "cpu"
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ops", type=_csv(str), default=["relu", "linear", "softmax"])
+    p.add_argument("--ops", type=_choices("relu", "linear", "softmax"), default=["relu", "linear", "softmax"])
     p.add_argument(
         "--lengths", type=_csv(int), default=[1024, 2048, 4096, 8192, 16384, 32768] if accel else [1024, 2048]
     )
     p.add_argument("--head_dims", type=_csv(int), default=[64, 128] if accel else [64])
     p.add_argument("--dtypes", type=_csv(str), default=["bfloat16", "float32"] if accel else ["float32"])
-    p.add_argument("--causal", type=_csv(lambda s: s.lower() == "true"), default=[True, False] if accel else [True])
+    p.add_argument("--causal", type=_csv(_true_or_false), default=[True, False] if accel else [True])
     p.add_argument("--heads", type=int, default=16 if accel else 4)
     p.add_argument("--tokens", type=int, default=65536 if accel else 2048, help="batch = tokens // length")
     p.add_argument("--relu_impls", type=_csv(str), default=None)
@@ -335,7 +351,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("benchmarks"))
     p.add_argument(
         "--check",
-        type=lambda s: s.lower() == "true",
+        type=_true_or_false,
         default=accel,
         help="also measure each case's relative error against the fp32 XLA impl at highest precision",
     )

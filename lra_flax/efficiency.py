@@ -24,8 +24,8 @@ from zoo.mixers.softmax import run_softmax_path
 from zoo.training import cli, step_profile, throughput
 
 _CONFIG = cli.define_config_flag("Task config file with a preset after ':'.")
-_STEPS = flags.DEFINE_integer("steps", 3, "Timed train steps (after compilation and warm-up).")
-_WARMUP = flags.DEFINE_integer("warmup", 1, "Untimed steps after compilation.")
+_STEPS = flags.DEFINE_integer("steps", 3, "Timed train steps (after compilation and warm-up).", lower_bound=1)
+_WARMUP = flags.DEFINE_integer("warmup", 1, "Untimed steps after compilation.", lower_bound=0)
 _OUTPUT = flags.DEFINE_string("output", None, "Where to write the JSON result (also printed).")
 _PROFILE_DIR = flags.DEFINE_string(
     "profile_dir", None, "Also trace two steps with the JAX profiler here and report time per kind of operation."

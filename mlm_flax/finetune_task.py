@@ -8,7 +8,6 @@ fine-tuning workdir, and copied into the fresh train state by `Task.warm_start`.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import jax
@@ -19,7 +18,7 @@ from flax import nnx
 from mlm_flax import glue
 from mlm_flax import input_pipeline as mlm_pipeline
 from mlm_flax.task import TOKENIZER_FILE
-from zoo.files import as_path
+from zoo.files import as_path, read_json
 from zoo.models import MaskedLM, TextClassifier
 from zoo.text import SentencePieceTokenizer
 from zoo.training import Task, flops
@@ -42,7 +41,12 @@ def pretrained_run(config: ml_collections.ConfigDict) -> tuple[Path, dict]:
             raise FileNotFoundError(
                 f"pretrained.workdir={workdir} has no {name}; it must be an mlm-train workdir with a checkpoint"
             )
-    return workdir, json.loads((workdir / "config.json").read_text())
+    config = read_json(workdir / "config.json", "a damaged workdir: restore the file")
+    if config.get("task") not in ("mlm", "clm"):
+        raise ValueError(
+            f"pretrained.workdir={workdir} is a {config.get('task')!r} run; fine-tuning starts from an mlm-train run"
+        )
+    return workdir, config
 
 
 def model_differences(pretrained: dict, model: ml_collections.ConfigDict) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -12,7 +11,7 @@ import numpy as np
 
 from mlm_flax import glue
 from mlm_flax.task import TOKENIZER_FILE
-from zoo.files import as_path
+from zoo.files import as_path, read_json
 from zoo.mixers.sgu import SpatialGatingMixer, toeplitz_score
 from zoo.models import MaskedLM, TextClassifier, stored_model_config
 from zoo.plots import pyplot, save_figure
@@ -26,7 +25,7 @@ def load_model(workdir: str | os.PathLike, step: int | None = None):
     for name in ("config.json", TOKENIZER_FILE):
         if not (workdir / name).is_file():
             raise FileNotFoundError(f"{workdir} has no {name}: not an mlm-train or mlm-finetune workdir")
-    config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
+    config = ml_collections.ConfigDict(read_json(workdir / "config.json", "a damaged workdir: restore the file"))
     config.model = stored_model_config(config.model.to_dict())
     vocab = SentencePieceTokenizer.load(workdir / TOKENIZER_FILE).vocab_size
     if config.task == "mlm":

@@ -7,7 +7,6 @@ Blank input lines (the document separators of `mt-data` files) come out as blank
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ import numpy as np
 from absl import app, flags
 
 from mt_flax.task import build_model, check_decode, translate_ids
-from zoo.files import as_path, atomic_write_bytes
+from zoo.files import as_path, atomic_write_bytes, read_json
 from zoo.models import stored_model_config
 from zoo.text import EOS_ID, load_tokenizer
 from zoo.training import cli
@@ -40,7 +39,9 @@ def load_run(workdir: str | Path, step: int | None = None):
     config_path = workdir / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} does not exist: --workdir must be an mt-train run directory")
-    config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+    config = ml_collections.ConfigDict(read_json(config_path, "a damaged workdir: restore the file"))
+    if config.get("task") != "translation":
+        raise ValueError(f"{config_path} is a {config.get('task')!r} run; mt-translate reads mt-train runs")
     config.model = stored_model_config(config.model.to_dict())
     # Decoding fields added since a run was written take the value older runs decoded with.
     config.decode = ml_collections.ConfigDict({"length_penalty_form": "gnmt", **config.decode.to_dict()})

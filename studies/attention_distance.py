@@ -17,7 +17,6 @@ Reproduced if ReLU's mean distance over all heads exceeds softmax's in every lay
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -28,6 +27,7 @@ from flax import nnx
 from lra_flax.tasks import make_task
 from studies import stability
 from studies.common import runs_root, study_main, study_readme, write_study
+from zoo.files import read_json
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.models import stored_model_config
 from zoo.plots import pyplot, save_figure
@@ -39,7 +39,7 @@ EXAMPLES = 8
 
 def load_run(workdir: Path):
     """(model in eval mode, config, task) of a finished lra-train workdir."""
-    config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
+    config = ml_collections.ConfigDict(read_json(workdir / "config.json", "a damaged workdir: train it again"))
     config.model = stored_model_config(config.model.to_dict())
     task = make_task(config)
     model, _ = restore_model(task.build_model, config.train, workdir / "checkpoints")

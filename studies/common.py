@@ -12,7 +12,7 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
-from zoo.files import atomic_write_bytes
+from zoo.files import atomic_write_bytes, read_json
 from zoo.training import flops
 from zoo.training.config import check_output_dir
 
@@ -166,7 +166,7 @@ def study_main(
         if getattr(args, "report", False):
             if not (out_dir / "result.json").is_file():
                 raise ValueError(f"--report: {out_dir / 'result.json'} does not exist (run the study first)")
-            measured = json.loads((out_dir / "result.json").read_text())
+            measured = read_json(out_dir / "result.json", "record the study again")
     except (ValueError, OSError) as e:
         _usage_error(parser.prog, e)
     if measured is None:

@@ -96,12 +96,12 @@ def refuse_to_replace(paths, output_dir: str | os.PathLike, tool: str) -> None:
         )
 
 
-def read_json(path: str | os.PathLike):
-    """The JSON value in `path`, or a one-line ValueError naming the file (not JSON, not UTF-8)."""
+def read_json(path: str | os.PathLike, hint: str = "move it away to have it made again"):
+    """The JSON value in `path`, or a one-line ValueError naming the file (not JSON, not UTF-8) and `hint`."""
     try:
         return json.loads(as_path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a readable JSON file ({e}); move it away to have it made again") from None
+        raise ValueError(f"{path}: not a readable JSON file ({e}); {hint}") from None
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

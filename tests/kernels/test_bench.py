@@ -157,3 +157,17 @@ def test_xla_block_sweep_writes_every_op_mode_and_block(tmp_path):
     seen = {(r["op"], r["causal"], r["block"]) for r in result["rows"]}
     assert seen == {(op, c, b) for op in ("relu", "softmax") for c in (True, False) for b in (16, 32)}
     assert all(r["ms"] > 0 and r["pct_of_matmul"] > 0 for r in result["rows"])
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--ops=relu,nosuch", "argument --ops: unknown nosuch; valid: relu, linear, softmax"),
+        ("--check=yes", "argument --check: 'yes': give true or false"),
+        ("--causal=true,yes", "argument --causal: 'yes': give true or false"),
+    ],
+)
+def test_a_bad_flag_is_refused_naming_it(flag, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args([flag])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import ml_collections
 import pytest
 
 from zoo.training.config import check_output_dir
@@ -13,6 +14,32 @@ from zoo.training.data import DataFormatError, read_utf8_lines
 
 def _cli(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_workdir_s_damaged_or_foreign_config_json_is_named(tmp_path):
+    from mlm_flax.finetune_task import pretrained_run
+    from mt_flax.translate import load_run
+    from zoo.models import model_config
+    from zoo.training import train_config
+    from zoo.training.config import check_resume_config
+
+    (tmp_path / "results.json").write_text("{}")  # a run with output: its config.json is compared, not replaced
+    (tmp_path / "config.json").write_text('{"seed": 0, "train": {"st')  # cut short
+    config = ml_collections.ConfigDict({"seed": 0, "train": train_config(), "model": model_config()})
+    with pytest.raises(ValueError, match=r"config.json: not a readable JSON file .*a damaged workdir"):
+        check_resume_config(config, tmp_path)
+    with pytest.raises(ValueError, match=r"config.json: not a readable JSON file"):
+        load_run(tmp_path)
+    # Another command's run: named as such, not a KeyError from deep inside.
+    (tmp_path / "config.json").write_text('{"task": "listops"}')
+    with pytest.raises(ValueError, match=r"is a 'listops' run; mt-translate reads mt-train runs"):
+        load_run(tmp_path)
+    (tmp_path / "config.json").write_text('{"task": "translation"}')
+    for name in ("spm.model", "checkpoints"):
+        (tmp_path / name).mkdir()
+    finetune = ml_collections.ConfigDict({"pretrained": {"workdir": str(tmp_path)}})
+    with pytest.raises(ValueError, match=r"is a 'translation' run; fine-tuning starts from an mlm-train run"):
+        pretrained_run(finetune)
 
 
 def test_output_dir_checks(tmp_path, monkeypatch):

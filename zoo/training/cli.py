@@ -35,13 +35,16 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 _HEARTBEAT = flags.DEFINE_integer(
     "heartbeat_timeout_s", 100, "Seconds without a heartbeat after which a multi-process run fails."
 )
-_FAKE_DEVICES = flags.DEFINE_integer("fake_cpu_devices", 0, "Simulate this many CPU devices (0: real devices).")
+_FAKE_DEVICES = flags.DEFINE_integer(
+    "fake_cpu_devices", 0, "Simulate this many CPU devices (0: real devices).", lower_bound=0
+)
 _DEBUG = flags.DEFINE_bool("debug", False, "Show an error's full traceback instead of one line.")
 _STOP_GRACE = flags.DEFINE_float(
     "stop_grace_s",
     signals.DEFAULT_GRACE_S,
     "After SIGTERM/SIGINT, seconds to wait for the step under way (and its "
     "checkpoint) or a native call to return before exiting at once.",
+    lower_bound=0,
 )
 _PROFILE_STEPS = flags.DEFINE_string(
     "profile_steps", None, "FIRST,LAST: write a jax.profiler trace of these train steps (1-based) to WORKDIR/profile."

@@ -8,7 +8,7 @@ import os
 import ml_collections
 
 from zoo.config_fields import Field, Rule, above, at_least, in_range, integer, one_of, section
-from zoo.files import as_path, atomic_write_bytes, check_utf8_path, is_url
+from zoo.files import as_path, atomic_write_bytes, check_utf8_path, is_url, read_json
 from zoo.training.mesh import LOGICAL_RULES, PARAMETER_AXES
 from zoo.training.optim import SCHEDULES
 
@@ -141,7 +141,8 @@ def check_resume_config(config: ml_collections.ConfigDict, workdir: str | os.Pat
     if path.exists() and not has_run_output(workdir):
         print(f"{path}: written by a run that saved no checkpoint and no results; it is replaced", flush=True)
     elif path.exists():
-        old, new = (_with_model_defaults(json.loads(t)) for t in (path.read_text(), text))
+        recorded = read_json(path, "a damaged workdir: restore the file or use another workdir")
+        old, new = _with_model_defaults(recorded), _with_model_defaults(json.loads(text))
         missing = object()
         changed = [
             k
