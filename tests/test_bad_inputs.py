@@ -607,6 +607,8 @@ def _cli_cases() -> list[Case]:
          "--config.decode.length_penalty=nan"], r"decode.length_penalty=nan must be a finite number"),
         ("lra-compare workdir is a file", ["lra_flax.compare_cli", "--config=lra_flax/configs/compare.py:demo",
          "--workdir=README.md", "--report_only"], "exists and is not a directory"),
+        ("data.dir is a file", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--config.data.dir=README.md"],
+         r"data.dir=README.md is a file, not a directory"),
         ("negative --fake_cpu_devices", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w",
          "--fake_cpu_devices=-1"], r"flag --fake_cpu_devices=-1: -1 is not a non-negative integer"),
         ("efficiency with no timed step", ["lra_flax.efficiency", f"--config={LISTOPS}", "--steps=0"],

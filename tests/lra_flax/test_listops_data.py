@@ -1,6 +1,7 @@
 """ListOps generator, tokenizer and TSV pipeline."""
 
 import hashlib
+import json
 import statistics
 import subprocess
 import sys
@@ -173,3 +174,25 @@ def test_cache_dir_keeps_a_read_only_data_dir_untouched(tmp_path):
     assert all(path.parent == tmp_path / "caches" / "cache" for path in caches.values())
     after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "release").iterdir()}
     assert after == before  # the release folder gained nothing and changed nothing
+
+
+def test_generated_data_is_reused_only_with_the_settings_it_was_generated_with(tmp_path, capsys):
+    config = listops_config.get_config("demo")
+    data = config.data
+    data.dir = str(tmp_path / "data")
+    data.generator.update(num_train=20, num_valid=5, num_test=5, min_length=10, max_length=50)
+    listops.ensure_data(data)
+    written = (tmp_path / "data" / "basic_train.tsv").read_bytes()
+    assert json.loads((tmp_path / "data" / "generator.json").read_text())["num_train"] == 20
+    listops.ensure_data(data)  # the same settings: the files are used as they are
+    assert (tmp_path / "data" / "basic_train.tsv").read_bytes() == written
+    data.generator.update(num_train=40, seed=7)
+    with pytest.raises(ValueError, match=r"other data.generator settings \(num_train: 20 there, 40 asked, seed: 0"):
+        listops.ensure_data(data)  # the run would train on data its config.json does not describe
+    (tmp_path / "data" / "generator.json").unlink()  # files from elsewhere (a release's): used, and said so
+    capsys.readouterr()
+    listops.ensure_data(data)
+    assert "not written by the generator, used as they are" in capsys.readouterr().out
+    data.dir = str(tmp_path / "data" / "basic_train.tsv")
+    with pytest.raises(NotADirectoryError, match=r"data.dir=.*basic_train.tsv is a file, not a directory"):
+        listops.ensure_data(data)

@@ -9,6 +9,7 @@ naming its field.
 from __future__ import annotations
 
 import json
+import os
 
 import ml_collections
 from absl import logging
@@ -86,6 +87,8 @@ def _url_data_paths(section, prefix: str) -> list[str]:
             problems += _url_data_paths(value, f"{prefix}.{key}")
         elif isinstance(value, str) and is_url(value):
             problems.append(f"{prefix}.{key}={value} must be a local path (copy the data to local disk first)")
+        elif isinstance(value, str) and value and key.endswith("dir") and os.path.isfile(value):
+            problems.append(f"{prefix}.{key}={value} is a file, not a directory")
     return problems
 
 
