@@ -22,6 +22,7 @@ from lra_flax.tasks import TASK_MODULES, make_task
 from zoo.files import atomic_write_bytes
 from zoo.mixers.softmax import run_softmax_path
 from zoo.training import cli, step_profile, throughput
+from zoo.training.config import check_output_file
 
 _CONFIG = cli.define_config_flag("Task config file with a preset after ':'.")
 _STEPS = flags.DEFINE_integer("steps", 3, "Timed train steps (after compilation and warm-up).", lower_bound=1)
@@ -36,6 +37,8 @@ flags.mark_flags_as_required(["config"])
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if _OUTPUT.value:
+        check_output_file(_OUTPUT.value, "--output")
     config = _CONFIG.value
     task = make_task(config)
     # the synthetic batch draws ids and labels from the task's own vocabulary and classes

@@ -15,9 +15,11 @@ from absl import app, flags
 
 from mlm_flax.sgu_analysis import inspect
 from zoo.training import cli
+from zoo.training.config import check_output_file
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "An mlm-train or mlm-finetune workdir.")
 _STEP = flags.DEFINE_integer("step", 0, "Checkpoint step (0: the latest).")
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")  # what the figure may be saved as (matplotlib's formats here)
 _OUTPUT = flags.DEFINE_string("output", "", "Where the figure goes (default: WORKDIR/sgu_weights.png).")
 
 
@@ -26,6 +28,8 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not _WORKDIR.value:
         raise app.UsageError("--workdir is required")
+    if _OUTPUT.value:
+        check_output_file(_OUTPUT.value, "--output", FIGURE_SUFFIXES)
     report = inspect(_WORKDIR.value, _STEP.value or None, _OUTPUT.value or None)
     n = len(report["layers"])
     rows = [

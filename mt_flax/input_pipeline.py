@@ -63,7 +63,10 @@ def load_or_train_tokenizer(config: ml_collections.ConfigDict) -> tuple[Sentence
     """The run's tokenizer and its file: data.tokenizer_model if set, else trained on the training split (cached)."""
     data = config.data
     if data.tokenizer_model:
-        return load_tokenizer(data.tokenizer_model), Path(data.tokenizer_model)
+        try:
+            return load_tokenizer(data.tokenizer_model), Path(data.tokenizer_model)
+        except ValueError as e:  # a word vocabulary's or SentencePiece's complaint, with the field and file named
+            raise ValueError(f"data.tokenizer_model={data.tokenizer_model}: {e}") from None
     kind = data.tokenizer
     if kind not in ("sentencepiece", "pretokenized"):
         raise ValueError(f"config field data.tokenizer={kind!r} is unknown; valid: sentencepiece, pretokenized")

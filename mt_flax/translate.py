@@ -7,6 +7,7 @@ Blank input lines (the document separators of `mt-data` files) come out as blank
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from zoo.files import as_path, atomic_write_bytes, read_json
 from zoo.models import stored_model_config
 from zoo.text import EOS_ID, load_tokenizer
 from zoo.training import cli
-from zoo.training.config import check_output_dir
+from zoo.training.config import check_output_file
 from zoo.training.data import read_utf8_lines, utf8_lines
 from zoo.training.state import restore_model
 
@@ -62,12 +63,12 @@ def main(argv: list[str]) -> None:
     # Every input and output is checked before the model is loaded and anything is decoded.
     if _BEAM.value is not None and _BEAM.value < 1:
         raise ValueError(f"--beam_size={_BEAM.value} must be at least 1")
+    if _ALPHA.value is not None and not math.isfinite(_ALPHA.value):
+        raise ValueError(f"--length_penalty={_ALPHA.value} must be a finite number")
     if _OUTPUT.value != "-":
-        if os.path.isdir(_OUTPUT.value):
-            raise ValueError(f"--output={_OUTPUT.value} is a directory; give a file path")
+        check_output_file(_OUTPUT.value, "--output")
         if _INPUT.value != "-" and os.path.exists(_OUTPUT.value) and os.path.samefile(_INPUT.value, _OUTPUT.value):
             raise ValueError(f"--output={_OUTPUT.value} is the --input file: the translations would replace it")
-        check_output_dir(os.path.dirname(os.path.abspath(_OUTPUT.value)), "--output's directory")
     lines = utf8_lines(sys.stdin.buffer.read(), "<stdin>") if _INPUT.value == "-" else read_utf8_lines(_INPUT.value)
     config, tokenizer, model, step = load_run(_WORKDIR.value, _STEP.value)
     if _BEAM.value is not None:

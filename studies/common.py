@@ -161,12 +161,12 @@ def study_main(
         preset = "tiny" if args.tiny else "gpu" if args.gpu else "cpu"
         out_dir = output_dir(name, preset=preset, out=args.out, record=args.record)
         check_output_dir(out_dir, "--out")
-        out_dir.mkdir(parents=True, exist_ok=True)  # permissions alone do not tell (/proc, a read-only mount)
         measured = None
-        if getattr(args, "report", False):
+        if getattr(args, "report", False):  # before anything is made: a mistyped --out leaves no empty folder
             if not (out_dir / "result.json").is_file():
                 raise ValueError(f"--report: {out_dir / 'result.json'} does not exist (run the study first)")
             measured = read_json(out_dir / "result.json", "record the study again")
+        out_dir.mkdir(parents=True, exist_ok=True)  # permissions alone do not tell (/proc, a read-only mount)
     except (ValueError, OSError) as e:
         _usage_error(parser.prog, e)
     if measured is None:

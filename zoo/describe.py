@@ -20,6 +20,7 @@ from flax import nnx
 from zoo.mixers.softmax import softmax_attention_path
 from zoo.models import Encoder
 from zoo.training import cli
+from zoo.training.validate import config_problems
 
 _CONFIG = cli.define_config_flag("A task config with a `model` section.", lock_config=False)
 
@@ -61,10 +62,17 @@ def describe(model_cfg: ml_collections.ConfigDict) -> str:
 
 
 def main(argv: list[str]) -> None:
-    del argv
-    print(describe(_CONFIG.value.model))
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    model = _CONFIG.value.model
+    # The model section checked as a training run checks it (every mixer's options: the softmax baseline is
+    # built too), so a bad field is one line naming it, not a traceback from inside a module.
+    problems = config_problems(ml_collections.ConfigDict({"model": model}))
+    if problems:
+        raise ValueError("invalid config: " + "; ".join(problems))
+    print(describe(model))
 
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    app.run(main, flags_parser=cli.flags_parser("zoo.describe"))
+    cli.run(main, "zoo.describe")

@@ -206,3 +206,12 @@ def test_mt_data_does_not_replace_parallel_text_already_there(tmp_path):
     assert "--overwrite" in run.stderr and "Traceback" not in run.stderr
     assert (tmp_path / "train.de").read_text() == "ein eigener Satz\n"
     assert not (tmp_path / "no-wheels").exists()  # refused before fetching anything
+
+
+def test_a_tokenizer_model_that_is_no_vocabulary_is_named_with_its_field(tmp_path):
+    text = tmp_path / "sentences.de"
+    text.write_text("ein Satz\nnoch einer\n")
+    config = translation.get_config("tiny")
+    config.data.tokenizer_model = str(text)
+    with pytest.raises(ValueError, match=rf"data.tokenizer_model={text}: a word vocabulary must start with"):
+        input_pipeline.load_or_train_tokenizer(config)

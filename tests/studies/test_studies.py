@@ -500,6 +500,7 @@ def test_report_judges_the_committed_result_again_without_training(tmp_path):
     empty = tmp_path / "empty"
     run = subprocess.run([*command[:-1], f"--out={empty}"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "result.json does not exist (run the study first)" in run.stderr, run.stderr
+    assert not empty.exists()  # a mistyped --out leaves no folder behind
     # A result recorded by an earlier version of a study that its report cannot judge: one line, exit 2.
     old = tmp_path / "old"
     old.mkdir()

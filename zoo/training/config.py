@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import ml_collections
 
@@ -202,6 +203,16 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
         raise ValueError(f"{flag}={path}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{flag}={path} cannot be created: {parent} is not writable")
+
+
+def check_output_file(path: str | os.PathLike, flag: str, suffixes: tuple[str, ...] = ()) -> None:
+    """Raises a one-line ValueError when `path` cannot be a file this process writes (a directory, a folder it
+    cannot write into, or a suffix outside `suffixes` when given): checked before the work that produces it."""
+    if os.path.isdir(path):
+        raise ValueError(f"{flag}={path} is a directory; give a file path")
+    if suffixes and Path(path).suffix.lower() not in suffixes:
+        raise ValueError(f"{flag}={path}: the file name must end in one of {', '.join(suffixes)}")
+    check_output_dir(os.path.dirname(os.path.abspath(path)), f"{flag}'s directory")
 
 
 # What a run writes in its workdir, by kind: a path of the other kind there would fail only when first written
