@@ -15,12 +15,14 @@ from mt_flax import bleu
 from mt_flax import input_pipeline as pipeline
 from mt_flax.configs.translation import DECODE_FIELDS
 from zoo import config_fields
-from zoo.models import EncoderDecoder
+from zoo.files import as_path, read_json
+from zoo.models import EncoderDecoder, stored_model_config
 from zoo.models.decoding import translate
 from zoo.progress import WorkProgress
-from zoo.text import BOS_ID, EOS_ID, PAD_ID
+from zoo.text import BOS_ID, EOS_ID, PAD_ID, load_tokenizer
 from zoo.training import Task, flops, token_cross_entropy
 from zoo.training import data as data_lib
+from zoo.training.state import restore_model
 
 
 def tokenizer_file_name(tokenizer_path: Path) -> str:
@@ -136,3 +138,26 @@ def final_results(results: dict) -> dict:
     """The test split's scores under the plain names results.json promises (bleu, chrf, …)."""
     keys = ("bleu", "chrf", "bleu_tokenized", "sacrebleu_signature")
     return {k: results[f"test_{k}"] for k in keys if f"test_{k}" in results}
+
+
+def load_run(workdir: str | Path, step: int | None = None):
+    """(config, tokenizer, model in eval mode, step) of an mt-train workdir."""
+    workdir = as_path(workdir)
+    config_path = workdir / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} does not exist: --workdir must be an mt-train run directory")
+    config = ml_collections.ConfigDict(read_json(config_path, "a damaged workdir: restore the file"))
+    if config.get("task") != "translation":
+        raise ValueError(f"{config_path} is a {config.get('task')!r} run; mt-translate reads mt-train runs")
+    config.model = stored_model_config(config.model.to_dict())
+    # Decoding fields added since a run was written take the value older runs decoded with.
+    config.decode = ml_collections.ConfigDict({"length_penalty_form": "gnmt", **config.decode.to_dict()})
+    tok_path = next((workdir / n for n in ("spm.model", "vocab.txt") if (workdir / n).exists()), None)
+    if tok_path is None:
+        raise FileNotFoundError(f"{workdir} has no tokenizer (spm.model or vocab.txt)")
+    tokenizer = load_tokenizer(tok_path)
+    model, step = restore_model(
+        lambda rngs: build_model(config, tokenizer.vocab_size, rngs), config.train, workdir / "checkpoints", step=step
+    )
+    model.eval()
+    return config, tokenizer, model, step

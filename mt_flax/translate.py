@@ -10,20 +10,16 @@ from __future__ import annotations
 import math
 import os
 import sys
-from pathlib import Path
 
-import ml_collections
 import numpy as np
 from absl import app, flags
 
-from mt_flax.task import build_model, check_decode, translate_ids
-from zoo.files import as_path, atomic_write_bytes, read_json
-from zoo.models import stored_model_config
-from zoo.text import EOS_ID, load_tokenizer
+from mt_flax.task import check_decode, load_run, translate_ids
+from zoo.files import atomic_write_bytes
+from zoo.text import EOS_ID
 from zoo.training import cli
 from zoo.training.config import check_output_file
 from zoo.training.data import read_utf8_lines, utf8_lines
-from zoo.training.state import restore_model
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A mt-train workdir (config.json, tokenizer, checkpoints/).")
 _INPUT = flags.DEFINE_string("input", None, "Source text, one sentence per line ('-' for stdin).")
@@ -32,29 +28,6 @@ _BEAM = flags.DEFINE_integer("beam_size", None, "Beam size (default: the run's d
 _ALPHA = flags.DEFINE_float("length_penalty", None, "Length penalty alpha (default: the run's).")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
 flags.mark_flags_as_required(["workdir", "input"])
-
-
-def load_run(workdir: str | Path, step: int | None = None):
-    """(config, tokenizer, model in eval mode, step) of an mt-train workdir."""
-    workdir = as_path(workdir)
-    config_path = workdir / "config.json"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path} does not exist: --workdir must be an mt-train run directory")
-    config = ml_collections.ConfigDict(read_json(config_path, "a damaged workdir: restore the file"))
-    if config.get("task") != "translation":
-        raise ValueError(f"{config_path} is a {config.get('task')!r} run; mt-translate reads mt-train runs")
-    config.model = stored_model_config(config.model.to_dict())
-    # Decoding fields added since a run was written take the value older runs decoded with.
-    config.decode = ml_collections.ConfigDict({"length_penalty_form": "gnmt", **config.decode.to_dict()})
-    tok_path = next((workdir / n for n in ("spm.model", "vocab.txt") if (workdir / n).exists()), None)
-    if tok_path is None:
-        raise FileNotFoundError(f"{workdir} has no tokenizer (spm.model or vocab.txt)")
-    tokenizer = load_tokenizer(tok_path)
-    model, step = restore_model(
-        lambda rngs: build_model(config, tokenizer.vocab_size, rngs), config.train, workdir / "checkpoints", step=step
-    )
-    model.eval()
-    return config, tokenizer, model, step
 
 
 def main(argv: list[str]) -> None:

@@ -18,7 +18,7 @@ def _cli(*args, timeout=120):
 
 def test_a_workdir_s_damaged_or_foreign_config_json_is_named(tmp_path):
     from mlm_flax.finetune_task import pretrained_run
-    from mt_flax.translate import load_run
+    from mt_flax.task import load_run  # not mt_flax.translate: its absl flags would clash in this process
     from zoo.models import model_config
     from zoo.training import train_config
     from zoo.training.config import check_resume_config
