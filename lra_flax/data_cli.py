@@ -18,6 +18,7 @@ lra-data image     --output_dir=DIR
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -59,11 +60,24 @@ flags.mark_flag_as_required("output_dir")
 SUBCOMMANDS = data_writers()  # every registered task that writes data, by its name
 
 
+def foreign_flags(subcommand: str) -> list[str]:
+    """The flags given on the command line that belong to another sub-command (their help says whose:
+    "pathfinder: ..."): silently ignored, they would leave a user believing they had set something."""
+    given = [flags.FLAGS[name] for name in sorted(flags.FLAGS) if flags.FLAGS[name].present]
+    # absl puts an enum's choices first ("<32|128>: pathfinder: ...")
+    owners = {flag.name: re.sub(r"^<[^>]*>: ", "", flag.help).split(":")[0] for flag in given}
+    return [
+        f"--{name} (a {owner} flag)" for name, owner in owners.items() if owner in SUBCOMMANDS and owner != subcommand
+    ]
+
+
 def main(argv: list[str]) -> None:
     if len(argv) != 2 or argv[1] not in SUBCOMMANDS:
         raise app.UsageError(f"usage: lra-data {{{','.join(SUBCOMMANDS)}}} --output_dir=DIR [flags]")
     start = time.perf_counter()
     try:
+        if foreign := foreign_flags(argv[1]):
+            raise ValueError(f"lra-data {argv[1]} does not use {', '.join(foreign)}")
         check_output_dir(_OUTPUT_DIR.value, "--output_dir")
         values = flags.FLAGS.flag_values_dict()
         data_files = REGISTRY[argv[1]].data_files

@@ -620,6 +620,8 @@ def _cli_cases() -> list[Case]:
          r"--output=lra_flax is a directory; give a file path"),
         ("mt-translate NaN --length_penalty", ["mt_flax.translate", "--workdir={tmp}/w", "--input=README.md",
          "--length_penalty=nan"], r"--length_penalty=nan must be a finite number"),
+        ("lra-data: another sub-command's flag", ["lra_flax.data_cli", "listops", "--output_dir={tmp}/w",
+         "--num_images=5"], r"lra-data listops does not use --num_images \(a pathfinder flag\)"),
         ("data.dir is a file", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--config.data.dir=README.md"],
          r"data.dir=README.md is a file, not a directory"),
         ("negative --fake_cpu_devices", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w",
