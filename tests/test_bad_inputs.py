@@ -622,6 +622,9 @@ def _cli_cases() -> list[Case]:
          "--length_penalty=nan"], r"--length_penalty=nan must be a finite number"),
         ("lra-data: another sub-command's flag", ["lra_flax.data_cli", "listops", "--output_dir={tmp}/w",
          "--num_images=5"], r"lra-data listops does not use --num_images \(a pathfinder flag\)"),
+        ("field added under an empty section", ["lra_flax.compare_cli", "--config=lra_flax/configs/compare.py:demo",
+         "--workdir={tmp}/w", "--config.overrides.train.steps=5"], r"overrides is empty in this preset, and the "
+         r"command line can set fields but not add them"),
         ("data.dir is a file", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--config.data.dir=README.md"],
          r"data.dir=README.md is a file, not a directory"),
         ("negative --fake_cpu_devices", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w",

@@ -77,6 +77,11 @@ def unknown_override(argv: Sequence[str], config, flag: str = "config") -> str |
         for part in key.split("."):
             if not isinstance(node, ml_collections.ConfigDict) or part not in node:
                 where = ".".join(walked) or "the top level"
+                if isinstance(node, ml_collections.ConfigDict) and not node.keys():
+                    return (
+                        f"unknown config field {key!r} in {arg!r}: {where} is empty in this preset, and the command "
+                        "line can set fields but not add them: add it in a copy of the config file"
+                    )
                 valid = ", ".join(sorted(node.keys())) if isinstance(node, ml_collections.ConfigDict) else "none"
                 return f"unknown config field {key!r} in {arg!r}: {where} has no {part!r}; valid fields there: {valid}"
             node = node[part]
