@@ -92,7 +92,7 @@ def report(result: dict, out_dir: Path) -> dict:
     arms = {name: Arm(name, tuple(map(float, a)), chance=CHANCE_LOSS) for name, a in area.items()}
     parts = {
         "faster": decide(arms["OGLU"], arms["orth. linear"], higher_is_better=False),
-        "steadier": decide_spread(arms["OGLU"], arms["orth. linear"]),
+        "steadier": decide_spread(arms["OGLU"], arms["orth. linear"], higher_is_better=False),
     }
     verdict = combine(parts)
     measured = ("steps", "seeds", "train_loss", "test_accuracy", "tiny", "preset")

@@ -4,7 +4,8 @@ A study may say "reproduced" or "not reproduced" only when
   (a) each arm has at least MIN_SEEDS seeds,
   (b) each arm is measurably past chance on the held-out split: its mean beyond the chance level (chance accuracy,
       a unigram model's perplexity) by more than MARGIN × its seed standard deviation, and
-  (c) the gap between the two means is larger than MARGIN × their pooled standard deviation √((s₁² + s₂²) / 2);
+  (c) the gap between the two means is larger than MARGIN × their pooled standard deviation
+      √(((n₁ − 1)s₁² + (n₂ − 1)s₂²) / (n₁ + n₂ − 2)), which is √((s₁² + s₂²) / 2) for arms of as many seeds;
 then the direction of the gap decides: the paper's claimed order → "reproduced", the opposite → "not reproduced".
 Otherwise the verdict is "not measurable at this budget", with the reason. Standard deviations are the sample
 ones (n − 1) over seeds.
@@ -18,7 +19,7 @@ A claim about a level ("the score exceeds 0.5") is `decide_threshold`: (a), (b),
 more than MARGIN × the seed standard deviation; the side decides.
 
 A claim about spread ("less variance between runs") is a claim about two variances, which a gap in means cannot
-test: `decide_spread` needs (a) and the two-sided F-test of the variances over seeds at SPREAD_LEVEL: a ratio
+test: `decide_spread` needs (a), (b) and the two-sided F-test of the variances over seeds at SPREAD_LEVEL: a ratio
 beyond its critical value decides the direction, anything nearer 1 is "not measurable at this budget". A claim
 made of several parts (`combine`) is reproduced when every part is, not reproduced when any part is not, and
 otherwise not measurable.
@@ -62,19 +63,10 @@ class Verdict:
 def decide(claimed: Arm, other: Arm, *, higher_is_better: bool, margin: float = MARGIN) -> Verdict:
     """The verdict on the claim "`claimed` does better than `other`" (module docstring for the rule)."""
     sign = 1.0 if higher_is_better else -1.0
-    if (few := _too_few_seeds(claimed, other)) is not None:
-        return few
-    for arm in (claimed, other):
-        mean, std = mean_std(arm.values)
-        beyond = sign * (mean - arm.chance)
-        if not beyond > margin * std:
-            return Verdict(
-                NOT_MEASURABLE,
-                f"{arm.name} is not measurably past chance: mean {mean:.4g} vs chance {arm.chance:.4g}, "
-                f"seed std {std:.3g}",
-            )
-    (m1, s1), (m2, s2) = mean_std(claimed.values), mean_std(other.values)
-    gap, pooled = sign * (m1 - m2), math.sqrt((s1**2 + s2**2) / 2)
+    if (unjudged := _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=margin)) is not None:
+        return unjudged
+    m1, m2 = mean_std(claimed.values)[0], mean_std(other.values)[0]
+    gap, pooled = sign * (m1 - m2), pooled_std(claimed, other)
     means = f"means {m1:.4g} ({claimed.name}) and {m2:.4g} ({other.name})"
     what = f"gap {m1 - m2:+.4g} between {means}, pooled std {pooled:.3g}"
     if abs(gap) <= margin * pooled:
@@ -85,14 +77,9 @@ def decide(claimed: Arm, other: Arm, *, higher_is_better: bool, margin: float = 
 def decide_threshold(arm: Arm, threshold: float, *, higher_is_better: bool, margin: float = MARGIN) -> Verdict:
     """The verdict on the claim "`arm` is beyond `threshold`" (above it if `higher_is_better`; module docstring)."""
     sign = 1.0 if higher_is_better else -1.0
-    if (few := _too_few_seeds(arm)) is not None:
-        return few
+    if (unjudged := _too_few_seeds(arm) or _at_chance(arm, sign=sign, margin=margin)) is not None:
+        return unjudged
     mean, std = mean_std(arm.values)
-    if not sign * (mean - arm.chance) > margin * std:
-        return Verdict(
-            NOT_MEASURABLE,
-            f"{arm.name} is not measurably past chance: mean {mean:.4g} vs chance {arm.chance:.4g}, seed std {std:.3g}",
-        )
     gap = sign * (mean - threshold)
     what = f"{arm.name}: mean {mean:.4g} against the threshold {threshold:.4g}, seed std {std:.3g}"
     if abs(gap) <= margin * std:
@@ -101,16 +88,42 @@ def decide_threshold(arm: Arm, threshold: float, *, higher_is_better: bool, marg
 
 
 def _too_few_seeds(*arms: Arm) -> Verdict | None:
+    """(a): "not measurable" when an arm has fewer than MIN_SEEDS seeds, else None."""
     for arm in arms:
         if len(arm.values) < MIN_SEEDS:
             return Verdict(NOT_MEASURABLE, f"{arm.name} has {len(arm.values)} seed(s); the rule needs {MIN_SEEDS}")
     return None
 
 
-def decide_spread(claimed: Arm, other: Arm, *, level: float = SPREAD_LEVEL) -> Verdict:
-    """The verdict on the claim "`claimed` varies less between seeds than `other`" (module docstring)."""
-    if (few := _too_few_seeds(claimed, other)) is not None:
-        return few
+def _at_chance(*arms: Arm, sign: float, margin: float) -> Verdict | None:
+    """(b): "not measurable" when an arm's mean is not beyond its chance level (on the side `sign` says is better)
+    by more than `margin` × its seed std, else None."""
+    for arm in arms:
+        mean, std = mean_std(arm.values)
+        if not sign * (mean - arm.chance) > margin * std:
+            return Verdict(
+                NOT_MEASURABLE,
+                f"{arm.name} is not measurably past chance: mean {mean:.4g} vs chance {arm.chance:.4g}, "
+                f"seed std {std:.3g}",
+            )
+    return None
+
+
+def pooled_std(a: Arm, b: Arm) -> float:
+    """The pooled sample standard deviation of two arms' seeds (each arm's variance weighted by n − 1)."""
+    (_, s1), (_, s2) = mean_std(a.values), mean_std(b.values)
+    n1, n2 = len(a.values), len(b.values)
+    return math.sqrt(((n1 - 1) * s1**2 + (n2 - 1) * s2**2) / (n1 + n2 - 2))
+
+
+def decide_spread(
+    claimed: Arm, other: Arm, *, higher_is_better: bool, level: float = SPREAD_LEVEL, margin: float = MARGIN
+) -> Verdict:
+    """The verdict on the claim "`claimed` varies less between seeds than `other`" (module docstring); the arms'
+    metric is better higher or lower as `higher_is_better` says, which decides the side of chance each must be on."""
+    sign = 1.0 if higher_is_better else -1.0
+    if (unjudged := _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=margin)) is not None:
+        return unjudged
     (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
     n1, n2 = len(claimed.values), len(other.values)
     what = f"seed std {s1:.3g} ({claimed.name}) and {s2:.3g} ({other.name})"

@@ -1,5 +1,7 @@
 """The studies' verdict rule: each of the three verdicts, and every reason a comparison is not measurable."""
 
+import math
+
 import pytest
 
 from studies.common import NOT_MEASURABLE
@@ -13,6 +15,7 @@ from studies.verdict import (
     decide_spread,
     decide_threshold,
     mean_std,
+    pooled_std,
 )
 
 
@@ -66,13 +69,28 @@ def test_a_non_finite_seed_is_refused_naming_the_arm():
 def test_a_spread_claim_is_decided_by_the_f_test_of_the_seed_variances():
     steady = _arm("oglu", 1.00, 1.02, 0.98, 1.01, 0.99)  # std 0.0158
     noisy = _arm("linear", 1.0, 1.2, 0.8, 1.1, 0.9)  # std 0.158: variance ratio 100 > F(0.975; 4, 4) = 9.60
-    v = decide_spread(steady, noisy)
+    v = decide_spread(steady, noisy, higher_is_better=True)
     assert v.verdict == REPRODUCED and "F critical value 9.6" in v.reason
-    assert decide_spread(noisy, steady).verdict == NOT_REPRODUCED
+    assert decide_spread(noisy, steady, higher_is_better=True).verdict == NOT_REPRODUCED
     # Ratio 4 with 3 seeds each: F(0.975; 2, 2) = 39, far from decided.
-    v = decide_spread(_arm("a", 1.0, 1.1, 0.9), _arm("b", 1.0, 1.2, 0.8))
+    v = decide_spread(_arm("a", 1.0, 1.1, 0.9), _arm("b", 1.0, 1.2, 0.8), higher_is_better=True)
     assert v.verdict == NOT_MEASURABLE and "not beyond it" in v.reason
-    assert "the rule needs 3" in decide_spread(_arm("a", 1.0, 1.1), noisy).reason
+    assert "the rule needs 3" in decide_spread(_arm("a", 1.0, 1.1), noisy, higher_is_better=True).reason
+    # (b) as for means: two losses at chance (ln 10) are not judged, however different their spreads; and a
+    # claim whose other part is at chance is then not measurable, not "not reproduced".
+    at_chance = Arm("oglu", (2.30, 2.31, 2.29, 2.36, 2.24), 2.302585)
+    flat = Arm("orth. linear", (2.302, 2.3021, 2.3019, 2.302, 2.3021), 2.302585)
+    v = decide_spread(at_chance, flat, higher_is_better=False)
+    assert v.verdict == NOT_MEASURABLE and "not measurably past chance" in v.reason
+    parts = {"faster": decide(at_chance, flat, higher_is_better=False), "steadier": v}
+    assert combine(parts).verdict == NOT_MEASURABLE
+
+
+def test_the_pooled_std_weights_each_arm_by_its_degrees_of_freedom():
+    a = _arm("a", *[float(x) for x in range(10)])  # s² = 9.1667, 9 degrees of freedom
+    b = _arm("b", 0.0, 1.0, 2.0)  # s² = 1, 2 degrees of freedom
+    assert pooled_std(a, b) == pytest.approx(math.sqrt((9 * 9.1667 + 2 * 1.0) / 11), rel=1e-4)  # 2.87
+    assert pooled_std(b, _arm("c", 5.0, 7.0, 9.0)) == pytest.approx(math.sqrt((1.0 + 4.0) / 2))  # equal n: the mean
 
 
 def test_a_claim_of_several_parts_needs_every_part():
