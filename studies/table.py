@@ -4,8 +4,9 @@ from the study's own `summary` of benchmarks/studies/NAME/result.json, its verdi
     python -m studies.table            # rewrites the table in README.md, between its two marker lines
     python -m studies.table --check    # exit 1 when README.md's table is not what the results say
 
-A verdict recorded without the rule's parts (before `studies/verdict.py`) is marked "*(before the rule)*", except
-for the studies that compare no trained arms (`variance` and `parameter_budget`: no seeds to judge).
+A verdict recorded without the rule's parts (before `studies/verdict.py`) is shown as "not measurable at this
+budget *(recorded before the rule as …)*": the rule did not give it. The studies that compare no trained arms
+(`variance` and `parameter_budget`: no seeds to judge) keep theirs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from studies.common import ROOT
+from studies.common import NOT_MEASURABLE, ROOT
 
 NAMES = (
     "variance", "parameter_budget", "approximation", "kernel_convergence", "stability", "attention_distance",
@@ -37,8 +38,8 @@ def row(study, root: Path = ROOT) -> str:
     name = name_of(study)
     result = json.loads((root / name / "result.json").read_text())
     verdict = result["verdict"]
-    if "parts" not in result and name not in WITHOUT_ARMS:
-        verdict += " *(before the rule)*"
+    if "parts" not in result and name not in WITHOUT_ARMS:  # a verdict the rule did not give cannot stand as one
+        verdict = f"{NOT_MEASURABLE} *(recorded before the rule as {verdict})*"
     return f"| {study.CLAIM} | {study.PAPER} | {study.summary(result)} | {verdict} | `python -m studies.{name}` |"
 
 
