@@ -56,10 +56,11 @@ def finished_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: T
     """results.json of a workdir that has trained and evaluated `config`'s steps, after the checks every run
     passes (a config that would change the run is refused), else None. A finished run is not compiled, and its
     data, state and checkpoints are not touched: re-running a study over finished workdirs costs seconds."""
-    check_run(config, workdir, task)
     steps = config.train.steps
-    if not (workdir / "checkpoints" / str(steps)).exists():
+    # Two file lookups first: a run that is not finished goes on to `setup`, whose checks are these.
+    if not ((workdir / "checkpoints" / str(steps)).exists() and (workdir / "results.json").exists()):
         return None
+    check_run(config, workdir, task)
     results = _finished_results(workdir, steps, steps)
     if results is not None and jax.process_index() == 0:
         print(f"{workdir} already finished {steps} steps; results.json is unchanged", flush=True)
