@@ -1,22 +1,28 @@
 """ReLUFormer: "ReLU attention can capture more distant correlations" than softmax attention (docs/mixers.md). Mean
 attention distance per layer and head, and attention maps, of trained models on held-out inputs.
 
-    python -m studies.attention_distance          # studies.stability's seed-0 models (train them first)
-    python -m studies.attention_distance --gpu    # the seed-0 models of `studies.stability --gpu`
+    python -m studies.attention_distance          # studies.stability's models (train them first), ~1 min
+    python -m studies.attention_distance --gpu    # the models of `studies.stability --gpu`
     python -m studies.attention_distance --tiny   # trains studies.stability's --tiny models first, seconds
 
-The models are `studies.stability`'s at its first learning rate (ListOps, 512–1,024 tokens, 2 layers, 4 heads,
-post-LN): ReLU attention with the 1/√(n/2) factor against softmax, same data, optimiser and seed. The committed
-result was measured on the models of the study's earlier, pre-LN version. The attention matrix of every layer is read
-out of the mixer's own `attend` (what the trained model computes): its inputs are recorded on a forward pass
-of 8 test examples, then it is applied to one-hot values. The distance of query i is Σ_j a_ij |i − j| / Σ_j a_ij
-over the real keys (ReLU rows are not normalised; rows with no weight are skipped), averaged over real queries.
-Reproduced if ReLU's mean distance over all heads exceeds softmax's in every layer.
+The models are `studies.stability`'s at its first learning rate, one per seed (ListOps, 512–1,024 tokens, 2 layers,
+4 heads, post-LN): ReLU attention with the 1/√(n/2) factor against softmax, same data, optimiser and seeds. The
+attention matrix of every layer is read out of the mixer's own `attend` (what the trained model computes): its
+inputs are recorded on a forward pass of 8 test examples, then it is applied to one-hot values. The distance of
+query i is Σ_j a_ij |i − j| / Σ_j a_ij over the real keys (ReLU rows are not normalised; rows with no weight are
+skipped), averaged over real queries; a seed's figure is its mean over layers and heads.
+
+Judged by the studies' rule (studies/verdict.py), higher is better, in three parts: each arm's models learned the
+task (test accuracy measurably above the majority class), each arm's attention left the untrained pattern (its
+distance measurably away from uniform attention, which weights every real key alike — where softmax starts), and
+ReLU's distance beyond softmax's by more than the rule's margin. A model at chance or an attention at uniform says
+nothing of which attention reaches farther: "not measurable at this budget". `--report` judges result.json again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -24,9 +30,11 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from lra_flax.input_pipeline import majority_rate
 from lra_flax.tasks import make_task
 from studies import stability
-from studies.common import runs_root, study_main, study_readme, write_study
+from studies.common import NOT_MEASURABLE, result_preset, runs_root, study_main, study_readme, write_study
+from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, decide_threshold, judged, mean_std
 from zoo.files import read_json
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.models import stored_model_config
@@ -110,27 +118,35 @@ def mean_distance(weights: np.ndarray, real: np.ndarray) -> np.ndarray:
 def run(preset: str, out_dir: Path) -> dict:
     tiny, flag = preset == "tiny", "" if preset == "cpu" else f" --{preset}"
     root = runs_root(preset, out_dir / "stability", stability.RUNS)
-    if tiny and not (stability.arm_dir(root, ARMS[0], 0) / "results.json").exists():
+    seeds = stability.seeds_of(preset)
+    if tiny and not all((stability.arm_dir(root, arm, s) / "results.json").exists() for arm in ARMS for s in seeds):
         stability.run("tiny", root.parent)  # the tiny models, trained here
-    distances, maps = {}, {}
+    distances = {arm: [] for arm in ARMS}
+    accuracy = {arm: [] for arm in ARMS}
+    maps, uniform, majority = {}, None, None
     for arm in ARMS:
-        workdir = stability.arm_dir(root, arm, 0)
-        if not (workdir / "results.json").exists():
-            raise FileNotFoundError(f"{workdir} is not a finished run: run `python -m studies.stability{flag}` first")
-        model, _, task = load_run(workdir)
-        batch = next(iter(task.eval_batches("test")))
-        matrices = attention_matrices(model, batch["inputs"][:EXAMPLES])
-        distances[arm] = [mean_distance(w, real).tolist() for w, real in matrices]
-        weights, real = matrices[-1]
-        maps[arm] = (weights[0], int(real[0].sum()))
-        # The reference point: every real key weighted equally (≈ n/3 for n real tokens).
-        uniform = float(np.mean(mean_distance(np.ones_like(weights[:, :1]), real)))
-    per_layer = {arm: [float(np.mean(h)) for h in d] for arm, d in distances.items()}
-    farther = all(r > s for r, s in zip(per_layer[ARMS[0]], per_layer["softmax"], strict=True))
-    verdict = "reproduced" if farther else "not reproduced"
+        for seed in seeds:
+            workdir = stability.arm_dir(root, arm, seed)
+            if not (workdir / "results.json").exists():
+                raise FileNotFoundError(
+                    f"{workdir} is not a finished run: run `python -m studies.stability{flag}` first"
+                )
+            model, config, task = load_run(workdir)
+            accuracy[arm].append(float(read_json(workdir / "results.json", "train it again")["test_accuracy"]))
+            batch = next(iter(task.eval_batches("test")))
+            matrices = attention_matrices(model, batch["inputs"][:EXAMPLES])
+            distances[arm].append([mean_distance(w, real).tolist() for w, real in matrices])
+            weights, real = matrices[-1]
+            if seed == seeds[0]:
+                maps[arm] = (weights[0], int(real[0].sum()))
+            # The reference point: every real key weighted equally (≈ n/3 for n real tokens); the same examples
+            # for every model (the seeds change the initialisation and batch order, not the data).
+            uniform = float(np.mean(mean_distance(np.ones_like(weights[:, :1]), real)))
+            if majority is None:
+                majority = majority_rate(next((Path(config.data.dir) / "cache").glob("basic_test-*.array_record")))
     result = {
-        "mean_distance": distances, "mean_distance_per_layer": per_layer, "uniform_attention_distance": uniform,
-        "verdict": verdict, "tiny": tiny, "preset": preset,
+        "seeds": seeds, "mean_distance": distances, "test_accuracy": accuracy, "majority_rate": majority,
+        "uniform_attention_distance": uniform, "tiny": tiny, "preset": preset,
     }  # fmt: skip
 
     plt = pyplot()
@@ -141,36 +157,88 @@ def run(preset: str, out_dir: Path) -> dict:
             ax = axes[row, head]
             w = weights[head, :n, :n]
             ax.imshow(w / (np.abs(w).max() or 1.0), cmap="magma", interpolation="nearest")
-            ax.set_title(f"{arm}, head {head}: {distances[arm][-1][head]:.0f} tokens", fontsize=8)
+            ax.set_title(f"{arm}, head {head}: {distances[arm][0][-1][head]:.0f} tokens", fontsize=8)
             ax.set_xticks([])
             ax.set_yticks([])
-    fig.suptitle("Last layer's attention on one held-out ListOps example (rows: queries)", fontsize=10)
+    fig.suptitle(
+        f"Last layer's attention on one held-out ListOps example, seed {seeds[0]} (rows: queries)", fontsize=10
+    )
     fig.tight_layout()
     save_figure(fig, out_dir / "attention_distance.png")
+    return report(result, out_dir)
+
+
+def seed_distances(result: dict, arm: str) -> tuple[float, ...]:
+    """Per seed, the arm's mean distance over every layer and head."""
+    return tuple(float(np.mean([np.mean(heads) for heads in layers])) for layers in result["mean_distance"][arm])
+
+
+def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
+    """The verdict and its parts (module docstring): the controls first, the comparison only when they hold."""
+    uniform, majority = result["uniform_attention_distance"], result["majority_rate"]
+    parts = {}
+    for arm in ARMS:
+        accuracy = Arm(f"{arm} test accuracy", tuple(result["test_accuracy"][arm]), majority)
+        parts[f"{arm} learned the task (control)"] = decide_threshold(accuracy, majority, higher_is_better=True)
+        distance = Arm(f"{arm} mean distance", seed_distances(result, arm), uniform)
+        farther = mean_std(distance.values)[0] > uniform  # either side of uniform: the attention left it
+        parts[f"{arm} attention is not uniform (control)"] = decide_threshold(
+            distance, uniform, higher_is_better=farther
+        )  # fmt: skip
+    failed = [f"{name}: {v.reason}" for name, v in parts.items() if v.verdict != REPRODUCED]
+    if failed:
+        return Verdict(NOT_MEASURABLE, "a control failed: " + "; ".join(failed)), parts
+    relu, softmax = (Arm(f"{arm} mean distance", seed_distances(result, arm), -math.inf) for arm in ARMS)
+    parts["ReLU attends farther than softmax"] = decide(relu, softmax, higher_is_better=True)
+    return combine(parts), parts
+
+
+def report(result: dict, out_dir: Path) -> dict:
+    """The verdict under the studies' rule and README.md from the distances in `result` (the figure is run's)."""
+    if "seeds" not in result:
+        raise ValueError("this result.json was measured on one seed, before the rule: run the study again")
+    preset = result_preset(result)
+    verdict, parts = judge(result)
+    measured = ("seeds", "mean_distance", "test_accuracy", "majority_rate", "uniform_attention_distance", "tiny")
+    result = judged({**result, "preset": preset}, (*measured, "preset"), parts, verdict)
+    distances, uniform = result["mean_distance"], result["uniform_attention_distance"]
+
+    def per_layer(arm: str, layer: int) -> str:
+        values = [float(np.mean(layers[layer])) for layers in distances[arm]]
+        mean, std = mean_std(values)
+        return f"{mean:.1f} ± {std:.1f}"
 
     rows = "\n".join(
-        f"| {arm} | {layer} | {per_layer[arm][layer]:.1f} | {', '.join(f'{x:.1f}' for x in heads)} |"
+        f"| {arm} | {layer} | {per_layer(arm, layer)} | "
+        f"{', '.join(f'{np.mean([s[layer][h] for s in distances[arm]]):.1f}' for h in range(len(heads)))} |"
         for arm in ARMS
-        for layer, heads in enumerate(distances[arm])
+        for layer, heads in enumerate(distances[arm][0])
     )
     rows += f"\n| uniform (every real key alike) | any | {uniform:.1f} | — |"
-    config = stability.config_for(ARMS[0], 0, preset, root / "data")
+    accuracies = "; ".join(
+        f"{arm} {100 * mean_std(result['test_accuracy'][arm])[0]:.1f} ± "
+        f"{100 * mean_std(result['test_accuracy'][arm])[1]:.1f}%"
+        for arm in ARMS
+    )
+    config = stability.config_for(ARMS[0], 0, preset, Path("data"))
     model, train = config.model, config.train
+    seeds = ", ".join(map(str, result["seeds"]))
     readme = study_readme(
         "attention_distance", preset,
         title="Mean attention distance of trained ReLU and softmax attention",
         claim="(ReLUFormer, docs/mixers.md): ReLU attention captures more distant correlations than softmax attention.",
-        setting="the seed-0 models of `studies.stability` ("
-        + ("tiny" if tiny else f"ListOps, 512–1,024 tokens, 2 layers, d {model.d_model}, 4 heads, post-LN, "
-           f"{train.steps} steps at learning rate {train.learning_rate:g}")
-        + f"), {EXAMPLES} held-out examples; distance = Σ_j a_ij |i − j| / Σ_j a_ij over real tokens.",
-        table="| attention | layer | mean distance (tokens) | per head |\n|---|---|---|---|\n" + rows,
-        verdict=f"{verdict} (ReLU farther in every layer: {farther}).",
+        setting="the models of `studies.stability` at its first learning rate, seeds " + seeds + " ("
+        + ("tiny" if preset == "tiny" else f"ListOps, 512–1,024 tokens, {model.num_layers} layers, d {model.d_model}, "
+           f"{model.num_heads} heads, post-LN, {train.steps} steps at learning rate {train.learning_rate:g}")
+        + f"), {EXAMPLES} held-out examples; distance = Σ_j a_ij |i − j| / Σ_j a_ij over real tokens. Test accuracy "
+        f"{accuracies} (majority class {100 * result['majority_rate']:.1f}%).",
+        table="| attention | layer | mean distance (tokens), mean ± std over seeds | per head (mean over seeds) |\n"
+        "|---|---|---|---|\n" + rows,
+        verdict=f"{verdict.verdict} — {verdict.reason}.",
         figure="attention_distance.png",
         notes=f"read against the uniform row: attention that weights every real key alike is {uniform:.0f} tokens "
-        "away on average. A head above it reaches past the average key; a margin of a few tokens over softmax is "
-        "no evidence. These models are short-trained (near chance on ListOps, `studies.stability`), so the "
-        "comparison is of what each attention does early in training.",
+        "away on average, and softmax starts there. A model that has not left chance on ListOps has learned no "
+        "pattern of attention worth comparing: the rule asks both controls before the comparison.",
     )  # fmt: skip
     write_study(out_dir, result, readme)
     return result
@@ -181,14 +249,16 @@ PAPER = "qualitative"
 
 
 def summary(result: dict) -> str:
-    """The README's figures of a committed result.json (studies.table)."""
-    per_layer = result["mean_distance_per_layer"]
-    return (
-        "mean distance per layer: "
-        + "; ".join(f"{arm} {', '.join(f'{d:.0f}' for d in layers)}" for arm, layers in per_layer.items())
-        + f" tokens (uniform {result['uniform_attention_distance']:.0f}); seed 0"
-    )
+    """The README's figures of a committed result.json (studies.table), also of one recorded on one seed."""
+    uniform = f" tokens (uniform {result['uniform_attention_distance']:.0f})"
+    if "seeds" not in result:
+        per_layer = result["mean_distance_per_layer"]
+        layers = "; ".join(f"{arm} {', '.join(f'{d:.0f}' for d in ds)}" for arm, ds in per_layer.items())
+        return f"mean distance per layer: {layers}{uniform}; seed 0"
+    arms = ", ".join(f"{arm} {mean_std(seed_distances(result, arm))[0]:.0f} ± "
+                     f"{mean_std(seed_distances(result, arm))[1]:.0f}" for arm in ARMS)  # fmt: skip
+    return f"mean distance over layers and heads: {arms}{uniform}, {len(result['seeds'])} seeds"
 
 
 if __name__ == "__main__":
-    study_main("attention_distance", __doc__, run)
+    study_main("attention_distance", __doc__, run, report)

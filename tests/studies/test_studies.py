@@ -230,9 +230,11 @@ def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
     tmp_path, _ = stability_tiny  # the tiny stability runs are there already: nothing is trained again
     result = attention_distance.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "attention_distance.png")
-    assert set(result["mean_distance"]) == set(attention_distance.ARMS)
-    for arm, layers in result["mean_distance"].items():
+    assert set(result["mean_distance"]) == set(attention_distance.ARMS) and result["seeds"] == [0]
+    for arm, (layers,) in result["mean_distance"].items():  # one seed at --tiny
         assert len(layers) == 2 and all(len(heads) == 4 and all(x > 0 for x in heads) for heads in layers), arm
+        assert len(result["test_accuracy"][arm]) == 1 and 0 <= result["test_accuracy"][arm][0] <= 1
+    assert 0 < result["majority_rate"] < 1 and result["verdict"] == NOT_MEASURABLE  # one seed: the rule needs 3
     # The read-out matrices are what the mixers compute: applied to other values they give attend's output.
     for arm in attention_distance.ARMS:
         model, _, task = attention_distance.load_run(stability.arm_dir(tmp_path / "stability" / "runs", arm, 0))
@@ -252,6 +254,29 @@ def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
     first[..., 0] = 1.0
     assert np.allclose(attention_distance.mean_distance(first, real), np.mean([0, 1, 2, 3]))
     assert "| softmax | 1 |" in readme
+
+
+def test_attention_distance_compares_only_models_that_learned_and_left_uniform_attention():
+    def result(relu, softmax, relu_acc=(0.30, 0.31, 0.32), softmax_acc=(0.30, 0.31, 0.32)):
+        per_seed = lambda ds: [[[d, d], [d, d]] for d in ds]  # 2 layers × 2 heads, each at the seed's distance
+        return {
+            "seeds": [0, 1, 2], "preset": "cpu", "tiny": False, "majority_rate": 0.2, "uniform_attention_distance": 250,
+            "mean_distance": {"relu, 1/√(n/2)": per_seed(relu), "softmax": per_seed(softmax)},
+            "test_accuracy": {"relu, 1/√(n/2)": list(relu_acc), "softmax": list(softmax_acc)},
+        }  # fmt: skip
+
+    def verdict(*args, **kwargs):
+        return attention_distance.judge(result(*args, **kwargs))[0].verdict
+
+    assert verdict((300, 301, 302), (200, 201, 202)) == REPRODUCED
+    assert verdict((200, 201, 202), (300, 301, 302)) == NOT_REPRODUCED
+    assert verdict((300, 301, 302), (290, 310, 300)) == NOT_MEASURABLE  # the gap within the seeds' spread
+    # Softmax at uniform attention (where it starts): far apart, and still nothing to compare.
+    v, parts = attention_distance.judge(result((300, 301, 302), (249.5, 250, 250.5)))
+    assert v.verdict == NOT_MEASURABLE and "softmax attention is not uniform" in v.reason
+    assert "ReLU attends farther than softmax" not in parts
+    # Models at chance (the majority class) are not read, whatever their distances.
+    assert verdict((300, 301, 302), (200, 201, 202), relu_acc=(0.19, 0.2, 0.21)) == NOT_MEASURABLE
 
 
 def test_ffn_memory_judges_each_part_of_the_claim_by_the_rule():
