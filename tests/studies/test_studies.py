@@ -136,7 +136,23 @@ def test_kernel_convergence_trains_every_seed_of_both_kernels_and_resumes(tmp_pa
     again = kernel_convergence.run("tiny", tmp_path)
     assert _files_state(tmp_path / "runs") == every_run
     assert again["train_loss"] == result["train_loss"] and again["test_accuracy"] == result["test_accuracy"]
-    assert "| OGLU |" in readme
+    assert "| OGLU |" in readme and 0 < result["majority_rate"] < 1 and "| majority class |" in readme
+
+
+def test_kernel_convergence_compares_curves_only_of_kernels_past_the_majority_class():
+    def verdict(oglu, orth, oglu_acc=(0.4, 0.41, 0.42), orth_acc=(0.4, 0.41, 0.42)):
+        area = {"OGLU": np.asarray(oglu), "orth. linear": np.asarray(orth)}
+        accuracy = {"OGLU": list(oglu_acc), "orth. linear": list(orth_acc)}
+        return kernel_convergence.judge(area, accuracy, majority=0.2)
+
+    # Lower and steadier (variance ratio 10,000 over 3 seeds each, far past F's 39 at 5%): both parts hold.
+    assert verdict((1.0, 1.0001, 1.0002), (1.5, 1.51, 1.52))[0].verdict == REPRODUCED
+    assert verdict((1.5, 1.51, 1.52), (1.0, 1.0001, 1.0002))[0].verdict == NOT_REPRODUCED
+    v, parts = verdict((1.0, 1.01, 1.02), (1.5, 1.51, 1.52))  # as spread as each other: steadier cannot show
+    assert v.verdict == NOT_MEASURABLE and parts["faster"].verdict == REPRODUCED
+    # A kernel at the majority class on the test split: its curve is not read, whatever it is.
+    v, parts = verdict((1.0, 1.0001, 1.0002), (1.5, 1.51, 1.52), orth_acc=(0.19, 0.2, 0.21))
+    assert v.verdict == NOT_MEASURABLE and "orth. linear learned the task" in v.reason and "faster" not in parts
 
 
 @pytest.fixture(scope="module")
