@@ -11,7 +11,6 @@ stale cache, and are written atomically, so a failed run never leaves a half-wri
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from zoo.files import atomic_write_bytes, read_json
+from lra_flax import generator_record
 from zoo.models import SequenceClassifier
 from zoo.training import Task, classification_loss, flops
 from zoo.training import data as data_lib
@@ -70,14 +69,11 @@ def read_tsv(
             yield line_no, fields
 
 
-GENERATOR_RECORD = "generator.json"  # the data.generator settings generated data was written with
-
-
 def ensure_split_files(
     data: ml_collections.ConfigDict, split_files: dict[str, str], *, what: str, generate: Callable[[Path], None]
 ) -> Path:
     """data.dir holding every split file; when it holds none and data.generate is set, `generate(dir)` writes them
-    and records the `data.generator` settings beside them (GENERATOR_RECORD).
+    and records the `data.generator` settings beside them (`generator_record`).
 
     A folder with only some of the files is an error: regenerating would overwrite the others. So is one generated
     with other `data.generator` settings than the config's (the run would train on data its config.json does not
@@ -88,21 +84,15 @@ def ensure_split_files(
         raise NotADirectoryError(f"data.dir={data_dir} is a file, not a directory")
     names = list(split_files.values())
     missing = [f for f in names if not (data_dir / f).exists()]
-    # as JSON holds them (tuples become lists), so that the recorded settings compare equal
-    settings = json.loads(json.dumps(data.generator.to_dict())) if "generator" in data else None
+    settings = data.generator.to_dict() if "generator" in data else None
     if not missing:
-        record = data_dir / GENERATOR_RECORD
-        if settings is not None and record.exists():
-            recorded = read_json(record, "move it away (the data there is then used as it is)")
-            changed = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
-            if changed:
-                raise ValueError(
-                    f"data.dir={data_dir} holds {what} generated with other data.generator settings ("
-                    + ", ".join(f"{k}: {recorded.get(k)!r} there, {settings.get(k)!r} asked" for k in changed)
-                    + "): point data.dir elsewhere or ask for the same settings"
-                )
-        elif settings is not None:
-            print(f"data.dir={data_dir}: {what} not written by the generator, used as they are", flush=True)
+        if settings is None:
+            return data_dir
+        where, remedy = f"data.dir={data_dir}", "point data.dir elsewhere or ask for the same settings"
+        if not generator_record.check(
+            data_dir, settings, where=where, what=what, named="data.generator settings", remedy=remedy
+        ):
+            print(f"{where}: {what} not written by the generator, used as they are", flush=True)
         return data_dir
     present = [f for f in names if (data_dir / f).exists()]
     if present:
@@ -114,9 +104,7 @@ def ensure_split_files(
         )
     generate(data_dir)
     if settings is not None:
-        atomic_write_bytes(
-            data_dir / GENERATOR_RECORD, (json.dumps(settings, indent=1, sort_keys=True) + "\n").encode()
-        )
+        generator_record.write(data_dir, settings)
     return data_dir
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import multiprocessing
 import os
@@ -39,8 +38,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from lra_flax import generator_record
+
 DIFFICULTIES = {"easy": 6, "intermediate": 9, "hard": 14}  # contour length (paddles per target snake)
-GENERATOR_RECORD = "generator.json"  # written beside metadata/ in a generated folder: the settings
+GENERATOR_RECORD = generator_record.RECORD  # written beside metadata/ in a generated folder: the settings
 DIFFICULTY_DIRS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9", "hard": "curv_contour_length_14"}
 
 
@@ -607,12 +608,9 @@ def write_dataset(
     settings = {"generator": "lra_flax.pathfinder_generator", "seed": seed, "num_images": num_images}
     settings["images_per_batch"] = images_per_batch
     settings["params"] = dataclasses.asdict(params)
-    recorded = out / GENERATOR_RECORD
-    if recorded.exists() and json.loads(recorded.read_text()) != json.loads(json.dumps(settings)):
-        raise ValueError(
-            f"{out} holds images generated with other settings ({recorded}); use a new output_dir or delete it"
-        )
-    recorded.write_text(json.dumps(settings, indent=1) + "\n")
+    remedy = "use a new output_dir or delete it"
+    generator_record.check(out, settings, where=str(out), what="images", named="settings", remedy=remedy)
+    generator_record.write(out, settings)
     jobs = []
     for batch, start in enumerate(range(0, num_images, images_per_batch)):
         if not (out / "metadata" / f"{batch}.npy").exists():

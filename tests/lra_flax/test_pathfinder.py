@@ -29,7 +29,7 @@ def test_the_same_seed_writes_the_same_files_with_any_number_of_workers(tmp_path
     assert len(one) == 6 + 3 + 1 and one == two  # PNGs, 3 metadata files, generator.json
     # A re-run keeps finished batches and refuses other settings in the same folder.
     assert gen.write_dataset(tmp_path / "w1", PARAMS32, num_images=6, images_per_batch=2, progress=False)["images"] == 0
-    with pytest.raises(ValueError, match="generated with other settings"):
+    with pytest.raises(ValueError, match=r"holds images generated with other settings \(seed: 0 there, 1 asked\)"):
         gen.write_dataset(tmp_path / "w1", PARAMS32, num_images=6, seed=1, images_per_batch=2, progress=False)
 
 

@@ -1,0 +1,40 @@
+"""The settings that generated LRA data was written with, recorded beside it (generator.json).
+
+A run or a re-run that asks for other settings is refused with each field that differs, instead of training on, or
+adding to, data its config does not describe. Files without the record (a release's, a user's) are not checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from zoo.files import atomic_write_bytes, read_json
+
+RECORD = "generator.json"
+
+
+def as_recorded(settings: dict) -> dict:
+    """`settings` as JSON holds them (tuples become lists), so that they compare equal with a read record."""
+    return json.loads(json.dumps(settings))
+
+
+def check(directory: str | os.PathLike, settings: dict, *, where: str, what: str, named: str, remedy: str) -> bool:
+    """Whether `directory` has a record; raises ValueError, naming each field that differs, when its settings are
+    not `settings` ("`where` holds `what` generated with other `named` (field: a there, b asked): `remedy`")."""
+    path = Path(directory) / RECORD
+    if not path.exists():
+        return False
+    recorded, asked = read_json(path, "move it away (the data there is then used as it is)"), as_recorded(settings)
+    changed = sorted(k for k in set(recorded) | set(asked) if recorded.get(k) != asked.get(k))
+    if changed:
+        fields = ", ".join(f"{k}: {recorded.get(k)!r} there, {asked.get(k)!r} asked" for k in changed)
+        raise ValueError(f"{where} holds {what} generated with other {named} ({fields}): {remedy}")
+    return True
+
+
+def write(directory: str | os.PathLike, settings: dict) -> None:
+    atomic_write_bytes(
+        Path(directory) / RECORD, (json.dumps(as_recorded(settings), indent=1, sort_keys=True) + "\n").encode()
+    )
