@@ -77,12 +77,17 @@ def run(preset: str, out_dir: Path) -> dict:
         steps, loss = train_curve(workdir)
         curves[name].append(loss)
         accuracy[name].append(results["test_accuracy"])
-    majority = majority_rate(next((root / "data" / "cache").glob("basic_test-*.array_record")))
+    majority = held_out_majority_rate(root / "data")
     result = {
         "steps": steps, "seeds": list(range(SEEDS[preset])), "train_loss": curves, "test_accuracy": accuracy,
         "majority_rate": majority, "tiny": preset == "tiny", "preset": preset,
     }  # fmt: skip
     return report(result, out_dir)
+
+
+def held_out_majority_rate(data_dir: Path) -> float:
+    """The accuracy of always guessing the most frequent class of the runs' test split (their shared data)."""
+    return majority_rate(next((data_dir / "cache").glob("basic_test-*.array_record")))
 
 
 def judge(area: dict[str, np.ndarray], accuracy: dict[str, list[float]], majority: float):
