@@ -14,6 +14,7 @@ import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 import ml_collections
@@ -106,6 +107,11 @@ def ensure_split_files(
     if settings is not None:
         generator_record.write(data_dir, settings)
     return data_dir
+
+
+def release_files(split_files: dict[str, str]) -> Callable[[str, Any], list[Path]]:
+    """`LraTask.data_files` of a task whose `lra-data` writes the release's split files (`split_files`' names)."""
+    return lambda output_dir, flags: [Path(output_dir) / name for name in split_files.values()]
 
 
 def parse_label(text: str, num_classes: int, where: str) -> int:

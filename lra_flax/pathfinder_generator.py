@@ -41,7 +41,6 @@ from PIL import Image, ImageDraw
 from lra_flax import generator_record
 
 DIFFICULTIES = {"easy": 6, "intermediate": 9, "hard": 14}  # contour length (paddles per target snake)
-GENERATOR_RECORD = generator_record.RECORD  # written beside metadata/ in a generated folder: the settings
 DIFFICULTY_DIRS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9", "hard": "curv_contour_length_14"}
 
 

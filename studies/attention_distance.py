@@ -30,8 +30,8 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from lra_flax.input_pipeline import majority_rate
 from lra_flax.tasks import make_task
+from lra_flax.tasks.listops import held_out_majority_rate
 from studies import stability
 from studies.common import NOT_MEASURABLE, result_preset, runs_root, study_main, study_readme, write_study
 from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, decide_threshold, judged, mean_std
@@ -143,7 +143,7 @@ def run(preset: str, out_dir: Path) -> dict:
             # for every model (the seeds change the initialisation and batch order, not the data).
             uniform = float(np.mean(mean_distance(np.ones_like(weights[:, :1]), real)))
             if majority is None:
-                majority = majority_rate(next((Path(config.data.dir) / "cache").glob("basic_test-*.array_record")))
+                majority = held_out_majority_rate(config)
     result = {
         "seeds": seeds, "mean_distance": distances, "test_accuracy": accuracy, "majority_rate": majority,
         "uniform_attention_distance": uniform, "tiny": tiny, "preset": preset,

@@ -26,8 +26,8 @@ import ml_collections
 import numpy as np
 
 from lra_flax.configs.listops import get_config
-from lra_flax.input_pipeline import majority_rate
 from lra_flax.tasks import make_task
+from lra_flax.tasks.listops import held_out_majority_rate
 from studies.common import NOT_MEASURABLE, result_preset, runs_root, study_main, study_readme, write_study
 from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, decide_spread, decide_threshold, judged, mean_std
 from zoo.plots import pyplot, save_figure
@@ -77,17 +77,12 @@ def run(preset: str, out_dir: Path) -> dict:
         steps, loss = train_curve(workdir)
         curves[name].append(loss)
         accuracy[name].append(results["test_accuracy"])
-    majority = held_out_majority_rate(root / "data")
+    majority = held_out_majority_rate(config)  # the runs share their data
     result = {
         "steps": steps, "seeds": list(range(SEEDS[preset])), "train_loss": curves, "test_accuracy": accuracy,
         "majority_rate": majority, "tiny": preset == "tiny", "preset": preset,
     }  # fmt: skip
     return report(result, out_dir)
-
-
-def held_out_majority_rate(data_dir: Path) -> float:
-    """The accuracy of always guessing the most frequent class of the runs' test split (their shared data)."""
-    return majority_rate(next((data_dir / "cache").glob("basic_test-*.array_record")))
 
 
 def judge(area: dict[str, np.ndarray], accuracy: dict[str, list[float]], majority: float):

@@ -224,6 +224,11 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     }
 
 
+def held_out_majority_rate(config: ml_collections.ConfigDict) -> float:
+    """The accuracy of always guessing the most frequent class of `config`'s test split (the cache its runs read)."""
+    return input_pipeline.majority_rate(prepare(config)["test"])
+
+
 def make_task(config: ml_collections.ConfigDict) -> Task:
     return input_pipeline.classification_task(
         config,
@@ -231,12 +236,6 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         vocab_size=len(VOCAB),
         num_classes=NUM_CLASSES,
     )
-
-
-def data_files(output_dir: str, flags: Mapping[str, Any]) -> list[Path]:
-    """What `lra-data listops` writes in `output_dir`: the release's three TSVs."""
-    del flags
-    return [Path(output_dir) / name for name in SPLIT_FILES.values()]
 
 
 def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
@@ -262,7 +261,7 @@ SPECS = (
             "kernel paper: 3×AOGLU": 18.45,
         },
         write_data=write_data,
-        data_files=data_files,
+        data_files=input_pipeline.release_files(SPLIT_FILES),
     ),
 )
 

@@ -18,7 +18,6 @@ other than 0/1, or a PNG that does not decode is an error naming the file (and l
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,10 +27,11 @@ import ml_collections
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from lra_flax import input_pipeline, pathfinder_generator
+from lra_flax import generator_record, input_pipeline, pathfinder_generator
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.image import PIXEL_VOCAB_SIZE, check_pixel_model
 from lra_flax.tasks.spec import LraTask
+from zoo.files import read_json
 from zoo.training import Task
 
 NUM_CLASSES = 2
@@ -159,9 +159,9 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
 def make_task(config: ml_collections.ConfigDict) -> Task:
     def final_results(results):
         directory = dataset_dir(config.data.dir, config.data.resolution, config.data.difficulty)
-        record = directory / pathfinder_generator.GENERATOR_RECORD
+        record = directory / generator_record.RECORD  # written beside metadata/ by the generator
         if record.exists():
-            settings = json.loads(record.read_text())
+            settings = read_json(record, "move it away (the data there is then used as it is)")
             note = f"generated here: {settings['num_images']} images, seed {settings['seed']} (LRA's parameters)"
             return {"data_note": note}
         return {}

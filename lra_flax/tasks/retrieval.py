@@ -215,12 +215,6 @@ def _generated(config: ml_collections.ConfigDict) -> bool:
         return f.readline().split("\t")[1].startswith("bible-")
 
 
-def data_files(output_dir: str, flags: Mapping[str, Any]) -> list[Path]:
-    """What `lra-data retrieval` writes in `output_dir`: the release's three TSVs."""
-    del flags
-    return [Path(output_dir) / name for name in SPLIT_FILES.values()]
-
-
 def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
     """`lra-data retrieval`: Bible cross-reference pairs in the release's TSV format."""
     names = ("wheel_cache", "seed", "valid_fraction", "test_fraction", "same_book_negatives")
@@ -243,7 +237,7 @@ SPECS = (
             "kernel paper: 3×AOGLU": 72.57,
         },
         write_data=write_data,
-        data_files=data_files,
+        data_files=input_pipeline.release_files(SPLIT_FILES),
     ),
 )
 

@@ -488,7 +488,7 @@ def test_every_study_trains_exactly_its_planned_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel_convergence, "make_task", lambda config: None)
     monkeypatch.setattr(kernel_convergence, "train_curve", lambda workdir: ([1], [2.0]))
     monkeypatch.setattr(kernel_convergence, "report", lambda result, out_dir: result)
-    monkeypatch.setattr(kernel_convergence, "held_out_majority_rate", lambda data_dir: 0.2)
+    monkeypatch.setattr(kernel_convergence, "held_out_majority_rate", lambda config: 0.2)
     kernel_convergence.run("gpu", tmp_path)
     root = common.runs_root("gpu", tmp_path, kernel_convergence.RUNS)
     assert trained == [(str(w), c.to_json()) for _, w, c in kernel_convergence.planned_runs("gpu", root)]
