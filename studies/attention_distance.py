@@ -33,8 +33,8 @@ from flax import nnx
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate
 from studies import stability
-from studies.common import NOT_MEASURABLE, result_preset, runs_root, study_main, study_readme, write_study
-from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, decide_threshold, judged, mean_std
+from studies.common import result_preset, runs_root, study_main, study_readme, write_study
+from studies.verdict import Arm, Verdict, combine, decide, decide_threshold, failed_controls, judged, learned, mean_std
 from zoo.files import read_json
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.models import stored_model_config
@@ -178,16 +178,14 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
     uniform, majority = result["uniform_attention_distance"], result["majority_rate"]
     parts = {}
     for arm in ARMS:
-        accuracy = Arm(f"{arm} test accuracy", tuple(result["test_accuracy"][arm]), majority)
-        parts[f"{arm} learned the task (control)"] = decide_threshold(accuracy, majority, higher_is_better=True)
+        parts[f"{arm} learned the task (control)"] = learned(arm, result["test_accuracy"][arm], majority)
         distance = Arm(f"{arm} mean distance", seed_distances(result, arm), uniform)
         farther = mean_std(distance.values)[0] > uniform  # either side of uniform: the attention left it
         parts[f"{arm} attention is not uniform (control)"] = decide_threshold(
             distance, uniform, higher_is_better=farther
         )  # fmt: skip
-    failed = [f"{name}: {v.reason}" for name, v in parts.items() if v.verdict != REPRODUCED]
-    if failed:
-        return Verdict(NOT_MEASURABLE, "a control failed: " + "; ".join(failed)), parts
+    if (unjudged := failed_controls(parts)) is not None:
+        return unjudged, parts
     relu, softmax = (Arm(f"{arm} mean distance", seed_distances(result, arm), -math.inf) for arm in ARMS)
     parts["ReLU attends farther than softmax"] = decide(relu, softmax, higher_is_better=True)
     return combine(parts), parts

@@ -28,8 +28,8 @@ import numpy as np
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate
-from studies.common import NOT_MEASURABLE, result_preset, runs_root, study_main, study_readme, write_study
-from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, decide_spread, decide_threshold, judged, mean_std
+from studies.common import result_preset, runs_root, study_main, study_readme, write_study
+from studies.verdict import Arm, combine, decide, decide_spread, failed_controls, judged, learned, mean_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
@@ -88,15 +88,9 @@ def run(preset: str, out_dir: Path) -> dict:
 def judge(area: dict[str, np.ndarray], accuracy: dict[str, list[float]], majority: float):
     """The verdict and its parts: each kernel past the majority class on the test split (the rule's chance check,
     on the held-out split), then "faster" and "steadier" on the areas, whose own chance check is then moot."""
-    parts = {
-        f"{name} learned the task (control)": decide_threshold(
-            Arm(f"{name} test accuracy", tuple(map(float, accuracy[name])), majority), majority, higher_is_better=True
-        )
-        for name in KERNELS
-    }
-    failed = [f"{name}: {v.reason}" for name, v in parts.items() if v.verdict != REPRODUCED]
-    if failed:
-        return Verdict(NOT_MEASURABLE, "a control failed: " + "; ".join(failed)), parts
+    parts = {f"{name} learned the task (control)": learned(name, accuracy[name], majority) for name in KERNELS}
+    if (unjudged := failed_controls(parts)) is not None:
+        return unjudged, parts
     arms = {name: Arm(name, tuple(map(float, a)), chance=math.inf) for name, a in area.items()}
     parts["faster"] = decide(arms["OGLU"], arms["orth. linear"], higher_is_better=False)
     parts["steadier"] = decide_spread(arms["OGLU"], arms["orth. linear"], higher_is_better=False)

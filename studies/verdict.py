@@ -142,6 +142,19 @@ def decide_spread(
     return Verdict(REPRODUCED if s1 < s2 else NOT_REPRODUCED, what)
 
 
+def learned(name: str, accuracies, majority: float) -> Verdict:
+    """A control: "`name` learned the task", its held-out accuracy per seed past the majority class (chance)."""
+    return decide_threshold(Arm(f"{name} test accuracy", tuple(map(float, accuracies)), majority), majority,
+                            higher_is_better=True)  # fmt: skip
+
+
+def failed_controls(controls: dict[str, Verdict]) -> Verdict | None:
+    """ "Not measurable", naming every control that does not hold (each must be reproduced before the claim's
+    comparison is read), else None."""
+    failed = [f"{name}: {v.reason}" for name, v in controls.items() if v.verdict != REPRODUCED]
+    return Verdict(NOT_MEASURABLE, "a control failed: " + "; ".join(failed)) if failed else None
+
+
 def combine(parts: dict[str, Verdict]) -> Verdict:
     """A claim made of parts: reproduced when every part is, not reproduced when any is not, else not measurable."""
     kinds = {v.verdict for v in parts.values()}

@@ -111,3 +111,15 @@ def test_a_level_claim_needs_the_seeds_beyond_the_threshold_by_the_margin():
     noise = _arm("layer 1", 0.03, 0.031, 0.029, chance=0.03)
     assert "not measurably past chance" in decide_threshold(noise, 0.5, higher_is_better=True).reason
     assert "the rule needs 3" in decide_threshold(_arm("a", 0.7, 0.7), 0.5, higher_is_better=True).reason
+
+
+def test_controls_must_all_hold_before_a_comparison_is_read():
+    from studies.verdict import failed_controls, learned
+
+    past, at_chance = learned("a", (0.40, 0.41, 0.42), 0.2), learned("b", (0.19, 0.20, 0.21), 0.2)
+    assert past.verdict == REPRODUCED and at_chance.verdict == NOT_MEASURABLE
+    assert failed_controls({"a learned": past}) is None
+    unjudged = failed_controls({"a learned": past, "b learned": at_chance, "c": learned("c", (0.4, 0.4), 0.2)})
+    assert unjudged.verdict == NOT_MEASURABLE
+    assert "b learned: b test accuracy is not measurably past chance" in unjudged.reason
+    assert "c: c test accuracy has 2 seed(s)" in unjudged.reason and "a learned" not in unjudged.reason
