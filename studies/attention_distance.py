@@ -139,10 +139,9 @@ def run(preset: str, out_dir: Path) -> dict:
             weights, real = matrices[-1]
             if seed == seeds[0]:
                 maps[arm] = (weights[0], int(real[0].sum()))
-            # The reference point: every real key weighted equally (≈ n/3 for n real tokens); the same examples
-            # for every model (the seeds change the initialisation and batch order, not the data).
-            uniform = float(np.mean(mean_distance(np.ones_like(weights[:, :1]), real)))
-            if majority is None:
+            if majority is None:  # every model read the same data (seeds change the initialisation and batch order)
+                # The reference points: every real key weighted equally (≈ n/3 for n real tokens), the majority class.
+                uniform = float(np.mean(mean_distance(np.ones_like(weights[:, :1]), real)))
                 majority = held_out_majority_rate(config)
     result = {
         "seeds": seeds, "mean_distance": distances, "test_accuracy": accuracy, "majority_rate": majority,
