@@ -18,12 +18,12 @@ from flax import nnx
 from mlm_flax import glue
 from mlm_flax import input_pipeline as mlm_pipeline
 from mlm_flax.task import TOKENIZER_FILE
-from zoo.files import as_path, read_json
+from zoo.files import as_path
 from zoo.models import MaskedLM, TextClassifier
 from zoo.text import SentencePieceTokenizer
 from zoo.training import Task, flops
 from zoo.training import data as data_lib
-from zoo.training.config import flatten_config
+from zoo.training.config import flatten_config, read_run_config
 from zoo.training.losses import classification_loss
 from zoo.training.state import restore_model
 
@@ -41,12 +41,8 @@ def pretrained_run(config: ml_collections.ConfigDict) -> tuple[Path, dict]:
             raise FileNotFoundError(
                 f"pretrained.workdir={workdir} has no {name}; it must be an mlm-train workdir with a checkpoint"
             )
-    config = read_json(workdir / "config.json", "a damaged workdir: restore the file")
-    if config.get("task") not in ("mlm", "clm"):
-        raise ValueError(
-            f"pretrained.workdir={workdir} is a {config.get('task')!r} run; fine-tuning starts from an mlm-train run"
-        )
-    return workdir, config
+    reader = "fine-tuning starts from an mlm-train run (pretrained.workdir)"
+    return workdir, read_run_config(workdir, reader=reader, tasks=("mlm", "clm")).to_dict()
 
 
 def model_differences(pretrained: dict, model: ml_collections.ConfigDict) -> list[str]:

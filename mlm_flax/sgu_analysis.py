@@ -6,35 +6,35 @@ import math
 import os
 from pathlib import Path
 
-import ml_collections
 import numpy as np
 
 from mlm_flax import glue
 from mlm_flax.task import TOKENIZER_FILE
-from zoo.files import as_path, read_json
+from zoo.files import as_path
 from zoo.mixers.sgu import SpatialGatingMixer, toeplitz_score
-from zoo.models import MaskedLM, TextClassifier, stored_model_config
+from zoo.models import MaskedLM, TextClassifier
 from zoo.plots import pyplot, save_figure
 from zoo.text import SentencePieceTokenizer
+from zoo.training.config import read_run_config
 from zoo.training.state import restore_model
 
 
 def load_model(workdir: str | os.PathLike, step: int | None = None):
     """(model, config, step) of an mlm-train / mlm-finetune workdir's checkpoint."""
     workdir = as_path(workdir)
-    for name in ("config.json", TOKENIZER_FILE):
-        if not (workdir / name).is_file():
-            raise FileNotFoundError(f"{workdir} has no {name}: not an mlm-train or mlm-finetune workdir")
-    config = ml_collections.ConfigDict(read_json(workdir / "config.json", "a damaged workdir: restore the file"))
-    config.model = stored_model_config(config.model.to_dict())
+    config = read_run_config(
+        workdir, reader="mlm-inspect reads mlm-train and mlm-finetune runs", tasks=("mlm", "mlm_finetune")
+    )
+    if not (workdir / TOKENIZER_FILE).is_file():
+        raise FileNotFoundError(f"{workdir} has no {TOKENIZER_FILE}: not an mlm-train or mlm-finetune workdir")
     vocab = SentencePieceTokenizer.load(workdir / TOKENIZER_FILE).vocab_size
     if config.task == "mlm":
         build = lambda rngs: MaskedLM(config.model, vocab_size=vocab, rngs=rngs)
     elif config.task == "mlm_finetune":
         classes = len(glue.task_spec(config.data.task).labels)
         build = lambda rngs: TextClassifier(config.model, vocab_size=vocab, num_classes=classes, rngs=rngs)
-    else:
-        raise ValueError(f"{workdir}/config.json is a {config.task!r} run; mlm-inspect reads mlm and mlm_finetune runs")
+    else:  # read_run_config refused every other task
+        raise AssertionError(config.task)
     model, step = restore_model(build, config.train, workdir / "checkpoints", step=step)
     return model, config, step
 

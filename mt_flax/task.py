@@ -15,13 +15,14 @@ from mt_flax import bleu
 from mt_flax import input_pipeline as pipeline
 from mt_flax.configs.translation import DECODE_FIELDS
 from zoo import config_fields
-from zoo.files import as_path, read_json
-from zoo.models import EncoderDecoder, stored_model_config
+from zoo.files import as_path
+from zoo.models import EncoderDecoder
 from zoo.models.decoding import translate
 from zoo.progress import WorkProgress
 from zoo.text import BOS_ID, EOS_ID, PAD_ID, load_tokenizer
 from zoo.training import Task, flops, token_cross_entropy
 from zoo.training import data as data_lib
+from zoo.training.config import read_run_config
 from zoo.training.state import restore_model
 
 
@@ -143,13 +144,7 @@ def final_results(results: dict) -> dict:
 def load_run(workdir: str | Path, step: int | None = None):
     """(config, tokenizer, model in eval mode, step) of an mt-train workdir."""
     workdir = as_path(workdir)
-    config_path = workdir / "config.json"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path} does not exist: --workdir must be an mt-train run directory")
-    config = ml_collections.ConfigDict(read_json(config_path, "a damaged workdir: restore the file"))
-    if config.get("task") != "translation":
-        raise ValueError(f"{config_path} is a {config.get('task')!r} run; mt-translate reads mt-train runs")
-    config.model = stored_model_config(config.model.to_dict())
+    config = read_run_config(workdir, reader="mt-translate reads mt-train runs", tasks=("translation",))
     # Decoding fields added since a run was written take the value older runs decoded with.
     config.decode = ml_collections.ConfigDict({"length_penalty_form": "gnmt", **config.decode.to_dict()})
     tok_path = next((workdir / n for n in ("spm.model", "vocab.txt") if (workdir / n).exists()), None)

@@ -26,7 +26,6 @@ import math
 from pathlib import Path
 
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from flax import nnx
 
@@ -37,8 +36,8 @@ from studies.common import result_preset, runs_root, study_main, study_readme, w
 from studies.verdict import Arm, Verdict, combine, decide, decide_threshold, failed_controls, judged, learned, mean_std
 from zoo.files import read_json
 from zoo.mixers.attention import MultiHeadMixer
-from zoo.models import stored_model_config
 from zoo.plots import pyplot, save_figure
+from zoo.training.config import read_run_config
 from zoo.training.state import restore_model
 
 ARMS = ("relu, 1/√(n/2)", "softmax")
@@ -47,8 +46,7 @@ EXAMPLES = 8
 
 def load_run(workdir: Path):
     """(model in eval mode, config, task) of a finished lra-train workdir."""
-    config = ml_collections.ConfigDict(read_json(workdir / "config.json", "a damaged workdir: train it again"))
-    config.model = stored_model_config(config.model.to_dict())
+    config = read_run_config(workdir, reader="attention_distance reads the lra-train runs of the stability study")
     task = make_task(config)
     model, _ = restore_model(task.build_model, config.train, workdir / "checkpoints")
     model.eval()

@@ -42,6 +42,21 @@ def test_a_workdir_s_damaged_or_foreign_config_json_is_named(tmp_path):
         pretrained_run(finetune)
 
 
+def test_a_run_s_config_is_read_with_its_model_fields_completed(tmp_path):
+    from zoo.models import model_config
+    from zoo.training.config import read_run_config
+
+    with pytest.raises(FileNotFoundError, match=rf"{tmp_path}/config.json does not exist; the reader reads runs"):
+        read_run_config(tmp_path, reader="the reader reads runs")
+    # A run written before most model fields existed: they come back at their defaults, the recorded ones kept.
+    (tmp_path / "config.json").write_text('{"task": "listops", "model": {"mixer": "linear", "d_model": 24}}')
+    config = read_run_config(tmp_path, reader="the reader reads runs", tasks=("listops", "text"))
+    assert config.model.mixer == "linear" and config.model.d_model == 24
+    assert config.model.num_layers == model_config().num_layers
+    with pytest.raises(ValueError, match=r"config.json is a 'listops' run; the reader reads runs"):
+        read_run_config(tmp_path, reader="the reader reads runs", tasks=("translation",))
+
+
 def test_output_dir_checks(tmp_path, monkeypatch):
     a_file = tmp_path / "file"
     a_file.write_text("x")

@@ -239,3 +239,23 @@ def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike) 
     path = as_path(workdir) / "config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, config_to_json(config).encode())
+
+
+def read_run_config(
+    workdir: str | os.PathLike, *, reader: str, tasks: tuple[str, ...] = ()
+) -> ml_collections.ConfigDict:
+    """A finished or running workdir's config.json, its model section with the fields added since it was written
+    at the values older runs computed with (`zoo.models.stored_model_config`). A missing or damaged file, and a run
+    of a task outside `tasks` (any task when empty), are refused naming the file; `reader` ends each message by
+    saying what reads which runs ("mt-translate reads mt-train runs")."""
+    from zoo.models import stored_model_config  # zoo.models imports zoo.training
+
+    path = as_path(workdir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; {reader}")
+    config = ml_collections.ConfigDict(read_json(path, "a damaged workdir: restore the file"))
+    if tasks and config.get("task") not in tasks:
+        raise ValueError(f"{path} is a {config.get('task')!r} run; {reader}")
+    if "model" in config:
+        config.model = stored_model_config(config.model.to_dict())
+    return config
