@@ -178,35 +178,41 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
     kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
     do = d_out.transpose(0, 2, 1, 3)
+    # q and dO once more with the query axis last: dK and dV contract the query axis, and as [d, q] @ [q, k] XLA:CPU
+    # hands those products to its matmul library instead of Eigen (op fwd+bwd at B4 T2001 H8: 5-7% faster).
+    qt, dot = q.transpose(0, 2, 3, 1), d_out.transpose(0, 2, 3, 1)
     scale = 1.0 / math.sqrt(d)
 
-    def block(qr, dor, fr, kj, vj, mj, j, q_offset, causal=causal):
-        """One key block against query rows `qr` (from position `q_offset`): the block's five matmuls."""
+    def block(qr, qr_t, dor, dor_t, fr, kj, vj, mj, j, q_offset, causal=causal):
+        """One key block against query rows `qr` (from position `q_offset`; `qr_t`, `dor_t`: q and dO with the
+        query axis last): the block's five matmuls. dK and dV come out transposed, `[B, H, d, bk]`."""
         s, vis = block_scores(qr, kj, mj, j, bk, causal, q_offset=q_offset)
         p = jnp.where(vis, jax.nn.relu(s), 0.0)
         a = p * fr[..., None]
-        dv_j = jnp.einsum("bhqk,bhqd->bhkd", a.astype(dor.dtype), dor, preferred_element_type=jnp.float32)
+        dv_t = jnp.einsum("bhdq,bhqk->bhdk", dor_t, a.astype(dor.dtype), preferred_element_type=jnp.float32)
         dp = jnp.einsum("bhqd,bhkd->bhqk", dor, vj, preferred_element_type=jnp.float32)
         ds = jnp.where(vis & (s > 0), dp * fr[..., None], 0.0) * scale
         dq_rows = jnp.einsum("bhqk,bhkd->bhqd", ds.astype(q.dtype), kj, preferred_element_type=jnp.float32)
-        dk_j = jnp.einsum("bhqk,bhqd->bhkd", ds.astype(q.dtype), qr, preferred_element_type=jnp.float32)
-        return dq_rows, jnp.sum(p * dp, axis=-1), dk_j, dv_j
+        dk_t = jnp.einsum("bhdq,bhqk->bhdk", qr_t, ds.astype(q.dtype), preferred_element_type=jnp.float32)
+        return dq_rows, jnp.sum(p * dp, axis=-1), dk_t, dv_t
 
     if block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
         rows = nb * bk
         qp, dop, fp = pad_rows(qh, rows), pad_rows(do, rows), pad_rows(factor, rows)
+        qp_t, dop_t = pad_rows(qt, rows, axis=3), pad_rows(dot, rows, axis=3)
         dq_blocks, pdp_blocks = [], []
         dk_acc, dv_acc = [None] * nb, [None] * nb
         for i in range(nb):
             r = slice(i * bk, (i + 1) * bk)
             dq_i = pdp_i = None
             for j in range(i + 1):
-                tile = (qp[:, :, r], dop[:, :, r], fp[:, :, r], kb[j], vb[j], mb[j], j, i * bk)
-                dq_t, pdp_t, dk_t, dv_t = block(*tile, causal=j == i)  # only diagonal tiles need the causal mask
-                dq_i = dq_t if dq_i is None else dq_i + dq_t
-                pdp_i = pdp_t if pdp_i is None else pdp_i + pdp_t
-                dk_acc[j] = dk_t if dk_acc[j] is None else dk_acc[j] + dk_t
-                dv_acc[j] = dv_t if dv_acc[j] is None else dv_acc[j] + dv_t
+                rows_i = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r], fp[:, :, r])
+                tile = (*rows_i, kb[j], vb[j], mb[j], j, i * bk)
+                dq_ij, pdp_ij, dk_ij, dv_ij = block(*tile, causal=j == i)  # only diagonal tiles need the causal mask
+                dq_i = dq_ij if dq_i is None else dq_i + dq_ij
+                pdp_i = pdp_ij if pdp_i is None else pdp_i + pdp_ij
+                dk_acc[j] = dk_ij if dk_acc[j] is None else dk_acc[j] + dk_ij
+                dv_acc[j] = dv_ij if dv_acc[j] is None else dv_acc[j] + dv_ij
             dq_blocks.append(dq_i)
             pdp_blocks.append(pdp_i)
         dq = jnp.concatenate(dq_blocks, axis=2)[:, :, :tq]
@@ -217,7 +223,7 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
         def body(carry, xs):
             dq, p_dot_dp = carry
             kj, vj, mj, j = xs
-            dq_rows, pdp, dk_j, dv_j = block(qh, do, factor, kj, vj, mj, j, 0)
+            dq_rows, pdp, dk_j, dv_j = block(qh, qt, do, dot, factor, kj, vj, mj, j, 0)
             return (dq + dq_rows, p_dot_dp + pdp), (dk_j, dv_j)
 
         carry0 = (jnp.zeros((b, h, tq, d), jnp.float32), jnp.zeros((b, h, tq), jnp.float32))
@@ -227,8 +233,8 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
     d_gamma = -jnp.sum(factor * p_dot_dp, axis=(0, 2)) / gamma_h
     return (
         dq.transpose(0, 2, 1, 3).astype(q.dtype),
-        unblock(dk_b, tk).astype(k.dtype),
-        unblock(dv_b, tk).astype(v.dtype),
+        unblock(jnp.swapaxes(dk_b, -1, -2), tk).astype(k.dtype),
+        unblock(jnp.swapaxes(dv_b, -1, -2), tk).astype(v.dtype),
         None,
         d_gamma.astype(gamma_h.dtype),
     )
