@@ -275,37 +275,40 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
     kept_scale = keep_scale(rate)
     kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh, do = q.transpose(0, 2, 1, 3), d_out.transpose(0, 2, 1, 3)
+    # q and dO once more with the query axis last, so that dKᵀ and dVᵀ are [d, q] @ [q, k] products, which XLA:CPU
+    # hands to its matmul library rather than Eigen (kernels/relu_attention.py measured the same change).
+    qt, dot = q.transpose(0, 2, 3, 1), d_out.transpose(0, 2, 3, 1)
     delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
 
-    def tile(qr, dor, lse_r, delta_r, kj, vj, mj, j, q_offset, causal):
+    def tile(qr, qr_t, dor, dor_t, lse_r, delta_r, kj, vj, mj, j, q_offset, causal):
         s, vis = block_scores(qr, kj, mj, j, bk, causal, q_offset=q_offset)
         p = jnp.where(vis, jnp.exp(s - lse_r[..., None]), 0.0)
         keep = _block_keep(seed, rate, q, q_offset + jnp.arange(qr.shape[2]), j * bk, bk)
         kept = p if keep is None else jnp.where(keep, p * kept_scale, 0.0)
-        dv_j = jnp.einsum("bhqk,bhqd->bhkd", kept.astype(dor.dtype), dor, preferred_element_type=jnp.float32)
+        dv_t = jnp.einsum("bhdq,bhqk->bhdk", dor_t, kept.astype(dor.dtype), preferred_element_type=jnp.float32)
         dp = jnp.einsum("bhqd,bhkd->bhqk", dor, vj, preferred_element_type=jnp.float32)
         if keep is not None:
             dp = jnp.where(keep, dp * kept_scale, 0.0)
         ds = (p * (dp - delta_r[..., None]) * scale).astype(q.dtype)
         dq_rows = jnp.einsum("bhqk,bhkd->bhqd", ds, kj, preferred_element_type=jnp.float32)
-        dk_j = jnp.einsum("bhqk,bhqd->bhkd", ds, qr, preferred_element_type=jnp.float32)
-        return dq_rows, dk_j, dv_j
+        dk_t = jnp.einsum("bhdq,bhqk->bhdk", qr_t, ds, preferred_element_type=jnp.float32)
+        return dq_rows, dk_t, dv_t  # dK and dV transposed, [B, H, d, bk]
 
     if block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
         rows = nb * bk
         qp, dop = pad_rows(qh, rows), pad_rows(do, rows)
+        qp_t, dop_t = pad_rows(qt, rows, axis=3), pad_rows(dot, rows, axis=3)
         lsep, deltap = pad_rows(lse, rows), pad_rows(delta, rows)  # padded rows: do = 0, so they add nothing
         dq_blocks, dk_acc, dv_acc = [], [None] * nb, [None] * nb
         for i in range(nb):
             r = slice(i * bk, (i + 1) * bk)
             dq_i = None
             for j in range(i + 1):
-                dq_t, dk_t, dv_t = tile(
-                    qp[:, :, r], dop[:, :, r], lsep[:, :, r], deltap[:, :, r], kb[j], vb[j], mb[j], j, i * bk, j == i
-                )
-                dq_i = dq_t if dq_i is None else dq_i + dq_t
-                dk_acc[j] = dk_t if dk_acc[j] is None else dk_acc[j] + dk_t
-                dv_acc[j] = dv_t if dv_acc[j] is None else dv_acc[j] + dv_t
+                rows_i = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r], lsep[:, :, r], deltap[:, :, r])
+                dq_ij, dk_ij, dv_ij = tile(*rows_i, kb[j], vb[j], mb[j], j, i * bk, j == i)
+                dq_i = dq_ij if dq_i is None else dq_i + dq_ij
+                dk_acc[j] = dk_ij if dk_acc[j] is None else dk_acc[j] + dk_ij
+                dv_acc[j] = dv_ij if dv_acc[j] is None else dv_acc[j] + dv_ij
             dq_blocks.append(dq_i)
         dq = jnp.concatenate(dq_blocks, axis=2)[:, :, :tq]
         dk_b, dv_b = jnp.stack(dk_acc), jnp.stack(dv_acc)
@@ -313,15 +316,15 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
 
         def body(dq, xs):
             kj, vj, mj, j = xs
-            dq_rows, dk_j, dv_j = tile(qh, do, lse, delta, kj, vj, mj, j, 0, causal)
+            dq_rows, dk_j, dv_j = tile(qh, qt, do, dot, lse, delta, kj, vj, mj, j, 0, causal)
             return dq + dq_rows, (dk_j, dv_j)
 
         dq, (dk_b, dv_b) = lax.scan(body, jnp.zeros((b, h, tq, d), jnp.float32), (kb, vb, mb, jnp.arange(nb)))
     tk = k.shape[1]
     return (
         dq.transpose(0, 2, 1, 3).astype(q.dtype),
-        unblock(dk_b, tk).astype(k.dtype),
-        unblock(dv_b, tk).astype(v.dtype),
+        unblock(jnp.swapaxes(dk_b, -1, -2), tk).astype(k.dtype),
+        unblock(jnp.swapaxes(dv_b, -1, -2), tk).astype(v.dtype),
         None,
         None,
     )
