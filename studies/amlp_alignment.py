@@ -36,7 +36,18 @@ from studies.common import (
     write_study,
 )
 from studies.mlm_setting import RUNS, SEEDS, budget, mlm_config, train
-from studies.verdict import MIN_SEEDS, REPRODUCED, Arm, Verdict, combine, decide, decide_threshold, judged, mean_std
+from studies.verdict import (
+    MIN_SEEDS,
+    REPRODUCED,
+    Arm,
+    Verdict,
+    combine,
+    decide,
+    decide_threshold,
+    judged,
+    mean_pm_std,
+    mean_std,
+)
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
 
@@ -212,7 +223,7 @@ def report(result: dict, out_dir: Path) -> dict:
     fig.tight_layout()
     save_figure(fig, out_dir / "amlp_alignment.png")
 
-    cell = lambda p: f"{mean_std(p)[0]:.2f} ± {mean_std(p)[1]:.2f}"
+    cell = lambda p: mean_pm_std(p, 2)
     rows = "\n".join(
         f"| {name} | {parameters[name]:,} | {cell(perplexity['copy'][name])} | {cell(perplexity['KJV'][name])} |"
         for name in ARCHS

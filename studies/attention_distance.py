@@ -33,7 +33,18 @@ from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate
 from studies import stability
 from studies.common import result_preset, runs_root, study_main, study_readme, write_study
-from studies.verdict import Arm, Verdict, combine, decide, decide_threshold, failed_controls, judged, learned, mean_std
+from studies.verdict import (
+    Arm,
+    Verdict,
+    combine,
+    decide,
+    decide_threshold,
+    failed_controls,
+    judged,
+    learned,
+    mean_pm_std,
+    mean_std,
+)
 from zoo.files import read_json
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.plots import pyplot, save_figure
@@ -199,9 +210,7 @@ def report(result: dict, out_dir: Path) -> dict:
     distances, uniform = result["mean_distance"], result["uniform_attention_distance"]
 
     def per_layer(arm: str, layer: int) -> str:
-        values = [float(np.mean(layers[layer])) for layers in distances[arm]]
-        mean, std = mean_std(values)
-        return f"{mean:.1f} ± {std:.1f}"
+        return mean_pm_std([float(np.mean(layers[layer])) for layers in distances[arm]], 1)
 
     rows = "\n".join(
         f"| {arm} | {layer} | {per_layer(arm, layer)} | "
@@ -210,11 +219,7 @@ def report(result: dict, out_dir: Path) -> dict:
         for layer, heads in enumerate(distances[arm][0])
     )
     rows += f"\n| uniform (every real key alike) | any | {uniform:.1f} | — |"
-    accuracies = "; ".join(
-        f"{arm} {100 * mean_std(result['test_accuracy'][arm])[0]:.1f} ± "
-        f"{100 * mean_std(result['test_accuracy'][arm])[1]:.1f}%"
-        for arm in ARMS
-    )
+    accuracies = "; ".join(f"{arm} {mean_pm_std(result['test_accuracy'][arm], 1, scale=100)}%" for arm in ARMS)
     config = stability.config_for(ARMS[0], 0, preset, Path("data"))
     model, train = config.model, config.train
     seeds = ", ".join(map(str, result["seeds"]))
@@ -250,8 +255,7 @@ def summary(result: dict) -> str:
         per_layer = result["mean_distance_per_layer"]
         layers = "; ".join(f"{arm} {', '.join(f'{d:.0f}' for d in ds)}" for arm, ds in per_layer.items())
         return f"mean distance per layer: {layers}{uniform}; seed 0"
-    arms = ", ".join(f"{arm} {mean_std(seed_distances(result, arm))[0]:.0f} ± "
-                     f"{mean_std(seed_distances(result, arm))[1]:.0f}" for arm in ARMS)  # fmt: skip
+    arms = ", ".join(f"{arm} {mean_pm_std(seed_distances(result, arm), 0)}" for arm in ARMS)
     return f"mean distance over layers and heads: {arms}{uniform}, {len(result['seeds'])} seeds"
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from studies.common import result_preset, runs_root, study_main, study_readme, write_study
 from studies.mlm_setting import RUNS, SEEDS, budget, mlm_config, train
-from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, judged, mean_std
+from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide, judged, mean_pm_std, mean_std
 from zoo.plots import pyplot, save_figure
 
 # Arm → (model.ffn, model.ffn_init). Results recorded before the controls named the ReLU arm "ReLU FFN" (the
@@ -174,7 +174,7 @@ def report(result: dict, out_dir: Path) -> dict:
 
     held_parts = "; ".join(f"{PARTS[k]}: {v.verdict}" for k, v in parts.items())
     header = " | ".join(f"n = {n:,}" for n in slots)
-    cell = lambda p: f"{mean_std(p)[0]:.2f} ± {mean_std(p)[1]:.2f}"
+    cell = lambda p: mean_pm_std(p, 2)
     rows = [f"| {name} | " + " | ".join(cell(perplexity[name][n]) for n in slots) + " |" for name in perplexity]
     if control:
         rows.append(f"| {CONTROL} (control) | " + " | ".join([cell(control)] * len(slots)) + " |")
@@ -214,9 +214,7 @@ PAPER = "BLEU 34.22 (ReLU) vs 33.08 (softmax) at n ≥ 3,072"
 def summary(result: dict) -> str:
     """The README's figures of a committed result.json (studies.table)."""
     n = str(result["slots"][-1])
-    cells = [
-        f"{mean_std(p[n])[0]:.1f} ± {mean_std(p[n])[1]:.1f} ({name})" for name, p in result["test_perplexity"].items()
-    ]
+    cells = [f"{mean_pm_std(p[n], 1)} ({name})" for name, p in result["test_perplexity"].items()]
     control = result.get("control_perplexity")
     tail = f", {CONTROL} {mean_std(control)[0]:.1f}" if control else ""
     return f"perplexity at n {int(n):,}: {', '.join(cells)}{tail}; {len(result['seeds'])} seeds"

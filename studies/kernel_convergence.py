@@ -29,7 +29,7 @@ from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate
 from studies.common import result_preset, runs_root, study_main, study_readme, write_study
-from studies.verdict import Arm, combine, decide, decide_spread, failed_controls, judged, learned, mean_std
+from studies.verdict import Arm, combine, decide, decide_spread, failed_controls, judged, learned, mean_pm_std, mean_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
@@ -125,8 +125,7 @@ def report(result: dict, out_dir: Path) -> dict:
     save_figure(fig, out_dir / "kernel_convergence.png")
 
     rows = "\n".join(
-        f"| {name} | {len(area[name])} | {mean_std(area[name])[0]:.4f} ± {mean_std(area[name])[1]:.4f} | "
-        f"{100 * mean_std(accuracy[name])[0]:.1f} ± {100 * mean_std(accuracy[name])[1]:.1f} |"
+        f"| {name} | {len(area[name])} | {mean_pm_std(area[name], 4)} | {mean_pm_std(accuracy[name], 1, scale=100)} |"
         for name in KERNELS
     )
     readme = study_readme(

@@ -26,7 +26,7 @@ import numpy as np
 
 from studies.common import result_preset, runs_root, study_main, study_readme, write_study
 from studies.mlm_setting import RUNS, SEEDS, budget, mlm_config, setting, train, train_curve
-from studies.verdict import NOT_REPRODUCED, REPRODUCED, Arm, Verdict, combine, decide, judged, mean_std
+from studies.verdict import NOT_REPRODUCED, REPRODUCED, Arm, Verdict, combine, decide, judged, mean_pm_std
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
 
@@ -175,7 +175,7 @@ def summary(result: dict) -> str:
     """The README's figures of a committed result.json (studies.table)."""
     perplexity = result["test_perplexity"]
     order = result.get("paper_order", PAPER_ORDER)
-    cells = [f"{mean_std(perplexity[name])[0]:.1f} ± {mean_std(perplexity[name])[1]:.1f}" for name in reversed(order)]
+    cells = [mean_pm_std(perplexity[name], 1) for name in reversed(order)]
     return f"{' / '.join(cells)} (same order), {len(result['seeds'])} seeds"
 
 

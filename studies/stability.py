@@ -38,7 +38,7 @@ import ml_collections
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from studies.common import as_preset, result_preset, runs_root, study_main, study_readme, write_study
-from studies.verdict import Arm, decide, judged, mean_std
+from studies.verdict import Arm, decide, judged, mean_pm_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
@@ -216,7 +216,7 @@ def report(result: dict, out_dir: Path) -> dict:
 
     rows = "\n".join(
         f"| {arm} | {', '.join(lr_at(c) for c in climbed[arm])} | "
-        f"{mean_std(climbed[arm])[0]:.2f} ± {mean_std(climbed[arm])[1]:.2f} | "
+        f"{mean_pm_std(climbed[arm], 2)} | "
         f"{', '.join(diverged_at(r) for r in runs[arm])} |"
         for arm in ARMS
     )
@@ -255,7 +255,7 @@ def summary(result: dict) -> str:
     climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in result["runs"].items()}
     return (
         "grid steps climbed: "
-        + ", ".join(f"{arm} {mean_std(c)[0]:.1f} ± {mean_std(c)[1]:.1f}" for arm, c in climbed.items())
+        + ", ".join(f"{arm} {mean_pm_std(c, 1)}" for arm, c in climbed.items())
         + f", {len(result['seeds'])} seeds"
     )
 

@@ -142,6 +142,12 @@ def decide_spread(
     return Verdict(REPRODUCED if s1 < s2 else NOT_REPRODUCED, what)
 
 
+def mean_pm_std(values, digits: int, scale: float = 1.0) -> str:
+    """ "mean ± std" of `values` over seeds (`mean_std`), each times `scale`, to `digits` decimals (a table cell)."""
+    mean, std = mean_std(values)
+    return f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
+
+
 def learned(name: str, accuracies, majority: float) -> Verdict:
     """A control: "`name` learned the task", its held-out accuracy per seed past the majority class (chance)."""
     return decide_threshold(Arm(f"{name} test accuracy", tuple(map(float, accuracies)), majority), majority,
