@@ -180,7 +180,7 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
     do = d_out.transpose(0, 2, 1, 3)
     # q and dO once more with the query axis last: dK and dV contract the query axis, and as [d, q] @ [q, k] XLA:CPU
     # hands those products to its matmul library instead of Eigen (op fwd+bwd at B4 T2001 H8: 5-7% faster).
-    qt, dot = q.transpose(0, 2, 3, 1), d_out.transpose(0, 2, 3, 1)
+    q_t, do_t = q.transpose(0, 2, 3, 1), d_out.transpose(0, 2, 3, 1)
     scale = 1.0 / math.sqrt(d)
 
     def block(qr, qr_t, dor, dor_t, fr, kj, vj, mj, j, q_offset, causal=causal):
@@ -199,7 +199,7 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
     if block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
         rows = nb * bk
         qp, dop, fp = pad_rows(qh, rows), pad_rows(do, rows), pad_rows(factor, rows)
-        qp_t, dop_t = pad_rows(qt, rows, axis=3), pad_rows(dot, rows, axis=3)
+        qp_t, dop_t = pad_rows(q_t, rows, axis=3), pad_rows(do_t, rows, axis=3)
         dq_blocks, pdp_blocks = [], []
         dk_acc, dv_acc = [None] * nb, [None] * nb
         for i in range(nb):
@@ -223,7 +223,7 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
         def body(carry, xs):
             dq, p_dot_dp = carry
             kj, vj, mj, j = xs
-            dq_rows, pdp, dk_j, dv_j = block(qh, qt, do, dot, factor, kj, vj, mj, j, 0)
+            dq_rows, pdp, dk_j, dv_j = block(qh, q_t, do, do_t, factor, kj, vj, mj, j, 0)
             return (dq + dq_rows, p_dot_dp + pdp), (dk_j, dv_j)
 
         carry0 = (jnp.zeros((b, h, tq, d), jnp.float32), jnp.zeros((b, h, tq), jnp.float32))

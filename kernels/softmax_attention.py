@@ -277,7 +277,7 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
     qh, do = q.transpose(0, 2, 1, 3), d_out.transpose(0, 2, 1, 3)
     # q and dO once more with the query axis last, so that dKᵀ and dVᵀ are [d, q] @ [q, k] products, which XLA:CPU
     # hands to its matmul library rather than Eigen (kernels/relu_attention.py measured the same change).
-    qt, dot = q.transpose(0, 2, 3, 1), d_out.transpose(0, 2, 3, 1)
+    q_t, do_t = q.transpose(0, 2, 3, 1), d_out.transpose(0, 2, 3, 1)
     delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
 
     def tile(qr, qr_t, dor, dor_t, lse_r, delta_r, kj, vj, mj, j, q_offset, causal):
@@ -297,7 +297,7 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
     if block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
         rows = nb * bk
         qp, dop = pad_rows(qh, rows), pad_rows(do, rows)
-        qp_t, dop_t = pad_rows(qt, rows, axis=3), pad_rows(dot, rows, axis=3)
+        qp_t, dop_t = pad_rows(q_t, rows, axis=3), pad_rows(do_t, rows, axis=3)
         lsep, deltap = pad_rows(lse, rows), pad_rows(delta, rows)  # padded rows: do = 0, so they add nothing
         dq_blocks, dk_acc, dv_acc = [], [None] * nb, [None] * nb
         for i in range(nb):
@@ -316,7 +316,7 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
 
         def body(dq, xs):
             kj, vj, mj, j = xs
-            dq_rows, dk_j, dv_j = tile(qh, qt, do, dot, lse, delta, kj, vj, mj, j, 0, causal)
+            dq_rows, dk_j, dv_j = tile(qh, q_t, do, do_t, lse, delta, kj, vj, mj, j, 0, causal)
             return dq + dq_rows, (dk_j, dv_j)
 
         dq, (dk_b, dv_b) = lax.scan(body, jnp.zeros((b, h, tq, d), jnp.float32), (kb, vb, mb, jnp.arange(nb)))

@@ -20,13 +20,18 @@ def as_recorded(settings: dict) -> dict:
     return json.loads(json.dumps(settings))
 
 
+def read(directory: str | os.PathLike) -> dict | None:
+    """The settings recorded in `directory`, None where there is no record."""
+    path = Path(directory) / RECORD
+    return read_json(path, "move it away (the data there is then used as it is)") if path.exists() else None
+
+
 def check(directory: str | os.PathLike, settings: dict, *, where: str, what: str, named: str, remedy: str) -> bool:
     """Whether `directory` has a record; raises ValueError, naming each field that differs, when its settings are
     not `settings` ("`where` holds `what` generated with other `named` (field: a there, b asked): `remedy`")."""
-    path = Path(directory) / RECORD
-    if not path.exists():
+    if (recorded := read(directory)) is None:
         return False
-    recorded, asked = read_json(path, "move it away (the data there is then used as it is)"), as_recorded(settings)
+    asked = as_recorded(settings)
     changed = sorted(k for k in set(recorded) | set(asked) if recorded.get(k) != asked.get(k))
     if changed:
         fields = ", ".join(f"{k}: {recorded.get(k)!r} there, {asked.get(k)!r} asked" for k in changed)

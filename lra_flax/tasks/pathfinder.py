@@ -31,7 +31,6 @@ from lra_flax import generator_record, input_pipeline, pathfinder_generator
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.image import PIXEL_VOCAB_SIZE, check_pixel_model
 from lra_flax.tasks.spec import LraTask
-from zoo.files import read_json
 from zoo.training import Task
 
 NUM_CLASSES = 2
@@ -159,9 +158,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
 def make_task(config: ml_collections.ConfigDict) -> Task:
     def final_results(results):
         directory = dataset_dir(config.data.dir, config.data.resolution, config.data.difficulty)
-        record = directory / generator_record.RECORD  # written beside metadata/ by the generator
-        if record.exists():
-            settings = read_json(record, "move it away (the data there is then used as it is)")
+        if (settings := generator_record.read(directory)) is not None:  # written beside metadata/ by the generator
             note = f"generated here: {settings['num_images']} images, seed {settings['seed']} (LRA's parameters)"
             return {"data_note": note}
         return {}
