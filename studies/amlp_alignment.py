@@ -14,11 +14,14 @@ predicts. Encoders: the `mlm_flax` demo presets (gMLP 4 layers, aMLP 3 layers wi
 attention in the gate, BERT 3 layers; d 128, matched in size as in the paper). Measured: held-out perplexity.
 Judged by the studies' rule (studies/verdict.py) in three parts (`judge`): the Transformer learns to copy (the
 control: otherwise the budget cannot show the claim, not measurable), aMLP beats gMLP on copy, and aMLP's gain
-over gMLP is larger on copy than on KJV. `--report` re-judges result.json without training.
+over gMLP is larger on copy than on KJV. `--report` re-judges result.json without training. Each finished run's
+perplexities are recorded in the output folder's runs.jsonl (studies.common.Ledger; committed with `--record`), so
+a run of hours resumed on another machine trains only what that file lacks.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from pathlib import Path
@@ -27,7 +30,9 @@ import ml_collections
 import numpy as np
 
 from studies.common import (
+    LEDGER,
     NOT_MEASURABLE,
+    Ledger,
     left_the_plateau,
     result_preset,
     runs_root,
@@ -176,6 +181,12 @@ def planned_runs(preset: str, root: Path) -> list[tuple[str, str, Path, ml_colle
     return runs
 
 
+def measure(config: ml_collections.ConfigDict, workdir: Path) -> dict:
+    """What the study reads of a run (trained, or resumed, unless finished): its held-out and unigram perplexity."""
+    results = train(config, workdir)
+    return {"test_perplexity": results["test_perplexity"], "unigram_perplexity": results["unigram_perplexity"]}
+
+
 def run(preset: str, out_dir: Path) -> dict:
     perplexity: dict[str, dict[str, list[float]]] = {task: {name: [] for name in ARCHS} for task in ("copy", "KJV")}
     unigram, parameters = {}, {}
@@ -184,8 +195,9 @@ def run(preset: str, out_dir: Path) -> dict:
     if not (corpus / "test.txt").exists():  # written once, before the first copy run reads it
         held_out = 20 if preset == "tiny" else 300
         copy_corpus(corpus, docs=(("train", COPY_DOCUMENTS[preset]), ("valid", held_out), ("test", held_out)))
+    ledger = Ledger(out_dir / LEDGER, root)
     for task, name, workdir, config in planned_runs(preset, root):
-        results = train(config, workdir)
+        results = ledger.run(workdir.relative_to(root).as_posix(), config, functools.partial(measure, config, workdir))
         perplexity[task][name].append(results["test_perplexity"])
         parameters[name] = total(parameter_counts(config.model))
         unigram[task] = results["unigram_perplexity"]

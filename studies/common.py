@@ -4,6 +4,7 @@ and the plan of its `gpu` preset."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from collections.abc import Callable, Iterable
@@ -75,6 +76,54 @@ def gpu_seconds(configs: Iterable[ml_collections.ConfigDict]) -> float:
         per_step = max(GPU_STEP_FLOOR_S, step_flops(config) / (GPU_TFLOPS * 1e12))
         total += GPU_RUN_OVERHEAD_S + config.train.steps * per_step
     return total
+
+
+LEDGER = "runs.jsonl"
+
+
+class Ledger:
+    """What each finished training run of a study gave, one JSON line per run in OUT/runs.jsonl beside result.json.
+
+    A study of hours is a few hundred summaries of a few KB: with `--record` the ledger sits in the committed
+    folder, so a study resumed on another machine (whose runs/ workdirs stayed behind) trains only the runs that
+    no commit has recorded. A line holds the run's key (its workdir relative to the study's runs), a fingerprint of
+    its resolved config and the summary the study reads; a run whose config has changed since is trained again and
+    its line replaced. The file is rewritten whole after every run (atomic_write_bytes): a study stopped at any
+    moment leaves every run before it recorded. `runs` is the folder of the study's workdirs (runs_root)."""
+
+    def __init__(self, path: Path, runs: Path):
+        self.path, self.runs = path, str(runs)
+        self.lines: dict[str, dict] = {}
+        if path.exists():
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                try:
+                    entry = json.loads(line)
+                    self.lines[entry["key"]] = {"config": entry["config"], "summary": entry["summary"]}
+                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    hint = "move the file away to train again"
+                    raise ValueError(f"{path}:{number}: not a ledger line ({e}); {hint}") from None
+
+    def fingerprint(self, config: ml_collections.ConfigDict) -> str:
+        """The config's hash with the runs folder's path left out (its data and caches live there): the same run
+        under another folder or on another machine is the same run."""
+        text = config.to_json(sort_keys=True).replace(self.runs, "<runs>")
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def summary(self, key: str, config: ml_collections.ConfigDict) -> dict | None:
+        """The recorded summary of run `key`, if it was trained with this config."""
+        entry = self.lines.get(key)
+        return entry["summary"] if entry is not None and entry["config"] == self.fingerprint(config) else None
+
+    def run(self, key: str, config: ml_collections.ConfigDict, train: Callable[[], dict]) -> dict:
+        """The recorded summary of run `key`, or `train()`'s, recorded."""
+        summary = self.summary(key, config)
+        if summary is None:
+            summary = train()
+            self.lines[key] = {"config": self.fingerprint(config), "summary": summary}
+            text = "".join(json.dumps({"key": k, **v}, sort_keys=True) + "\n" for k, v in sorted(self.lines.items()))
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(self.path, text.encode())
+        return summary
 
 
 def write_study(out_dir: Path, result: dict, readme: str) -> None:

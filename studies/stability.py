@@ -23,8 +23,10 @@ higher is better; softmax is the reference, outside the verdict. The grid must b
 stays stable at the top only gains (its true figure is higher), but one that diverges at the first learning rate
 in every seed is below the grid, not past the rule's chance level, and the verdict is "not measurable" until the
 grid reaches lower. Seeds change the initialisation and the batch order; the data is the same. Runs are
-ordinary workdirs under runs/studies/stability-lr/ (re-running resumes them); `studies.attention_distance` reads
-the models trained at the first learning rate. `--report` re-judges result.json without training.
+ordinary workdirs under runs/studies/stability-lr/ (re-running resumes them), and each finished run's summary is
+recorded in the output folder's runs.jsonl (studies.common.Ledger): with `--record` that file is committed, and a
+re-run on another machine trains only what it lacks. `studies.attention_distance` reads the models trained at the
+first learning rate (and trains those that are not on this machine). `--report` re-judges result.json without training.
 """
 
 from __future__ import annotations
@@ -37,7 +39,16 @@ import ml_collections
 
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
-from studies.common import as_preset, result_preset, runs_root, study_main, study_readme, write_study
+from studies.common import (
+    LEDGER,
+    Ledger,
+    as_preset,
+    result_preset,
+    runs_root,
+    study_main,
+    study_readme,
+    write_study,
+)
 from studies.verdict import Arm, decide, judged, mean_pm_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
@@ -107,10 +118,14 @@ def has_diverged(train: list[dict], warmup_steps: int) -> bool:
     return any(not math.isfinite(m["loss"]) or m["loss"] > DIVERGED_LOSS for m in train if m["step"] > warmup_steps)
 
 
-def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path) -> dict:
-    """One run (resumed if its workdir has one): its logged curves, test accuracy and whether it diverged."""
+def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path, ledger: Ledger | None = None) -> dict:
+    """One run's logged curves, test accuracy and whether it diverged: as `ledger` recorded them, else trained
+    (resumed if its workdir has one) and recorded there."""
     workdir = arm_dir(root, arm, seed, learning_rate)
     config = config_for(arm, seed, preset, root / "data", learning_rate)
+    if ledger is not None:
+        key = workdir.relative_to(root).as_posix()
+        return ledger.run(key, config, lambda: train_one(arm, seed, learning_rate, preset, root))
     try:
         results, error = train_and_evaluate(config, workdir, make_task(config)), None
     except FloatingPointError as e:  # the loop stops at a non-finite loss and keeps the last good state
@@ -127,11 +142,11 @@ def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path
     }
 
 
-def climb(arm: str, seed: int, preset: str, root: Path) -> list[dict]:
+def climb(arm: str, seed: int, preset: str, root: Path, ledger: Ledger) -> list[dict]:
     """The runs of one (arm, seed) up the grid, ending with the first that diverged (or at the top)."""
     runs = []
     for learning_rate in GRIDS[preset]:
-        runs.append(train_one(arm, seed, learning_rate, preset, root))
+        runs.append(train_one(arm, seed, learning_rate, preset, root, ledger))
         if runs[-1]["diverged"]:
             break
     return runs
@@ -159,7 +174,8 @@ def planned_runs(preset: str, root: Path) -> list[ml_collections.ConfigDict]:
 
 def run(preset: str, out_dir: Path) -> dict:
     root = runs_root(preset, out_dir, RUNS)
-    runs = {arm: [climb(arm, seed, preset, root) for seed in seeds_of(preset)] for arm in ARMS}
+    ledger = Ledger(out_dir / LEDGER, root)
+    runs = {arm: [climb(arm, seed, preset, root, ledger) for seed in seeds_of(preset)] for arm in ARMS}
     result = {
         "seeds": seeds_of(preset), "learning_rates": list(GRIDS[preset]), "runs": runs, "tiny": preset == "tiny",
         "preset": preset,

@@ -4,6 +4,7 @@ import importlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import chex
 import jax
@@ -210,6 +211,69 @@ def test_stability_climbs_the_learning_rates_until_the_first_divergence(stabilit
     assert not stability.has_diverged(logs, warmup_steps=5)
     assert stability.has_diverged([*logs, {"step": 12, "loss": float("nan")}], warmup_steps=5)
     assert stability.has_diverged([*logs, {"step": 12, "loss": 4.7}], warmup_steps=5)
+
+
+def test_a_study_resumed_where_its_workdirs_are_gone_trains_only_what_its_ledger_lacks(stability_tiny, tmp_path):
+    """A committed runs.jsonl on a machine without the study's runs/ (another machine, a fresh clone)."""
+    import shutil
+
+    root, result = stability_tiny
+    ledger = root / "stability" / "runs.jsonl"
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    # One line per run trained, named by its workdir under the study's runs, with the summary the study reads.
+    trained = {f"{stability.arm_dir(Path('.'), arm, 0, r['learning_rate'])}": r for arm in stability.ARMS
+               for r in result["runs"][arm][0]}  # fmt: skip
+    assert {line["key"]: line["summary"] for line in lines} == json.loads(json.dumps(trained))
+    elsewhere = tmp_path / "stability"
+    elsewhere.mkdir()
+    shutil.copy(ledger, elsewhere / "runs.jsonl")
+
+    def no_training(config, workdir, task):
+        raise AssertionError(f"trained {workdir} again")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stability, "train_and_evaluate", no_training)
+        again = stability.run("tiny", elsewhere)
+    assert again["runs"] == json.loads(json.dumps(result["runs"])) and again["verdict"] == result["verdict"]
+    assert not (elsewhere / "runs").exists()
+    # attention_distance needs the models themselves: it trains the missing first-rate runs (copied here).
+    asked = []
+
+    def train_one(arm, seed, learning_rate, preset, runs):
+        asked.append((arm, seed, learning_rate))
+        source = stability.arm_dir(root / "stability" / "runs", arm, seed, learning_rate)
+        shutil.copytree(source, stability.arm_dir(runs, arm, seed, learning_rate))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stability, "train_one", train_one)
+        distance = attention_distance.run("tiny", tmp_path)
+    assert asked == [(arm, 0, stability.GRIDS["tiny"][0]) for arm in attention_distance.ARMS]
+    assert distance["seeds"] == [0] and set(distance["mean_distance"]) == set(attention_distance.ARMS)
+
+
+def test_the_ledger_trains_a_run_once_again_when_its_config_changed_and_names_a_damaged_line(tmp_path):
+    import ml_collections
+
+    from studies.common import Ledger
+
+    path, calls = tmp_path / "runs.jsonl", []
+    config = ml_collections.ConfigDict({"seed": 0, "lr": 1e-3, "data_dir": str(tmp_path / "runs" / "data")})
+
+    def train():
+        calls.append(config.lr)
+        return {"loss": [2.3, float("nan")], "lr": config.lr}
+
+    first = Ledger(path, tmp_path / "runs").run("a/seed0", config, train)
+    # Read back, not trained again, also where the runs folder (and so the data's path) is another; NaN survives.
+    config.data_dir = str(tmp_path / "elsewhere" / "data")
+    assert Ledger(path, tmp_path / "elsewhere").run("a/seed0", config, train) == json.loads(json.dumps(first))
+    assert calls == [1e-3]
+    config.lr = 2e-3  # the study's setting changed since the line was written: that run is trained again
+    assert Ledger(path, tmp_path / "elsewhere").run("a/seed0", config, train)["lr"] == 2e-3
+    assert calls == [1e-3, 2e-3] and len(path.read_text().splitlines()) == 1  # replaced, not appended
+    path.write_text(path.read_text() + "{half a line\n")
+    with pytest.raises(ValueError, match=r"runs\.jsonl:2: not a ledger line"):
+        Ledger(path, tmp_path / "runs")
 
 
 def test_sgu_ablation_trains_every_gating_variant(tmp_path):
