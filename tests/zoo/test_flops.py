@@ -127,6 +127,61 @@ def test_a_cpu_measures_its_matmul_rate_once(monkeypatch):
     assert peak == rate / jax.local_device_count() and "measured" in source
 
 
+def test_a_rate_measured_again_keeps_the_better_for_this_process_s_later_runs(monkeypatch):
+    rates = iter([0.05, 0.2, 0.1])  # start-up in a slow phase, then a faster one, then a slower one again
+    monkeypatch.setattr(flops, "cpu_matmul_tflops", lambda seconds: next(rates))
+    monkeypatch.setattr(flops, "_MEASURED_CPU_TFLOPS", [])  # this process's measurement, not made yet
+    assert flops.measured_cpu_tflops() == 0.05
+    assert flops.remeasure_cpu_tflops() == 0.2 and flops.measured_cpu_tflops() == 0.2
+    assert flops.remeasure_cpu_tflops() == 0.2 and flops.measured_cpu_tflops() == 0.2  # 0.1 is not kept
+
+
+def test_an_mfu_above_1_measures_the_peak_again_at_most_once_a_minute_and_outside_the_run_s_time():
+    import time
+
+    from zoo.training.metrics import Stopwatch
+
+    calls = []
+
+    def remeasure():
+        calls.append(time.perf_counter())
+        time.sleep(0.3)
+        return 4.0e12
+
+    watch = Stopwatch(1.0e9, 1, remeasure)  # 1 GFLOP/s: far below what 1 GFLOP in no time is
+    watch.tick(tokens=8, flops=1.0e9)
+    row = watch.rates()
+    assert len(calls) == 1 and watch.peak_flops_per_s == 4.0e12
+    assert row["mfu"] == pytest.approx(row["tflops_per_s_per_device"] * 1e12 / 4.0e12)
+    assert watch.elapsed() < 0.3  # the measurement's half second is not training time
+    watch.peak_flops_per_s = 1.0e9  # above 1 again within the minute: not measured again
+    watch.tick(tokens=8, flops=1.0e9)
+    assert watch.rates()["mfu"] > 1 and len(calls) == 1
+    watch.remeasured_at -= Stopwatch.REMEASURE_EVERY_S
+    watch.tick(tokens=8, flops=1.0e9)
+    watch.rates()
+    assert len(calls) == 2 and watch.peak_flops_per_s == 4.0e12
+    fixed = Stopwatch(1.0e9, 1)  # a peak from a table, a field or the environment is never measured
+    fixed.tick(tokens=8, flops=1.0e9)
+    assert fixed.rates()["mfu"] > 1
+
+
+def test_a_run_started_beside_other_work_reports_mfu_against_the_rate_measured_again(tmp_path, monkeypatch, capsys):
+    rates = iter([1e-9, 1e3])  # at start-up a rate no step can stay under, then a fast one
+    monkeypatch.delenv(flops.CPU_PEAK_ENV, raising=False)
+    monkeypatch.setattr(flops, "cpu_matmul_tflops", lambda seconds: next(rates))
+    monkeypatch.setattr(flops, "_MEASURED_CPU_TFLOPS", [])
+    config, task = tiny_loop_run(4, model_flops=lambda batch: 1.0e9)
+    results = train_and_evaluate(config, tmp_path / "run", task)
+    peak = 1e3 / jax.local_device_count()
+    assert results["peak_tflops_per_device"] == peak
+    assert results["mfu"] == pytest.approx(results["tflops_per_s_per_device"] / peak) and results["mfu"] < 1
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    train = [row for row in rows if row["split"] == "train"]
+    assert len(train) == 2 and all(row["mfu"] < 1 for row in train)  # the first row measured the peak again
+    assert f"the matmul rate measured again, {peak:.3g} TFLOP/s per device" in capsys.readouterr().out
+
+
 def test_a_cpu_rate_from_the_environment_is_not_measured_and_a_bad_one_is_refused_by_name(monkeypatch):
     from zoo.training.validate import config_problems
 

@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from etils import epath
 from tensorboardX import SummaryWriter, record_writer
@@ -155,9 +156,15 @@ TIMING_METRICS = frozenset({"steps_per_sec", "tokens_per_sec", "input_wait_fract
 
 
 class Stopwatch:
-    """Wall time and throughput between log points."""
+    """Wall time and throughput between log points.
 
-    def __init__(self, peak_flops_per_s: float = 0.0, devices: int = 1):
+    `remeasure` (where the peak is a rate measured on this host): called when an interval's MFU comes out above 1,
+    at most once per REMEASURE_EVERY_S, it returns the peak per device measured again (FLOP/s), and the better of
+    the two is kept; the time it takes is left out of the run's intervals and of its elapsed time."""
+
+    REMEASURE_EVERY_S = 60.0
+
+    def __init__(self, peak_flops_per_s: float = 0.0, devices: int = 1, remeasure: Callable[[], float] | None = None):
         self.start = self.last = time.perf_counter()
         self.steps = 0
         self.tokens = 0
@@ -165,6 +172,7 @@ class Stopwatch:
         self.waiting = 0.0
         self.peak_flops_per_s, self.devices = peak_flops_per_s, devices  # of one device; 0: unknown
         self.total_flops = 0.0  # every step since the start
+        self.remeasure, self.remeasured_at = remeasure, -math.inf
 
     def tick(self, tokens: int, flops: float = 0.0) -> None:
         self.steps += 1
@@ -197,6 +205,13 @@ class Stopwatch:
         if self.flops:
             out["model_flops_per_step"] = self.flops / max(self.steps, 1)
             out.update(self.utilisation(self.flops, dt))
+            if out.get("mfu", 0.0) > 1 and self.remeasure and now - self.remeasured_at >= self.REMEASURE_EVERY_S:
+                self.peak_flops_per_s = max(self.peak_flops_per_s, self.remeasure())
+                spent = time.perf_counter() - now
+                self.start += spent  # the measurement is not the run's time
+                now += spent
+                self.remeasured_at = now
+                out.update(self.utilisation(self.flops, dt))
         self.last, self.steps, self.tokens, self.flops, self.waiting = now, 0, 0, 0.0, 0.0
         return out
 
