@@ -1,4 +1,4 @@
-"""The README's Python example runs as written."""
+"""The README: its Python example runs as written, and it stays a front page."""
 
 import re
 from pathlib import Path
@@ -12,3 +12,10 @@ def test_readme_python_example_runs():
     exec(compile(blocks[0], "README.md", "exec"), namespace)
     assert namespace["out"].shape == (2, 256, 4, 32)
     assert namespace["y"].shape == (2, 256, 128)
+
+
+def test_readme_stays_a_front_page():
+    """What it is, the two commands, the results tables and links into docs/: 250 lines at most, the rest in docs/."""
+    lines = (Path(__file__).parents[1] / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move detail into docs/"
+    assert lines[0].startswith("# ") and any(line.startswith("make test") for line in lines[:12])
