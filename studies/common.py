@@ -81,6 +81,10 @@ def gpu_seconds(configs: Iterable[ml_collections.ConfigDict]) -> float:
 LEDGER = "runs.jsonl"
 
 
+class LedgerError(ValueError):
+    """A ledger line that cannot be read: the command says so in one line (its file and line) and exits 2."""
+
+
 class Ledger:
     """What each finished training run of a study gave, one JSON line per run in OUT/runs.jsonl beside result.json.
 
@@ -101,7 +105,7 @@ class Ledger:
                     self.lines[entry["key"]] = {"config": entry["config"], "summary": entry["summary"]}
                 except (json.JSONDecodeError, KeyError, TypeError) as e:
                     hint = "move the file away to train again"
-                    raise ValueError(f"{path}:{number}: not a ledger line ({e}); {hint}") from None
+                    raise LedgerError(f"{path}:{number}: not a ledger line ({e}); {hint}") from None
 
     def fingerprint(self, config: ml_collections.ConfigDict) -> str:
         """The config's hash with the runs folder's path left out (its data and caches live there): the same run
@@ -219,7 +223,10 @@ def study_main(
     except (ValueError, OSError) as e:
         _usage_error(parser.prog, e)
     if measured is None:
-        result = run(preset, out_dir)
+        try:
+            result = run(preset, out_dir)
+        except LedgerError as e:
+            _usage_error(parser.prog, e)
     else:
         try:  # a result.json the study's current report cannot read (recorded by an earlier version of it)
             result = report(measured, out_dir)

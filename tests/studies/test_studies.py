@@ -276,6 +276,17 @@ def test_the_ledger_trains_a_run_once_again_when_its_config_changed_and_names_a_
         Ledger(path, tmp_path / "runs")
 
 
+def test_a_damaged_ledger_stops_the_study_s_command_in_one_line_before_any_training(tmp_path, monkeypatch, capsys):
+    (tmp_path / "runs.jsonl").write_text('{"key": "relu-factor/lr0.001/seed0"}\n')  # no config, no summary
+    monkeypatch.setattr(stability, "train_and_evaluate", lambda *args: pytest.fail("trained"))
+    monkeypatch.setattr(sys, "argv", ["studies.stability", "--tiny", f"--out={tmp_path}"])
+    with pytest.raises(SystemExit) as exit_:
+        stability.study_main("stability", stability.__doc__, stability.run, stability.report)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert f"{tmp_path / 'runs.jsonl'}:1: not a ledger line" in err and "move the file away" in err
+
+
 def test_sgu_ablation_trains_every_gating_variant(tmp_path):
     result = sgu_ablation.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "sgu_ablation.png")
