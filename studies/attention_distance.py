@@ -133,9 +133,10 @@ def run(preset: str, out_dir: Path) -> dict:
     maps, uniform, majority = {}, None, None
     for arm in ARMS:
         for seed in seeds:
-            workdir = stability.arm_dir(root, arm, seed)
+            first_rate = stability.GRIDS[preset][0]
+            workdir = stability.arm_dir(root, arm, seed, first_rate)
             if not (workdir / "results.json").exists():  # not on this machine (its summary may be committed)
-                stability.train_one(arm, seed, stability.GRIDS[preset][0], preset, root)
+                stability.train_one(arm, seed, first_rate, preset, root)
             if not (workdir / "results.json").exists():
                 raise FileNotFoundError(f"{workdir}: the run at the first learning rate did not finish (diverged?)")
             model, config, task = load_run(workdir)

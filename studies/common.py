@@ -1,10 +1,9 @@
-"""What every study shares: its command line (`--tiny` / `--gpu`, `--out`, `--record`), the three files it writes,
-and the plan of its `gpu` preset."""
+"""What every study shares: its command line (`--tiny` / `--gpu`, `--out`, `--record`), the files it writes
+(result.json, README.md, a figure; runs.jsonl for the studies of hours), and the plan of its `gpu` preset."""
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from collections.abc import Callable, Iterable
@@ -88,45 +87,82 @@ class LedgerError(ValueError):
 class Ledger:
     """What each finished training run of a study gave, one JSON line per run in OUT/runs.jsonl beside result.json.
 
-    A study of hours is a few hundred summaries of a few KB: with `--record` the ledger sits in the committed
-    folder, so a study resumed on another machine (whose runs/ workdirs stayed behind) trains only the runs that
-    no commit has recorded. A line holds the run's key (its workdir relative to the study's runs), a fingerprint of
-    its resolved config and the summary the study reads; a run whose config has changed since is trained again and
-    its line replaced. The file is rewritten whole after every run (atomic_write_bytes): a study stopped at any
-    moment leaves every run before it recorded. `runs` is the folder of the study's workdirs (runs_root)."""
+    A study of hours is a few hundred KB of summaries: with `--record` the ledger sits in the committed folder, so
+    a study resumed on another machine (whose runs/ workdirs stayed behind) trains only the runs that no commit
+    has recorded. A line holds the run's key (its workdir relative to the study's runs), its resolved config
+    (flattened, the runs folder's path written as "<runs>": the same run under another folder or on another
+    machine is the same run) and the summary the study reads. A line is reused while every field it recorded has
+    the same value now; fields added to the configs since are left out of the comparison (a new field's default is
+    what older code computed, zoo/models/config.py), so only a changed or removed setting trains a run again, and
+    the command says which. The file is read again and rewritten whole after every run (atomic_write_bytes): a
+    study stopped at any moment leaves every run before it recorded. `runs` is the folder of the study's workdirs
+    (runs_root)."""
 
     def __init__(self, path: Path, runs: Path):
         self.path, self.runs = path, str(runs)
-        self.lines: dict[str, dict] = {}
-        if path.exists():
-            for number, line in enumerate(path.read_text().splitlines(), 1):
-                try:
-                    entry = json.loads(line)
-                    self.lines[entry["key"]] = {"config": entry["config"], "summary": entry["summary"]}
-                except (json.JSONDecodeError, KeyError, TypeError) as e:
-                    hint = "move the file away to train again"
-                    raise LedgerError(f"{path}:{number}: not a ledger line ({e}); {hint}") from None
+        self.lines = self._read()
 
-    def fingerprint(self, config: ml_collections.ConfigDict) -> str:
-        """The config's hash with the runs folder's path left out (its data and caches live there): the same run
-        under another folder or on another machine is the same run."""
-        text = config.to_json(sort_keys=True).replace(self.runs, "<runs>")
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    def _read(self) -> dict[str, dict]:
+        lines: dict[str, dict] = {}
+        if not self.path.exists():
+            return lines
+        for number, line in enumerate(self.path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                lines[entry["key"]] = {"config": dict(entry["config"]), "summary": dict(entry["summary"])}
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                hint = f"fix or delete line {number} (a merge conflict?); the other lines stay valid"
+                raise LedgerError(f"{self.path}:{number}: not a ledger line ({e}); {hint}") from None
+        return lines
+
+    def settings(self, config: ml_collections.ConfigDict) -> dict:
+        """The config as the ledger records it: flattened, the runs folder's path written as "<runs>"."""
+        flat = json.loads(config.to_json(sort_keys=True).replace(self.runs, "<runs>"))
+        out: dict = {}
+
+        def walk(node, prefix: str) -> None:
+            for key, value in node.items():
+                if isinstance(value, dict):
+                    walk(value, f"{prefix}{key}.")
+                else:
+                    out[f"{prefix}{key}"] = value
+
+        walk(flat, "")
+        return out
+
+    def changed(self, key: str, config: ml_collections.ConfigDict) -> list[str] | None:
+        """The recorded fields of run `key` whose value differs now or that are gone ([]: none), or None where the
+        run is not recorded."""
+        entry = self.lines.get(key)
+        if entry is None:
+            return None
+        now = self.settings(config)
+        return sorted(
+            field if field in now else f"{field} (gone)"
+            for field, value in entry["config"].items()
+            if field not in now or now[field] != value
+        )
 
     def summary(self, key: str, config: ml_collections.ConfigDict) -> dict | None:
-        """The recorded summary of run `key`, if it was trained with this config."""
-        entry = self.lines.get(key)
-        return entry["summary"] if entry is not None and entry["config"] == self.fingerprint(config) else None
+        """The recorded summary of run `key`, if it was trained with this config's settings."""
+        return self.lines[key]["summary"] if self.changed(key, config) == [] else None
 
     def run(self, key: str, config: ml_collections.ConfigDict, train: Callable[[], dict]) -> dict:
         """The recorded summary of run `key`, or `train()`'s, recorded."""
-        summary = self.summary(key, config)
-        if summary is None:
-            summary = train()
-            self.lines[key] = {"config": self.fingerprint(config), "summary": summary}
-            text = "".join(json.dumps({"key": k, **v}, sort_keys=True) + "\n" for k, v in sorted(self.lines.items()))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(self.path, text.encode())
+        changed = self.changed(key, config)
+        if changed == []:
+            return self.lines[key]["summary"]
+        if changed:
+            print(f"{self.path}: {key} trained again: {', '.join(changed[:5])} changed since it was recorded")
+        settings = self.settings(config)  # before training, which may fill in the config
+        summary = train()
+        self.lines = self._read()  # another process may have recorded runs meanwhile
+        self.lines[key] = {"config": settings, "summary": summary}
+        text = "".join(json.dumps({"key": k, **v}, sort_keys=True) + "\n" for k, v in sorted(self.lines.items()))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self.path, text.encode())
         return summary
 
 

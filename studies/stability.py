@@ -118,6 +118,12 @@ def has_diverged(train: list[dict], warmup_steps: int) -> bool:
     return any(not math.isfinite(m["loss"]) or m["loss"] > DIVERGED_LOSS for m in train if m["step"] > warmup_steps)
 
 
+def diverged(run: dict, warmup_steps: int) -> bool:
+    """Whether a run's summary (its logged steps and losses, the loop's error) counts as diverged."""
+    train = [{"step": step, "loss": loss} for step, loss in zip(run["steps"], run["loss"], strict=True)]
+    return run["error"] is not None or has_diverged(train, warmup_steps)
+
+
 def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path, ledger: Ledger | None = None) -> dict:
     """One run's logged curves, test accuracy and whether it diverged: as `ledger` recorded them, else trained
     (resumed if its workdir has one) and recorded there."""
@@ -125,21 +131,22 @@ def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path
     config = config_for(arm, seed, preset, root / "data", learning_rate)
     if ledger is not None:
         key = workdir.relative_to(root).as_posix()
-        return ledger.run(key, config, lambda: train_one(arm, seed, learning_rate, preset, root))
+        recorded = ledger.run(key, config, lambda: train_one(arm, seed, learning_rate, preset, root))
+        return {**recorded, "diverged": diverged(recorded, config.train.warmup_steps)}  # the rule as it stands
     try:
         results, error = train_and_evaluate(config, workdir, make_task(config)), None
     except FloatingPointError as e:  # the loop stops at a non-finite loss and keeps the last good state
         results, error = {}, str(e).split(";")[0]
     train = logged(workdir)
-    return {
+    summary = {
         "learning_rate": learning_rate,
         "steps": [m["step"] for m in train],
         "loss": [m["loss"] for m in train],
         "grad_norm": [m["grad_norm"] for m in train],
         "test_accuracy": results.get("test_accuracy"),
-        "diverged": error is not None or has_diverged(train, config.train.warmup_steps),
         "error": error,
     }
+    return {**summary, "diverged": diverged(summary, config.train.warmup_steps)}
 
 
 def climb(arm: str, seed: int, preset: str, root: Path, ledger: Ledger) -> list[dict]:

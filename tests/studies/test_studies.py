@@ -236,6 +236,12 @@ def test_a_study_resumed_where_its_workdirs_are_gone_trains_only_what_its_ledger
         again = stability.run("tiny", elsewhere)
     assert again["runs"] == json.loads(json.dumps(result["runs"])) and again["verdict"] == result["verdict"]
     assert not (elsewhere / "runs").exists()
+    # The recorded curves are judged by the rule as it stands: with a stricter one every arm diverges at once.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stability, "train_and_evaluate", no_training)
+        patch.setattr(stability, "DIVERGED_LOSS", 0.0)
+        stricter = stability.run("tiny", elsewhere)
+    assert stricter["grid_steps_climbed"] == {arm: [-1] for arm in stability.ARMS}
     # attention_distance needs the models themselves: it trains the missing first-rate runs (copied here).
     asked = []
 
@@ -251,28 +257,40 @@ def test_a_study_resumed_where_its_workdirs_are_gone_trains_only_what_its_ledger
     assert distance["seeds"] == [0] and set(distance["mean_distance"]) == set(attention_distance.ARMS)
 
 
-def test_the_ledger_trains_a_run_once_again_when_its_config_changed_and_names_a_damaged_line(tmp_path):
+def test_the_ledger_trains_a_run_again_only_when_a_recorded_setting_changed_and_names_a_damaged_line(tmp_path, capsys):
     import ml_collections
 
     from studies.common import Ledger
 
     path, calls = tmp_path / "runs.jsonl", []
-    config = ml_collections.ConfigDict({"seed": 0, "lr": 1e-3, "data_dir": str(tmp_path / "runs" / "data")})
+    config = ml_collections.ConfigDict({"seed": 0, "train": {"lr": 1e-3}, "data_dir": str(tmp_path / "runs" / "data")})
 
     def train():
-        calls.append(config.lr)
-        return {"loss": [2.3, float("nan")], "lr": config.lr}
+        calls.append(config.train.lr)
+        return {"loss": [2.3, float("nan")], "lr": config.train.lr}
 
     first = Ledger(path, tmp_path / "runs").run("a/seed0", config, train)
-    # Read back, not trained again, also where the runs folder (and so the data's path) is another; NaN survives.
+    assert json.loads(path.read_text())["config"] == {"seed": 0, "train.lr": 1e-3, "data_dir": "<runs>/data"}
+    # Read back, not trained again: where the runs folder (and so the data's path) is another, and where a field
+    # was added to the configs since (its default is what the recorded run computed); NaN survives.
     config.data_dir = str(tmp_path / "elsewhere" / "data")
+    config.train.warmup = 0
     assert Ledger(path, tmp_path / "elsewhere").run("a/seed0", config, train) == json.loads(json.dumps(first))
     assert calls == [1e-3]
-    config.lr = 2e-3  # the study's setting changed since the line was written: that run is trained again
+    config.train.lr = 2e-3  # a recorded setting changed: that run is trained again, and the command says why
     assert Ledger(path, tmp_path / "elsewhere").run("a/seed0", config, train)["lr"] == 2e-3
     assert calls == [1e-3, 2e-3] and len(path.read_text().splitlines()) == 1  # replaced, not appended
-    path.write_text(path.read_text() + "{half a line\n")
-    with pytest.raises(ValueError, match=r"runs\.jsonl:2: not a ledger line"):
+    assert "a/seed0 trained again: train.lr changed since it was recorded" in capsys.readouterr().out
+    del config["seed"]  # a recorded setting gone (renamed, say) cannot be compared: trained again too
+    Ledger(path, tmp_path / "elsewhere").run("a/seed0", config, train)
+    assert len(calls) == 3 and "seed (gone)" in capsys.readouterr().out
+    # Another process's line, written meanwhile, is kept when this one records its run.
+    ledger = Ledger(path, tmp_path / "elsewhere")
+    Ledger(path, tmp_path / "elsewhere").run("b/seed0", config, train)
+    ledger.run("c/seed0", config, train)
+    assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == ["a/seed0", "b/seed0", "c/seed0"]
+    path.write_text(path.read_text() + "\n<<<<<<< HEAD\n")  # a blank line is skipped; a merge conflict is named
+    with pytest.raises(ValueError, match=r"runs\.jsonl:5: not a ledger line .*fix or delete line 5"):
         Ledger(path, tmp_path / "runs")
 
 
@@ -284,7 +302,7 @@ def test_a_damaged_ledger_stops_the_study_s_command_in_one_line_before_any_train
         stability.study_main("stability", stability.__doc__, stability.run, stability.report)
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and len(err.splitlines()) == 1
-    assert f"{tmp_path / 'runs.jsonl'}:1: not a ledger line" in err and "move the file away" in err
+    assert f"{tmp_path / 'runs.jsonl'}:1: not a ledger line" in err and "fix or delete line 1" in err
 
 
 def test_sgu_ablation_trains_every_gating_variant(tmp_path):

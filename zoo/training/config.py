@@ -67,7 +67,7 @@ TRAIN_FIELDS: tuple[Field, ...] = (
     Field("keep_checkpoints", 3, integer(1, 10**6), "checkpoints kept in the workdir"),
     Field("peak_tflops_per_device", 0.0, at_least(0), "a device's peak TFLOP/s, the denominator of MFU; 0: the "
           "accelerator's dense bf16 figure (zoo/training/flops.py), or on a CPU the float32 matmul rate measured at "
-          "start-up"),
+          "start-up (and again where MFU came out above 1)"),
     Field("device_memory_gib", 0.0, at_least(0), "memory one device may use: a run whose compiled train step "
           "needs more is refused before anything is written; 0: the device's own (GPU/TPU: the allocator's limit; "
           "CPU: the host's available memory ÷ local devices)"),

@@ -230,20 +230,24 @@ def start_clock(run: Run) -> Stopwatch:
     if run.task.model_flops is None:
         return Stopwatch()
     peak, source = flops_lib.peak_tflops_per_device(run.config.train)
-    run.peak = (peak, source)
     if run.is_writer:
         print(f"MFU is measured against {peak:.3g} TFLOP/s per device ({source})", flush=True)
     remeasure = None
-    if source == flops_lib.MEASURED_ON_THIS_HOST:
+    if source == flops_lib.MEASURED_ON_THIS_HOST and run.is_writer:  # the writer's MFU is the one logged
 
         def remeasure() -> float:
-            devices = jax.local_device_count()
-            rate = flops_lib.remeasure_cpu_tflops() / devices
-            if run.is_writer:
+            before = run.watch.peak_flops_per_s / 1e12
+            rate = flops_lib.remeasure_cpu_tflops() / jax.local_device_count()
+            if rate > before:
                 print(
-                    f"MFU came out above 100%: the matmul rate measured again, {rate:.3g} TFLOP/s per device (the "
-                    f"rate at start-up, {run.watch.peak_flops_per_s / 1e12:.3g}, was taken while the cores were "
-                    "slower or busy); MFU is measured against the better of the two from here",
+                    f"MFU came out above 100%: the matmul rate measured again is {rate:.3g} TFLOP/s per device "
+                    f"(was {before:.3g}, taken while the cores were slower or busy); MFU is measured against it now",
+                    flush=True,
+                )
+            else:
+                print(
+                    f"MFU came out above 100% and the matmul rate measured again is no higher ({before:.3g} TFLOP/s "
+                    "per device): the model's matmuls run faster than the 1,024² one the peak is taken from",
                     flush=True,
                 )
             return rate * 1e12

@@ -160,7 +160,8 @@ class Stopwatch:
 
     `remeasure` (where the peak is a rate measured on this host): called when an interval's MFU comes out above 1,
     at most once per REMEASURE_EVERY_S, it returns the peak per device measured again (FLOP/s), and the better of
-    the two is kept; the time it takes is left out of the run's intervals and of its elapsed time."""
+    the two is kept; the time it takes is left out of the run's intervals and of its elapsed time. A measurement
+    that does not raise the peak ends it: MFU above 1 then comes from the model, not from the peak's measurement."""
 
     REMEASURE_EVERY_S = 60.0
 
@@ -206,7 +207,10 @@ class Stopwatch:
             out["model_flops_per_step"] = self.flops / max(self.steps, 1)
             out.update(self.utilisation(self.flops, dt))
             if out.get("mfu", 0.0) > 1 and self.remeasure and now - self.remeasured_at >= self.REMEASURE_EVERY_S:
-                self.peak_flops_per_s = max(self.peak_flops_per_s, self.remeasure())
+                measured = self.remeasure()
+                if measured <= self.peak_flops_per_s:  # the peak was not the cause: measuring again will not help
+                    self.remeasure = None
+                self.peak_flops_per_s = max(self.peak_flops_per_s, measured)
                 spent = time.perf_counter() - now
                 self.start += spent  # the measurement is not the run's time
                 now += spent

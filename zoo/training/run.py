@@ -84,7 +84,6 @@ class Run:
     progress: Progress | None = None
     watch: Stopwatch = dataclasses.field(default_factory=Stopwatch)
     flops_by_shape: dict = dataclasses.field(default_factory=dict)  # model FLOPs of a train step, by batch shapes
-    peak: tuple[float, str] = (0.0, "")  # a device's peak TFLOP/s and where the figure comes from
 
     @property
     def steps(self) -> int:
