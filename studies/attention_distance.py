@@ -32,7 +32,7 @@ from flax import nnx
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate
 from studies import stability
-from studies.common import result_preset, runs_root, study_main, study_readme, write_study
+from studies.common import StudyError, result_preset, runs_root, study_main, study_readme, write_study
 from studies.verdict import (
     Arm,
     Verdict,
@@ -138,7 +138,10 @@ def run(preset: str, out_dir: Path) -> dict:
             if not (workdir / "results.json").exists():  # not on this machine (its summary may be committed)
                 stability.train_one(arm, seed, first_rate, preset, root)
             if not (workdir / "results.json").exists():
-                raise FileNotFoundError(f"{workdir}: the run at the first learning rate did not finish (diverged?)")
+                raise StudyError(
+                    f"{workdir}: {arm}, seed {seed}, did not finish at the first learning rate ({first_rate:g}): "
+                    "the study needs its trained model (diverged? metrics.jsonl there has its losses)"
+                )
             model, config, task = load_run(workdir)
             accuracy[arm].append(float(read_json(workdir / "results.json", "train it again")["test_accuracy"]))
             batch = next(iter(task.eval_batches("test")))

@@ -80,8 +80,12 @@ def gpu_seconds(configs: Iterable[ml_collections.ConfigDict]) -> float:
 LEDGER = "runs.jsonl"
 
 
-class LedgerError(ValueError):
-    """A ledger line that cannot be read: the command says so in one line (its file and line) and exits 2."""
+class StudyError(ValueError):
+    """A study cannot go on for a reason its user can act on: the command says so in one line and exits 2."""
+
+
+class LedgerError(StudyError):
+    """A ledger line that cannot be read (the message names its file and line)."""
 
 
 class Ledger:
@@ -261,7 +265,7 @@ def study_main(
     if measured is None:
         try:
             result = run(preset, out_dir)
-        except LedgerError as e:
+        except StudyError as e:
             _usage_error(parser.prog, e)
     else:
         try:  # a result.json the study's current report cannot read (recorded by an earlier version of it)

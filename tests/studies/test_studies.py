@@ -24,7 +24,7 @@ from studies import (
     toeplitz,
     variance,
 )
-from studies.common import NOT_MEASURABLE
+from studies.common import NOT_MEASURABLE, StudyError
 from studies.verdict import NOT_REPRODUCED, REPRODUCED
 
 
@@ -255,6 +255,11 @@ def test_a_study_resumed_where_its_workdirs_are_gone_trains_only_what_its_ledger
         distance = attention_distance.run("tiny", tmp_path)
     assert asked == [(arm, 0, stability.GRIDS["tiny"][0]) for arm in attention_distance.ARMS]
     assert distance["seeds"] == [0] and set(distance["mean_distance"]) == set(attention_distance.ARMS)
+    # A first-rate run that did not finish (it diverged, say) is named; the command says it in one line.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stability, "train_one", lambda *args: None)
+        with pytest.raises(StudyError, match=r"relu, 1/√\(n/2\), seed 0, did not finish at the first learning rate"):
+            attention_distance.run("tiny", tmp_path / "none")
 
 
 def test_the_ledger_trains_a_run_again_only_when_a_recorded_setting_changed_and_names_a_damaged_line(tmp_path, capsys):
