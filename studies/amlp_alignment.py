@@ -197,7 +197,7 @@ def run(preset: str, out_dir: Path) -> dict:
         copy_corpus(corpus, docs=(("train", COPY_DOCUMENTS[preset]), ("valid", held_out), ("test", held_out)))
     ledger = Ledger(out_dir / LEDGER, root)
     for task, name, workdir, config in planned_runs(preset, root):
-        results = ledger.run(workdir.relative_to(root).as_posix(), config, functools.partial(measure, config, workdir))
+        results = ledger.run(workdir, config, functools.partial(measure, config, workdir))
         perplexity[task][name].append(results["test_perplexity"])
         parameters[name] = total(parameter_counts(config.model))
         unigram[task] = results["unigram_perplexity"]

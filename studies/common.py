@@ -14,7 +14,7 @@ import numpy as np
 
 from zoo.files import atomic_write_bytes, read_json
 from zoo.training import flops
-from zoo.training.config import check_output_dir
+from zoo.training.config import check_output_dir, flatten_config
 
 ROOT = Path(__file__).resolve().parent.parent / "benchmarks" / "studies"  # the committed results (`--record`)
 RUNS = Path("runs") / "studies"  # where a study writes by default, relative to the working directory
@@ -123,18 +123,7 @@ class Ledger:
 
     def settings(self, config: ml_collections.ConfigDict) -> dict:
         """The config as the ledger records it: flattened, the runs folder's path written as "<runs>"."""
-        flat = json.loads(config.to_json(sort_keys=True).replace(self.runs, "<runs>"))
-        out: dict = {}
-
-        def walk(node, prefix: str) -> None:
-            for key, value in node.items():
-                if isinstance(value, dict):
-                    walk(value, f"{prefix}{key}.")
-                else:
-                    out[f"{prefix}{key}"] = value
-
-        walk(flat, "")
-        return out
+        return flatten_config(json.loads(config.to_json(sort_keys=True).replace(self.runs, "<runs>")))
 
     def changed(self, key: str, config: ml_collections.ConfigDict) -> list[str] | None:
         """The recorded fields of run `key` whose value differs now or that are gone ([]: none), or None where the
@@ -149,12 +138,9 @@ class Ledger:
             if field not in now or now[field] != value
         )
 
-    def summary(self, key: str, config: ml_collections.ConfigDict) -> dict | None:
-        """The recorded summary of run `key`, if it was trained with this config's settings."""
-        return self.lines[key]["summary"] if self.changed(key, config) == [] else None
-
-    def run(self, key: str, config: ml_collections.ConfigDict, train: Callable[[], dict]) -> dict:
-        """The recorded summary of run `key`, or `train()`'s, recorded."""
+    def run(self, workdir: Path, config: ml_collections.ConfigDict, train: Callable[[], dict]) -> dict:
+        """The recorded summary of the run in `workdir` (under the runs folder), or `train()`'s, recorded."""
+        key = Path(workdir).relative_to(self.runs).as_posix()
         changed = self.changed(key, config)
         if changed == []:
             return self.lines[key]["summary"]

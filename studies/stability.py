@@ -124,15 +124,10 @@ def diverged(run: dict, warmup_steps: int) -> bool:
     return run["error"] is not None or has_diverged(train, warmup_steps)
 
 
-def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path, ledger: Ledger | None = None) -> dict:
-    """One run's logged curves, test accuracy and whether it diverged: as `ledger` recorded them, else trained
-    (resumed if its workdir has one) and recorded there."""
+def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path) -> dict:
+    """One run (resumed if its workdir has one): its logged curves, test accuracy and whether it diverged."""
     workdir = arm_dir(root, arm, seed, learning_rate)
     config = config_for(arm, seed, preset, root / "data", learning_rate)
-    if ledger is not None:
-        key = workdir.relative_to(root).as_posix()
-        recorded = ledger.run(key, config, lambda: train_one(arm, seed, learning_rate, preset, root))
-        return {**recorded, "diverged": diverged(recorded, config.train.warmup_steps)}  # the rule as it stands
     try:
         results, error = train_and_evaluate(config, workdir, make_task(config)), None
     except FloatingPointError as e:  # the loop stops at a non-finite loss and keeps the last good state
@@ -149,11 +144,20 @@ def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path
     return {**summary, "diverged": diverged(summary, config.train.warmup_steps)}
 
 
+def recorded_run(arm: str, seed: int, learning_rate: float, preset: str, root: Path, ledger: Ledger) -> dict:
+    """`train_one`'s summary as `ledger` recorded it, else trained and recorded there; judged by the divergence rule
+    as it stands, not as it stood when the run was recorded."""
+    config = config_for(arm, seed, preset, root / "data", learning_rate)
+    workdir = arm_dir(root, arm, seed, learning_rate)
+    recorded = ledger.run(workdir, config, lambda: train_one(arm, seed, learning_rate, preset, root))
+    return {**recorded, "diverged": diverged(recorded, config.train.warmup_steps)}
+
+
 def climb(arm: str, seed: int, preset: str, root: Path, ledger: Ledger) -> list[dict]:
     """The runs of one (arm, seed) up the grid, ending with the first that diverged (or at the top)."""
     runs = []
     for learning_rate in GRIDS[preset]:
-        runs.append(train_one(arm, seed, learning_rate, preset, root, ledger))
+        runs.append(recorded_run(arm, seed, learning_rate, preset, root, ledger))
         if runs[-1]["diverged"]:
             break
     return runs

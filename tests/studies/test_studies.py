@@ -267,32 +267,32 @@ def test_the_ledger_trains_a_run_again_only_when_a_recorded_setting_changed_and_
 
     from studies.common import Ledger
 
-    path, calls = tmp_path / "runs.jsonl", []
+    path, elsewhere, calls = tmp_path / "runs.jsonl", tmp_path / "elsewhere", []
     config = ml_collections.ConfigDict({"seed": 0, "train": {"lr": 1e-3}, "data_dir": str(tmp_path / "runs" / "data")})
 
     def train():
         calls.append(config.train.lr)
         return {"loss": [2.3, float("nan")], "lr": config.train.lr}
 
-    first = Ledger(path, tmp_path / "runs").run("a/seed0", config, train)
+    first = Ledger(path, tmp_path / "runs").run(tmp_path / "runs/a/seed0", config, train)
     assert json.loads(path.read_text())["config"] == {"seed": 0, "train.lr": 1e-3, "data_dir": "<runs>/data"}
     # Read back, not trained again: where the runs folder (and so the data's path) is another, and where a field
     # was added to the configs since (its default is what the recorded run computed); NaN survives.
     config.data_dir = str(tmp_path / "elsewhere" / "data")
     config.train.warmup = 0
-    assert Ledger(path, tmp_path / "elsewhere").run("a/seed0", config, train) == json.loads(json.dumps(first))
+    assert Ledger(path, elsewhere).run(elsewhere / "a/seed0", config, train) == json.loads(json.dumps(first))
     assert calls == [1e-3]
     config.train.lr = 2e-3  # a recorded setting changed: that run is trained again, and the command says why
-    assert Ledger(path, tmp_path / "elsewhere").run("a/seed0", config, train)["lr"] == 2e-3
+    assert Ledger(path, elsewhere).run(elsewhere / "a/seed0", config, train)["lr"] == 2e-3
     assert calls == [1e-3, 2e-3] and len(path.read_text().splitlines()) == 1  # replaced, not appended
     assert "a/seed0 trained again: train.lr changed since it was recorded" in capsys.readouterr().out
     del config["seed"]  # a recorded setting gone (renamed, say) cannot be compared: trained again too
-    Ledger(path, tmp_path / "elsewhere").run("a/seed0", config, train)
+    Ledger(path, elsewhere).run(elsewhere / "a/seed0", config, train)
     assert len(calls) == 3 and "seed (gone)" in capsys.readouterr().out
     # Another process's line, written meanwhile, is kept when this one records its run.
-    ledger = Ledger(path, tmp_path / "elsewhere")
-    Ledger(path, tmp_path / "elsewhere").run("b/seed0", config, train)
-    ledger.run("c/seed0", config, train)
+    ledger = Ledger(path, elsewhere)
+    Ledger(path, elsewhere).run(elsewhere / "b/seed0", config, train)
+    ledger.run(elsewhere / "c/seed0", config, train)
     assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == ["a/seed0", "b/seed0", "c/seed0"]
     path.write_text(path.read_text() + "\n<<<<<<< HEAD\n")  # a blank line is skipped; a merge conflict is named
     with pytest.raises(ValueError, match=r"runs\.jsonl:5: not a ledger line .*fix or delete line 5"):
