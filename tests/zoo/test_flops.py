@@ -250,3 +250,37 @@ def test_every_log_line_and_the_results_carry_model_flops_and_mfu(tmp_path, caps
     assert seen == [(8, 10)]  # counted once per batch shape, not per step
     assert json.loads((tmp_path / "run/results.json").read_text())["mfu"] == results["mfu"]
     assert "MFU is measured against 0.5 TFLOP/s per device (train.peak_tflops_per_device)" in capsys.readouterr().out
+
+
+def _matmul_ceiling_module():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "benchmarks" / "matmul_ceiling.py"
+    spec = importlib.util.spec_from_file_location("matmul_ceiling", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # where its dataclass looks itself up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_matmul_ceiling_times_the_counted_flops_plus_the_recomputed_scores():
+    """benchmarks/matmul_ceiling.py enumerates a train step's matmuls: their FLOPs are the model FLOPs this module
+    counts, plus the blocked op's recomputed scores in the backward (T a multiple of the key block: no padding)."""
+    ceiling = _matmul_ceiling_module()
+    cfg = models.model_config()
+    cfg.update(d_model=32, num_heads=4, mlp_dim=48, num_layers=2, mixer="relu", max_length=64)
+    batch, length, block_k = 2, 64, 16
+    products = ceiling.step_products(
+        batch=batch, length=length, d_model=32, num_heads=4, mlp_dim=48, num_layers=2, block_k=block_k
+    )
+    model_flops = flops.train_step_flops(batch * flops.encoder_flops(cfg, length))
+    recomputed = cfg.num_layers * (length // block_k) * 2.0 * batch * length * block_k * cfg.d_model
+    assert sum(p.count * p.flops() for p in products) == pytest.approx(model_flops + recomputed, rel=1e-12)
+
+    result = ceiling.ceiling(products, model_flops, peak_flops=1e9, repeats=1)
+    assert len(result["products"]) == len(products) and all(r["seconds"] > 0 for r in result["products"])
+    total = sum(r["count"] * r["seconds"] for r in result["products"])
+    assert result["matmul_seconds_per_step"] == pytest.approx(total)
+    assert result["mfu_ceiling"] == pytest.approx(model_flops / total / 1e9)
