@@ -128,12 +128,12 @@ def run(preset: str, out_dir: Path) -> dict:
     tiny = preset == "tiny"
     root = runs_root(preset, out_dir / "stability", stability.RUNS)
     seeds = stability.seeds_of(preset)
+    first_rate = stability.GRIDS[preset][0]
     distances = {arm: [] for arm in ARMS}
     accuracy = {arm: [] for arm in ARMS}
     maps, uniform, majority = {}, None, None
     for arm in ARMS:
         for seed in seeds:
-            first_rate = stability.GRIDS[preset][0]
             workdir = stability.arm_dir(root, arm, seed, first_rate)
             if not (workdir / "results.json").exists():  # not on this machine (its summary may be committed)
                 stability.train_one(arm, seed, first_rate, preset, root)

@@ -125,13 +125,12 @@ class Ledger:
         """The config as the ledger records it: flattened, the runs folder's path written as "<runs>"."""
         return flatten_config(json.loads(config.to_json(sort_keys=True).replace(self.runs, "<runs>")))
 
-    def changed(self, key: str, config: ml_collections.ConfigDict) -> list[str] | None:
-        """The recorded fields of run `key` whose value differs now or that are gone ([]: none), or None where the
-        run is not recorded."""
+    def changed(self, key: str, now: dict) -> list[str] | None:
+        """The recorded fields of run `key` whose value differs in `now` (its `settings`) or that are gone
+        ([]: none), or None where the run is not recorded."""
         entry = self.lines.get(key)
         if entry is None:
             return None
-        now = self.settings(config)
         return sorted(
             field if field in now else f"{field} (gone)"
             for field, value in entry["config"].items()
@@ -141,12 +140,12 @@ class Ledger:
     def run(self, workdir: Path, config: ml_collections.ConfigDict, train: Callable[[], dict]) -> dict:
         """The recorded summary of the run in `workdir` (under the runs folder), or `train()`'s, recorded."""
         key = Path(workdir).relative_to(self.runs).as_posix()
-        changed = self.changed(key, config)
+        settings = self.settings(config)  # before training, which may fill in the config
+        changed = self.changed(key, settings)
         if changed == []:
             return self.lines[key]["summary"]
         if changed:
             print(f"{self.path}: {key} trained again: {', '.join(changed[:5])} changed since it was recorded")
-        settings = self.settings(config)  # before training, which may fill in the config
         summary = train()
         self.lines = self._read()  # another process may have recorded runs meanwhile
         self.lines[key] = {"config": settings, "summary": summary}
