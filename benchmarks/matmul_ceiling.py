@@ -98,7 +98,8 @@ def main() -> None:
         raise SystemExit(f"model.qkv_dim={model.qkv_dim}: the products are enumerated for qkv_dim = d_model")
     length = model.max_length
     shapes = dict(batch=args.batch, length=length, d_model=model.d_model, num_heads=model.num_heads,
-                  mlp_dim=model.mlp_dim, num_layers=model.num_layers, block_k=default_block_k())  # fmt: skip
+                  mlp_dim=model.mlp_dim, num_layers=model.num_layers,
+                  block_k=default_block_k(causal=False))  # fmt: skip
     model_flops = train_step_flops(args.batch * encoder_flops(model, length))
     peak = measured_cpu_tflops() * 1e12
     measured = ceiling(step_products(**shapes), model_flops, peak, args.repeats)

@@ -13,18 +13,21 @@ import math
 import jax
 import jax.numpy as jnp
 
-# The key-block length of the XLA impls by platform when the options leave it unset, from measurement on a 2-core
-# CPU (fwd+bwd, B1 H4 D64, fp32, ReLU and softmax; docs/kernels.md): at T 2000 block 128 ran at 47–78% of the
-# matmul rate against 47–64% at 256 and 37–61% at 512; at T 4096 128 and 256 were within 3% causal, 256 up to 15%
-# faster non-causal. GPU and TPU run their kernels; their XLA impls (for inputs the kernels refuse) keep 512, not
-# measured there.
-XLA_BLOCK_K = {"cpu": 128}
+# The key-block length of the XLA impls by platform when the options leave it unset, causal and not, from
+# measurement on a 2-core CPU (fwd+bwd, fp32, D 64; docs/kernels.md). Non-causal, 256 is as fast as 128 or faster
+# at every shape measured: ReLU 5-6% faster at B4 T2001 H8 (the lra_code ListOps shape; 384, 512 and 1,024 slower
+# again), up to 15% at T 4096; the whole lra_code ListOps train step 1-5 MFU points higher with ReLU, 0.5-2 with
+# softmax. Causal, the tile-by-tile lower triangle wastes less with short blocks: 128 is 8-16% faster at
+# B4 T2000 H8, 5% slower at T 4096 B1 H4. GPU and TPU run their kernels; their XLA impls (for inputs the kernels
+# refuse) keep 512, not measured there.
+XLA_BLOCK_K = {"cpu": 256}
+XLA_CAUSAL_BLOCK_K = {"cpu": 128}
 DEFAULT_XLA_BLOCK_K = 512
 
 
-def default_block_k(backend: str | None = None) -> int:
-    """The key-block length of the XLA impls on `backend` (default: the running one's)."""
-    return XLA_BLOCK_K.get(backend or jax.default_backend(), DEFAULT_XLA_BLOCK_K)
+def default_block_k(backend: str | None = None, *, causal: bool) -> int:
+    """The key-block length of the XLA impls on `backend` (default: the running one's), causal or not."""
+    return (XLA_CAUSAL_BLOCK_K if causal else XLA_BLOCK_K).get(backend or jax.default_backend(), DEFAULT_XLA_BLOCK_K)
 
 
 # Causal self-attention with at most this many key blocks is unrolled tile by tile, each key block meeting only

@@ -128,7 +128,7 @@ class ReluAttentionOptions(KernelOptions):
     """`relu_attention`'s options: those of `KernelOptions`, and
 
     xla_block_k: the key-block length of impl "xla" (its memory is O(T_q · xla_block_k) per step); None: the
-      platform's measured default (`kernels.blocking.XLA_BLOCK_K`: 256 on a CPU, else 512).
+      platform's measured default (`kernels.blocking.XLA_BLOCK_K`: on a CPU 256, causal 128; else 512).
     """
 
     OP: ClassVar[str] = "relu_attention"
@@ -141,9 +141,9 @@ class ReluAttentionOptions(KernelOptions):
         super().__post_init__()
         self._check_length("xla_block_k", optional=True)
 
-    def block_k(self) -> int:
-        """`xla_block_k`, or the platform's default when unset."""
-        return self.xla_block_k or default_block_k()
+    def block_k(self, *, causal: bool) -> int:
+        """`xla_block_k`, or the platform's default for causal or non-causal attention when unset."""
+        return self.xla_block_k or default_block_k(causal=causal)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

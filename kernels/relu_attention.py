@@ -290,7 +290,8 @@ def _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options: ReluAttentio
     if impl == "reference":
         return _reference(q, k, v, key_mask, gamma_h, causal, row_scale)
     if impl == "xla":
-        return _xla(q, k, v, key_mask, gamma_h, causal, row_scale, causal_block_k(q, k, causal, options.block_k()))
+        block_k = causal_block_k(q, k, causal, options.block_k(causal=causal))
+        return _xla(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])  # differentiable: dγ flows through it
     return _kernels(backend, options, q, k, v, key_mask, factor, causal)
 
@@ -373,7 +374,7 @@ def relu_attention_row_stats(
     _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
     k = zero_masked_rows(k, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-    return _row_stats(q, k, key_mask, gamma_h, causal, row_scale, options.impl, options.block_k())
+    return _row_stats(q, k, key_mask, gamma_h, causal, row_scale, options.impl, options.block_k(causal=causal))
 
 
 def relu_attention_and_row_stats(
@@ -403,7 +404,7 @@ def relu_attention_and_row_stats(
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     if impl != "pallas" or backend in ("tpu", "mosaic_gpu"):
         out = _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl, backend)
-        return out, *_row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, options.block_k())
+        return out, *_row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, options.block_k(causal=causal))
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])
     out, p_sum, p_xlogx = _kernels(backend, options, q, k, v, key_mask, factor, causal, row_stats=True)
     row_sum = factor * p_sum

@@ -61,7 +61,7 @@ class SoftmaxAttentionOptions:
     """`softmax_attention`'s options (module docstring for the impls).
 
     xla_block_k: the key-block length of impl "xla"; None: the platform's measured default
-      (`kernels.blocking.XLA_BLOCK_K`: 256 on a CPU, else 512).
+      (`kernels.blocking.XLA_BLOCK_K`: on a CPU 256, causal 128; else 512).
     splash_block_sizes: the splash kernels' tiles (`SplashBlockSizes`); None: its defaults.
     pallas_interpret: run the splash kernels in Pallas interpret mode; None: on a CPU backend only.
     """
@@ -100,9 +100,9 @@ class SoftmaxAttentionOptions:
     def interpret(self) -> bool:
         return jax.default_backend() == "cpu" if self.pallas_interpret is None else self.pallas_interpret
 
-    def block_k(self) -> int:
-        """`xla_block_k`, or the platform's default when unset."""
-        return self.xla_block_k or default_block_k()
+    def block_k(self, *, causal: bool) -> int:
+        """`xla_block_k`, or the platform's default for causal or non-causal attention when unset."""
+        return self.xla_block_k or default_block_k(causal=causal)
 
 
 def cudnn_refusal(q: jax.Array) -> str | None:
@@ -360,7 +360,7 @@ def softmax_attention(
     """
     options = options or SoftmaxAttentionOptions()
     check_attention_inputs(q, k, v, key_mask, causal)
-    rate = _check_dropout(dropout_rate, dropout_key, k.shape[1], options)
+    rate = _check_dropout(dropout_rate, dropout_key, k.shape[1], options, causal)
     impl = "xla" if rate and options.impl == "auto" else options.plan(q, k)
     if rate and impl not in ("xla", "reference"):
         raise ValueError(f"softmax impl {impl!r} takes no dropout on the weights (dropout_rate={rate}): use 'xla'")
@@ -382,17 +382,17 @@ def softmax_attention(
             q, k, v, key_mask, causal=causal, block_sizes=options.splash_block_sizes, interpret=options.interpret()
         )
         return _zero_empty_rows(out, key_mask, causal)
-    return _xla(q, k, v, key_mask, seed, causal, causal_block_k(q, k, causal, options.block_k()), rate)
+    return _xla(q, k, v, key_mask, seed, causal, causal_block_k(q, k, causal, options.block_k(causal=causal)), rate)
 
 
-def _check_dropout(rate, key, key_length: int, options: SoftmaxAttentionOptions) -> float:
+def _check_dropout(rate, key, key_length: int, options: SoftmaxAttentionOptions, causal: bool) -> float:
     """The dropout rate as a float, checked: in [0, 1), with a key when positive, blocks starting on whole
     groups of the mask's hash."""
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
         raise ValueError(f"dropout_rate must be a number in [0, 1], got {rate!r}")
     if rate and key is None:
         raise ValueError(f"dropout_rate={rate} needs a dropout_key (a JAX PRNG key)")
-    block = options.block_k()
+    block = options.block_k(causal=causal)
     if rate and key_length > block and block % VALUES_PER_HASH:
         raise ValueError(
             f"SoftmaxAttentionOptions.xla_block_k={block} must be a multiple of {VALUES_PER_HASH} with dropout on "

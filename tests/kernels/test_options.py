@@ -111,9 +111,11 @@ def test_the_defaults_are_auto_with_each_builds_own_tiles():
 
 
 def test_the_xla_block_defaults_to_the_platforms_measured_length():
-    from kernels.blocking import DEFAULT_XLA_BLOCK_K, XLA_BLOCK_K, default_block_k
+    from kernels.blocking import DEFAULT_XLA_BLOCK_K, XLA_BLOCK_K, XLA_CAUSAL_BLOCK_K, default_block_k
 
-    assert default_block_k("cpu") == XLA_BLOCK_K["cpu"] == 128
-    assert default_block_k("gpu") == default_block_k("tpu") == DEFAULT_XLA_BLOCK_K == 512
-    assert ReluAttentionOptions().block_k() == default_block_k()
-    assert kernels.SoftmaxAttentionOptions(xla_block_k=64).block_k() == 64
+    assert default_block_k("cpu", causal=False) == XLA_BLOCK_K["cpu"] == 256
+    assert default_block_k("cpu", causal=True) == XLA_CAUSAL_BLOCK_K["cpu"] == 128
+    for causal in (False, True):
+        assert default_block_k("gpu", causal=causal) == default_block_k("tpu", causal=causal) == DEFAULT_XLA_BLOCK_K
+        assert ReluAttentionOptions().block_k(causal=causal) == default_block_k(causal=causal)
+        assert kernels.SoftmaxAttentionOptions(xla_block_k=64).block_k(causal=causal) == 64
