@@ -144,13 +144,14 @@ def _causal_forward(qh, kb, vb, mb, bk, nb, factor, out_dtype):
 
 
 def _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
+    """The output `[B, T, H, d_v]` in float32 (cast by the caller)."""
     b, tq, h, _ = q.shape
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
     kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
     if block_causal(q, k, causal, block_k):
         acc = _causal_forward(qh, kb, vb, mb, bk, nb, factor, v.dtype)[:, :, :tq]
-        return acc.transpose(0, 2, 1, 3).astype(v.dtype)
+        return acc.transpose(0, 2, 1, 3)
 
     def body(acc, xs):
         kj, vj, mj, j = xs
@@ -161,84 +162,79 @@ def _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
 
     acc0 = jnp.zeros((b, h, tq, v.shape[-1]), jnp.float32)
     acc, _ = lax.scan(body, acc0, (kb, vb, mb, jnp.arange(nb)))
-    return (acc * factor[..., None]).transpose(0, 2, 1, 3).astype(v.dtype)
+    return (acc * factor[..., None]).transpose(0, 2, 1, 3)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def _xla(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
-    return _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
+    return _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k).astype(v.dtype)
 
 
 def _xla_fwd(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
     out = _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
-    return out, (q, k, v, key_mask, gamma_h)
+    # out_i ∝ 1/γ_h, so dγ_h = −Σ_i do_i·out_i / γ_h: one [B, T, H] product instead of a pass over every tile.
+    return out.astype(v.dtype), (q, k, v, key_mask, gamma_h, out)
 
 
 def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
-    """Recomputes scores per key block: dS = dP ⊙ 1[s>0] ⊙ m ⊙ factor / √d, five matmuls a block."""
-    q, k, v, key_mask, gamma_h = residuals
+    """Recomputes scores per key block, five matmuls a block. The row factor f_i and 1/√d scale whole rows, so
+    they are applied to dO (dO_i f_i) and to dQ, dK once instead of to every tile: with p = ReLU(s) ⊙ m,
+    dV = Σ_i p_ijᵀ (f_i dO_i), and dS' = 1[s>0] ⊙ m ⊙ ((f_i dO_i) · v_j) gives dQ = dS' K / √d, dK = dS'ᵀ Q / √d."""
+    q, k, v, key_mask, gamma_h, out = residuals
     b, tq, h, d = q.shape
     tk = k.shape[1]
     factor = _mask_factor(key_mask, gamma_h, causal, row_scale, tq)
     kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
-    do = d_out.transpose(0, 2, 1, 3)
-    # q and dO once more with the query axis last: dK and dV contract the query axis, and as [d, q] @ [q, k] XLA:CPU
-    # hands those products to its matmul library instead of Eigen (op fwd+bwd at B4 T2001 H8: 5-7% faster).
-    q_t, do_t = q.transpose(0, 2, 3, 1), d_out.transpose(0, 2, 3, 1)
-    scale = 1.0 / math.sqrt(d)
+    do_f = (d_out.transpose(0, 2, 1, 3) * factor[..., None]).astype(d_out.dtype)
+    # q and f·dO once more with the query axis last: dK and dV contract the query axis, and as [d, q] @ [q, k]
+    # XLA:CPU hands those products to its matmul library instead of Eigen (op fwd+bwd at B4 T2001 H8: 5-7% faster).
+    q_t, do_f_t = q.transpose(0, 2, 3, 1), do_f.transpose(0, 1, 3, 2)
 
-    def block(qr, qr_t, dor, dor_t, fr, kj, vj, mj, j, q_offset, causal=causal):
-        """One key block against query rows `qr` (from position `q_offset`; `qr_t`, `dor_t`: q and dO with the
-        query axis last): the block's five matmuls. dK and dV come out transposed, `[B, H, d, bk]`."""
+    def block(qr, qr_t, dor, dor_t, kj, vj, mj, j, q_offset, causal=causal):
+        """One key block against query rows `qr` (from position `q_offset`; `qr_t`, `dor_t`: q and f·dO with the
+        query axis last): the block's five matmuls. dQ, dK unscaled by 1/√d; dK and dV transposed, `[B, H, d, bk]`."""
         s, vis = block_scores(qr, kj, mj, j, bk, causal, q_offset=q_offset)
         p = _tile_weights(s, vis, causal)
-        a = p * fr[..., None]
-        dv_t = jnp.einsum("bhdq,bhqk->bhdk", dor_t, a.astype(dor.dtype), preferred_element_type=jnp.float32)
+        dv_t = jnp.einsum("bhdq,bhqk->bhdk", dor_t, p.astype(dor.dtype), preferred_element_type=jnp.float32)
         dp = jnp.einsum("bhqd,bhkd->bhqk", dor, vj, preferred_element_type=jnp.float32)
-        ds = jnp.where((vis & (s > 0)) if causal else s > 0, dp * fr[..., None], 0.0) * scale
-        dq_rows = jnp.einsum("bhqk,bhkd->bhqd", ds.astype(q.dtype), kj, preferred_element_type=jnp.float32)
-        dk_t = jnp.einsum("bhdq,bhqk->bhdk", qr_t, ds.astype(q.dtype), preferred_element_type=jnp.float32)
-        return dq_rows, jnp.sum(p * dp, axis=-1), dk_t, dv_t
+        ds = jnp.where((vis & (s > 0)) if causal else s > 0, dp, 0.0).astype(q.dtype)
+        dq_rows = jnp.einsum("bhqk,bhkd->bhqd", ds, kj, preferred_element_type=jnp.float32)
+        dk_t = jnp.einsum("bhdq,bhqk->bhdk", qr_t, ds, preferred_element_type=jnp.float32)
+        return dq_rows, dk_t, dv_t
 
     if block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
         rows = nb * bk
-        qp, dop, fp = pad_rows(qh, rows), pad_rows(do, rows), pad_rows(factor, rows)
-        qp_t, dop_t = pad_rows(q_t, rows, axis=3), pad_rows(do_t, rows, axis=3)
-        dq_blocks, pdp_blocks = [], []
+        qp, dop = pad_rows(qh, rows), pad_rows(do_f, rows)
+        qp_t, dop_t = pad_rows(q_t, rows, axis=3), pad_rows(do_f_t, rows, axis=3)
+        dq_blocks = []
         dk_acc, dv_acc = [None] * nb, [None] * nb
         for i in range(nb):
             r = slice(i * bk, (i + 1) * bk)
-            dq_i = pdp_i = None
+            dq_i = None
             for j in range(i + 1):
-                rows_i = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r], fp[:, :, r])
-                tile = (*rows_i, kb[j], vb[j], mb[j], j, i * bk)
-                dq_ij, pdp_ij, dk_ij, dv_ij = block(*tile, causal=j == i)  # only diagonal tiles need the causal mask
+                tile = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r], kb[j], vb[j], mb[j], j, i * bk)
+                dq_ij, dk_ij, dv_ij = block(*tile, causal=j == i)  # only diagonal tiles need the causal mask
                 dq_i = dq_ij if dq_i is None else dq_i + dq_ij
-                pdp_i = pdp_ij if pdp_i is None else pdp_i + pdp_ij
                 dk_acc[j] = dk_ij if dk_acc[j] is None else dk_acc[j] + dk_ij
                 dv_acc[j] = dv_ij if dv_acc[j] is None else dv_acc[j] + dv_ij
             dq_blocks.append(dq_i)
-            pdp_blocks.append(pdp_i)
         dq = jnp.concatenate(dq_blocks, axis=2)[:, :, :tq]
-        p_dot_dp = jnp.concatenate(pdp_blocks, axis=2)[:, :, :tq]
         dk_b, dv_b = jnp.stack(dk_acc), jnp.stack(dv_acc)
     else:
 
-        def body(carry, xs):
-            dq, p_dot_dp = carry
+        def body(dq, xs):
             kj, vj, mj, j = xs
-            dq_rows, pdp, dk_j, dv_j = block(qh, q_t, do, do_t, factor, kj, vj, mj, j, 0)
-            return (dq + dq_rows, p_dot_dp + pdp), (dk_j, dv_j)
+            dq_rows, dk_j, dv_j = block(qh, q_t, do_f, do_f_t, kj, vj, mj, j, 0)
+            return dq + dq_rows, (dk_j, dv_j)
 
-        carry0 = (jnp.zeros((b, h, tq, d), jnp.float32), jnp.zeros((b, h, tq), jnp.float32))
-        (dq, p_dot_dp), (dk_b, dv_b) = lax.scan(body, carry0, (kb, vb, mb, jnp.arange(nb)))
+        dq, (dk_b, dv_b) = lax.scan(body, jnp.zeros((b, h, tq, d), jnp.float32), (kb, vb, mb, jnp.arange(nb)))
 
-    # out_i ∝ 1/γ, so dγ = −Σ_i do_i·out_i / γ = −Σ_i factor_i Σ_j p_ij dp_ij / γ.
-    d_gamma = -jnp.sum(factor * p_dot_dp, axis=(0, 2)) / gamma_h
+    scale = 1.0 / math.sqrt(d)
+    d_gamma = -jnp.einsum("bthd,bthd->h", d_out.astype(jnp.float32), out) / gamma_h
     return (
-        dq.transpose(0, 2, 1, 3).astype(q.dtype),
-        unblock(jnp.swapaxes(dk_b, -1, -2), tk).astype(k.dtype),
+        (dq.transpose(0, 2, 1, 3) * scale).astype(q.dtype),
+        (unblock(jnp.swapaxes(dk_b, -1, -2), tk) * scale).astype(k.dtype),
         unblock(jnp.swapaxes(dv_b, -1, -2), tk).astype(v.dtype),
         None,
         d_gamma.astype(gamma_h.dtype),
