@@ -56,14 +56,14 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 test: lint
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup --durations=15 -q
+	$(BIN)/python -m pytest -n $(WORKERS) --durations=15 -q
 
 # The unit tests alone (no end-to-end runs: tests/conftest.py's END_TO_END_FILES and the slow ones), each test
 # function on one of its parametrised cases (the tables that compile nothing on all of theirs); `make test` runs
 # every case. `make test-fast CASES=0` runs every unit case.
 CASES ?= 1
 test-fast: lint
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup -q -m "not e2e" --cases-per-test=$(CASES)
+	$(BIN)/python -m pytest -n $(WORKERS) -q -m "not e2e" --cases-per-test=$(CASES)
 
 # Kernel benchmark for this machine's backend; results under benchmarks/ with the device named.
 bench: $(STAMP)

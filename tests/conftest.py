@@ -105,26 +105,19 @@ def pytest_configure(config):
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Marks the end-to-end tests (`e2e`); they stay where they are collected, among the unit tests: run first,
     both workers waited on commands (timeouts, hangs, other processes) together, and a fresh clone's suite kept
-    the 2 cores 168% busy instead of 186%. Each unit-test file runs on one worker (`--dist loadgroup`): its tests
-    share small models and shapes, which then compile once; spread over both workers, each compiled them (most of
-    the unit tests' CPU time is compilation, 40% of it op-by-op dispatch). End-to-end tests are spread one by one,
-    which keeps the workers level. On an accelerator the kernels themselves run, so the CPU's cross-platform
-    lowering checks are skipped there (they cost minutes of a rare GPU window and show nothing the real runs do
-    not)."""
+    the 2 cores 168% busy instead of 186%. On an accelerator the kernels themselves run, so the CPU's
+    cross-platform lowering checks are skipped there (they cost minutes of a rare GPU window and show nothing the
+    real runs do not)."""
     import jax
 
     _sample_cases(config, items)
     tests_dir = Path(__file__).parent
     for item in items:
-        path = item.path.relative_to(tests_dir).as_posix()
-        if "slow" in item.keywords or path in END_TO_END_FILES:
+        if "slow" in item.keywords or item.path.relative_to(tests_dir).as_posix() in END_TO_END_FILES:
             item.add_marker(pytest.mark.e2e)
-        else:
-            item.add_marker(pytest.mark.xdist_group(path))
 
     if jax.default_backend() == "cpu":
         return
