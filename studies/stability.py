@@ -41,6 +41,7 @@ from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from studies.common import (
     LEDGER,
+    NOT_MEASURABLE,
     Ledger,
     as_preset,
     result_preset,
@@ -49,7 +50,7 @@ from studies.common import (
     study_readme,
     write_study,
 )
-from studies.verdict import Arm, decide, judged, mean_pm_std
+from studies.verdict import Arm, Verdict, decide, judged, mean_pm_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
@@ -207,6 +208,16 @@ def report(result: dict, out_dir: Path) -> dict:
     climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
     arms = {arm: Arm(arm, tuple(map(float, c)), chance=-1.0) for arm, c in climbed.items()}
     verdict = decide(arms[CLAIMED], arms[PLAIN], higher_is_better=True)
+    top = len(learning_rates) - 1
+    # Both arms at the top in every seed: two lower bounds, whose gap (0) says nothing; the reason says why. (Plain
+    # ReLU at the top with the factor's arm below it is a real gap: plain's true figure is only higher.)
+    if all(c == top for c in climbed[PLAIN] + climbed[CLAIMED]):
+        verdict = Verdict(
+            NOT_MEASURABLE,
+            f"no seed of either ReLU arm diverged up to the grid's top learning rate {learning_rates[-1]:g}: the grid "
+            "brackets neither (both figures are lower bounds), so plain ReLU showed no instability for the factor to "
+            "fix at this budget; learning rates beyond the grid, or a setting in which plain ReLU diverges, are needed",
+        )
     parts = {"the factor raises the largest stable learning rate": verdict}
     result = judged(result, ("seeds", "learning_rates", "runs", "tiny", "preset"), parts, verdict)
     result["grid_steps_climbed"] = climbed

@@ -426,6 +426,33 @@ def test_ffn_memory_judges_each_part_of_the_claim_by_the_rule():
     assert verdicts({"ReLU FFN": old.pop("ReLU memory"), **old})[0] == REPRODUCED
 
 
+def test_stability_says_when_neither_relu_arm_diverged_inside_the_grid(tmp_path):
+    rates = [1e-3, 2e-3, 4e-3]
+
+    def seed_runs(diverges_at):  # one seed's climb: stable runs, then the diverged one (None: never diverged)
+        climbed = rates if diverges_at is None else rates[: rates.index(diverges_at) + 1]
+        return [
+            {"learning_rate": lr, "diverged": lr == diverges_at, "loss": [2.3], "grad_norm": [1.0],
+             "test_accuracy": None if lr == diverges_at else 0.2, "error": None}
+            for lr in climbed
+        ]  # fmt: skip
+
+    def verdict(claimed, plain):
+        runs = {stability.CLAIMED: [seed_runs(d) for d in claimed], stability.PLAIN: [seed_runs(d) for d in plain],
+                "softmax": [seed_runs(None)] * 3}  # fmt: skip
+        result = {"seeds": [0, 1, 2], "learning_rates": rates, "runs": runs, "preset": "cpu"}
+        return stability.report(result, tmp_path)["parts"]["the factor raises the largest stable learning rate"]
+
+    # Two lower bounds at the grid's top: no instability shown, whatever the rule's gap would say.
+    both_top = verdict([None] * 3, [None] * 3)
+    assert both_top["verdict"] == NOT_MEASURABLE and "brackets neither" in both_top["reason"]
+    assert "brackets neither" in (tmp_path / "README.md").read_text()
+    # Plain ReLU diverging inside the grid, the factor not: the claim. The factor's arm diverging below plain ReLU's
+    # lower bound: a real gap the other way.
+    assert verdict([None] * 3, [2e-3] * 3)["verdict"] == REPRODUCED
+    assert verdict([2e-3] * 3, [None] * 3)["verdict"] == NOT_REPRODUCED
+
+
 def test_ffn_memory_trains_every_kind_at_every_slot_count_and_the_ffn_less_control(tmp_path):
     result = ffn_memory.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "ffn_memory.png")
