@@ -14,10 +14,10 @@ import jax
 import jax.numpy as jnp
 
 # The key-block length of the XLA impls by platform when the options leave it unset, causal and not, from
-# measurement on a 2-core CPU (fwd+bwd, fp32, D 64; docs/kernels.md). Non-causal, 256 is as fast as 128 or faster
+# measurement on a 2-core CPU (fwd+bwd, fp32, D 64; docs/performance.md). Non-causal, 256 is as fast as 128 or faster
 # at every shape measured: ReLU 5-6% faster at B4 T2001 H8 (the lra_code ListOps shape; 384, 512 and 1,024 slower
-# again), up to 15% at T 4096; the whole lra_code ListOps train step 1-5 MFU points higher with ReLU, 0.5-2 with
-# softmax. Causal, the tile-by-tile lower triangle wastes less with short blocks: 128 is 8-16% faster at
+# again), up to 15% at T 4096 (in the whole lra_code ListOps train step, 1-2 MFU points at most: inside its spread
+# between rounds). Causal, the tile-by-tile lower triangle wastes less with short blocks: 128 is 8-16% faster at
 # B4 T2000 H8, 5% slower at T 4096 B1 H4. GPU and TPU run their kernels; their XLA impls (for inputs the kernels
 # refuse) keep 512, not measured there.
 XLA_BLOCK_K = {"cpu": 256}

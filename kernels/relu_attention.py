@@ -172,7 +172,7 @@ def _xla(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
 
 def _xla_fwd(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
     out = _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
-    # out_i ∝ 1/γ_h, so dγ_h = −Σ_i do_i·out_i / γ_h: one [B, T, H] product instead of a pass over every tile.
+    # out_i ∝ 1/γ_h, so dγ_h = −Σ_i do_i·out_i / γ_h: one sum over the saved output instead of a pass over every tile.
     return out.astype(v.dtype), (q, k, v, key_mask, gamma_h, out)
 
 

@@ -207,7 +207,6 @@ def report(result: dict, out_dir: Path) -> dict:
     )
     climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
     arms = {arm: Arm(arm, tuple(map(float, c)), chance=-1.0) for arm, c in climbed.items()}
-    verdict = decide(arms[CLAIMED], arms[PLAIN], higher_is_better=True)
     top = len(learning_rates) - 1
     # Both arms at the top in every seed: two lower bounds, whose gap (0) says nothing; the reason says why. (Plain
     # ReLU at the top with the factor's arm below it is a real gap: plain's true figure is only higher.)
@@ -218,13 +217,15 @@ def report(result: dict, out_dir: Path) -> dict:
             "brackets neither (both figures are lower bounds), so plain ReLU showed no instability for the factor to "
             "fix at this budget; learning rates beyond the grid, or a setting in which plain ReLU diverges, are needed",
         )
+    else:
+        verdict = decide(arms[CLAIMED], arms[PLAIN], higher_is_better=True)
     parts = {"the factor raises the largest stable learning rate": verdict}
     result = judged(result, ("seeds", "learning_rates", "runs", "tiny", "preset"), parts, verdict)
     result["grid_steps_climbed"] = climbed
 
     def lr_at(steps: int) -> str:
-        top = " (top: a lower bound)" if steps == len(learning_rates) - 1 else ""
-        return "none" if steps < 0 else f"{learning_rates[steps]:g}{top}"
+        bound = " (top: a lower bound)" if steps == top else ""
+        return "none" if steps < 0 else f"{learning_rates[steps]:g}{bound}"
 
     def last_loss(r: dict) -> float:  # a diverged run's loss, drawn at the top of the plot
         loss = r["loss"][-1] if r["loss"] else math.inf
