@@ -24,9 +24,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
 
 from kernels.numerics import LANES, TRANS_B, lower_triangle, round_up, stabilise_denominator
+
+# `jax.experimental.pallas.tpu` is imported by the functions that build the kernels, not here: it adds ~0.3 s to
+# the start-up of every process that imports `kernels` (each command, each test's subprocess); CPU and GPU runs
+# never use it.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +42,8 @@ class TpuChunkSizes:
 
 
 def _params():
+    from jax.experimental.pallas import tpu as pltpu
+
     return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"))
 
 
@@ -82,6 +87,8 @@ def _state_specs(m, dv):
 
 
 def _forward(q, k, v, s0, z0, causal, eps, eps_mode, sizes, interpret):
+    from jax.experimental.pallas import tpu as pltpu
+
     b, h, t, m = q.shape
     dv, c = v.shape[-1], sizes.chunk
 
@@ -149,6 +156,8 @@ def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, r0_ref, rz0_ref, dk_ref, dv_
 
 
 def _backward(q, k, v, g, h_lanes, totals, causal, sizes, interpret):
+    from jax.experimental.pallas import tpu as pltpu
+
     b, hh, t, m = q.shape
     dv_dim, c = v.shape[-1], sizes.chunk
     n = t // c

@@ -16,9 +16,11 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 from kernels.numerics import LANES, round_up
+
+# JAX's splash kernels are imported by `softmax_attention_splash`, not here: the import adds ~0.3 s to the start-up
+# of every process that imports `kernels`, and only TPU runs (and the tests that export for TPU) use them.
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -65,6 +67,8 @@ def softmax_attention_splash(
 ) -> jax.Array:
     """Softmax attention `[batch, q_length, heads, d_v]` in v's dtype through the splash kernels. key_mask:
     `[batch, key_length]` bool. A row that sees no key is not defined here (the caller zeroes it)."""
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
     sizes = block_sizes or SplashBlockSizes()
     b, tq, h, d = q.shape
     tk = k.shape[1]

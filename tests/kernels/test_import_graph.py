@@ -5,6 +5,7 @@ nothing imported from outside jax, numpy and the standard library."""
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -158,3 +159,43 @@ def test_the_cycle_finder_reports_a_circle_and_the_walk_resolves_imports(tmp_pat
         (4, "kernels.relu_attention", ("_prepare",)),
         (5, "kernels.checks", ("check_causal",)),
     ]
+
+
+# The Pallas platform modules and JAX's splash kernels: each adds tenths of a second to a process's start-up, and
+# only the kernels built for that platform need them.
+PLATFORM_MODULES = (
+    "jax.experimental.pallas.tpu",
+    "jax.experimental.pallas.triton",
+    "jax.experimental.pallas.mosaic_gpu",
+    "jax.experimental.pallas.ops.tpu.splash_attention",
+)
+
+
+def test_importing_the_package_leaves_the_pallas_platform_modules_to_the_kernels_that_use_them():
+    probe = f"import sys, kernels; print([m for m in {PLATFORM_MODULES!r} if m in sys.modules])"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]", run.stdout
+
+
+def test_the_platform_modules_are_imported_where_a_kernel_is_built():
+    """The other half: the functions that use them import them, so a TPU or Triton kernel still builds."""
+    uses = {"pltpu": "tpu", "pl_triton": "triton", "plgpu": "mosaic_gpu", "splash": "splash_attention"}
+    missing = []
+    for path in sorted(PACKAGE_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        outermost = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        outermost += [
+            m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, ast.FunctionDef)
+        ]
+        for node in outermost:  # with the functions nested in it, which use its imports
+            used = {
+                n.value.id for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            }
+            imported = {
+                alias.asname or alias.name for n in ast.walk(node) if isinstance(n, ast.ImportFrom) for alias in n.names
+            }
+            missing += [
+                f"{path.name}:{node.lineno} {node.name} uses {alias}" for alias in uses if alias in used - imported
+            ]
+    assert not missing, missing
