@@ -19,8 +19,8 @@ import jax.numpy as jnp
 
 from kernels.numerics import LANES, round_up
 
-# JAX's splash kernels are imported by `softmax_attention_splash`, not here: the import adds ~0.3 s to the start-up
-# of every process that imports `kernels`, and only TPU runs (and the tests that export for TPU) use them.
+# JAX's splash kernels are imported by `softmax_attention_splash`, not here, as in linear_attention_tpu.py: only TPU
+# runs (and the tests that export for TPU) use them, and every process that imports `kernels` would pay for them.
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# `jax.experimental.pallas.triton` is imported when a masked tile is traced, not here: the import adds ~0.3 s to the
-# start-up of every process that imports `kernels`, most of which never trace a Triton kernel.
+# `jax.experimental.pallas.triton` is imported when a masked tile is traced, not here, as in linear_attention_tpu.py:
+# most processes that import `kernels` never trace a Triton kernel.
 
 
 @dataclasses.dataclass(frozen=True)
