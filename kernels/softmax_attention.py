@@ -7,7 +7,7 @@ Dropout on the attention weights (`dropout_rate`, `dropout_key`; training): h_i 
 z_ij kept with probability 1 − rate — flax's `attention_dropout_rate`, formed block by block inside impl "xla" (and
 "reference"), so training with it needs no T×T buffer either. z_ij is a function of (key, example, head, i, j)
 alone, the same whatever the blocks (`keep_mask`): 16 random bits decide each weight (the rate is rounded to
-1/65,536), four weights to one Threefry hash — a quarter of the hashes of `jax.random.bernoulli`.
+1/65,536), a quarter of a Threefry hash, computed where the weight is (kernels/numerics.py says why).
 
 Implementations (`SoftmaxAttentionOptions.impl`):
   "reference"  dense fp32 definition (for tests).
@@ -49,7 +49,7 @@ from kernels.blocking import (
 )
 from kernels.checks import check_attention_inputs
 from kernels.masking import zero_masked_rows
-from kernels.numerics import VALUES_PER_HASH, dropout_seed, hashed_levels, keep_scale, keep_threshold
+from kernels.numerics import dropout_levels, dropout_seed, keep_scale, keep_threshold
 from kernels.platforms import auto_pallas_backend
 from kernels.softmax_attention_tpu import SplashBlockSizes, softmax_attention_splash, splash_refusal
 
@@ -126,16 +126,12 @@ def cudnn_refusal(q: jax.Array) -> str | None:
 
 def keep_mask(seed, rate: float, heads: int, q_length: int, batch: int, rows, col_start, num_cols: int) -> jax.Array:
     """Which weights dropout keeps: bool `[batch, heads, len(rows), num_cols]` for query positions `rows` and the
-    keys from `col_start` (a multiple of 4). Weight (b, h, i, j) hashes (its row's number, j // 4): the same
-    wherever a block starts."""
-    groups = -(-num_cols // VALUES_PER_HASH)
+    keys from `col_start`. Weight (b, h, i, j) takes quarter j % 4 of the hash of (its row's number, j // 4): the
+    same wherever a block starts."""
     row_id = (jnp.arange(batch)[:, None, None] * heads + jnp.arange(heads)[None, :, None]) * q_length
-    row_id = (row_id + rows[None, None, :]).astype(jnp.uint32)
-    group = (col_start // VALUES_PER_HASH + jnp.arange(groups)).astype(jnp.uint32)
-    shape = (*row_id.shape, groups)
-    levels = hashed_levels(seed, jnp.broadcast_to(row_id[..., None], shape), jnp.broadcast_to(group, shape))
-    levels = levels.reshape(*row_id.shape, groups * VALUES_PER_HASH)[..., :num_cols]
-    return levels >= jnp.uint32(keep_threshold(rate))
+    row_id = (row_id + rows[None, None, :]).astype(jnp.uint32)[..., None]
+    column = (col_start + jnp.arange(num_cols)).astype(jnp.uint32)
+    return dropout_levels(seed, row_id, column >> 2, column & 3) >= jnp.uint32(keep_threshold(rate))
 
 
 def _reference(q, k, v, key_mask, causal, seed=None, rate=0.0):
@@ -360,7 +356,7 @@ def softmax_attention(
     """
     options = options or SoftmaxAttentionOptions()
     check_attention_inputs(q, k, v, key_mask, causal)
-    rate = _check_dropout(dropout_rate, dropout_key, k.shape[1], options, causal)
+    rate = _check_dropout(dropout_rate, dropout_key)
     impl = "xla" if rate and options.impl == "auto" else options.plan(q, k)
     if rate and impl not in ("xla", "reference"):
         raise ValueError(f"softmax impl {impl!r} takes no dropout on the weights (dropout_rate={rate}): use 'xla'")
@@ -385,17 +381,10 @@ def softmax_attention(
     return _xla(q, k, v, key_mask, seed, causal, causal_block_k(q, k, causal, options.block_k(causal=causal)), rate)
 
 
-def _check_dropout(rate, key, key_length: int, options: SoftmaxAttentionOptions, causal: bool) -> float:
-    """The dropout rate as a float, checked: in [0, 1), with a key when positive, blocks starting on whole
-    groups of the mask's hash."""
+def _check_dropout(rate, key) -> float:
+    """The dropout rate as a float, checked: in [0, 1], with a key when positive."""
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
         raise ValueError(f"dropout_rate must be a number in [0, 1], got {rate!r}")
     if rate and key is None:
         raise ValueError(f"dropout_rate={rate} needs a dropout_key (a JAX PRNG key)")
-    block = options.block_k(causal=causal)
-    if rate and key_length > block and block % VALUES_PER_HASH:
-        raise ValueError(
-            f"SoftmaxAttentionOptions.xla_block_k={block} must be a multiple of {VALUES_PER_HASH} with dropout on "
-            "the weights (each hash of the dropout mask decides four neighbouring weights)"
-        )
     return float(rate)

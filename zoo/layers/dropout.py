@@ -1,11 +1,12 @@
-"""Dropout whose masks cost a quarter of the random bits: `nnx.Dropout` with hashed 16-bit levels.
+"""Dropout with hashed 16-bit levels: `nnx.Dropout`'s interface, cheaper masks.
 
-`jax.random.bernoulli` spends one Threefry hash on every value; here one hash decides four
-(`kernels.numerics.dropout_keep_mask`). On a CPU that is ~4.5× less time in the masks, which were ~1 s of a
-17 s `lra_code` ListOps train step. Same interface, key stream and switches as `nnx.Dropout` (`eval()`,
-`deterministic`, `rngs`); the rate is rounded to a multiple of 2^-16 and the kept values are scaled by the
-rounded keep probability, so the expectation is exact. Masks broadcast over `broadcast_dims` use
-`nnx.Dropout`'s own.
+`jax.random.bernoulli` draws one Threefry hash per value into memory; here value i takes a quarter of the hash of
+i // 4, computed where the value is masked (`kernels.numerics.dropout_keep_mask`), so XLA fuses the hashing into
+the masked product. On this project's 2-core CPU, masking a [4, 2000, 1024] float32 tensor takes 11 ms (28 ms
+when each group's hash was computed once and written out; the scaling alone 2.6 ms). Same interface, key stream
+and switches as `nnx.Dropout` (`eval()`, `deterministic`, `rngs`); the rate is rounded to a multiple of 2^-16 and
+the kept values are scaled by the rounded keep probability, so the expectation is exact. Masks broadcast over
+`broadcast_dims` use `nnx.Dropout`'s own.
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""Dropout's random bits (kernels/numerics.py): the elementwise Threefry is JAX's, each value takes the quarter of
+its group's hash that the scheme assigns it, and the masks of tensors past 2^32 values are the same function."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend.random import threefry_2x32
+
+from kernels import numerics
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_the_elementwise_threefry_is_jaxs(seed):
+    key = jax.random.bits(jax.random.key(seed), (2,), jnp.uint32)
+    x0, x1 = jax.random.bits(jax.random.key(seed + 1), (2, 1000), jnp.uint32)
+    words = threefry_2x32(key, jnp.concatenate([x0, x1]))
+    y0, y1 = numerics.threefry_2x32_pair(key, x0, x1)
+    chex.assert_trees_all_equal((y0, y1), (words[:1000], words[1000:]))
+    # Broadcast counters, as the ops pass them (a row number against a row of columns).
+    y0, _ = numerics.threefry_2x32_pair(key, x0[:3, None], x1[None, :5])
+    expected = threefry_2x32(key, jnp.concatenate([jnp.repeat(x0[:3], 5), jnp.tile(x1[:5], 3)]))[:15]
+    chex.assert_trees_all_equal(y0, expected.reshape(3, 5))
+
+
+def _quarters_of_the_hashes(seed, shape):
+    """The scheme as it reads: hash each group (0, i // 4) once, lay its four 16-bit quarters side by side."""
+    size = int(np.prod(shape))
+    groups = -(-size // 4)
+    counters = jnp.arange(groups, dtype=jnp.uint32)
+    words = np.asarray(threefry_2x32(seed, jnp.concatenate([jnp.zeros_like(counters), counters])))
+    y0, y1 = words[:groups], words[groups:]
+    levels = np.stack([y0 & 0xFFFF, y0 >> 16, y1 & 0xFFFF, y1 >> 16], axis=-1).reshape(-1)
+    return levels[:size].reshape(shape)
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 5), (2, 8), (13,)])
+def test_each_value_takes_its_quarter_of_its_groups_hash(shape):
+    seed = numerics.dropout_seed(jax.random.key(2))
+    levels = _quarters_of_the_hashes(seed, shape)
+    rate = 0.3
+    keep = numerics.dropout_keep_mask(seed, rate, shape)
+    np.testing.assert_array_equal(np.asarray(keep), levels >= numerics.keep_threshold(rate))
+
+
+def test_past_2_32_values_the_groups_come_from_rows_and_columns_and_match_the_flat_index():
+    shape = (3, 5, 8)
+    flat = numerics._groups_and_quarters(shape)
+    split = numerics._groups_and_quarters(shape, index_limit=16)  # as a tensor of more than 2^32 values is
+    chex.assert_trees_all_equal(split, flat)
+    with pytest.raises(ValueError, match=r"shape \(3, 5, 6\): 90 values need a last axis that is a multiple of 4"):
+        numerics._groups_and_quarters((3, 5, 6), index_limit=16)
+    with pytest.raises(ValueError, match=r"at most 2\^34 values"):
+        numerics._groups_and_quarters((1 << 33, 4))
