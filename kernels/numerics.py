@@ -105,6 +105,7 @@ def dropout_seed(key: jax.Array) -> jax.Array:
     return jax.random.bits(key, (2,), jnp.uint32)
 
 
+@jax.jit  # one program where it is called outside jit (the rounds are ~100 operations); inlined inside jit
 def threefry_2x32_pair(key: jax.Array, x0: jax.Array, x1: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Threefry-2x32, 20 rounds (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3"), of the counter
     pairs (x0, x1), uint32 arrays of any broadcastable shapes; `key`: uint32[2]. The hash of
