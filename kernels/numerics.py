@@ -170,6 +170,7 @@ def _row_major_index(axes: tuple[int, ...], shape: tuple[int, ...]) -> jax.Array
     """The row-major index over the leading `axes` of `shape`, broadcast over the rest: uint32 `shape`."""
     index = jnp.zeros(shape, jnp.uint32)
     for axis in range(len(axes)):
-        stride = math.prod(axes[axis + 1 :])
+        # Below 2^32 but for an axis of length 1 (index 0 along it), which may precede 2^32 values.
+        stride = math.prod(axes[axis + 1 :]) % (1 << 32)
         index = index + lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
     return index

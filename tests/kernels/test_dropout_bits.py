@@ -53,3 +53,7 @@ def test_past_2_32_values_the_groups_come_from_rows_and_columns_and_match_the_fl
         numerics._groups_and_quarters((3, 5, 6), index_limit=16)
     with pytest.raises(ValueError, match=r"at most 2\^34 values"):
         numerics._groups_and_quarters((1 << 33, 4))
+    # 2^32 values behind an axis of length 1, and 2^34 in rows of 4: traced (not allocated) without overflow.
+    for shape in [(1, 1 << 32), (1, 1 << 32, 4)]:
+        groups, _ = jax.eval_shape(lambda shape=shape: numerics._groups_and_quarters(shape))
+        assert groups.shape == shape and groups.dtype == jnp.uint32
