@@ -91,10 +91,13 @@ def triton_compiler_params(platform: str, num_warps: int | None, num_stages: int
 # A value is kept when its 16 random bits are ≥ round(rate · 2^16); the rate is rounded to a multiple of 2^-16 and
 # `keep_scale` uses the rounded one, so the expectation is exact. The bits: value c of a row (counter `hi`) takes
 # quarter c % 4 of the Threefry hash of (hi, c // 4), so one hash decides four values, where
-# `jax.random.bernoulli` spends one on each. Each value computes its own hash where it is used (`dropout_levels`):
-# four times the hashing, but elementwise, so XLA fuses it into the masked product instead of writing the hashes
-# out and interleaving their quarters — on a CPU the masked key tile of the blocked softmax (B4 H8, 2,001 rows,
-# 256 keys) 78 → 36 ms, the product alone 14 ms.
+# `jax.random.bernoulli` spends one on each. Where the mask is formed and used in one place, each value computes its
+# own hash (`dropout_levels`): four times the hashing, but elementwise, so XLA fuses it into the masked product
+# instead of writing the hashes out and interleaving their quarters — on a CPU the masked key tile of the blocked
+# softmax (B4 H8, 2,001 rows, 256 keys) 78 → 36 ms, the product alone 14 ms. Inside a loop the decisions can be
+# formed one iteration ahead, one hash for four, packed four to a byte (`dropout_keep_bits`) and carried: XLA
+# cannot fuse across the iterations, so the next one reads the bytes rather than hashing each value again
+# (kernels/softmax_attention.py).
 DROPOUT_LEVELS = 1 << 16
 VALUES_PER_HASH = 4
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -129,6 +132,24 @@ def dropout_levels(seed: jax.Array, hi: jax.Array, group: jax.Array, quarter: ja
     y0, y1 = threefry_2x32_pair(seed, hi, group)
     word = jnp.where(quarter < 2, y0, y1)
     return jnp.where((quarter & 1) == 0, word & 0xFFFF, word >> 16)
+
+
+def dropout_keep_bits(seed: jax.Array, rate: float, hi: jax.Array, group: jax.Array) -> jax.Array:
+    """The keep decisions of the four values hashed from (hi, group), packed into a uint8: bit i is quarter i's
+    (`dropout_levels(seed, hi, group, i) >= keep_threshold(rate)`). One hash for four decisions, where the
+    elementwise form computes it for each; `unpack_keep_bits` reads them back."""
+    y0, y1 = threefry_2x32_pair(seed, hi, group)
+    threshold = jnp.uint32(keep_threshold(rate))
+    bits = jnp.zeros(y0.shape, jnp.uint8)
+    for i, level in enumerate((y0 & 0xFFFF, y0 >> 16, y1 & 0xFFFF, y1 >> 16)):  # dropout_levels' quarters
+        bits = bits | ((level >= threshold).astype(jnp.uint8) << i)
+    return bits
+
+
+def unpack_keep_bits(bits: jax.Array) -> jax.Array:
+    """bool `[..., 4n]` from `dropout_keep_bits`' uint8 `[..., n]`: value c is bit c % 4 of byte c // 4."""
+    keep = ((bits[..., None] >> jnp.arange(VALUES_PER_HASH, dtype=jnp.uint8)) & 1) != 0
+    return keep.reshape(*bits.shape[:-1], bits.shape[-1] * VALUES_PER_HASH)
 
 
 def keep_threshold(rate: float) -> int:

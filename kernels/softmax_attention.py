@@ -7,7 +7,9 @@ Dropout on the attention weights (`dropout_rate`, `dropout_key`; training): h_i 
 z_ij kept with probability 1 − rate — flax's `attention_dropout_rate`, formed block by block inside impl "xla" (and
 "reference"), so training with it needs no T×T buffer either. z_ij is a function of (key, example, head, i, j)
 alone, the same whatever the blocks (`keep_mask`): 16 random bits decide each weight (the rate is rounded to
-1/65,536), a quarter of a Threefry hash, computed where the weight is (kernels/numerics.py says why).
+1/65,536), a quarter of a Threefry hash. The loop over key blocks forms the next block's decisions, one hash for
+four weights, and carries them packed four to a byte (`keep_bits`); the query-tiled causal path forms each weight's
+where it is used (kernels/numerics.py says why).
 
 Implementations (`SoftmaxAttentionOptions.impl`):
   "reference"  dense fp32 definition (for tests).
@@ -49,7 +51,15 @@ from kernels.blocking import (
 )
 from kernels.checks import check_attention_inputs
 from kernels.masking import zero_masked_rows
-from kernels.numerics import dropout_levels, dropout_seed, keep_scale, keep_threshold
+from kernels.numerics import (
+    VALUES_PER_HASH,
+    dropout_keep_bits,
+    dropout_levels,
+    dropout_seed,
+    keep_scale,
+    keep_threshold,
+    unpack_keep_bits,
+)
 from kernels.platforms import auto_pallas_backend
 from kernels.softmax_attention_tpu import SplashBlockSizes, softmax_attention_splash, splash_refusal
 
@@ -132,6 +142,15 @@ def keep_mask(seed, rate: float, heads: int, q_length: int, batch: int, rows, co
     row_id = (row_id + rows[None, None, :]).astype(jnp.uint32)[..., None]
     column = (col_start + jnp.arange(num_cols)).astype(jnp.uint32)
     return dropout_levels(seed, row_id, column >> 2, column & 3) >= jnp.uint32(keep_threshold(rate))
+
+
+def keep_bits(seed, rate: float, heads: int, q_length: int, batch: int, rows, col_start, num_cols: int) -> jax.Array:
+    """`keep_mask` of the same weights packed four to a byte, uint8 `[batch, heads, len(rows), num_cols // 4]`
+    (`kernels.numerics.unpack_keep_bits` reads it back); `col_start` and `num_cols` multiples of 4."""
+    row_id = (jnp.arange(batch)[:, None, None] * heads + jnp.arange(heads)[None, :, None]) * q_length
+    row_id = (row_id + rows[None, None, :]).astype(jnp.uint32)[..., None]
+    group = (col_start // VALUES_PER_HASH + jnp.arange(num_cols // VALUES_PER_HASH)).astype(jnp.uint32)
+    return dropout_keep_bits(seed, rate, row_id, group)
 
 
 def _reference(q, k, v, key_mask, causal, seed=None, rate=0.0):
@@ -219,6 +238,27 @@ def _block_keep(seed, rate, q, rows, col_start, bk):
     return keep_mask(seed, rate, h, tq, b, rows, col_start, bk)
 
 
+def _key_loop_keep(seed, rate, q, bk):
+    """For a loop over key blocks of `bk` keys and every query row: (the first block's packed dropout decisions,
+    a function giving block j's), or None where there is no dropout or `bk` is not a multiple of 4. Each
+    iteration forms the next block's decisions and carries them (numerics.py says why)."""
+    if not rate or bk % VALUES_PER_HASH:
+        return None
+    b, tq, h, _ = q.shape
+
+    def block_bits(j):
+        return keep_bits(seed, rate, h, tq, b, jnp.arange(tq), j * bk, bk)
+
+    return block_bits(0), block_bits
+
+
+def _iteration_keep(carried, bits, seed, rate, q, j, bk):
+    """Inside the key loop: (block j's dropout mask or None, what to carry to block j + 1)."""
+    if carried is None:
+        return _block_keep(seed, rate, q, jnp.arange(q.shape[1]), j * bk, bk), None
+    return unpack_keep_bits(bits), carried[1](j + 1)
+
+
 def _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate):
     """(output `[B, T, H, d_v]` in v's dtype, log-sum-exp `[B, H, T]` float32)."""
     b, tq, h, _ = q.shape
@@ -240,14 +280,17 @@ def _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate):
             lses.append(lse_i)
         out, lse = jnp.concatenate(outs, axis=2)[:, :, :tq], jnp.concatenate(lses, axis=2)[:, :, :tq]
     else:
+        carried = _key_loop_keep(seed, rate, q, bk)
 
         def body(carry, xs):
+            state, bits = carry
             kj, vj, mj, j = xs
             s, vis = block_scores(qh, kj, mj, j, bk, causal)
-            keep = _block_keep(seed, rate, q, jnp.arange(tq), j * bk, bk)
-            return _online_block(carry, s, vis, vj, keep, scale), None
+            keep, next_bits = _iteration_keep(carried, bits, seed, rate, q, j, bk)
+            return (_online_block(state, s, vis, vj, keep, scale), next_bits), None
 
-        carry, _ = lax.scan(body, _start((b, h, tq), v.shape[-1]), (kb, vb, mb, jnp.arange(nb)))
+        start = (_start((b, h, tq), v.shape[-1]), None if carried is None else carried[0])
+        (carry, _), _ = lax.scan(body, start, (kb, vb, mb, jnp.arange(nb)))
         out, lse = _finish(carry)
     return out.transpose(0, 2, 1, 3).astype(v.dtype), lse
 
@@ -276,10 +319,9 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
     q_t, do_t = q.transpose(0, 2, 3, 1), d_out.transpose(0, 2, 3, 1)
     delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
 
-    def tile(qr, qr_t, dor, dor_t, lse_r, delta_r, kj, vj, mj, j, q_offset, causal):
+    def tile(qr, qr_t, dor, dor_t, lse_r, delta_r, kj, vj, mj, j, q_offset, causal, keep):
         s, vis = block_scores(qr, kj, mj, j, bk, causal, q_offset=q_offset)
         p = jnp.where(vis, jnp.exp(s - lse_r[..., None]), 0.0)
-        keep = _block_keep(seed, rate, q, q_offset + jnp.arange(qr.shape[2]), j * bk, bk)
         kept = p if keep is None else jnp.where(keep, p * kept_scale, 0.0)
         dv_t = jnp.einsum("bhdq,bhqk->bhdk", dor_t, kept.astype(dor.dtype), preferred_element_type=jnp.float32)
         dp = jnp.einsum("bhqd,bhkd->bhqk", dor, vj, preferred_element_type=jnp.float32)
@@ -301,7 +343,8 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
             dq_i = None
             for j in range(i + 1):
                 rows_i = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r], lsep[:, :, r], deltap[:, :, r])
-                dq_ij, dk_ij, dv_ij = tile(*rows_i, kb[j], vb[j], mb[j], j, i * bk, j == i)
+                keep = _block_keep(seed, rate, q, i * bk + jnp.arange(bk), j * bk, bk)
+                dq_ij, dk_ij, dv_ij = tile(*rows_i, kb[j], vb[j], mb[j], j, i * bk, j == i, keep)
                 dq_i = dq_ij if dq_i is None else dq_i + dq_ij
                 dk_acc[j] = dk_ij if dk_acc[j] is None else dk_acc[j] + dk_ij
                 dv_acc[j] = dv_ij if dv_acc[j] is None else dv_acc[j] + dv_ij
@@ -309,13 +352,17 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
         dq = jnp.concatenate(dq_blocks, axis=2)[:, :, :tq]
         dk_b, dv_b = jnp.stack(dk_acc), jnp.stack(dv_acc)
     else:
+        carried = _key_loop_keep(seed, rate, q, bk)
 
-        def body(dq, xs):
+        def body(carry, xs):
+            dq, bits = carry
             kj, vj, mj, j = xs
-            dq_rows, dk_j, dv_j = tile(qh, q_t, do, do_t, lse, delta, kj, vj, mj, j, 0, causal)
-            return dq + dq_rows, (dk_j, dv_j)
+            keep, next_bits = _iteration_keep(carried, bits, seed, rate, q, j, bk)
+            dq_rows, dk_j, dv_j = tile(qh, q_t, do, do_t, lse, delta, kj, vj, mj, j, 0, causal, keep)
+            return (dq + dq_rows, next_bits), (dk_j, dv_j)
 
-        dq, (dk_b, dv_b) = lax.scan(body, jnp.zeros((b, h, tq, d), jnp.float32), (kb, vb, mb, jnp.arange(nb)))
+        start = (jnp.zeros((b, h, tq, d), jnp.float32), None if carried is None else carried[0])
+        (dq, _), (dk_b, dv_b) = lax.scan(body, start, (kb, vb, mb, jnp.arange(nb)))
     tk = k.shape[1]
     return (
         dq.transpose(0, 2, 1, 3).astype(q.dtype),

@@ -57,3 +57,15 @@ def test_past_2_32_values_the_groups_come_from_rows_and_columns_and_match_the_fl
     for shape in [(1, 1 << 32), (1, 1 << 32, 4)]:
         groups, _ = jax.eval_shape(lambda shape=shape: numerics._groups_and_quarters(shape))
         assert groups.shape == shape and groups.dtype == jnp.uint32
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_packed_decisions_are_the_quarters_bits_and_unpack_to_the_elementwise_mask(rate):
+    seed = numerics.dropout_seed(jax.random.key(5))
+    shape = (6, 40)  # 6 rows of 10 groups (hash counter 0, group i // 4 of the row-major index)
+    bits = numerics.dropout_keep_bits(seed, rate, jnp.uint32(0), jnp.arange(60, dtype=jnp.uint32).reshape(6, 10))
+    assert bits.dtype == jnp.uint8 and bits.shape == (6, 10) and int(bits.max()) < 16
+    levels = _quarters_of_the_hashes(seed, shape)
+    expected = levels >= numerics.keep_threshold(rate)
+    np.testing.assert_array_equal(np.asarray(numerics.unpack_keep_bits(bits)), expected)
+    np.testing.assert_array_equal(np.asarray(numerics.dropout_keep_mask(seed, rate, shape)), expected)

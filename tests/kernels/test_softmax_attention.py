@@ -13,6 +13,7 @@ from absl.testing import parameterized
 
 import kernels
 from kernels import SoftmaxAttentionOptions
+from kernels.numerics import unpack_keep_bits
 from tests.kernels.tolerances import bound, fp32
 
 OP = importlib.import_module("kernels.softmax_attention")  # the module (`kernels.softmax_attention` is the op)
@@ -186,7 +187,8 @@ def test_key_lengths_that_the_cudnn_path_passes_equal_the_trailing_padding_mask(
 class DropoutTest(parameterized.TestCase):
     """Dropout on the weights inside the blocked softmax: the reference's mask, whatever the blocks."""
 
-    # A block of 6 splits the mask's groups of four weights between blocks.
+    # A block of 6 splits the mask's groups of four weights between blocks, so each weight is hashed where it is
+    # used; blocks of 8 and 64 carry each next block's packed decisions through the non-causal key loop.
     @parameterized.product(causal=[False, True], block=[6, 8, 64])
     def test_xla_with_dropout_matches_reference_with_the_same_mask(self, causal, block):
         q, k, v, mask = _inputs(t=45)
@@ -218,6 +220,9 @@ class DropoutTest(parameterized.TestCase):
         other = keep_mask(OP.dropout_seed(jax.random.key(4)), 0.1, 8, 512, 4,
                           jnp.arange(512), 0, 512)  # fmt: skip
         assert 0.15 < float(jnp.mean(full != other)) < 0.2  # another key: another mask (2·0.1·0.9 = 0.18 differ)
+        # The key loop's packed decisions, carried from the iteration before: the same weights.
+        packed = OP.keep_bits(seed, 0.1, 8, 512, 4, 128 + jnp.arange(64), 256, 32)
+        assert packed.shape == (4, 8, 64, 8) and bool(jnp.all(unpack_keep_bits(packed) == tile))
 
     def test_rate_one_drops_everything_and_rate_zero_nothing(self):
         q, k, v, mask = _inputs()
