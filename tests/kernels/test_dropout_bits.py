@@ -35,7 +35,8 @@ def _quarters_of_the_hashes(seed, shape):
     return levels[:size].reshape(shape)
 
 
-@pytest.mark.parametrize("shape", [(3, 7, 5), (2, 8), (13,)])
+# Last axes of 8, 16 and 24 take the packed loop; 5 and 13 hash each value where it is used.
+@pytest.mark.parametrize("shape", [(3, 7, 5), (2, 8), (13,), (3, 5, 16), (24,)])
 def test_each_value_takes_its_quarter_of_its_groups_hash(shape):
     seed = numerics.dropout_seed(jax.random.key(2))
     levels = _quarters_of_the_hashes(seed, shape)
@@ -53,7 +54,9 @@ def test_past_2_32_values_the_groups_come_from_rows_and_columns_and_match_the_fl
         numerics._groups_and_quarters((3, 5, 6), index_limit=16)
     with pytest.raises(ValueError, match=r"at most 2\^34 values"):
         numerics._groups_and_quarters((1 << 33, 4))
-    # 2^32 values behind an axis of length 1, and 2^34 in rows of 4: traced (not allocated) without overflow.
+    # 2^32 values behind an axis of length 1 (the packed loop), and 2^34 in rows of 4: traced, not allocated.
+    mask = jax.eval_shape(lambda: numerics.dropout_keep_mask(jnp.zeros(2, jnp.uint32), 0.1, (1, 1 << 32)))
+    assert mask.shape == (1, 1 << 32) and mask.dtype == jnp.bool_
     for shape in [(1, 1 << 32), (1, 1 << 32, 4)]:
         groups, _ = jax.eval_shape(lambda shape=shape: numerics._groups_and_quarters(shape))
         assert groups.shape == shape and groups.dtype == jnp.uint32
