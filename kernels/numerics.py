@@ -97,7 +97,8 @@ def triton_compiler_params(platform: str, num_warps: int | None, num_stages: int
 # softmax (B4 H8, 2,001 rows, 256 keys) 78 → 36 ms, the product alone 14 ms. Inside a loop the decisions can be
 # formed one iteration ahead, one hash for four, packed four to a byte (`dropout_keep_bits`) and carried: XLA
 # cannot fuse across the iterations, so the next one reads the bytes rather than hashing each value again
-# (kernels/softmax_attention.py).
+# (kernels/softmax_attention.py); `dropout_keep_mask` makes such a loop of two iterations for a mask that several
+# operations read.
 DROPOUT_LEVELS = 1 << 16
 VALUES_PER_HASH = 4
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))

@@ -1,5 +1,8 @@
 """Dropout's random bits (kernels/numerics.py): the elementwise Threefry is JAX's, each value takes the quarter of
-its group's hash that the scheme assigns it, and the masks of tensors past 2^32 values are the same function."""
+its group's hash that the scheme assigns it, the packed decisions are the same bits and are hashed once for every
+use, and the masks of tensors past 2^32 values are the same function."""
+
+import re
 
 import chex
 import jax
@@ -72,3 +75,30 @@ def test_packed_decisions_are_the_quarters_bits_and_unpack_to_the_elementwise_ma
     expected = levels >= numerics.keep_threshold(rate)
     np.testing.assert_array_equal(np.asarray(numerics.unpack_keep_bits(bits)), expected)
     np.testing.assert_array_equal(np.asarray(numerics.dropout_keep_mask(seed, rate, shape)), expected)
+
+
+def _hashing_computations(fn, *args) -> int:
+    """How many computations of `fn`'s optimised program hash arrays: rotate uint32 arrays (a shift-left of a
+    non-scalar u32) — one per fusion XLA put the Threefry rounds in."""
+    hlo = jax.jit(fn).lower(*args).compile().as_text()
+    computations = hlo.split("\n\n")
+    return sum(bool(re.search(r"u32\[\d[^\]]*\][^\n]*shift-left\(", c)) for c in computations)
+
+
+def test_a_masked_products_forward_and_backward_hash_once_with_the_packed_mask():
+    # XLA fuses an elementwise hash into every operation that reads the mask (the forward's select, the backward's
+    # products); the packed mask's loop keeps the hashing in one place, which is what makes it cheaper.
+    seed = jnp.array([1, 2], jnp.uint32)
+
+    def grad_of_masked_product(last):
+        w = jnp.ones((last, 32))
+
+        def loss(x, seed):
+            keep = numerics.dropout_keep_mask(seed, 0.1, x.shape)
+            h = jnp.where(keep, jax.nn.gelu(x) * 1.1, 0.0)
+            return jnp.sum((h @ w) ** 2)
+
+        return _hashing_computations(jax.grad(loss), jnp.ones((4, 16, last)), seed)
+
+    assert grad_of_masked_product(64) == 1  # the packed loop's body
+    assert grad_of_masked_product(63) > 1  # hashed where used: in the forward and again in the backward
