@@ -196,11 +196,14 @@ def test_tiny_causal_lm_learns_the_chain_and_beats_the_next_token_unigram(tmp_pa
     vocab = markov_corpus(tmp_path / "corpus")
     config = tiny_config(tmp_path / "corpus", preset="lm_tiny")
     assert config.task == "clm"
+    config.train.steps = 120  # the preset's 200 reach perplexity 3.0; 120 meet the bounds below with room
     results = train_and_evaluate(config, tmp_path / "run", make_task(config))
     assert results["test_perplexity"] == pytest.approx(math.exp(results["test_loss"]), rel=1e-6)
     # Each word has one likely successor (p 0.9): next-token prediction is nearly deterministic within a
     # word's pieces and across words, far from the unigram over the ~120 words' pieces.
-    assert results["test_perplexity"] < 0.1 * results["unigram_perplexity"], results  # measured: 3.0 vs 58.8
+    assert results["test_perplexity"] < 0.1 * results["unigram_perplexity"], (
+        results
+    )  # measured: 3.5 vs 58.8, accuracy 0.82
     assert results["test_accuracy"] > 0.6 and len(vocab) == 120
 
 
