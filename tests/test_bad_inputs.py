@@ -590,9 +590,10 @@ def _command(args: list[str], status: int, pattern: str, writes: str = "w", env:
 def _cli_cases() -> list[Case]:
     rows = [
         ("unknown flag", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--nosuch=1"], "nosuch"),
-        ("unknown field", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--config.train.nosuch=1"],
-         "unknown config field 'train.nosuch'"),
-        ("unknown preset", ["lra_flax", f"--config={LISTOPS}:nosuch", "--workdir={tmp}/w"], "unknown ListOps preset"),
+        ("unknown field", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--config.model.d_modle=64"],
+         r"unknown config field 'model\.d_modle'.*valid fields there: .*\bd_model\b"),
+        ("unknown preset", ["lra_flax", f"--config={LISTOPS}:nosuch", "--workdir={tmp}/w"],
+         "unknown ListOps preset 'nosuch'; valid presets: demo, lra_code, paper"),
         ("missing config file", ["lra_flax", "--config=nope.py", "--workdir={tmp}/w"], "no config file 'nope.py'"),
         ("missing --workdir", ["lra_flax", f"--config={LISTOPS}"], "--workdir is required"),
         ("extra argument", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "extra"], "unexpected arguments"),
@@ -602,7 +603,7 @@ def _cli_cases() -> list[Case]:
          r"train.batch_size=1000000000"),
         ("memory:// workdir", ["lra_flax", f"--config={LISTOPS}", "--workdir=memory://w"], "not a supported location"),
         ("bad --profile_steps", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--profile_steps=3,2"],
-         "needs 1 <= first <= second"),
+         r"--profile_steps='3,2': FIRST,LAST \(two step numbers\) needs 1 <= first <= second"),
         ("translation NaN length penalty", ["mt_flax", "--config=mt_flax/configs/translation.py", "--workdir={tmp}/w",
          "--config.decode.length_penalty=nan"], r"decode.length_penalty=nan must be a finite number"),
         ("lra-compare workdir is a file", ["lra_flax.compare_cli", "--config=lra_flax/configs/compare.py:demo",
