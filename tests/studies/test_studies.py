@@ -52,9 +52,15 @@ def test_variance_measures_each_operator_against_n(tmp_path):
     assert plain[-1] > 4 * plain[0]
 
 
-def test_parameter_budget_counts_every_table_row_for_every_task(tmp_path):
-    result = parameter_budget.run("tiny", tmp_path)
-    _, readme = _files(tmp_path, "parameter_budget.png")
+def test_parameter_budget_from_its_command_line_counts_every_table_row_for_every_task(tmp_path):
+    # The study's command writes under --out and says its verdict; what it wrote is checked as the study's result.
+    run = subprocess.run(
+        [sys.executable, "-m", "studies.parameter_budget", "--tiny", f"--out={tmp_path}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "parameter_budget: " in run.stdout and str(tmp_path) in run.stdout
+    result, readme = _files(tmp_path, "parameter_budget.png")
     assert "| 3×AOGLU |" in readme
     assert set(result["extra_fraction"]) == {name for name, _, _ in parameter_budget.ROWS}
     for name, per_task in result["extra_fraction"].items():
@@ -67,16 +73,6 @@ def test_parameter_budget_counts_every_table_row_for_every_task(tmp_path):
     assert result["worst"] == max(others) and "| 3×GLU |" in readme
     three = result["extra_fraction"]["3×GLU"]
     assert result["stacked_over_budget_on"] == [t for t in parameter_budget.TASKS if three[t] > 0.1]
-
-
-def test_the_command_line_writes_under_out_and_says_the_verdict(tmp_path):
-    run = subprocess.run(
-        [sys.executable, "-m", "studies.parameter_budget", "--tiny", f"--out={tmp_path}"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert "parameter_budget: " in run.stdout and str(tmp_path) in run.stdout
-    assert (tmp_path / "result.json").exists()
 
 
 def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_path):
@@ -635,14 +631,24 @@ def test_gpu_plan_counts_a_step_at_its_flops_or_the_launch_floor():
     assert common.gpu_seconds([config, config]) == pytest.approx(2 * (common.GPU_RUN_OVERHEAD_S + 5000 * per_step))
 
 
-def test_record_with_tiny_is_a_usage_error_before_any_computation(tmp_path):
+def _study_command(study, argv: list[str], monkeypatch, capsys) -> tuple[int, str]:
+    """(exit status, stderr) of `python -m studies.NAME ARGV`, run in this process (the usage errors exit before
+    any computation; the commands themselves are started as processes by the tests above)."""
+    name = study.__name__.rpartition(".")[2]
+    monkeypatch.setattr(sys, "argv", [f"studies.{name}", *argv])
+    report = getattr(study, "report", None)
+    with pytest.raises(SystemExit) as exit_:
+        study.study_main(name, study.__doc__, study.run, *([report] if report else []))
+    return exit_.value.code, capsys.readouterr().err
+
+
+def test_record_with_tiny_is_a_usage_error_before_any_computation(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(parameter_budget, "run", lambda *args: pytest.fail("computed"))
     for flags, message in ((["--tiny", "--record"], "--record is for full runs"),
                            (["--tiny", "--gpu"], "argument --gpu: not allowed with argument --tiny")):  # fmt: skip
-        run = subprocess.run(
-            [sys.executable, "-m", "studies.parameter_budget", *flags],
-            capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        )  # fmt: skip
-        assert run.returncode == 2 and message in run.stderr, run.stderr
+        status, err = _study_command(parameter_budget, flags, monkeypatch, capsys)
+        assert status == 2 and message in err, err
     assert not (tmp_path / "runs").exists()
 
 
@@ -663,19 +669,21 @@ def test_report_judges_the_committed_result_again_without_training(tmp_path):
     arms = [Arm(n, tuple(float(np.mean(c)) for c in curves), 2.302585) for n, curves in measured["train_loss"].items()]
     assert result["parts"]["faster"]["verdict"] == decide(*arms, higher_is_better=False).verdict
     assert result["verdict"] in run.stdout and "| OGLU | 5 |" in readme
-    # Without a result to judge: one line, exit 2.
+
+
+def test_report_without_a_result_it_can_judge_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    # Without a result to judge.
     empty = tmp_path / "empty"
-    run = subprocess.run([*command[:-1], f"--out={empty}"], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 2 and "result.json does not exist (run the study first)" in run.stderr, run.stderr
+    status, err = _study_command(kernel_convergence, ["--report", f"--out={empty}"], monkeypatch, capsys)
+    assert status == 2 and "result.json does not exist (run the study first)" in err, err
     assert not empty.exists()  # a mistyped --out leaves no folder behind
-    # A result recorded by an earlier version of a study that its report cannot judge: one line, exit 2.
+    # A result recorded by an earlier version of a study that its report cannot judge.
     old = tmp_path / "old"
     old.mkdir()
     (old / "result.json").write_text(json.dumps({"seeds": [0, 1, 2], "runs": {}, "verdict": "not reproduced"}))
-    stability_report = [sys.executable, "-m", "studies.stability", "--report", f"--out={old}"]
-    run = subprocess.run(stability_report, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 2 and "recorded at one learning rate, before the sweep" in run.stderr, run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1 and not (old / "README.md").exists()
+    status, err = _study_command(stability, ["--report", f"--out={old}"], monkeypatch, capsys)
+    assert status == 2 and "recorded at one learning rate, before the sweep" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (old / "README.md").exists()
 
 
 def test_the_readme_table_is_what_the_committed_results_say(tmp_path):
