@@ -58,7 +58,7 @@ format: $(STAMP)
 # The project's own bytecode, written before the tests (only what changed is compiled again): where
 # PYTHONDONTWRITEBYTECODE is set (CI's machines and this VM set it), each of the ~150 commands the suite starts would
 # otherwise compile the ~21,000 lines it imports from source (`python -m lra_flax` failing at its flags:
-# 1.93–2.08 s → 1.74–1.78 s; compiling everything takes 0.4 s).
+# 1.92–2.00 s → 1.81–1.84 s beside a training; compiling everything takes 0.5 s).
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q kernels zoo lra_flax mt_flax mlm_flax studies benchmarks tests
 

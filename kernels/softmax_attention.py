@@ -138,19 +138,22 @@ def keep_mask(seed, rate: float, heads: int, q_length: int, batch: int, rows, co
     """Which weights dropout keeps: bool `[batch, heads, len(rows), num_cols]` for query positions `rows` and the
     keys from `col_start`. Weight (b, h, i, j) takes quarter j % 4 of the hash of (its row's number, j // 4): the
     same wherever a block starts."""
-    row_id = (jnp.arange(batch)[:, None, None] * heads + jnp.arange(heads)[None, :, None]) * q_length
-    row_id = (row_id + rows[None, None, :]).astype(jnp.uint32)[..., None]
     column = (col_start + jnp.arange(num_cols)).astype(jnp.uint32)
+    row_id = _row_numbers(heads, q_length, batch, rows)
     return dropout_levels(seed, row_id, column >> 2, column & 3) >= jnp.uint32(keep_threshold(rate))
 
 
 def keep_bits(seed, rate: float, heads: int, q_length: int, batch: int, rows, col_start, num_cols: int) -> jax.Array:
     """`keep_mask` of the same weights packed four to a byte, uint8 `[batch, heads, len(rows), num_cols // 4]`
     (`kernels.numerics.unpack_keep_bits` reads it back); `col_start` and `num_cols` multiples of 4."""
-    row_id = (jnp.arange(batch)[:, None, None] * heads + jnp.arange(heads)[None, :, None]) * q_length
-    row_id = (row_id + rows[None, None, :]).astype(jnp.uint32)[..., None]
     group = (col_start // VALUES_PER_HASH + jnp.arange(num_cols // VALUES_PER_HASH)).astype(jnp.uint32)
-    return dropout_keep_bits(seed, rate, row_id, group)
+    return dropout_keep_bits(seed, rate, _row_numbers(heads, q_length, batch, rows), group)
+
+
+def _row_numbers(heads: int, q_length: int, batch: int, rows) -> jax.Array:
+    """The hash counter of each (example, head, query row): uint32 `[batch, heads, len(rows), 1]`."""
+    row_id = (jnp.arange(batch)[:, None, None] * heads + jnp.arange(heads)[None, :, None]) * q_length
+    return (row_id + rows[None, None, :]).astype(jnp.uint32)[..., None]
 
 
 def _reference(q, k, v, key_mask, causal, seed=None, rate=0.0):
@@ -238,25 +241,21 @@ def _block_keep(seed, rate, q, rows, col_start, bk):
     return keep_mask(seed, rate, h, tq, b, rows, col_start, bk)
 
 
-def _key_loop_keep(seed, rate, q, bk):
-    """For a loop over key blocks of `bk` keys and every query row: (the first block's packed dropout decisions,
-    a function giving block j's), or None where there is no dropout or `bk` is not a multiple of 4. Each
-    iteration forms the next block's decisions and carries them (numerics.py says why)."""
+def _key_loop_bits(seed, rate, q, bk):
+    """For a loop over key blocks of `bk` keys and every query row: the function giving block j's packed dropout
+    decisions, or None where there is no dropout or `bk` is not a multiple of 4. Each iteration forms the next
+    block's decisions and carries them (numerics.py says why)."""
     if not rate or bk % VALUES_PER_HASH:
         return None
     b, tq, h, _ = q.shape
-
-    def block_bits(j):
-        return keep_bits(seed, rate, h, tq, b, jnp.arange(tq), j * bk, bk)
-
-    return block_bits(0), block_bits
+    return lambda j: keep_bits(seed, rate, h, tq, b, jnp.arange(tq), j * bk, bk)
 
 
-def _iteration_keep(carried, bits, seed, rate, q, j, bk):
+def _iteration_keep(block_bits, bits, seed, rate, q, j, bk):
     """Inside the key loop: (block j's dropout mask or None, what to carry to block j + 1)."""
-    if carried is None:
+    if block_bits is None:
         return _block_keep(seed, rate, q, jnp.arange(q.shape[1]), j * bk, bk), None
-    return unpack_keep_bits(bits), carried[1](j + 1)
+    return unpack_keep_bits(bits), block_bits(j + 1)
 
 
 def _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate):
@@ -280,16 +279,16 @@ def _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate):
             lses.append(lse_i)
         out, lse = jnp.concatenate(outs, axis=2)[:, :, :tq], jnp.concatenate(lses, axis=2)[:, :, :tq]
     else:
-        carried = _key_loop_keep(seed, rate, q, bk)
+        block_bits = _key_loop_bits(seed, rate, q, bk)
 
         def body(carry, xs):
             state, bits = carry
             kj, vj, mj, j = xs
             s, vis = block_scores(qh, kj, mj, j, bk, causal)
-            keep, next_bits = _iteration_keep(carried, bits, seed, rate, q, j, bk)
+            keep, next_bits = _iteration_keep(block_bits, bits, seed, rate, q, j, bk)
             return (_online_block(state, s, vis, vj, keep, scale), next_bits), None
 
-        start = (_start((b, h, tq), v.shape[-1]), None if carried is None else carried[0])
+        start = (_start((b, h, tq), v.shape[-1]), None if block_bits is None else block_bits(0))
         (carry, _), _ = lax.scan(body, start, (kb, vb, mb, jnp.arange(nb)))
         out, lse = _finish(carry)
     return out.transpose(0, 2, 1, 3).astype(v.dtype), lse
@@ -352,16 +351,16 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
         dq = jnp.concatenate(dq_blocks, axis=2)[:, :, :tq]
         dk_b, dv_b = jnp.stack(dk_acc), jnp.stack(dv_acc)
     else:
-        carried = _key_loop_keep(seed, rate, q, bk)
+        block_bits = _key_loop_bits(seed, rate, q, bk)
 
         def body(carry, xs):
             dq, bits = carry
             kj, vj, mj, j = xs
-            keep, next_bits = _iteration_keep(carried, bits, seed, rate, q, j, bk)
+            keep, next_bits = _iteration_keep(block_bits, bits, seed, rate, q, j, bk)
             dq_rows, dk_j, dv_j = tile(qh, q_t, do, do_t, lse, delta, kj, vj, mj, j, 0, causal, keep)
             return (dq + dq_rows, next_bits), (dk_j, dv_j)
 
-        start = (jnp.zeros((b, h, tq, d), jnp.float32), None if carried is None else carried[0])
+        start = (jnp.zeros((b, h, tq, d), jnp.float32), None if block_bits is None else block_bits(0))
         (dq, _), (dk_b, dv_b) = lax.scan(body, start, (kb, vb, mb, jnp.arange(nb)))
     tk = k.shape[1]
     return (
