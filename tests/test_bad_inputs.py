@@ -18,7 +18,6 @@ import dataclasses
 import gzip
 import io
 import os
-import subprocess
 import sys
 import zipfile
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from tests import commands
 from zoo.config_fields import Rule
 from zoo.models import model_config
 from zoo.training import mesh_config, train_config
@@ -573,7 +573,7 @@ def _command(args: list[str], status: int, pattern: str, writes: str = "w", env:
     def run(tmp):
         argv = [a.replace("{tmp}", str(tmp)) for a in args]
         environment = {**os.environ, **(env or {})}
-        proc = subprocess.run(
+        proc = commands.run(
             [sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=300, env=environment
         )
         return proc

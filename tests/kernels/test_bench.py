@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from kernels import bench
+from tests import commands
 from tests.kernels.lowering import exported_text
 from tests.kernels.tolerances import fp32
 
@@ -138,7 +139,6 @@ def test_default_cases_add_the_mosaic_kernels_on_hopper_in_half_precision_only()
 
 
 def test_xla_block_sweep_writes_every_op_mode_and_block(tmp_path):
-    import subprocess
     import sys
 
     out = tmp_path / "sweep.json"
@@ -150,7 +150,7 @@ def test_xla_block_sweep_writes_every_op_mode_and_block(tmp_path):
         "--repeats=1",
         f"--out={out}",
     ]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    run = commands.run(cmd, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["length"] == 64 and result["matmul_gflops"] > 0

@@ -2,7 +2,6 @@
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 
 from lra_flax import compare
 from lra_flax.configs import compare as compare_configs
-from tests import fault_injection
+from tests import commands, fault_injection
 
 TINY = {
     "data": {"generator": {"num_train": 100, "num_valid": 20, "num_test": 20}},
@@ -171,17 +170,17 @@ def test_a_shard_with_failed_cells_lists_them_first_and_exits_1_after_its_report
         sys.executable, "-m", "lra_flax.compare_cli", f"--config={compare.CONFIGS_DIR / 'compare.py'}:demo",
         f"--workdir={tmp_path / 'sweep'}", broken, f"--shard=1/{len(cells)}",
     ]  # fmt: skip
-    listed = subprocess.run([*command, "--cells"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    listed = commands.run([*command, "--cells"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "will fail: invalid config: model.mixer: unknown mixer 'nosuch'" in listed.stdout
-    run = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    run = commands.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 1, run.stderr[-2000:]
     assert "1 cell(s) of this shard failed" in run.stderr
     assert "| failed |" in (tmp_path / "sweep" / "results.md").read_text()  # the reports were written first
 
 
 def test_cells_flag_lists_states_without_running(tmp_path):
-    run = subprocess.run(
+    run = commands.run(
         [
             sys.executable,
             "-m",

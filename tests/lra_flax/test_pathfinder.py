@@ -10,6 +10,7 @@ from scipy import ndimage
 from lra_flax import pathfinder_generator as gen
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks import pathfinder
+from tests import commands
 
 PARAMS32 = gen.lra_params(32, "hard")
 
@@ -136,11 +137,10 @@ def test_example_figure_is_written(tmp_path):
 
 
 def test_lra_data_pathfinder_writes_the_release_layout_that_the_reader_reads(tmp_path):
-    import subprocess
     import sys
 
     cmd = [sys.executable, "-m", "lra_flax.data_cli", "pathfinder", f"--output_dir={tmp_path}", "--num_images=4"]
-    run = subprocess.run([*cmd, "--images_per_batch=3", "--workers=1"], capture_output=True, text=True, timeout=300)
+    run = commands.run([*cmd, "--images_per_batch=3", "--workers=1"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "4 images in" in run.stdout and "images/s" in run.stdout
     examples = pathfinder.read_metadata(tmp_path / "pathfinder32" / "curv_contour_length_14")

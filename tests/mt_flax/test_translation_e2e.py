@@ -2,12 +2,12 @@
 
 import json
 import random
-import subprocess
 import sys
 
 import pytest
 import sacrebleu
 
+from tests import commands
 from tests.xla_flags import optimised_env
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
@@ -24,7 +24,7 @@ def _copy_task(d, counts=(("train", 3000), ("valid", 60), ("test", 100))):
 
 
 def _run(module, *args, env=None):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=900, env=env)
+    return commands.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=900, env=env)
 
 
 @pytest.mark.slow

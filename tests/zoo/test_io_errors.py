@@ -2,18 +2,18 @@
 each command's own flags; --debug shows the traceback."""
 
 import os
-import subprocess
 import sys
 
 import ml_collections
 import pytest
 
+from tests import commands
 from zoo.training.config import check_output_dir
 from zoo.training.data import DataFormatError, read_utf8_lines
 
 
 def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout)
+    return commands.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_workdir_s_damaged_or_foreign_config_json_is_named(tmp_path):

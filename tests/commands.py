@@ -1,0 +1,223 @@
+"""Commands the tests start (`python -m MODULE ...`), forked from a process that has imported their libraries once.
+
+Each command the suite starts spends ~1.4 s of its start importing jax, flax, orbax, grain and optax before it
+reads a flag. `run` is `subprocess.run` for such commands: a server per pytest worker (`python -m tests.commands`)
+imports those libraries once — none of this project's packages, so each command imports its own code afresh —
+and forks a child per command. The child takes the command's working directory, environment, argv and standard
+streams, runs the module as `python -m` does, and exits through the interpreter's normal exit (atexit handlers,
+flushed streams), its status returned to the caller.
+
+The fork is used only where it cannot differ from a fresh interpreter: a command of this Python's `-m` form whose
+environment differs from the server's only in variables read after start-up (`LATE_VARIABLES`, ZOO_*; a `JAX_*`
+variable, PYTHONPATH or GLIBC_TUNABLES is read at start-up, so they start a real process), with its output
+captured and no input. Everything else, and everything when the server cannot start or its imports print
+anything (a fresh process would print that too), goes to `subprocess.run`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).parents[1]
+# What the server imports: the libraries every command imports, and none of this project's modules.
+PRELOADED = ("numpy", "jax", "jax.numpy", "flax.nnx", "optax", "orbax.checkpoint", "grain", "ml_collections",
+             "absl.app", "absl.flags", "tensorboardX")  # fmt: skip
+# Environment variables read when they are used, after start-up and the preloaded imports: a command may set them.
+# XLA reads its flags when the first backend starts; ZOO_* are this project's, read by its own modules.
+LATE_VARIABLES = ("XLA_FLAGS", "PYTEST_CURRENT_TEST")
+LATE_PREFIX = "ZOO_"
+DISABLE = "ZOO_TESTS_NO_FORK"  # set (to anything) to start every command as a real process
+
+_server: dict = {}  # this process's server: its process and socket path, or "failed"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The client: `run`
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def run(args, *, capture_output=False, text=False, timeout=None, env=None, cwd=None, check=False, **kwargs):
+    """`subprocess.run`, forked from the server where that cannot differ from a real process (module docstring)."""
+    environment = dict(os.environ if env is None else env)
+    forkable = capture_output and not kwargs and len(args) >= 3 and args[0] == sys.executable and args[1] == "-m"
+    server = _start_server() if forkable else None
+    if server is not None and not _same_start_up(environment, server["env"]):
+        server = None
+    if server is None:
+        return subprocess.run(
+            args, capture_output=capture_output, text=text, timeout=timeout, env=env, cwd=cwd, check=check, **kwargs
+        )
+    completed = _forked(server, [str(a) for a in args], environment, str(cwd or os.getcwd()), timeout, text)
+    if check:
+        completed.check_returncode()
+    return completed
+
+
+def _same_start_up(environment: dict[str, str], servers: dict[str, str]) -> bool:
+    """Whether a command's environment is the server's but for variables read after start-up."""
+    keys = set(environment) | set(servers)
+    late = [k for k in keys if k in LATE_VARIABLES or k.startswith(LATE_PREFIX)]
+    return all(environment.get(k) == servers.get(k) for k in keys.difference(late))
+
+
+def _forked(server, args, environment, cwd, timeout, text):
+    request = json.dumps({"argv": args[2:], "env": environment, "cwd": cwd}).encode()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, socket.socket(socket.AF_UNIX) as conn:
+        conn.connect(server["path"])
+        socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [out.fileno(), err.fileno()])
+        pid = struct.unpack("!i", _receive(conn, 4))[0]
+        conn.settimeout(timeout)
+        try:
+            status = struct.unpack("!i", _receive(conn, 4))[0]
+        except TimeoutError:
+            os.kill(pid, 9)
+            raise subprocess.TimeoutExpired(
+                args, timeout, _read(out, False), _read(err, False)
+            ) from None  # bytes, as there
+        return subprocess.CompletedProcess(args, status, _read(out, text), _read(err, text))
+
+
+def _receive(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the command server closed the connection")
+        data += chunk
+    return data
+
+
+def _read(file, text: bool):
+    file.seek(0)
+    data = file.read()
+    return data.decode(errors="replace") if text else data
+
+
+def _start_server():
+    """This process's server (started on first use), or None where it cannot run."""
+    if os.environ.get(DISABLE) or not hasattr(os, "fork") or _server.get("failed"):
+        return None
+    if "path" in _server and _server["process"].poll() is None:
+        return _server
+    path = Path(tempfile.mkdtemp(prefix="zoo-commands-")) / "socket"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.commands", str(path)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    ready = process.stdout.readline()
+    if ready.strip() != b"ready":  # it could not start, or its imports printed something a command would show
+        process.kill()
+        process.wait()
+        _server["failed"] = ready.decode(errors="replace") + process.stdout.read().decode(errors="replace")
+        return None
+    _server.update(process=process, path=str(path), env=dict(os.environ))
+    atexit.register(_stop_server, process, path)
+    return _server
+
+
+def _stop_server(process: subprocess.Popen, path: Path) -> None:
+    process.kill()
+    process.wait()
+    path.unlink(missing_ok=True)
+    path.parent.rmdir()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The server: `python -m tests.commands SOCKET`
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def serve(path: str) -> None:
+    import importlib
+
+    # The imports' output is checked, not passed on: a command started afresh would print it too.
+    with tempfile.TemporaryFile() as printed:
+        saved = os.dup(2), os.dup(1)
+        os.dup2(printed.fileno(), 2)
+        os.dup2(printed.fileno(), 1)
+        try:
+            for module in PRELOADED:
+                importlib.import_module(module)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 2)
+            os.dup2(saved[1], 1)
+            os.close(saved[0])
+            os.close(saved[1])
+        printed.seek(0)
+        if output := printed.read():
+            print(f"the preloaded imports printed: {output[-2000:]!r}", flush=True)
+            return
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():  # its threads would not survive the fork
+        print("the preloaded imports started a JAX backend", flush=True)
+        return
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen()
+    listener.settimeout(5.0)
+    parent = os.getppid()
+    print("ready", flush=True)
+    while os.getppid() == parent:  # the pytest worker that started it is alive
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
+            size = struct.unpack("!I", message[:4])[0]
+            while len(message) < 4 + size:
+                message += conn.recv(4 + size - len(message))
+            request = json.loads(message[4 : 4 + size])
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                conn.close()
+                _child(request, fds)  # never returns: the child exits as the command does
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(struct.pack("!i", pid))
+            _, status = os.waitpid(pid, 0)
+            try:
+                conn.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
+            except OSError:
+                pass  # the caller gave up waiting (a timeout) and killed the command
+
+
+def _child(request: dict, fds: list[int]) -> None:
+    import runpy
+
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(fds[0], 1)
+    os.dup2(fds[1], 2)
+    for fd in (devnull, *fds):
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.path[0] = request["cwd"]  # what `python -m` puts first
+    sys.argv = ["-m", *request["argv"][1:]]
+    runpy._run_module_as_main(request["argv"][0])  # `python -m`'s own entry: sets argv[0] and __main__
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m tests.commands SOCKET_PATH")
+    serve(sys.argv[1])

@@ -1,0 +1,64 @@
+"""tests/commands.py: a command forked from the preloaded server is what a fresh `python -m` would be."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests import commands
+
+PROBE = """
+import atexit, os, sys
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "path0", sys.path[0] == os.getcwd())
+print("main", __name__, __spec__.name, "env", os.environ.get("XLA_FLAGS", "")[-20:], os.environ.get("ZOO_PROBE"))
+print("to stderr", file=sys.stderr)
+atexit.register(lambda: print("atexit ran"))
+print("parent", os.getppid(), file=open(os.environ["ZOO_PROBE_PARENT"], "w"))
+if "--raise" in sys.argv:
+    raise ValueError("the probe raised")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def probe(tmp_path):
+    (tmp_path / "probe.py").write_text(textwrap.dedent(PROBE))
+    return tmp_path
+
+
+def _run(runner, probe, *args, **env):
+    environment = {**os.environ, "ZOO_PROBE_PARENT": str(probe / "parent.txt"), **env}
+    result = runner(
+        [sys.executable, "-m", "probe", *args], capture_output=True, text=True, cwd=probe, env=environment, timeout=120
+    )
+    parent = int((probe / "parent.txt").read_text().split()[1])
+    return result, parent
+
+
+@pytest.mark.parametrize("args", [("0",), ("3", "--flag=x"), ("0", "--raise")])
+def test_a_forked_command_prints_and_exits_as_a_fresh_process_does(probe, args):
+    real, real_parent = _run(subprocess.run, probe, *args, ZOO_PROBE="late", XLA_FLAGS="--xla_dump_to=/nowhere")
+    forked, forked_parent = _run(commands.run, probe, *args, ZOO_PROBE="late", XLA_FLAGS="--xla_dump_to=/nowhere")
+    assert real_parent == os.getpid() and forked_parent != os.getpid()  # the second came from the server
+    assert (forked.returncode, forked.stdout) == (real.returncode, real.stdout)
+    if "--raise" in args:  # the same error; the traceback's frames above the module differ
+        assert real.returncode == 1 and forked.stderr.splitlines()[-1] == real.stderr.splitlines()[-1]
+        assert forked.stderr.splitlines()[-1] == "ValueError: the probe raised"
+    else:
+        assert forked.stderr == real.stderr == "to stderr\n"
+    assert "atexit ran" in forked.stdout and "path0 True" in forked.stdout and "main __main__ probe" in forked.stdout
+
+
+def test_a_variable_read_at_start_up_starts_a_real_process(probe):
+    for variable in ("JAX_ENABLE_X64", "PYTHONPATH", "GLIBC_TUNABLES"):
+        result, parent = _run(commands.run, probe, "0", **{variable: "1"})
+        assert result.returncode == 0 and parent == os.getpid(), variable
+
+
+def test_a_command_past_its_timeout_is_killed_and_raises_like_subprocess(tmp_path):
+    (tmp_path / "sleeper.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    with pytest.raises(subprocess.TimeoutExpired) as raised:
+        commands.run([sys.executable, "-m", "sleeper"], capture_output=True, text=True, cwd=tmp_path, timeout=5)
+    assert raised.value.timeout == 5 and raised.value.output == b"started\n"  # bytes, as subprocess.run gives
