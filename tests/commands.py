@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 REPO = Path(__file__).parents[1]
@@ -44,21 +45,58 @@ _server: dict = {}  # this process's server: its process and socket path, or "fa
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def run(args, *, capture_output=False, text=False, timeout=None, env=None, cwd=None, check=False, **kwargs):
-    """`subprocess.run`, forked from the server where that cannot differ from a real process (module docstring)."""
+def run(
+    args,
+    *,
+    capture_output=False,
+    stdout=None,
+    stderr=None,
+    text=False,
+    timeout=None,
+    env=None,
+    cwd=None,
+    check=False,
+    **other,
+):
+    """`subprocess.run`, forked from the server where that cannot differ from a real process (module docstring).
+    Output is captured (`capture_output`) or goes to a file (`stdout` a file, `stderr` one or `subprocess.STDOUT`)."""
     environment = dict(os.environ if env is None else env)
-    forkable = capture_output and not kwargs and len(args) >= 3 and args[0] == sys.executable and args[1] == "-m"
+    to_file = hasattr(stdout, "fileno") and (stderr == subprocess.STDOUT or hasattr(stderr, "fileno"))
+    forkable = (
+        (capture_output or to_file) and not other and len(args) >= 3 and args[0] == sys.executable and args[1] == "-m"
+    )
     server = _start_server() if forkable else None
     if server is not None and not _same_start_up(environment, server["env"]):
         server = None
     if server is None:
-        return subprocess.run(
-            args, capture_output=capture_output, text=text, timeout=timeout, env=env, cwd=cwd, check=check, **kwargs
+        return _subprocess_run(
+            args, capture_output=capture_output, stdout=stdout, stderr=stderr, text=text, timeout=timeout, env=env,
+            cwd=cwd, check=check, **other,
+        )  # fmt: skip
+    request = {"argv": [str(a) for a in args[2:]], "env": environment, "cwd": str(cwd or os.getcwd())}
+    if capture_output:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            status = _forked(server, request, out.fileno(), err.fileno(), args, timeout, (out, err))
+            completed = subprocess.CompletedProcess(args, status, _read(out, text), _read(err, text))
+    else:
+        err = stdout if stderr == subprocess.STDOUT else stderr
+        stdout.flush()
+        err.flush()
+        completed = subprocess.CompletedProcess(
+            args, _forked(server, request, stdout.fileno(), err.fileno(), args, timeout)
         )
-    completed = _forked(server, [str(a) for a in args], environment, str(cwd or os.getcwd()), timeout, text)
     if check:
         completed.check_returncode()
     return completed
+
+
+def subprocess_module() -> types.SimpleNamespace:
+    """The `subprocess` module with `run` replaced by this one, for code under test that starts `python -m`
+    commands itself: `monkeypatch.setattr(module, "subprocess", commands.subprocess_module())`."""
+    return types.SimpleNamespace(**{**vars(subprocess), "run": run})
+
+
+_subprocess_run = subprocess.run  # where a test replaces subprocess.run with `run`, the fallback is still the real one
 
 
 def _same_start_up(environment: dict[str, str], servers: dict[str, str]) -> bool:
@@ -68,21 +106,20 @@ def _same_start_up(environment: dict[str, str], servers: dict[str, str]) -> bool
     return all(environment.get(k) == servers.get(k) for k in keys.difference(late))
 
 
-def _forked(server, args, environment, cwd, timeout, text):
-    request = json.dumps({"argv": args[2:], "env": environment, "cwd": cwd}).encode()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, socket.socket(socket.AF_UNIX) as conn:
+def _forked(server, request: dict, out_fd: int, err_fd: int, args, timeout, captured=None) -> int:
+    """The command's exit status (negative: the signal that ended it), run by the server with these streams."""
+    message = json.dumps(request).encode()
+    with socket.socket(socket.AF_UNIX) as conn:
         conn.connect(server["path"])
-        socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [out.fileno(), err.fileno()])
+        socket.send_fds(conn, [struct.pack("!I", len(message)) + message], [out_fd, err_fd])
         pid = struct.unpack("!i", _receive(conn, 4))[0]
         conn.settimeout(timeout)
         try:
-            status = struct.unpack("!i", _receive(conn, 4))[0]
+            return struct.unpack("!i", _receive(conn, 4))[0]
         except TimeoutError:
             os.kill(pid, 9)
-            raise subprocess.TimeoutExpired(
-                args, timeout, _read(out, False), _read(err, False)
-            ) from None  # bytes, as there
-        return subprocess.CompletedProcess(args, status, _read(out, text), _read(err, text))
+            output = [_read(f, False) for f in captured] if captured else [None, None]
+            raise subprocess.TimeoutExpired(args, timeout, *output) from None  # bytes, as subprocess.run gives
 
 
 def _receive(conn: socket.socket, size: int) -> bytes:

@@ -44,6 +44,7 @@ END_TO_END_FILES = frozenset(
         "mt_flax/test_bench_decode.py",
         "mt_flax/test_translation_e2e.py",
         "studies/test_studies.py",
+        "test_commands.py",
         "test_failure_report.py",
         "test_gpu_session.py",
         "zoo/test_io_errors.py",

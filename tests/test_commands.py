@@ -62,3 +62,21 @@ def test_a_command_past_its_timeout_is_killed_and_raises_like_subprocess(tmp_pat
     with pytest.raises(subprocess.TimeoutExpired) as raised:
         commands.run([sys.executable, "-m", "sleeper"], capture_output=True, text=True, cwd=tmp_path, timeout=5)
     assert raised.value.timeout == 5 and raised.value.output == b"started\n"  # bytes, as subprocess.run gives
+
+
+def test_a_command_writing_to_a_log_file_writes_what_a_fresh_process_writes(probe):
+    """The form lra-compare starts its cells in: stdout to an open log, stderr into it."""
+    environment = {**os.environ, "ZOO_PROBE_PARENT": str(probe / "parent.txt")}
+    for runner, name in ((subprocess.run, "real.log"), (commands.run, "forked.log")):
+        with (probe / name).open("w") as log:
+            log.write("$ the command\n")
+            log.flush()
+            result = runner(
+                [sys.executable, "-m", "probe", "3"], stdout=log, stderr=subprocess.STDOUT, cwd=probe, env=environment
+            )
+        assert result.returncode == 3 and result.stdout is None
+        parent = int((probe / "parent.txt").read_text().split()[1])
+        assert (parent == os.getpid()) == (runner is subprocess.run)
+    assert (probe / "forked.log").read_text() == (probe / "real.log").read_text()
+    log = (probe / "forked.log").read_text()
+    assert log.startswith("$ the command\nargv ['3']") and "to stderr\n" in log and log.endswith("atexit ran\n")

@@ -138,6 +138,7 @@ def test_default_cases_add_the_mosaic_kernels_on_hopper_in_half_precision_only()
     assert not any(impl == "mosaic" for _, impl, _ in impls(None) | impls((10, 0)))
 
 
+@pytest.mark.slow  # starts a command
 def test_xla_block_sweep_writes_every_op_mode_and_block(tmp_path):
     import sys
 

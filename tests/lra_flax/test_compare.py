@@ -82,7 +82,8 @@ def test_a_cell_that_validation_refuses_fails_without_a_process(tmp_path, monkey
 
 
 @pytest.mark.slow
-def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path):
+def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "subprocess", commands.subprocess_module())  # the cells fork as the tests' do
     # ListOps and Pathfinder (both generated offline, in seconds) × softmax, FAVOR+ and a variant that cannot
     # be built × 2 seeds, plus the efficiency table at one length: both tables and all three figures.
     variants = {

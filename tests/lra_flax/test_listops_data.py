@@ -73,6 +73,7 @@ def test_same_seed_gives_byte_identical_files(tmp_path):
     assert not (sources[0] & sources[1]) and not (sources[0] & sources[2])
 
 
+@pytest.mark.slow  # starts a command
 def test_generator_in_fresh_process_matches(tmp_path):
     code = (
         "from lra_flax.tasks import listops; import hashlib;"
@@ -151,6 +152,7 @@ def test_input_longer_than_max_length_errors_unless_truncating(tmp_path):
     np.testing.assert_array_equal(ds[0]["inputs"], listops.encode("[SM 1 2 3"))
 
 
+@pytest.mark.slow  # starts a command
 def test_empty_split_is_refused_before_writing(tmp_path):
     import sys
 

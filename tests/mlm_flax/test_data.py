@@ -112,6 +112,7 @@ def _fake_gensim_wheel(cache, pages):
         zf.writestr(glue.POLARITY_WHEEL.member, "\n".join(lines).encode("latin-1"))
 
 
+@pytest.mark.slow  # starts a command
 def test_mlm_data_writes_the_wiki_sample_from_a_local_wheel(tmp_path):
     pages = [
         (f"Page {i}", 0, False, f"Article {i} is about [[topic {i}|subject]] number {i} in detail.") for i in range(40)

@@ -198,6 +198,7 @@ def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
         data.tfds_corpus("wmt14_translate/de-en", "valid", "de", "en", data_dir=str(tmp_path))
 
 
+@pytest.mark.slow  # starts a command
 def test_mt_data_does_not_replace_parallel_text_already_there(tmp_path):
     _write(tmp_path, "train", ["ein eigener Satz"], ["a sentence of one's own"])
     command = [sys.executable, "-m", "mt_flax.data_cli", "bible", f"--output_dir={tmp_path}"]
