@@ -45,19 +45,8 @@ _server: dict = {}  # this process's server: its process and socket path, or "fa
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def run(
-    args,
-    *,
-    capture_output=False,
-    stdout=None,
-    stderr=None,
-    text=False,
-    timeout=None,
-    env=None,
-    cwd=None,
-    check=False,
-    **other,
-):
+def run(args, *, capture_output=False, stdout=None, stderr=None, text=False, timeout=None, env=None, cwd=None,
+        check=False, **other):  # fmt: skip
     """`subprocess.run`, forked from the server where that cannot differ from a real process (module docstring).
     Output is captured (`capture_output`) or goes to a file (`stdout` a file, `stderr` one or `subprocess.STDOUT`)."""
     environment = dict(os.environ if env is None else env)

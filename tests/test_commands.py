@@ -60,8 +60,8 @@ def test_a_variable_read_at_start_up_starts_a_real_process(probe):
 def test_a_command_past_its_timeout_is_killed_and_raises_like_subprocess(tmp_path):
     (tmp_path / "sleeper.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
     with pytest.raises(subprocess.TimeoutExpired) as raised:
-        commands.run([sys.executable, "-m", "sleeper"], capture_output=True, text=True, cwd=tmp_path, timeout=5)
-    assert raised.value.timeout == 5 and raised.value.output == b"started\n"  # bytes, as subprocess.run gives
+        commands.run([sys.executable, "-m", "sleeper"], capture_output=True, text=True, cwd=tmp_path, timeout=3)
+    assert raised.value.timeout == 3 and raised.value.output == b"started\n"  # bytes, as subprocess.run gives
 
 
 def test_a_command_writing_to_a_log_file_writes_what_a_fresh_process_writes(probe):
