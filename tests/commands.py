@@ -7,18 +7,24 @@ and forks a child per command. The child takes the command's working directory, 
 streams, runs the module as `python -m` does, and exits through the interpreter's normal exit (atexit handlers,
 flushed streams), its status returned to the caller.
 
-The fork is used only where it cannot differ from a fresh interpreter: a command of this Python's `-m` form whose
-environment differs from the server's only in variables read after start-up (`LATE_VARIABLES`, ZOO_*; a `JAX_*`
-variable, PYTHONPATH or GLIBC_TUNABLES is read at start-up, so they start a real process), with its output
-captured and no input. Everything else, and everything when the server cannot start or its imports print
-anything (a fresh process would print that too), goes to `subprocess.run`.
+The fork is used only where the command cannot tell it from a fresh interpreter: a command of this Python's `-m`
+form whose environment differs from the server's only in variables read after start-up (`LATE_VARIABLES`, ZOO_*; a
+`JAX_*` variable, PYTHONPATH or GLIBC_TUNABLES is read at start-up, so they start a real process), its output
+captured or sent to a file, no input. The child gets an empty `__main__`, none of the server's modules, the
+command's `sys.orig_argv` and a freshly seeded numpy. What it shares with the server's start: the hash seed (set
+PYTHONHASHSEED to get a real process), the process's umask and limits, and the frames above the module in a
+traceback. Everything else, and everything when the server cannot start or its imports print anything (a fresh
+process would print that too), goes to `subprocess.run`.
 """
 
 from __future__ import annotations
 
 import atexit
+import builtins
 import json
+import locale
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -54,29 +60,36 @@ def run(args, *, capture_output=False, stdout=None, stderr=None, text=False, tim
     forkable = (
         (capture_output or to_file) and not other and len(args) >= 3 and args[0] == sys.executable and args[1] == "-m"
     )
-    server = _start_server() if forkable else None
+    directory = os.path.abspath(cwd if cwd is not None else os.getcwd())
+    server = _start_server() if forkable and os.path.isdir(directory) else None
     if server is not None and not _same_start_up(environment, server["env"]):
         server = None
-    if server is None:
+    request = {"argv": [str(a) for a in args[2:]], "env": environment, "cwd": directory}
+    try:
+        if server is None:
+            raise _NotForked
+        if capture_output:
+            with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+                status = _forked(server, request, out.fileno(), err.fileno(), args, timeout, (out, err))
+                completed = subprocess.CompletedProcess(args, status, _read(out, text), _read(err, text))
+        else:
+            err = stdout if stderr == subprocess.STDOUT else stderr
+            stdout.flush()
+            err.flush()
+            status = _forked(server, request, stdout.fileno(), err.fileno(), args, timeout)
+            completed = subprocess.CompletedProcess(args, status)
+    except _NotForked:
         return _subprocess_run(
             args, capture_output=capture_output, stdout=stdout, stderr=stderr, text=text, timeout=timeout, env=env,
             cwd=cwd, check=check, **other,
         )  # fmt: skip
-    request = {"argv": [str(a) for a in args[2:]], "env": environment, "cwd": str(cwd or os.getcwd())}
-    if capture_output:
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            status = _forked(server, request, out.fileno(), err.fileno(), args, timeout, (out, err))
-            completed = subprocess.CompletedProcess(args, status, _read(out, text), _read(err, text))
-    else:
-        err = stdout if stderr == subprocess.STDOUT else stderr
-        stdout.flush()
-        err.flush()
-        completed = subprocess.CompletedProcess(
-            args, _forked(server, request, stdout.fileno(), err.fileno(), args, timeout)
-        )
     if check:
         completed.check_returncode()
     return completed
+
+
+class _NotForked(Exception):
+    """The command was not started by the server: it runs as a real process instead."""
 
 
 def subprocess_module() -> types.SimpleNamespace:
@@ -96,19 +109,28 @@ def _same_start_up(environment: dict[str, str], servers: dict[str, str]) -> bool
 
 
 def _forked(server, request: dict, out_fd: int, err_fd: int, args, timeout, captured=None) -> int:
-    """The command's exit status (negative: the signal that ended it), run by the server with these streams."""
+    """The command's exit status (negative: the signal that ended it), run by the server with these streams.
+    _NotForked where the server could not start it; the command is killed if this call ends any other way than
+    with its status (a timeout, an interrupted test), as subprocess.run kills its process."""
     message = json.dumps(request).encode()
     with socket.socket(socket.AF_UNIX) as conn:
-        conn.connect(server["path"])
-        socket.send_fds(conn, [struct.pack("!I", len(message)) + message], [out_fd, err_fd])
-        pid = struct.unpack("!i", _receive(conn, 4))[0]
-        conn.settimeout(timeout)
+        try:  # no timeout here: a request the server has may still be started, so it must not run twice
+            conn.connect(server["path"])
+            socket.send_fds(conn, [struct.pack("!I", len(message)) + message], [out_fd, err_fd])
+            pid = struct.unpack("!i", _receive(conn, 4))[0]
+        except OSError as error:  # the server is gone (ConnectionError is an OSError): a real process instead
+            _server["failed"] = f"the server did not start a command: {error!r}"
+            raise _NotForked from error
         try:
+            conn.settimeout(timeout)  # from the command's start, as subprocess.run counts it
             return struct.unpack("!i", _receive(conn, 4))[0]
         except TimeoutError:
-            os.kill(pid, 9)
+            os.kill(pid, signal.SIGKILL)
             output = [_read(f, False) for f in captured] if captured else [None, None]
             raise subprocess.TimeoutExpired(args, timeout, *output) from None  # bytes, as subprocess.run gives
+        except BaseException:
+            os.kill(pid, signal.SIGKILL)
+            raise
 
 
 def _receive(conn: socket.socket, size: int) -> bytes:
@@ -122,9 +144,12 @@ def _receive(conn: socket.socket, size: int) -> bytes:
 
 
 def _read(file, text: bool):
+    """The file's bytes, or as subprocess.run decodes them with `text`: the locale's encoding, universal newlines."""
     file.seek(0)
     data = file.read()
-    return data.decode(errors="replace") if text else data
+    if not text:
+        return data
+    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _start_server():
@@ -203,11 +228,10 @@ def serve(path: str) -> None:
         except TimeoutError:
             continue
         with conn:
-            message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
-            size = struct.unpack("!I", message[:4])[0]
-            while len(message) < 4 + size:
-                message += conn.recv(4 + size - len(message))
-            request = json.loads(message[4 : 4 + size])
+            try:
+                request, fds = _request(conn)
+            except (OSError, ValueError, struct.error):
+                continue  # the caller went away mid-request; its fds, if any, were closed
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
@@ -217,12 +241,33 @@ def serve(path: str) -> None:
                 _child(request, fds)  # never returns: the child exits as the command does
             for fd in fds:
                 os.close(fd)
-            conn.sendall(struct.pack("!i", pid))
+            try:
+                conn.sendall(struct.pack("!i", pid))
+            except OSError:
+                pass  # the caller is gone: it kills the command where it can, and the wait below ends with it
             _, status = os.waitpid(pid, 0)
             try:
                 conn.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
             except OSError:
                 pass  # the caller gave up waiting (a timeout) and killed the command
+
+
+def _request(conn: socket.socket) -> tuple[dict, list[int]]:
+    """A command's request and its two stream fds; ValueError (the fds closed) if it is incomplete."""
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
+    try:
+        while len(message) < 4 or len(message) < 4 + struct.unpack("!I", message[:4])[0]:
+            chunk = conn.recv(1 << 20)
+            if not chunk:
+                raise ValueError("the request ended early")
+            message += chunk
+        if len(fds) != 2:
+            raise ValueError(f"{len(fds)} file descriptors, not 2")
+        return json.loads(message[4 : 4 + struct.unpack("!I", message[:4])[0]]), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _child(request: dict, fds: list[int]) -> None:
@@ -237,9 +282,20 @@ def _child(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[0] = request["cwd"]  # what `python -m` puts first
+    # What a fresh `python -m` has: an empty __main__ (runpy runs the module in its namespace), none of the
+    # server's own modules, the command's argv, cwd first on the path and freshly seeded global random states.
+    main = types.ModuleType("__main__")
+    main.__builtins__, main.__annotations__ = builtins, {}
+    sys.modules["__main__"] = main
+    for name in [n for n in sys.modules if n == "tests" or n.startswith("tests.")]:
+        del sys.modules[name]
+    sys.orig_argv = [sys.executable, "-m", *request["argv"]]
     sys.argv = ["-m", *request["argv"][1:]]
-    runpy._run_module_as_main(request["argv"][0])  # `python -m`'s own entry: sets argv[0] and __main__
+    if not sys.flags.safe_path:
+        sys.path[0] = os.getcwd()
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
+    runpy._run_module_as_main(request["argv"][0])  # `python -m`'s own entry: sets argv[0] and runs __main__
     sys.exit(0)
 
 

@@ -13,6 +13,7 @@ PROBE = """
 import atexit, os, sys
 print("argv", sys.argv[1:], "cwd", os.getcwd(), "path0", sys.path[0] == os.getcwd())
 print("main", __name__, __spec__.name, "env", os.environ.get("XLA_FLAGS", "")[-20:], os.environ.get("ZOO_PROBE"))
+print("globals", sorted(globals()), "server modules", "tests" in sys.modules, "orig_argv", sys.orig_argv[1:])
 print("to stderr", file=sys.stderr)
 atexit.register(lambda: print("atexit ran"))
 print("parent", os.getppid(), file=open(os.environ["ZOO_PROBE_PARENT"], "w"))
@@ -52,9 +53,26 @@ def test_a_forked_command_prints_and_exits_as_a_fresh_process_does(probe, args):
 
 
 def test_a_variable_read_at_start_up_starts_a_real_process(probe):
+    result, parent = _run(commands.run, probe, "0", ZOO_PROBE="read later")
+    assert result.returncode == 0 and parent != os.getpid()  # forked
     for variable in ("JAX_ENABLE_X64", "PYTHONPATH", "GLIBC_TUNABLES"):
         result, parent = _run(commands.run, probe, "0", **{variable: "1"})
         assert result.returncode == 0 and parent == os.getpid(), variable
+
+
+def test_xla_flags_and_the_random_state_are_the_command_s_own(tmp_path):
+    """XLA reads its flags when the command starts its backend, after the fork; numpy's global random state is
+    seeded afresh in each command, as in a new process."""
+    (tmp_path / "draw.py").write_text("import jax, numpy\nprint(len(jax.devices()), numpy.random.rand())\n")
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=3"
+    environment = {**os.environ, "XLA_FLAGS": flags}
+    draws = [
+        commands.run([sys.executable, "-m", "draw"], capture_output=True, text=True, cwd=tmp_path, env=environment)
+        for _ in range(2)
+    ]
+    assert all(d.returncode == 0 for d in draws), draws[0].stderr
+    (devices, first), (_, second) = (d.stdout.split() for d in draws)
+    assert devices == "3" and first != second
 
 
 def test_a_command_past_its_timeout_is_killed_and_raises_like_subprocess(tmp_path):
@@ -62,6 +80,10 @@ def test_a_command_past_its_timeout_is_killed_and_raises_like_subprocess(tmp_pat
     with pytest.raises(subprocess.TimeoutExpired) as raised:
         commands.run([sys.executable, "-m", "sleeper"], capture_output=True, text=True, cwd=tmp_path, timeout=3)
     assert raised.value.timeout == 3 and raised.value.output == b"started\n"  # bytes, as subprocess.run gives
+    # The command was killed, so the server is free for the next one.
+    (tmp_path / "quick.py").write_text("import os\nprint(os.getppid())\n")
+    quick = commands.run([sys.executable, "-m", "quick"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert quick.returncode == 0 and int(quick.stdout) != os.getpid()
 
 
 def test_a_command_writing_to_a_log_file_writes_what_a_fresh_process_writes(probe):
