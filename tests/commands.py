@@ -253,17 +253,16 @@ def serve(path: str) -> None:
 
 
 def _request(conn: socket.socket) -> tuple[dict, list[int]]:
-    """A command's request and its two stream fds; ValueError (the fds closed) if it is incomplete."""
+    """A command's request and its two stream fds; ValueError or ConnectionError (the fds closed) if it is
+    incomplete."""
     message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 2)
     try:
-        while len(message) < 4 or len(message) < 4 + struct.unpack("!I", message[:4])[0]:
-            chunk = conn.recv(1 << 20)
-            if not chunk:
-                raise ValueError("the request ended early")
-            message += chunk
         if len(fds) != 2:
             raise ValueError(f"{len(fds)} file descriptors, not 2")
-        return json.loads(message[4 : 4 + struct.unpack("!I", message[:4])[0]]), fds
+        message += _receive(conn, max(4 - len(message), 0))  # the length, if the first read stopped short of it
+        size = struct.unpack("!I", message[:4])[0]
+        message += _receive(conn, 4 + size - len(message))
+        return json.loads(message[4 : 4 + size]), fds
     except BaseException:
         for fd in fds:
             os.close(fd)
