@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import mlir_contexts
 from tests.xla_flags import FAST_COMPILE, ONE_THREAD
 
 # Tests run on the CPU with the default single device unless a test spawns its own process.
@@ -114,6 +115,7 @@ def pytest_collection_modifyitems(config, items):
     real runs do not)."""
     import jax
 
+    mlir_contexts.install()  # where tests run: collection happens in the pytest workers, not xdist's controller
     _sample_cases(config, items)
     tests_dir = Path(__file__).parent
     for item in items:
