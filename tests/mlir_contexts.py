@@ -4,14 +4,14 @@ JAX (0.10, 0.11) lowers every jitted program into a new MLIR context and loads i
 (`make_ir_context`). A pytest worker lowers thousands of small programs, and a new context costs more the more
 contexts are alive (2.6 ms in a fresh worker, 5.2 ms after tests/zoo/test_mixers.py): on this 2-core CPU,
 tests/zoo/test_mixers.py, test_masked_lm.py and tests/kernels/test_softmax_attention.py took 96.6 s with a
-context per lowering and 86.1 s sharing one per thread, renewed every 20 lowerings. JAX's main branch has since made the same change itself
-(a context per thread, renewed every few uses); where a JAX already shares (`_create_ir_context`), nothing is
-installed. A context is renewed every `USES_PER_CONTEXT` lowerings (it keeps every constant and type it has seen
-until it is freed) and after a lowering that allowed unregistered dialects; a lowering that starts inside another
-(an eager operation in a lowering rule) gets a fresh one, since re-entering the context would carry the outer
-insertion point into it. tests/test_mlir_contexts.py checks that a used context lowers the same program as a
-fresh one. Only the pytest workers share contexts: the commands the tests start lower as a user's run does.
-`ZOO_TESTS_FRESH_MLIR_CONTEXTS=1` turns the sharing off.
+context per lowering and 86.1 s sharing one per thread, renewed every 20 lowerings. JAX's main branch has since
+made the same change itself (a context per thread, renewed every few uses); where a JAX already shares
+(`_create_ir_context`), nothing is installed. A context is renewed every `USES_PER_CONTEXT` lowerings (it keeps
+every constant and type it has seen until it is freed) and after a lowering that allowed unregistered dialects;
+a lowering that starts inside another (an eager operation in a lowering rule) gets a fresh one, since
+re-entering the context would carry the outer insertion point into it. tests/test_mlir_contexts.py checks that
+a used context lowers the same program as a fresh one. Only the pytest workers share contexts: the commands the
+tests start lower as a user's run does. `ZOO_TESTS_FRESH_MLIR_CONTEXTS=1` turns the sharing off.
 """
 
 from __future__ import annotations
