@@ -1,4 +1,5 @@
-"""Run with 8 fake CPU devices (see test_sharding.py): train steps on several meshes agree with one device.
+"""`python -m tests.zoo.multidevice_check MIXER...` with 8 fake CPU devices (see test_sharding.py): train steps on
+several meshes agree with one device.
 
 Prints one JSON object: per mesh, the losses, the largest parameter difference from the 1-device run,
 and the sharding of a few parameters.

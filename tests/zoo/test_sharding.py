@@ -48,10 +48,10 @@ def test_train_steps_on_8_fake_devices_match_one_device():
     # The device count added to conftest's flags (its fast compile settings included).
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
-    script = Path(__file__).with_name("multidevice_check.py")
     run = commands.run(
-        [sys.executable, str(script), "relu", "linear"], capture_output=True, text=True, env=env, timeout=900
-    )
+        [sys.executable, "-m", "tests.zoo.multidevice_check", "relu", "linear"],
+        capture_output=True, text=True, env=env, timeout=900, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[7:])
     for key, r in result.items():
