@@ -24,24 +24,35 @@ from typing import Any
 USES_PER_CONTEXT = 20
 
 
+class _PerThread(threading.local):
+    context: Any = None
+    uses = 0
+
+
 def sharing(fresh: Callable[[], Any], current: Callable[[], Any]) -> Callable[[], Any]:
     """`fresh` (JAX's `make_ir_context`) made to return one context per thread, renewed every
     `USES_PER_CONTEXT` calls, after one allowed unregistered dialects, and never handed out while it is the
     entered (`current()`) context; `.fresh` is the original."""
-    per_thread = threading.local()
+    per_thread = _PerThread()
 
     def shared_context():
-        context = getattr(per_thread, "context", None)
+        context = per_thread.context
         if context is not None and current() is context:
             return fresh()  # a lowering inside a lowering
-        uses = getattr(per_thread, "uses", USES_PER_CONTEXT)
-        if context is None or uses >= USES_PER_CONTEXT or context.allow_unregistered_dialects:
-            per_thread.context, uses = fresh(), 0
-        per_thread.uses = uses + 1
+        if context is None or per_thread.uses >= USES_PER_CONTEXT or context.allow_unregistered_dialects:
+            per_thread.context, per_thread.uses = fresh(), 0
+        per_thread.uses += 1
         return per_thread.context
 
     shared_context.fresh = fresh
     return shared_context
+
+
+def fresh_maker(mlir) -> Callable[[], Any]:
+    """JAX's maker of a fresh context: its own where it shares contexts itself (`_create_ir_context`), else
+    `make_ir_context` as JAX defined it, whether or not `install` has replaced it."""
+    own = getattr(mlir, "_create_ir_context", None)
+    return own or getattr(mlir.make_ir_context, "fresh", mlir.make_ir_context)
 
 
 def entered_context() -> Any:

@@ -23,9 +23,7 @@ REPO = Path(__file__).parents[1]
 
 
 def _fresh():
-    """JAX's own context maker: a fresh context per call."""
-    own = getattr(mlir, "_create_ir_context", None)  # a JAX that shares contexts itself keeps the maker here
-    return own or getattr(mlir.make_ir_context, "fresh", mlir.make_ir_context)
+    return mlir_contexts.fresh_maker(mlir)
 
 
 @pytest.fixture
