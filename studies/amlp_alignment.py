@@ -1,7 +1,7 @@
 """gMLP paper: aMLP's tiny attention helps where alignment across positions matters (docs/mixers.md). gMLP, aMLP and
 a Transformer of matched size on a task that needs it and on one that does not, both masked LM.
 
-    python -m studies.amlp_alignment          # 3 encoders × 2 tasks × 3 seeds, ~3.5 h on 2 CPU cores
+    python -m studies.amlp_alignment          # 3 encoders × 2 tasks × 3 seeds, ~4–5 h on 2 CPU cores
     python -m studies.amlp_alignment --gpu    # the same, copy 3,000 and KJV 5,000 steps of batch 64, one H100
     python -m studies.amlp_alignment --tiny   # 3 encoders × 2 tasks × 1 seed of 4 steps, seconds
 
