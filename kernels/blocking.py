@@ -99,3 +99,21 @@ def pad_rows(x: jax.Array, rows: int, axis: int = 2) -> jax.Array:
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, pad)
     return jnp.pad(x, widths)
+
+
+def lower_triangle_gradients(num_blocks: int, length: int, tile) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The backward of block-causal self-attention from its tiles (query block i, key block j ≤ i).
+
+    `tile(i, j)` returns that tile's (dQ rows `[B, H, bk, d]`, dK, dV of key block j). Returns dQ `[B, H, length,
+    d]` and dK, dV stacked over key blocks; tiles in a block's future are never computed. Unrolled in Python, as
+    each query block has its own number of tiles: `block_causal` keeps it to MAX_CAUSAL_BLOCKS blocks."""
+    dq_blocks, dk_acc, dv_acc = [], [None] * num_blocks, [None] * num_blocks
+    for i in range(num_blocks):
+        dq_i = None
+        for j in range(i + 1):
+            dq_ij, dk_ij, dv_ij = tile(i, j)
+            dq_i = dq_ij if dq_i is None else dq_i + dq_ij
+            dk_acc[j] = dk_ij if dk_acc[j] is None else dk_acc[j] + dk_ij
+            dv_acc[j] = dv_ij if dv_acc[j] is None else dv_acc[j] + dv_ij
+        dq_blocks.append(dq_i)
+    return jnp.concatenate(dq_blocks, axis=2)[:, :, :length], jnp.stack(dk_acc), jnp.stack(dv_acc)

@@ -34,7 +34,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.blocking import block_causal, block_scores, causal_block_k, key_blocks, pad_rows, unblock, visible
+from kernels.blocking import (
+    block_causal,
+    block_scores,
+    causal_block_k,
+    key_blocks,
+    lower_triangle_gradients,
+    pad_rows,
+    unblock,
+    visible,
+)
 from kernels.checks import check_attention_inputs, check_positive
 from kernels.masking import zero_masked_rows
 from kernels.numerics import xlogx
@@ -207,20 +216,13 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
         rows = nb * bk
         qp, dop = pad_rows(qh, rows), pad_rows(do_f, rows)
         qp_t, dop_t = pad_rows(q_t, rows, axis=3), pad_rows(do_f_t, rows, axis=3)
-        dq_blocks = []
-        dk_acc, dv_acc = [None] * nb, [None] * nb
-        for i in range(nb):
+
+        def tile(i, j):
             r = slice(i * bk, (i + 1) * bk)
-            dq_i = None
-            for j in range(i + 1):
-                tile = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r], kb[j], vb[j], mb[j], j, i * bk)
-                dq_ij, dk_ij, dv_ij = block(*tile, causal=j == i)  # only diagonal tiles need the causal mask
-                dq_i = dq_ij if dq_i is None else dq_i + dq_ij
-                dk_acc[j] = dk_ij if dk_acc[j] is None else dk_acc[j] + dk_ij
-                dv_acc[j] = dv_ij if dv_acc[j] is None else dv_acc[j] + dv_ij
-            dq_blocks.append(dq_i)
-        dq = jnp.concatenate(dq_blocks, axis=2)[:, :, :tq]
-        dk_b, dv_b = jnp.stack(dk_acc), jnp.stack(dv_acc)
+            rows_i = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r])
+            return block(*rows_i, kb[j], vb[j], mb[j], j, i * bk, causal=j == i)  # only diagonal tiles mask
+
+        dq, dk_b, dv_b = lower_triangle_gradients(nb, tq, tile)
     else:
 
         def body(dq, xs):

@@ -45,6 +45,7 @@ from kernels.blocking import (
     causal_block_k,
     default_block_k,
     key_blocks,
+    lower_triangle_gradients,
     pad_rows,
     unblock,
     visible,
@@ -336,20 +337,14 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
         qp, dop = pad_rows(qh, rows), pad_rows(do, rows)
         qp_t, dop_t = pad_rows(q_t, rows, axis=3), pad_rows(do_t, rows, axis=3)
         lsep, deltap = pad_rows(lse, rows), pad_rows(delta, rows)  # padded rows: do = 0, so they add nothing
-        dq_blocks, dk_acc, dv_acc = [], [None] * nb, [None] * nb
-        for i in range(nb):
+
+        def causal_tile(i, j):
             r = slice(i * bk, (i + 1) * bk)
-            dq_i = None
-            for j in range(i + 1):
-                rows_i = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r], lsep[:, :, r], deltap[:, :, r])
-                keep = _block_keep(seed, rate, q, i * bk + jnp.arange(bk), j * bk, bk)
-                dq_ij, dk_ij, dv_ij = tile(*rows_i, kb[j], vb[j], mb[j], j, i * bk, j == i, keep)
-                dq_i = dq_ij if dq_i is None else dq_i + dq_ij
-                dk_acc[j] = dk_ij if dk_acc[j] is None else dk_acc[j] + dk_ij
-                dv_acc[j] = dv_ij if dv_acc[j] is None else dv_acc[j] + dv_ij
-            dq_blocks.append(dq_i)
-        dq = jnp.concatenate(dq_blocks, axis=2)[:, :, :tq]
-        dk_b, dv_b = jnp.stack(dk_acc), jnp.stack(dv_acc)
+            rows_i = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r], lsep[:, :, r], deltap[:, :, r])
+            keep = _block_keep(seed, rate, q, i * bk + jnp.arange(bk), j * bk, bk)
+            return tile(*rows_i, kb[j], vb[j], mb[j], j, i * bk, j == i, keep)
+
+        dq, dk_b, dv_b = lower_triangle_gradients(nb, tq, causal_tile)
     else:
         block_bits = _key_loop_bits(seed, rate, q, bk)
 
