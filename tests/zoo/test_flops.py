@@ -7,10 +7,12 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+from flax import nnx
 
 import kernels.blocking
 from tests.zoo.test_training import tiny_loop_run
-from zoo import models
+from zoo import mixers, models
+from zoo.models.config import mixer_config
 from zoo.training import Task, flops, memory, mesh_config, train_and_evaluate, train_config
 from zoo.training import mesh as mesh_lib
 from zoo.training.losses import classification_loss
@@ -63,6 +65,24 @@ def test_the_count_agrees_with_xla_on_a_non_causal_train_step(mixer, options, mo
     ours = flops.encoder_step_flops(cfg, {"inputs": np.zeros((batch, length))}, ("inputs",))
     assert abs(ours / xla - 1) < TOLERANCE, (ours, xla)
     assert ours <= xla  # what is not counted only adds to XLA's figure
+
+
+@pytest.mark.parametrize("mixer", mixers.names())
+def test_every_registered_mixer_counts_its_flops_from_its_own_class(mixer):
+    cfg = models.model_config(d_model=64, num_heads=4, mlp_dim=128, max_length=256, mixer=mixer)
+    counted = flops.mixer_flops(cfg, 256, causal=False)
+    projections = 2 * 256 * 64 * 64  # one d×d matmul over the sequence: every mixer does more than that
+    assert counted > projections and counted == mixers.forward_flops(mixer_config(cfg), 256, causal=False)
+
+
+def test_a_mixer_class_without_a_flop_count_is_refused_when_it_registers():
+    class Uncounted(nnx.Module):
+        def __init__(self, cfg, *, rngs):
+            pass
+
+    with pytest.raises(TypeError, match=r"mixer 'uncounted': Uncounted has no forward_flops\(cfg, length"):
+        mixers.register("uncounted", Uncounted, lambda: {})
+    assert "uncounted" not in mixers.names()
 
 
 @pytest.mark.parametrize("mixer", ["softmax", "relu", "gmlp"])

@@ -15,6 +15,22 @@ linear (linear, with its feature maps); sgu (gmlp, amlp).
 from __future__ import annotations
 
 from zoo.mixers import linear, relu, sgu, softmax, sparse  # noqa: F401  (registers the mixers)
-from zoo.mixers.registry import build, default_config, forms_attention_weights, names, options_config, register
+from zoo.mixers.registry import (
+    build,
+    default_config,
+    forms_attention_weights,
+    forward_flops,
+    names,
+    options_config,
+    register,
+)
 
-__all__ = ["build", "default_config", "forms_attention_weights", "names", "options_config", "register"]
+__all__ = [
+    "build",
+    "default_config",
+    "forms_attention_weights",
+    "forward_flops",
+    "names",
+    "options_config",
+    "register",
+]

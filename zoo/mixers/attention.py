@@ -32,6 +32,17 @@ def attention_initializers(kind: str, d_model: int) -> tuple:
     raise ValueError(f"config field model.attention_init={kind!r} is unknown; valid: {', '.join(ATTENTION_INITS)}")
 
 
+def attention_pairs(length: int, causal: bool) -> float:
+    """(query, key) pairs a mixer computes: the lower triangle T(T+1)/2 when causal, not the masked square."""
+    return length * (length + 1) / 2 if causal else float(length) * length
+
+
+def attention_core_flops(t_q: int, t_k: int, d_qkv: int, causal: bool) -> float:
+    """Forward FLOPs of one attention's scores and weighted values, all heads (4 per pair and q/k/v channel)."""
+    pairs = attention_pairs(t_q, True) if causal and t_q == t_k else float(t_q) * t_k
+    return 4 * pairs * d_qkv
+
+
 class MultiHeadMixer(nnx.Module):
     supports_causal = True
     # Whether `attend` forms the attention probabilities and applies `weights_dropout` to them (it then takes
@@ -65,6 +76,13 @@ class MultiHeadMixer(nnx.Module):
         out_init = nnx.initializers.xavier_uniform()
         self.out = dense(width, d, ("heads", "embed"), init=out_init, use_bias=bias, dtype=self.dtype, rngs=rngs)
         self.weights_dropout = Dropout(cfg.attention_dropout)
+
+    @staticmethod
+    def forward_flops(cfg: ml_collections.ConfigDict, length: int, *, causal: bool) -> float:
+        """Model FLOPs of one forward pass over one sequence (zoo/training/flops.py says what counts): the q/k/v
+        and out projections and the attention core. A mixer whose `attend` does other matmuls overrides it."""
+        d_qkv = cfg.qkv_dim or cfg.d_model
+        return 8 * length * cfg.d_model * d_qkv + attention_core_flops(length, length, d_qkv, causal)
 
     def attend(self, q, k, v, mask, causal):
         raise NotImplementedError

@@ -177,6 +177,30 @@ class LinearAttention(MultiHeadMixer):
         self.orth_loss_weight = cfg.orth_loss_weight if cfg.feature_map in _ORTHOGONAL else 0.0
         self.deterministic = False
 
+    @staticmethod
+    def forward_flops(cfg, length: int, *, causal: bool) -> float:
+        """The projections, the feature maps' matmuls for q and k (FAVOR+: its random projection), and the state
+        products φ(k)ᵀv and φ(q)·S with the normaliser; the same work causal or not."""
+        t, d, heads = length, cfg.d_model, cfg.num_heads
+        d_qkv = cfg.qkv_dim or d
+        d_h = d_qkv // heads
+        kind = cfg.feature_map
+        m = cfg.num_features if kind == "favor" else d_h
+        if kind == "favor":
+            features = 2 * t * d_qkv * m
+        elif kind in ("elu1", "relu"):
+            features = 0.0
+        else:
+            per_layer = 2 * t * d_qkv * d_h  # x W_f per head
+            if kind in ("glu", "oglu"):
+                per_layer *= 2
+            elif kind == "aoglu":
+                rank = cfg.gate_rank or max(1, d_h // 4)
+                per_layer += 4 * t * heads * d_h * rank
+            features = per_layer * cfg.kernel_depth
+        state = 4 * t * heads * m * d_h + 2 * t * heads * m
+        return 8 * t * d * d_qkv + 2 * features + state
+
     def _features(self, q, k, mask, causal):
         phi_q = self.feature_map(q, is_query=True, mask=None, causal=causal)
         phi_k = self.feature_map(k, is_query=False, mask=mask, causal=causal)

@@ -35,9 +35,16 @@ _REGISTRY: dict[str, _Entry] = {}
 
 
 def register(name: str, cls: type[nnx.Module], options: Callable[[], dict]) -> None:
-    """Registers `cls(cfg, *, rngs)` under `name`; `options()` gives its own fields and defaults."""
+    """Registers `cls(cfg, *, rngs)` under `name`; `options()` gives its own fields and defaults. The class
+    counts its own model FLOPs: `cls.forward_flops(cfg, length, *, causal)`, one forward pass over one sequence
+    (every run's MFU divides by it; attention-type mixers inherit the count from `MultiHeadMixer`)."""
     if name in _REGISTRY:
         raise ValueError(f"mixer {name!r} is registered twice")
+    if not callable(getattr(cls, "forward_flops", None)):
+        raise TypeError(
+            f"mixer {name!r}: {cls.__name__} has no forward_flops(cfg, length, *, causal) (its model FLOPs per "
+            "sequence, zoo/training/flops.py); attention-type mixers inherit it from MultiHeadMixer"
+        )
     clash = set(options()) & (set(SHARED_FIELDS) | {"name"})
     if clash:
         raise ValueError(f"mixer {name!r} options {sorted(clash)} clash with shared fields")
@@ -54,6 +61,11 @@ def _entry(name: str) -> _Entry:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown mixer {name!r}; valid mixers: {', '.join(names())}") from None
+
+
+def forward_flops(cfg: ml_collections.ConfigDict, length: int, *, causal: bool) -> float:
+    """Model FLOPs of mixer `cfg.name`'s forward pass over one sequence of `length` tokens."""
+    return float(_entry(cfg.name).cls.forward_flops(cfg, length, causal=causal))
 
 
 def forms_attention_weights(name: str) -> bool:

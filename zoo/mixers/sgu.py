@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from zoo.layers.common import compute_dtype, dense
+from zoo.mixers.attention import attention_core_flops, attention_pairs
 from zoo.mixers.inputs import check_mixer_input
 from zoo.mixers.registry import register
 
@@ -86,6 +87,19 @@ class SpatialGatingMixer(nnx.Module):
             if cfg.tiny_attention_dim
             else None
         )
+
+    @staticmethod
+    def forward_flops(cfg, length: int, *, causal: bool) -> float:
+        """The channel projections in and out, the spatial projection (the lower triangle when causal) and
+        aMLP's tiny attention."""
+        t, d = length, cfg.d_model
+        d_ffn = cfg.d_ffn or 6 * d
+        width = d_ffn // 2 if cfg.sgu_variant == "split_multiplicative" else d_ffn
+        total = 2 * t * d * d_ffn + 2 * attention_pairs(t, causal) * width + 2 * t * width * d
+        if cfg.tiny_attention_dim:
+            a = cfg.tiny_attention_dim
+            total += 2 * t * d * 3 * a + attention_core_flops(t, t, a, causal) + 2 * t * a * width
+        return total
 
     def spatial_matrix(self, length: int, causal: bool) -> jax.Array:
         """W restricted to the first `length` positions, `[length, length]`, lower-triangular if causal."""

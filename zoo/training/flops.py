@@ -1,6 +1,7 @@
 """Model FLOPs — the useful work of a train step, counted from the config — and the device's peak, for MFU.
 
-Counted (forward, per sequence; a train step is 3 × the forward: the backward does two matmuls per forward one):
+Counted (forward, per sequence; a train step is 3 × the forward: the backward does two matmuls per forward one;
+each mixer class counts its own work in `forward_flops`, zoo/mixers):
   - attention-type mixers: the q/k/v/out projections (8·T·d·d_qkv) and the scores and weighted values
     (4·P·d_qkv, P = T² pairs, or T(T+1)/2 when causal: the lower triangle, not the masked square);
   - `linear`: the projections, the trainable feature maps' matmuls (or FAVOR+'s random projection) for q and k,
@@ -29,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from zoo import mixers
+from zoo.mixers.attention import attention_core_flops
 from zoo.models.config import mixer_config
-
-ATTENTION_MIXERS = frozenset({"softmax", "relu", "relu_l", "rela", "sparsemax", "entmax15"})
 
 # Dense bf16 peak TFLOP/s per chip, without structured sparsity, matched against `device.device_kind` in order.
 # NVIDIA: H100 SXM and H200 datasheets (989 TFLOPS bf16 dense; H100 PCIe 756); A100 datasheet (312).
@@ -48,61 +49,9 @@ PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
 )
 
 
-def _pairs(length: int, causal: bool) -> float:
-    return length * (length + 1) / 2 if causal else float(length) * length
-
-
-def _attention_core(t_q: int, t_k: int, d_qkv: int, causal: bool) -> float:
-    """Scores and weighted values of one attention (all heads)."""
-    pairs = _pairs(t_q, True) if causal and t_q == t_k else float(t_q) * t_k
-    return 4 * pairs * d_qkv
-
-
-def _linear_mixer(cfg: ml_collections.ConfigDict, t: int) -> float:
-    d, heads = cfg.d_model, cfg.num_heads
-    d_qkv = cfg.qkv_dim or d
-    d_h = d_qkv // heads
-    kind = cfg.feature_map
-    m = cfg.num_features if kind == "favor" else d_h
-    if kind == "favor":
-        features = 2 * t * d_qkv * m
-    elif kind in ("elu1", "relu"):
-        features = 0.0
-    else:
-        per_layer = 2 * t * d_qkv * d_h  # x W_f per head
-        if kind in ("glu", "oglu"):
-            per_layer *= 2
-        elif kind == "aoglu":
-            rank = cfg.gate_rank or max(1, d_h // 4)
-            per_layer += 4 * t * heads * d_h * rank
-        features = per_layer * cfg.kernel_depth
-    state = 4 * t * heads * m * d_h + 2 * t * heads * m
-    return 8 * t * d * d_qkv + 2 * features + state
-
-
-def _sgu_mixer(cfg: ml_collections.ConfigDict, t: int, causal: bool) -> float:
-    d = cfg.d_model
-    d_ffn = cfg.d_ffn or 6 * d
-    width = d_ffn // 2 if cfg.sgu_variant == "split_multiplicative" else d_ffn
-    total = 2 * t * d * d_ffn + 2 * _pairs(t, causal) * width + 2 * t * width * d
-    if cfg.tiny_attention_dim:
-        a = cfg.tiny_attention_dim
-        total += 2 * t * d * 3 * a + _attention_core(t, t, a, causal) + 2 * t * a * width
-    return total
-
-
 def mixer_flops(model: ml_collections.ConfigDict, length: int, *, causal: bool, name: str | None = None) -> float:
-    """Forward FLOPs of one token mixer over one sequence of `length` tokens."""
-    cfg = mixer_config(model, name=name)
-    kind = model.mixer if name is None else name
-    if kind in ATTENTION_MIXERS:
-        d_qkv = cfg.qkv_dim or cfg.d_model
-        return 8 * length * cfg.d_model * d_qkv + _attention_core(length, length, d_qkv, causal)
-    if kind == "linear":
-        return _linear_mixer(cfg, length)
-    if kind in ("gmlp", "amlp"):
-        return _sgu_mixer(cfg, length, causal)
-    raise ValueError(f"no FLOP count for mixer {kind!r}")
+    """Forward FLOPs of one token mixer over one sequence of `length` tokens (the mixer class's `forward_flops`)."""
+    return mixers.forward_flops(mixer_config(model, name=name), length, causal=causal)
 
 
 def ffn_flops(model: ml_collections.ConfigDict, length: int) -> float:
@@ -119,7 +68,9 @@ def decoder_flops(model: ml_collections.ConfigDict, tgt_length: int, src_length:
     d = model.d_model
     d_qkv = model.qkv_dim or d
     cross = (
-        4 * tgt_length * d * d_qkv + 4 * src_length * d * d_qkv + _attention_core(tgt_length, src_length, d_qkv, False)
+        4 * tgt_length * d * d_qkv
+        + 4 * src_length * d * d_qkv
+        + attention_core_flops(tgt_length, src_length, d_qkv, False)
     )
     per_block = mixer_flops(model, tgt_length, causal=True) + cross + ffn_flops(model, tgt_length)
     return (model.num_decoder_layers or model.num_layers) * per_block
