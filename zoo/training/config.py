@@ -10,6 +10,7 @@ import ml_collections
 
 from zoo.config_fields import Field, Rule, above, at_least, in_range, integer, one_of, section
 from zoo.files import as_path, atomic_write_bytes, check_utf8_path, is_url, read_json
+from zoo.models import stored_model_config
 from zoo.training.mesh import LOGICAL_RULES, PARAMETER_AXES
 from zoo.training.optim import SCHEDULES
 
@@ -129,8 +130,6 @@ def _with_model_defaults(config: dict) -> dict:
     """The flattened config with model fields added since it was written at their defaults: new fields default
     to the computation older runs did, so a run started before them resumes (a non-default value still differs)."""
     if isinstance(config.get("model"), dict):
-        from zoo.models import stored_model_config  # zoo.models imports zoo.training
-
         config = {**config, "model": stored_model_config(config["model"]).to_dict()}
     return flatten_config(config)
 
