@@ -268,7 +268,7 @@ PAPER = "qualitative (aMLP closes the gap to a Transformer)"
 def summary(result: dict) -> str:
     """The README's figures of a committed result.json (studies.table)."""
     perplexity, unigram = result["test_perplexity"], result["unigram_perplexity"]
-    cell = lambda task: " / ".join(f"{mean_std(perplexity[task][n])[0]:.1f}" for n in ARCHS)
+    cell = lambda task: " / ".join(mean_pm_std(perplexity[task][n], 1) for n in ARCHS)
     return (
         f"perplexity gMLP / aMLP / Transformer: copy {cell('copy')} (unigram {unigram['copy']:.0f}), KJV "
         f"{cell('KJV')} (unigram {unigram['KJV']:.0f}), {len(result['seeds'])} seeds"

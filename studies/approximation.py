@@ -27,7 +27,7 @@ from flax import nnx
 
 import kernels
 from studies.common import result_preset, study_main, study_readme, write_study
-from studies.verdict import Arm, combine, decide, judged, mean_std
+from studies.verdict import Arm, combine, decide, judged, mean_pm_std, mean_std
 from zoo import mixers
 from zoo.mixers.linear import FeatureMap
 from zoo.plots import pyplot, save_figure
@@ -213,12 +213,13 @@ def summary(result: dict) -> str:
     per_seed, n = result["per_seed"], len(result["seeds"])
     fixed = {kind: mean_std([s["fixed"][kind] for s in per_seed]) for kind in per_seed[0]["fixed"]}
     best = min(fixed, key=lambda kind: fixed[kind][0])
-    trained = {name: mean_std([s["trained"][name] for s in per_seed])[0] for name in per_seed[0]["trained"]}
-    favor = [mean_std([s["favor"][str(m)] for s in per_seed])[0] for m in result["features"]]
+    trained = {name: [s["trained"][name] for s in per_seed] for name in per_seed[0]["trained"]}
+    worst, best_trained = (f(trained, key=lambda name: mean_std(trained[name])[0]) for f in (max, min))
+    favor = [mean_pm_std([s["favor"][str(m)] for s in per_seed], 2) for m in result["features"]]
     return (
         f"relative error, {n} seeds: best fixed map ({best}) {fixed[best][0]:.3f} ± {fixed[best][1]:.3f}; trained "
-        f"{min(trained.values()):.3f}–{max(trained.values()):.3f}; FAVOR+ {favor[0]:.2f} (m {result['features'][0]}) "
-        f"→ {favor[-1]:.2f} (m {result['features'][-1]:,})"
+        f"from {mean_pm_std(trained[best_trained], 3)} ({best_trained}) to {mean_pm_std(trained[worst], 3)} ({worst}); "
+        f"FAVOR+ {favor[0]} (m {result['features'][0]}) → {favor[-1]} (m {result['features'][-1]:,})"
     )
 
 

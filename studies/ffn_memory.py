@@ -216,7 +216,7 @@ def summary(result: dict) -> str:
     n = str(result["slots"][-1])
     cells = [f"{mean_pm_std(p[n], 1)} ({name})" for name, p in result["test_perplexity"].items()]
     control = result.get("control_perplexity")
-    tail = f", {CONTROL} {mean_std(control)[0]:.1f}" if control else ""
+    tail = f", {CONTROL} {mean_pm_std(control, 1)}" if control else ""
     return f"perplexity at n {int(n):,}: {', '.join(cells)}{tail}; {len(result['seeds'])} seeds"
 
 
