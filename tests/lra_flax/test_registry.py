@@ -5,6 +5,7 @@ without their code naming it; these tests fail if a tool keeps a list of its own
 """
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from flax import nnx
 
 from lra_flax.configs import compare as compare_config
 from lra_flax.tasks import REGISTRY, TASK_MODULES, data_writers, make_task, published_rows, reported_by, with_demo
+from tests import commands
 
 ROOT = Path(__file__).parents[2]
 # Where task names may still appear as literals (outside each task's own modules): `make demo`'s default task
@@ -48,6 +50,20 @@ def test_the_tools_take_their_task_lists_from_the_registry():
     # every published row shows up under the tasks that report it, with the LRA paper's Transformer everywhere
     assert set(rows["LRA paper: Transformer"]) == set(REGISTRY)
     assert rows["kernel paper: linear kernel"] == {"listops": 18.54, "text": 65.77, "retrieval": 73.51}
+
+
+def test_lra_data_takes_each_task_s_flags_from_its_entry():
+    listed = commands.run(
+        [sys.executable, "-m", "lra_flax.data_cli", "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    text = " ".join(listed.stdout.split())  # absl wraps the help at 80 columns
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    for task in data_writers():
+        for flag in REGISTRY[task].data_flags:
+            choices = f"<{'|'.join(flag.choices)}>: " if flag.choices else ""
+            assert f"--{flag.name}: {choices}{task}: {flag.help}" in text, (task, flag.name)
+            assert f"(default: '{flag.default}')" in text
+    assert {flag.name for flag in REGISTRY["listops"].data_flags} >= {"num_train", "max_length"}
 
 
 def test_an_unknown_task_names_the_registered_ones():
