@@ -127,20 +127,30 @@ def declared_sections() -> dict[str, tuple[Field, ...]]:
     return {"train": TRAIN_FIELDS, "model": MODEL_FIELDS, "mesh": MESH_FIELDS}
 
 
+def mixer_sections() -> dict[str, tuple[Field, ...]]:
+    """Every mixer's own options (`model.mixer_options.NAME`), declared in its module under zoo/mixers."""
+    from zoo import mixers
+
+    return {f"model.mixer_options.{name}": mixers.option_fields(name) for name in mixers.names()}
+
+
 def markdown() -> str:
-    """docs/config.md: every shared section's fields."""
+    """docs/config.md: every shared section's fields, then every mixer's options."""
     parts = [
         "# Config fields",
         "",
         "Every task config has these sections (`--config.SECTION.FIELD=value` on any training command). The",
-        "tables are generated from the declarations in `zoo/training/config.py` and `zoo/models/config.py`",
-        "(`python -m zoo.config_fields > docs/config.md`); the same declarations give the defaults, the",
-        "validation every run does before it writes anything, and `--help`. Mixer options",
-        "(`model.mixer_options.NAME.*`) are each mixer's own: [mixers.md](mixers.md). Data sections are each",
-        "task's: [tasks.md](tasks.md).",
+        "tables are generated from the declarations in `zoo/training/config.py`, `zoo/models/config.py` and each",
+        "mixer's module under `zoo/mixers` (`python -m zoo.config_fields > docs/config.md`); the same declarations",
+        "give the defaults, the validation every run does before it writes anything, and `--help`. What the",
+        "mixers compute: [mixers.md](mixers.md). Data sections are each task's: [tasks.md](tasks.md).",
     ]
     for name, fields in declared_sections().items():
         parts += ["", f"## `{name}`", "", markdown_table(fields, name)]
+    parts += ["", "## Mixer options", "", "Every mixer's options, the inactive mixers' too, are validated."]
+    for name, fields in mixer_sections().items():
+        table = markdown_table(fields, name) if fields else "No options of its own."
+        parts += ["", f"### `{name}`", "", table]
     return "\n".join(parts) + "\n"
 
 

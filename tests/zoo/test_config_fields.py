@@ -6,11 +6,11 @@ from pathlib import Path
 import ml_collections
 import pytest
 
-from zoo import config_fields
+from zoo import config_fields, mixers
 from zoo.models import model_config
 from zoo.models.encoder import REMAT_POLICIES
 from zoo.training import cli, mesh_config, train_config
-from zoo.training.validate import config_problems
+from zoo.training.validate import OPTION_RULES, config_problems
 
 SECTIONS = config_fields.declared_sections()
 BUILT = {"train": train_config(), "model": model_config(), "mesh": mesh_config()}
@@ -57,9 +57,26 @@ def test_validation_uses_the_declared_rules():
 
 def test_help_lists_every_declared_field():
     text = cli.config_fields_help()
-    for name, fields in SECTIONS.items():
+    for name, fields in {**SECTIONS, **config_fields.mixer_sections()}.items():
         for f in fields:
             assert f"  {name}.{f.name} (" in text, f.name
+
+
+@pytest.mark.parametrize("mixer", mixers.names())
+def test_a_mixer_s_options_are_its_declared_fields_each_with_a_rule_and_help(mixer):
+    fields = mixers.option_fields(mixer)
+    assert dict(model_config().mixer_options[mixer]) == {f.name: f.default for f in fields}
+    for f in fields:
+        assert f.rule is not None and f.rule.check(f.default) and len(f.help) > 5, f.name
+
+
+def test_an_option_name_has_one_rule_in_every_mixer_that_declares_it():
+    kinds = {}
+    for mixer in mixers.names():
+        for f in mixers.option_fields(mixer):
+            kinds.setdefault(f.name, set()).add(f.rule.kind)
+    assert {name: k for name, k in kinds.items() if len(k) > 1} == {}
+    assert set(OPTION_RULES) == set(kinds) and len(kinds) > 20
 
 
 def test_docs_config_md_is_generated_from_the_declarations():

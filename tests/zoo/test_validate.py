@@ -77,9 +77,11 @@ def test_an_inactive_mixers_bad_option_is_reported():
     config = listops.get_config("demo")
     config.model.mixer = "softmax"
     config.model.mixer_options.linear.feature_map = "bogus"
-    config.model.mixer_options.linear.eps_mode = "sometimes"  # one problem per mixer: the first found
-    problems = config_problems(config)
-    assert problems == ["model.mixer_options.linear: mixer 'linear': unknown feature_map 'bogus'; valid: " + _MAPS]
+    config.model.mixer_options.linear.eps_mode = "sometimes"  # every broken option, each by its field
+    assert config_problems(config) == [
+        "model.mixer_options.linear.feature_map='bogus' must be one of " + _MAPS,
+        "model.mixer_options.linear.eps_mode='sometimes' must be one of auto, add, guard",
+    ]
 
 
 _MAPS = "elu1, relu, favor, softplus, orth_softplus, glu, oglu, aoglu"
@@ -95,12 +97,26 @@ def test_each_mixer_config_is_built_once_per_process_and_its_outcome_kept(monkey
     config = listops.get_config("demo")
     assert config_problems(config) == [] and sorted(built) == sorted(config.model.mixer_options.keys())
     assert config_problems(config) == [] and len(built) == len(config.model.mixer_options)  # the same configs
-    config.model.mixer_options.linear.feature_map = "bogus"
-    expected = ["model.mixer_options.linear: mixer 'linear': unknown feature_map 'bogus'; valid: " + _MAPS]
-    assert config_problems(config) == expected and built[-1] == "linear"  # a changed config is built
-    assert config_problems(config) == expected  # and its error kept
+    softmax = config.model.mixer_options.softmax
+    softmax.relative_buckets, softmax.implementation = 32, "xla"  # each valid alone, not together: the build says
+    expected = [
+        "model.mixer_options.softmax: softmax implementation='xla' takes no position bias; with relative_buckets=32 "
+        "use one of auto, dense (JAX's dense attention)"
+    ]
+    assert config_problems(config) == expected and built[-1] == "softmax"  # a changed config is built
+    assert config_problems(config) == expected and len(built) == len(config.model.mixer_options) + 1  # error kept
+    config.model.mixer_options.linear.feature_map = "bogus"  # refused by its rule, before any build
+    assert (
+        config_problems(config)
+        == [
+            "model.mixer_options.linear.feature_map='bogus' must be one of " + _MAPS,
+            *expected,
+        ]
+        and len(built) == len(config.model.mixer_options) + 1
+    )
     config.model.d_model = 48  # a shared field changes every mixer's config
     config.model.mixer_options.linear.feature_map = "elu1"
+    softmax.implementation = "auto"
     assert config_problems(config) == [] and len(built) == 2 * len(config.model.mixer_options) + 1
 
 

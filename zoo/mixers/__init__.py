@@ -16,21 +16,25 @@ from __future__ import annotations
 
 from zoo.mixers import linear, relu, sgu, softmax, sparse  # noqa: F401  (registers the mixers)
 from zoo.mixers.registry import (
+    IMPL_OPTION,
     build,
     default_config,
     forms_attention_weights,
     forward_flops,
     names,
+    option_fields,
     options_config,
     register,
 )
 
 __all__ = [
+    "IMPL_OPTION",
     "build",
     "default_config",
     "forms_attention_weights",
     "forward_flops",
     "names",
+    "option_fields",
     "options_config",
     "register",
 ]

@@ -25,9 +25,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 import kernels
+from zoo.config_fields import BOOLEAN, Field, above, at_least, integer, one_of
 from zoo.layers.common import AuxLoss
 from zoo.mixers.attention import MultiHeadMixer
-from zoo.mixers.registry import register
+from zoo.mixers.registry import IMPL_OPTION, register
 
 FEATURE_MAPS = ("elu1", "relu", "favor", "softplus", "orth_softplus", "glu", "oglu", "aoglu")
 _FIXED = ("elu1", "relu", "favor")
@@ -237,19 +238,23 @@ class LinearAttention(MultiHeadMixer):
         return y, {"s": s, "z": z, "index": cache["index"] + 1}
 
 
-def _options() -> dict:
-    return {
-        "feature_map": "elu1",
-        "kernel_depth": 1,  # stacked trainable kernels (1×, 2×, 3× in the paper's table)
-        "num_features": 256,  # favor: m random features
-        "favor_redraw": False,  # favor: draw fresh features at every training forward
-        "gate_rank": 0,  # aoglu: rank r of the gate; 0 means head_dim // 4
-        "orth_loss_weight": 0.1,  # λ of the orthogonality regulariser (authors' later code)
-        "eps": 1e-6,
-        "eps_mode": "auto",  # how ε enters the denominator: auto = the feature map's reference convention
-        "chunk_size": 64,
-        "impl": "auto",
-    }
+OPTIONS = (
+    Field("feature_map", "elu1", one_of(*FEATURE_MAPS), "φ, one map for q and k (docs/mixers.md)"),
+    Field("kernel_depth", 1, integer(1, 64), "trainable maps stacked (1×, 2×, 3× in the kernel paper's table)"),
+    Field("num_features", 256, integer(1, 2**16), "favor: m random features"),
+    Field("favor_redraw", False, BOOLEAN, "favor: draw fresh features at every training forward pass"),
+    Field("gate_rank", 0, integer(0, 2**16), "aoglu: rank r of the gate (0: head_dim // 4)"),
+    Field("orth_loss_weight", 0.1, at_least(0), "λ of the orthogonality regulariser (the authors' later code)"),
+    Field("eps", 1e-6, above(0), "ε of the denominator"),
+    Field(
+        "eps_mode",
+        "auto",
+        one_of("auto", *kernels.EPS_MODES),
+        "how ε enters the denominator (auto: the map's reference's)",
+    ),
+    Field("chunk_size", 64, integer(1, 2**16), "causal chunk length of the xla implementation"),
+    IMPL_OPTION,
+)
 
 
-register("linear", LinearAttention, _options)
+register("linear", LinearAttention, OPTIONS)

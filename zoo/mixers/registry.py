@@ -1,12 +1,15 @@
-"""Name → mixer class and default options. Unknown names and fields are errors that list what is valid."""
+"""Name → mixer class and its options, declared once (`zoo.config_fields.Field`: default, rule, help). Unknown
+names and fields are errors that list what is valid."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import ml_collections
 from flax import nnx
+
+from kernels.options import IMPLS
+from zoo.config_fields import Field, one_of
 
 # Fields every mixer takes from the model config; the rest are the mixer's own options.
 SHARED_FIELDS = {
@@ -25,17 +28,27 @@ SHARED_FIELDS = {
 }
 
 
+# The option every mixer that calls a `kernels` op has, with one meaning everywhere.
+IMPL_OPTION = Field(
+    "impl",
+    "auto",
+    one_of(*IMPLS),
+    "kernel implementation: auto (the fastest that passed its tests here), xla, pallas, reference",
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Entry:
     cls: type[nnx.Module]
-    options: Callable[[], dict]
+    options: tuple[Field, ...]
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
-def register(name: str, cls: type[nnx.Module], options: Callable[[], dict]) -> None:
-    """Registers `cls(cfg, *, rngs)` under `name`; `options()` gives its own fields and defaults. The class
+def register(name: str, cls: type[nnx.Module], options: tuple[Field, ...] = ()) -> None:
+    """Registers `cls(cfg, *, rngs)` under `name` with its own options (`model.mixer_options.<name>.*`): each
+    a `Field` whose default, rule and help the config, the validation and the docs read. The class
     counts its own model FLOPs: `cls.forward_flops(cfg, length, *, causal)`, one forward pass over one sequence
     (every run's MFU divides by it; attention-type mixers inherit the count from `MultiHeadMixer`)."""
     if name in _REGISTRY:
@@ -45,10 +58,13 @@ def register(name: str, cls: type[nnx.Module], options: Callable[[], dict]) -> N
             f"mixer {name!r}: {cls.__name__} has no forward_flops(cfg, length, *, causal) (its model FLOPs per "
             "sequence, zoo/training/flops.py); attention-type mixers inherit it from MultiHeadMixer"
         )
-    clash = set(options()) & (set(SHARED_FIELDS) | {"name"})
+    names_ = [field.name for field in options]
+    clash = set(names_) & (set(SHARED_FIELDS) | {"name"})
     if clash:
         raise ValueError(f"mixer {name!r} options {sorted(clash)} clash with shared fields")
-    _REGISTRY[name] = _Entry(cls, options)
+    if len(set(names_)) != len(names_):
+        raise ValueError(f"mixer {name!r} declares an option twice: {names_}")
+    _REGISTRY[name] = _Entry(cls, tuple(options))
 
 
 def names() -> list[str]:
@@ -63,6 +79,15 @@ def _entry(name: str) -> _Entry:
         raise ValueError(f"unknown mixer {name!r}; valid mixers: {', '.join(names())}") from None
 
 
+def option_fields(name: str) -> tuple[Field, ...]:
+    """Mixer `name`'s own options, declared."""
+    return _entry(name).options
+
+
+def _defaults(name: str) -> dict:
+    return {field.name: field.default for field in _entry(name).options}
+
+
 def forward_flops(cfg: ml_collections.ConfigDict, length: int, *, causal: bool) -> float:
     """Model FLOPs of mixer `cfg.name`'s forward pass over one sequence of `length` tokens."""
     return float(_entry(cfg.name).cls.forward_flops(cfg, length, causal=causal))
@@ -75,14 +100,14 @@ def forms_attention_weights(name: str) -> bool:
 
 def default_config(name: str) -> ml_collections.ConfigDict:
     """A complete, locked config for `name`: shared fields (d_model, num_heads, max_length, dtype) and options."""
-    cfg = ml_collections.ConfigDict({"name": name, **SHARED_FIELDS, **_entry(name).options()})
+    cfg = ml_collections.ConfigDict({"name": name, **SHARED_FIELDS, **_defaults(name)})
     cfg.lock()
     return cfg
 
 
 def options_config() -> ml_collections.ConfigDict:
     """`{name: options}` for every mixer, so a task config can expose each mixer's fields as flags."""
-    return ml_collections.ConfigDict({name: _REGISTRY[name].options() for name in names()})
+    return ml_collections.ConfigDict({name: _defaults(name) for name in names()})
 
 
 def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:

@@ -12,9 +12,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 import kernels
+from zoo.config_fields import BOOLEAN, Field, above, at_least, in_range
 from zoo.layers.common import AuxLoss
 from zoo.mixers.attention import MultiHeadMixer
-from zoo.mixers.registry import register
+from zoo.mixers.registry import IMPL_OPTION, register
 
 _EPS = 1e-6
 
@@ -108,19 +109,20 @@ class ReLA(MultiHeadMixer):
         return self.gate(o)
 
 
-def _relu_options() -> dict:
-    return {
-        "variance_reduction": True,  # False: the paper's non-converging ablation
-        "gamma_init": 1.0,  # the paper does not publish γ
-        "gamma_learnable": True,
-        "norm_loss_weight": 0.0,  # λ_norm; the paper's value is unknown
-        "entropy_loss_weight": 0.0,  # λ_ent
-        "entropy_margin": 0.7,  # C, from the one public implementation
-        "impl": "auto",
-    }
+RELU_OPTIONS = (
+    Field("variance_reduction", True, BOOLEAN, "divide by √(n_i/2) (False: the paper's non-converging ablation)"),
+    Field("gamma_init", 1.0, above(0), "initial per-head scale γ (the paper does not publish it)"),
+    Field("gamma_learnable", True, BOOLEAN, "train γ (False: fixed at gamma_init)"),
+    Field("norm_loss_weight", 0.0, at_least(0), "λ_norm of the normalisation regulariser (the paper's is unknown)"),
+    Field("entropy_loss_weight", 0.0, at_least(0), "λ_ent of the entropy regulariser"),
+    Field("entropy_margin", 0.7, in_range(0, 1), "C of the entropy regulariser (from the one public implementation)"),
+    IMPL_OPTION,
+)
 
 
-register("relu", ReLUAttention, _relu_options)
-register("relu_l", ReLUPerLength, lambda: {"impl": "auto"})
+register("relu", ReLUAttention, RELU_OPTIONS)
+register("relu_l", ReLUPerLength, (IMPL_OPTION,))
 # RMSNorm ε 1e-8 as in the ReLA reference code (Zhang, Titov & Sennrich); the paper does not give it.
-register("rela", ReLA, lambda: {"impl": "auto", "rms_norm_eps": 1e-8})
+register(
+    "rela", ReLA, (IMPL_OPTION, Field("rms_norm_eps", 1e-8, above(0), "ε of ReLA's RMSNorm over the heads' outputs"))
+)

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from zoo.config_fields import BOOLEAN, Field, at_least, integer, one_of
 from zoo.layers.common import compute_dtype, dense
 from zoo.mixers.attention import attention_core_flops, attention_pairs
 from zoo.mixers.inputs import check_mixer_input
@@ -173,23 +174,19 @@ class SpatialGatingMixer(nnx.Module):
         return self.proj_out(self._gated(z1, gate)), new_cache
 
 
-def _gmlp_options() -> dict:
-    return {
-        "d_ffn": 0,  # 0: 6 × d_model (the paper's base configs)
-        "toeplitz": False,
-        "spatial_init_scale": 1e-3,
-        "tiny_attention_dim": 0,  # 0 for gMLP
-        "tiny_attention_bias": False,  # the qkv projection's bias: none in g-mlp-pytorch (the paper is silent)
-        "sgu_variant": "split_multiplicative",  # the paper's Table 3 ablation: see SGU_VARIANTS
-    }
+def _sgu_options(tiny_attention_dim: int) -> tuple[Field, ...]:
+    return (
+        Field("d_ffn", 0, integer(0, 2**18), "channel width before the split (0: 6 × d_model, the paper's base)"),
+        Field("toeplitz", False, BOOLEAN, "spatial weights as a Toeplitz matrix (one weight per offset)"),
+        Field("spatial_init_scale", 1e-3, at_least(0), "uniform ± scale of the spatial weights' initialisation"),
+        Field("tiny_attention_dim", tiny_attention_dim, integer(0, 2**16), "aMLP's one-head attention width (0: gMLP)"),
+        Field("tiny_attention_bias", False, BOOLEAN, "a bias on the tiny attention's qkv (none in g-mlp-pytorch)"),
+        Field("sgu_variant", "split_multiplicative", one_of(*SGU_VARIANTS), "the gating (the paper's Table 3)"),
+    )
 
 
-def _amlp_options() -> dict:
-    return {**_gmlp_options(), "tiny_attention_dim": 64}
-
-
-register("gmlp", SpatialGatingMixer, _gmlp_options)
-register("amlp", SpatialGatingMixer, _amlp_options)
+register("gmlp", SpatialGatingMixer, _sgu_options(0))
+register("amlp", SpatialGatingMixer, _sgu_options(64))
 
 
 def toeplitz_score(w) -> float:

@@ -21,6 +21,7 @@ from flax import nnx
 
 import kernels
 from kernels.softmax_attention import cudnn_refusal
+from zoo.config_fields import Field, integer, one_of
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.mixers.registry import register
 
@@ -194,12 +195,19 @@ class SoftmaxAttention(MultiHeadMixer):
         return super().init_cache(batch, max_length)
 
 
-def _options() -> dict:
-    return {
-        "relative_buckets": 0,  # 0: no position bias; T5 uses 32
-        "relative_max_distance": 128,  # distances beyond this share the last bucket
-        "implementation": "auto",  # auto | xla | dense | cudnn | splash (module docstring)
-    }
+OPTIONS = (
+    Field("relative_buckets", 0, integer(0, 2**16), "T5's relative position bias buckets (0: none; T5 uses 32)"),
+    Field("relative_max_distance", 128, integer(1, 2**20), "distances beyond this share the last bucket"),
+    Field(
+        "implementation",
+        "auto",
+        one_of(*IMPLEMENTATIONS),
+        (
+            "what computes it: auto (cuDNN on a GPU in half precision, splash on a TPU once passed there, else "
+            "the blocked XLA softmax), xla (blocked), dense (XLA's whole matrix), cudnn, splash"
+        ),
+    ),
+)
 
 
-register("softmax", SoftmaxAttention, _options)
+register("softmax", SoftmaxAttention, OPTIONS)

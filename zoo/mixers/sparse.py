@@ -107,5 +107,5 @@ class EntmaxAttention(SparseAttention):
     normaliser = staticmethod(entmax15)
 
 
-register("sparsemax", SparseAttention, lambda: {})
-register("entmax15", EntmaxAttention, lambda: {})
+register("sparsemax", SparseAttention)
+register("entmax15", EntmaxAttention)

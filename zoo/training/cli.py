@@ -255,7 +255,7 @@ def task_main(make_task: Callable[[ml_collections.ConfigDict], Task], prog: str,
 def config_fields_help() -> str:
     """The shared config sections' fields, from their declarations (docs/config.md has them as tables)."""
     lines = ["", "Config fields of every task (--config.SECTION.FIELD=value; data.*: see the task's config file):"]
-    for name, fields in config_fields.declared_sections().items():
+    for name, fields in {**config_fields.declared_sections(), **config_fields.mixer_sections()}.items():
         lines += config_fields.help_lines(fields, name)
     return "\n".join(lines) + "\n"
 

@@ -1,9 +1,10 @@
 """One validation pass over a resolved task config, before anything touches the workdir.
 
 Every field of `train`, `model` and `mesh` is checked against the rule it is declared with
-(zoo/training/config.py, zoo/models/config.py), and every mixer's options — the inactive mixers' too, so that
-a typo set today does not wait for the day that mixer is chosen. All problems are reported at once, each
-naming its field.
+(zoo/training/config.py, zoo/models/config.py), and every mixer's options against their declarations in its
+module (zoo/mixers) — the inactive mixers' too, so that a typo set today does not wait for the day that mixer is
+chosen; then each mixer is built (shapes only) for what its options must satisfy together. All problems are
+reported at once, each naming its field.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ import ml_collections
 from absl import logging
 from flax import nnx
 
-from kernels.options import IMPLS
 from zoo import mixers
-from zoo.config_fields import Rule, above, at_least, in_range, integer, one_of, rule_problems
+from zoo.config_fields import Rule
 from zoo.config_fields import problems as field_problems
 from zoo.files import is_url
 from zoo.models.config import MODEL_FIELDS, mixer_config
@@ -25,26 +25,25 @@ from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS
 from zoo.training.flops import cpu_peak_from_env
 from zoo.training.mesh import PARAMETER_AXES
 
-# Mixer options by name (the same name means the same thing in every mixer that has it).
-OPTION_RULES: dict[str, Rule] = {
-    "impl": one_of(*IMPLS),  # the kernels' own list
-    "eps": above(0),
-    "rms_norm_eps": above(0),
-    "gamma_init": above(0),
-    "num_features": integer(1, 2**16),
-    "chunk_size": integer(1, 2**16),
-    "kernel_depth": integer(1, 64),
-    "gate_rank": integer(0, 2**16),
-    "d_ffn": integer(0, 2**18),
-    "tiny_attention_dim": integer(0, 2**16),
-    "relative_buckets": integer(0, 2**16),
-    "relative_max_distance": integer(1, 2**20),
-    "spatial_init_scale": at_least(0),
-    "entropy_margin": in_range(0, 1),
-    "orth_loss_weight": at_least(0),
-    "norm_loss_weight": at_least(0),
-    "entropy_loss_weight": at_least(0),
-}
+
+def _option_rules() -> dict[str, Rule]:
+    """Every mixer option's rule by option name, from the mixers' declarations: a name means the same thing, with
+    the same rule, in every mixer that has it (a mixer that declared it otherwise is refused here)."""
+    rules: dict[str, Rule] = {}
+    for name in mixers.names():
+        for field in mixers.option_fields(name):
+            if field.rule is None:
+                continue
+            known = rules.setdefault(field.name, field.rule)
+            if known.kind != field.rule.kind:
+                raise ValueError(
+                    f"mixer {name!r} declares option {field.name} as {field.rule.kind}; another mixer as {known.kind}"
+                )
+    return rules
+
+
+# Mixer options by name (tests and the bad-input table take their cases from it).
+OPTION_RULES: dict[str, Rule] = _option_rules()
 
 
 # The outcome of building a mixer from a config, by the config's content: the build is deterministic, and a
@@ -69,7 +68,7 @@ def _mixer_problems(model: ml_collections.ConfigDict) -> list[str]:
     problems = []
     for name in sorted(model.mixer_options.keys()):
         prefix = f"model.mixer_options.{name}"
-        found = rule_problems(model.mixer_options[name], OPTION_RULES, prefix)
+        found = field_problems(model.mixer_options[name], mixers.option_fields(name), prefix)
         if not found and (problem := _build_problem(mixer_config(model, name=name))) is not None:
             found = [f"{prefix}: {problem}"]
         problems += found
