@@ -76,7 +76,7 @@ def test_a_cell_that_validation_refuses_fails_without_a_process(tmp_path, monkey
     assert compare.run_sweep(config, tmp_path / "sweep") == {"done": 0, "failed": 2, "skipped": 0}
     record = json.loads((compare.cells(config)[0].workdir(tmp_path / "sweep") / compare.FAILED).read_text())
     assert record["reason"].startswith(
-        "invalid config: model.mixer_options.linear: mixer 'linear': unknown feature_map"
+        "invalid config: model.mixer_options.linear.feature_map='nonsense' must be one of elu1, relu"
     )
     assert "--config.model.mixer_options.linear.feature_map=nonsense" in record["command"]
 
@@ -113,7 +113,7 @@ def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path, monkey
     paths = compare.write_report(full, tmp_path / "full")
     md = paths["md"].read_text()
     assert "| variant | listops | pathfinder | average |" in md and "## Efficiency" in md
-    assert "| broken | failed | failed |" in md and "unknown feature_map 'nonsense'" in md
+    assert "| broken | failed | failed |" in md and "feature_map='nonsense' must be one of" in md
     # Both tables name what computed the softmax figures (results.json and the efficiency files record it).
     assert md.count("Softmax attention computed by: XLA blocked softmax: no attention kernel") == 2
     for figure in ("accuracy_png", "efficiency_png", "bubble_png"):
