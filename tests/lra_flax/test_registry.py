@@ -66,6 +66,17 @@ def test_lra_data_takes_each_task_s_flags_from_its_entry():
     assert {flag.name for flag in REGISTRY["listops"].data_flags} >= {"num_train", "max_length"}
 
 
+def test_lra_data_defaults_are_the_lra_code_presets_data_fields():
+    # Pathfinder's lra-data writes 10,000 images unless asked; the lra_code preset generates the release's 200,000.
+    different = {("pathfinder", "num_images")}
+    for task in data_writers():
+        data = REGISTRY[task].get_config().data.to_dict()
+        fields = {**data, **data.get("generator", {})}
+        for flag in REGISTRY[task].data_flags:
+            if flag.name in fields and (task, flag.name) not in different:
+                assert str(flag.default) == str(fields[flag.name]), (task, flag.name, flag.default, fields[flag.name])
+
+
 def test_an_unknown_task_names_the_registered_ones():
     config = REGISTRY["listops"].get_config("demo")
     config.task = "listopz"
