@@ -21,13 +21,18 @@ from zoo.training import Task
 
 @dataclasses.dataclass(frozen=True)
 class DataFlag:
-    """One flag of the task's `lra-data` sub-command: the default's type is the flag's (int, float or str);
-    `choices` makes it one of those strings. Its help is shown prefixed by the task's name."""
+    """One flag of the task's `lra-data` sub-command: the default's type is the flag's (int, float or str: write a
+    float flag's default as 0.0, not 0); `choices` makes it one of those strings. Its help is shown prefixed by the
+    task's name."""
 
     name: str
     default: int | float | str
     help: str
     choices: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if isinstance(self.default, bool) or not isinstance(self.default, int | float | str):
+            raise TypeError(f"lra-data flag --{self.name}: default {self.default!r} must be an int, a float or a str")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ without their code naming it; these tests fail if a tool keeps a list of its own
 """
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from flax import nnx
 
 from lra_flax.configs import compare as compare_config
 from lra_flax.tasks import REGISTRY, TASK_MODULES, data_writers, make_task, published_rows, reported_by, with_demo
+from lra_flax.tasks.spec import DataFlag
 from tests import commands
 
 ROOT = Path(__file__).parents[2]
@@ -75,6 +77,12 @@ def test_lra_data_defaults_are_the_lra_code_presets_data_fields():
         for flag in REGISTRY[task].data_flags:
             if flag.name in fields and (task, flag.name) not in different:
                 assert str(flag.default) == str(fields[flag.name]), (task, flag.name, flag.default, fields[flag.name])
+
+
+def test_a_data_flag_is_an_int_a_float_or_a_str():
+    for bad in (True, None, [1]):  # a bool would become an integer flag; absl has no list default here
+        with pytest.raises(TypeError, match=rf"lra-data flag --x: default {re.escape(repr(bad))} must be an int"):
+            DataFlag("x", bad, "help")
 
 
 def test_an_unknown_task_names_the_registered_ones():
