@@ -276,4 +276,4 @@ def summary(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    study_main("amlp_alignment", __doc__, run, report)
+    study_main("amlp_alignment", __doc__, run, report, runs=RUNS)

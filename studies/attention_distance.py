@@ -262,4 +262,4 @@ def summary(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    study_main("attention_distance", __doc__, run, report)
+    study_main("attention_distance", __doc__, run, report, runs=stability.RUNS)

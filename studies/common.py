@@ -216,10 +216,16 @@ def output_dir(name: str, *, preset: str, out: Path | None, record: bool) -> Pat
 
 
 def study_main(
-    name: str, doc: str, run: Callable[[str, Path], dict], report: Callable[[dict, Path], dict] | None = None
+    name: str,
+    doc: str,
+    run: Callable[[str, Path], dict],
+    report: Callable[[dict, Path], dict] | None = None,
+    *,
+    runs: Path | None = None,
 ) -> None:
     """`python -m studies.NAME [--tiny | --gpu] [--out DIR | --record] [--report]`: runs `run(preset, out_dir)`
-    and prints its verdict.
+    and prints its verdict. `runs`: the study's shared folder of training runs (`runs_root`), checked as --out is
+    before any work, for the presets that train there.
 
     Writes under runs/studies/NAME by default (NAME-tiny with --tiny, which checks the mechanics in seconds;
     NAME-gpu with --gpu, the preset for one H100); `--record` replaces the committed results in
@@ -240,6 +246,8 @@ def study_main(
         out_dir = output_dir(name, preset=preset, out=args.out, record=args.record)
         check_output_dir(out_dir, "--out")
         measured = None
+        if runs is not None and preset != "tiny" and not getattr(args, "report", False):
+            check_output_dir(runs_root(preset, out_dir, runs), "its runs folder")
         if getattr(args, "report", False):  # before anything is made: a mistyped --out leaves no empty folder
             if not (out_dir / "result.json").is_file():
                 raise ValueError(f"--report: {out_dir / 'result.json'} does not exist (run the study first)")

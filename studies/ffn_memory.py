@@ -221,4 +221,4 @@ def summary(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    study_main("ffn_memory", __doc__, run, report)
+    study_main("ffn_memory", __doc__, run, report, runs=RUNS)

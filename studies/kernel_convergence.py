@@ -157,4 +157,4 @@ def summary(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    study_main("kernel_convergence", __doc__, run, report)
+    study_main("kernel_convergence", __doc__, run, report, runs=RUNS)

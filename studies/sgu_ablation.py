@@ -180,4 +180,4 @@ def summary(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    study_main("sgu_ablation", __doc__, run, report)
+    study_main("sgu_ablation", __doc__, run, report, runs=RUNS)

@@ -300,4 +300,4 @@ def summary(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    study_main("stability", __doc__, run, report)
+    study_main("stability", __doc__, run, report, runs=RUNS)

@@ -156,4 +156,4 @@ def summary(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    study_main("toeplitz", __doc__, run, report)
+    study_main("toeplitz", __doc__, run, report, runs=RUNS)

@@ -652,6 +652,22 @@ def test_record_with_tiny_is_a_usage_error_before_any_computation(tmp_path, monk
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    "name", ["amlp_alignment", "attention_distance", "ffn_memory", "kernel_convergence", "sgu_ablation", "stability",
+             "toeplitz"],
+)  # fmt: skip
+def test_a_shared_runs_folder_that_cannot_be_made_stops_a_training_study_before_any_work(name, tmp_path):
+    (tmp_path / "runs").write_text("")  # a file where the studies' shared runs folder (runs/studies/...) would go
+    out = tmp_path / "out"
+    run = commands.run(
+        [sys.executable, "-m", f"studies.{name}", f"--out={out}"], capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert f"its runs folder={tmp_path / 'runs' / 'studies'}" in run.stderr, run.stderr
+    assert f"{tmp_path / 'runs'} is a file, not a directory" in run.stderr and not out.exists()
+
+
 def test_report_judges_the_committed_result_again_without_training(tmp_path):
     from pathlib import Path
 
