@@ -70,6 +70,15 @@ def test_a_mixer_s_options_are_its_declared_fields_each_with_a_rule_and_help(mix
         assert f.rule is not None and f.rule.check(f.default) and len(f.help) > 5, f.name
 
 
+def test_a_mixer_declaring_a_known_option_name_with_another_rule_is_refused_when_it_registers():
+    from zoo.config_fields import Field, one_of
+    from zoo.mixers.attention import MultiHeadMixer
+
+    with pytest.raises(ValueError, match=r"mixer 'odd' declares option impl as one of fast; another mixer as one of"):
+        mixers.register("odd", MultiHeadMixer, (Field("impl", "fast", one_of("fast"), "a kernel of its own"),))
+    assert "odd" not in mixers.names()
+
+
 def test_an_option_name_has_one_rule_in_every_mixer_that_declares_it():
     kinds = {}
     for mixer in mixers.names():

@@ -64,7 +64,18 @@ def register(name: str, cls: type[nnx.Module], options: tuple[Field, ...] = ()) 
         raise ValueError(f"mixer {name!r} options {sorted(clash)} clash with shared fields")
     if len(set(names_)) != len(names_):
         raise ValueError(f"mixer {name!r} declares an option twice: {names_}")
+    declared = {f.name: _rule_kind(f) for entry in _REGISTRY.values() for f in entry.options}
+    for field in options:  # a name means the same thing, with the same rule, in every mixer that has it
+        if field.name in declared and declared[field.name] != _rule_kind(field):
+            raise ValueError(
+                f"mixer {name!r} declares option {field.name} as {_rule_kind(field)}; another mixer as "
+                f"{declared[field.name]}"
+            )
     _REGISTRY[name] = _Entry(cls, tuple(options))
+
+
+def _rule_kind(field: Field) -> str | None:
+    return field.rule.kind if field.rule is not None else None
 
 
 def names() -> list[str]:

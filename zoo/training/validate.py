@@ -25,25 +25,11 @@ from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS
 from zoo.training.flops import cpu_peak_from_env
 from zoo.training.mesh import PARAMETER_AXES
 
-
-def _option_rules() -> dict[str, Rule]:
-    """Every mixer option's rule by option name, from the mixers' declarations: a name means the same thing, with
-    the same rule, in every mixer that has it (a mixer that declared it otherwise is refused here)."""
-    rules: dict[str, Rule] = {}
-    for name in mixers.names():
-        for field in mixers.option_fields(name):
-            if field.rule is None:
-                continue
-            known = rules.setdefault(field.name, field.rule)
-            if known.kind != field.rule.kind:
-                raise ValueError(
-                    f"mixer {name!r} declares option {field.name} as {field.rule.kind}; another mixer as {known.kind}"
-                )
-    return rules
-
-
-# Mixer options by name (tests and the bad-input table take their cases from it).
-OPTION_RULES: dict[str, Rule] = _option_rules()
+# Mixer options by name, from the mixers' declarations (the registry keeps one rule per name); the tests and the
+# bad-input table take their cases from it.
+OPTION_RULES: dict[str, Rule] = {
+    f.name: f.rule for name in mixers.names() for f in mixers.option_fields(name) if f.rule is not None
+}
 
 
 # The outcome of building a mixer from a config, by the config's content: the build is deterministic, and a
