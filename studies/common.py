@@ -246,9 +246,10 @@ def study_main(
         out_dir = output_dir(name, preset=preset, out=args.out, record=args.record)
         check_output_dir(out_dir, "--out")
         measured = None
-        if runs is not None and preset != "tiny" and not getattr(args, "report", False):
+        reporting = getattr(args, "report", False)  # only studies with a `report` take the flag
+        if runs is not None and preset != "tiny" and not reporting:
             check_output_dir(runs_root(preset, out_dir, runs), "its runs folder")
-        if getattr(args, "report", False):  # before anything is made: a mistyped --out leaves no empty folder
+        if reporting:  # before anything is made: a mistyped --out leaves no empty folder
             if not (out_dir / "result.json").is_file():
                 raise ValueError(f"--report: {out_dir / 'result.json'} does not exist (run the study first)")
             measured = read_json(out_dir / "result.json", "record the study again")

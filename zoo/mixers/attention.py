@@ -78,11 +78,16 @@ class MultiHeadMixer(nnx.Module):
         self.weights_dropout = Dropout(cfg.attention_dropout)
 
     @staticmethod
+    def projection_flops(cfg: ml_collections.ConfigDict, length: int) -> float:
+        """The q/k/v and out projections over one sequence, which every attention-type mixer does."""
+        return 8 * length * cfg.d_model * (cfg.qkv_dim or cfg.d_model)
+
+    @staticmethod
     def forward_flops(cfg: ml_collections.ConfigDict, length: int, *, causal: bool) -> float:
-        """Model FLOPs of one forward pass over one sequence (zoo/training/flops.py says what counts): the q/k/v
-        and out projections and the attention core. A mixer whose `attend` does other matmuls overrides it."""
-        d_qkv = cfg.qkv_dim or cfg.d_model
-        return 8 * length * cfg.d_model * d_qkv + attention_core_flops(length, length, d_qkv, causal)
+        """Model FLOPs of one forward pass over one sequence (zoo/training/flops.py says what counts): the
+        projections and the attention core. A mixer whose `attend` does other matmuls overrides it."""
+        core = attention_core_flops(length, length, cfg.qkv_dim or cfg.d_model, causal)
+        return MultiHeadMixer.projection_flops(cfg, length) + core
 
     def attend(self, q, k, v, mask, causal):
         raise NotImplementedError

@@ -200,7 +200,7 @@ class LinearAttention(MultiHeadMixer):
                 per_layer += 4 * t * heads * d_h * rank
             features = per_layer * cfg.kernel_depth
         state = 4 * t * heads * m * d_h + 2 * t * heads * m
-        return 8 * t * d * d_qkv + 2 * features + state
+        return MultiHeadMixer.projection_flops(cfg, length) + 2 * features + state
 
     def _features(self, q, k, mask, causal):
         phi_q = self.feature_map(q, is_query=True, mask=None, causal=causal)
