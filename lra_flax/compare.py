@@ -164,7 +164,8 @@ def config_problem(cell: Cell) -> str | None:
         config = cell_config(cell)
     except (KeyError, TypeError, ValueError, AttributeError, ImportError):
         return None
-    problems = config_problems(config)
+    sections = importlib.import_module(f"lra_flax.configs.{cell.config_spec.partition(':')[0]}").CONFIG_SECTIONS
+    problems = config_problems(config, sections)
     return "invalid config: " + "; ".join(problems) if problems else None
 
 

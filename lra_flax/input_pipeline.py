@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import ml_collections
 import numpy as np
 
 from lra_flax import generator_record
+from zoo.config_fields import Field
 from zoo.models import SequenceClassifier
 from zoo.training import Task, classification_loss, flops
 from zoo.training import data as data_lib
@@ -209,12 +210,14 @@ def classification_task(
     input_fields: Sequence[str] = ("inputs",),
     final_results: Callable[[dict], dict] | None = None,
     data_note: Callable[[], str | None] | None = None,
+    config_sections: Mapping[str, tuple[Field, ...]] | None = None,
 ) -> Task:
     """A Task over cached splits `train`, `valid`, `test`; `prepare` makes them (once).
 
     The model is called with one token array per name in `input_fields` (two for a pair task), each
     padded to `model.max_length`. `data_note()`, when it gives text, goes into results.json as `data_note`
-    (how the offline data differs from the paper's).
+    (how the offline data differs from the paper's). `config_sections`: the task's own declared config sections
+    (its config module's `CONFIG_SECTIONS`), validated with the shared ones before a run starts.
     """
     if data_note is not None:
 
@@ -257,4 +260,5 @@ def classification_task(
         batch_spec=batch_spec,
         final_results=final_results or (lambda results: {}),
         model_flops=lambda batch: flops.encoder_step_flops(config.model, batch, tuple(input_fields)),
+        config_sections=config_sections or {},
     )

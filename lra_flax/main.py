@@ -8,11 +8,13 @@ Re-running the same command on the same workdir resumes from its last checkpoint
 from __future__ import annotations
 
 from lra_flax.tasks import make_task
+from zoo import config_fields
 from zoo.training import cli
 
 
 def run() -> None:
-    cli.task_main(make_task, "lra-train", __name__)
+    config_files = config_fields.config_file_sections(*config_fields.package_config_modules("lra_flax.configs"))
+    cli.task_main(make_task, "lra-train", __name__, config_files)
 
 
 if __name__ == "__main__":

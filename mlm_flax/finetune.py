@@ -9,12 +9,14 @@ section: a mismatch is an error naming the differing fields); the head starts fr
 
 from __future__ import annotations
 
+from mlm_flax.configs import finetune
 from mlm_flax.finetune_task import make_task
+from zoo import config_fields
 from zoo.training import cli
 
 
 def run() -> None:
-    cli.task_main(make_task, "mlm-finetune", __name__)
+    cli.task_main(make_task, "mlm-finetune", __name__, config_fields.config_file_sections(finetune))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from flax import nnx
 
 from mlm_flax import glue
 from mlm_flax import input_pipeline as mlm_pipeline
+from mlm_flax.configs.finetune import CONFIG_SECTIONS
 from mlm_flax.task import TOKENIZER_FILE
 from zoo.files import as_path
 from zoo.models import MaskedLM, TextClassifier
@@ -158,4 +159,5 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         artifacts=lambda: {TOKENIZER_FILE: tokenizer_path()},
         warm_start=warm_start,
         model_flops=lambda batch: flops.encoder_step_flops(config.model, batch, ("inputs",)),
+        config_sections=CONFIG_SECTIONS,
     )

@@ -9,12 +9,14 @@ and spm.model, the tokenizer `mlm-finetune` and `mlm-inspect` use.
 
 from __future__ import annotations
 
+from mlm_flax.configs import pretrain
 from mlm_flax.task import make_task
+from zoo import config_fields
 from zoo.training import cli
 
 
 def run() -> None:
-    cli.task_main(make_task, "mlm-train", __name__)
+    cli.task_main(make_task, "mlm-train", __name__, config_fields.config_file_sections(pretrain))
 
 
 if __name__ == "__main__":

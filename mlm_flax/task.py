@@ -12,6 +12,7 @@ import numpy as np
 from flax import nnx
 
 from mlm_flax import input_pipeline as pipeline
+from mlm_flax.configs.pretrain import CONFIG_SECTIONS
 from zoo.models import CausalLM, MaskedLM
 from zoo.text import PAD_ID
 from zoo.training import Task, flops, token_cross_entropy
@@ -111,4 +112,5 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
             causal=causal,
             predicted=None if causal else batch["positions"].shape[1],
         ),
+        config_sections=CONFIG_SECTIONS,
     )

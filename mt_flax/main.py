@@ -8,12 +8,14 @@ holds test.hyp.txt, test.ref.txt and results.json with bleu, chrf, bleu_tokenize
 
 from __future__ import annotations
 
+from mt_flax.configs import translation
 from mt_flax.task import make_task
+from zoo import config_fields
 from zoo.training import cli
 
 
 def run() -> None:
-    cli.task_main(make_task, "mt-train", __name__)
+    cli.task_main(make_task, "mt-train", __name__, config_fields.config_file_sections(translation))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from flax import nnx
 
 from mt_flax import bleu
 from mt_flax import input_pipeline as pipeline
-from mt_flax.configs.translation import DECODE_FIELDS
+from mt_flax.configs.translation import CONFIG_SECTIONS, DECODE_FIELDS
 from zoo import config_fields
 from zoo.files import as_path
 from zoo.models import EncoderDecoder
@@ -77,8 +77,6 @@ def check_decode(config: ml_collections.ConfigDict) -> None:
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
-    check_decode(config)
-
     @functools.cache
     def tokenizer():
         return pipeline.load_or_train_tokenizer(config)
@@ -132,6 +130,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         generate_eval=generate_eval,
         final_results=final_results,
         row_multiple=config.data.row_multiple,
+        config_sections=CONFIG_SECTIONS,
     )
 
 

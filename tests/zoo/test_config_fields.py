@@ -1,10 +1,12 @@
 """Config fields are declared once (zoo.config_fields): the sections, their validation, --help and docs/config.md
 all come from the declarations, so none of them can drift from the others."""
 
+import importlib
 from pathlib import Path
 
 import ml_collections
 import pytest
+from etils import epath
 
 from zoo import config_fields, mixers
 from zoo.models import model_config
@@ -13,6 +15,8 @@ from zoo.training import cli, mesh_config, train_config
 from zoo.training.validate import OPTION_RULES, config_problems
 
 SECTIONS = config_fields.declared_sections()
+TASK_CONFIGS = ("lra_flax.configs", "mt_flax.configs", "mlm_flax.configs")
+CONFIG_MODULES = [m for package in TASK_CONFIGS for m in config_fields.package_config_modules(package)]
 BUILT = {"train": train_config(), "model": model_config(), "mesh": mesh_config()}
 
 
@@ -90,9 +94,84 @@ def test_an_option_name_has_one_rule_in_every_mixer_that_declares_it():
 
 def test_docs_config_md_is_generated_from_the_declarations():
     committed = (Path(__file__).parents[2] / "docs" / "config.md").read_text()
-    assert committed == config_fields.markdown(), "run: python -m zoo.config_fields > docs/config.md"
+    assert committed == config_fields.markdown(TASK_CONFIGS), (
+        "run: python -m zoo.config_fields lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md"
+    )
 
 
 def test_the_declared_remat_values_are_the_encoders_policies():
     remat = next(f for f in SECTIONS["model"] if f.name == "remat")
     assert remat.rule.kind == "one of " + ", ".join(("none", *REMAT_POLICIES))
+
+
+def test_every_task_config_file_declares_its_own_sections():
+    """Each config module of the three task packages (and no other) declares CONFIG_SECTIONS."""
+    import pkgutil
+
+    packages = {p: importlib.import_module(p).__path__ for p in TASK_CONFIGS}
+    files = {f"{p}.{info.name}" for p, path in packages.items() for info in pkgutil.iter_modules(path)}
+    shared = {"lra_flax.configs.common", "lra_flax.configs.compare"}  # pieces and sweeps, not task configs
+    assert {m.__name__ for m in CONFIG_MODULES} == files - shared
+    assert len(CONFIG_MODULES) == 8
+
+
+def _presets(module) -> list[str]:
+    return list(getattr(module, "PRESETS", ())) or [f"{task},bert_demo" for task in module.TASKS]
+
+
+@pytest.mark.parametrize("module", CONFIG_MODULES, ids=lambda m: m.__name__)
+def test_every_preset_holds_exactly_the_declared_fields_of_each_own_section_and_passes_their_rules(module):
+    for preset in _presets(module):
+        config = module.get_config(preset)
+        for name, fields in module.CONFIG_SECTIONS.items():
+            declared = {dotted for dotted, _ in config_fields.flat(fields, name)}
+            held = {f"{name}.{key}" for key in _flatten(config[name].to_dict())}
+            assert held == declared, (preset, name, held ^ declared)
+            assert config_fields.problems(config[name], fields, name) == [], preset
+        for dotted, f in (x for fields in module.CONFIG_SECTIONS.values() for x in config_fields.flat(fields, "")):
+            assert f.rule is not None and f.rule.check(f.default) and len(f.help) > 5, dotted
+
+
+def _flatten(d: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in d.items():
+        out += _flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+    return out
+
+
+def test_nested_sections_are_built_validated_and_listed_by_their_own_fields():
+    from zoo.config_fields import BOOLEAN, Field, integer, nested, section
+
+    inner = (Field("seed", 0, integer(0), "a seed"), Field("fast", True, BOOLEAN, "go fast"))
+    fields = (Field("size", 3, integer(1), "a size"), nested("gen", inner, "the generator"))
+    cfg = section(fields)
+    assert cfg.to_dict() == {"size": 3, "gen": {"seed": 0, "fast": True}}
+    cfg.gen.seed = -2
+    cfg.size = 0
+    assert config_fields.problems(cfg, fields, "data") == [
+        "data.size=0 must be an integer ≥ 1",
+        "data.gen.seed=-2 must be an integer ≥ 0",
+    ]
+    flat_cfg = ml_collections.ConfigDict({"size": 3, "gen": 7})
+    assert config_fields.problems(flat_cfg, fields, "data") == ["data.gen=7 must be a section of seed, fast"]
+    assert config_fields.help_lines(fields, "data")[1:] == [
+        "  data.gen.seed (int ≥ 0; default 0): a seed",
+        "  data.gen.fast (bool; default True): go fast",
+    ]
+
+
+def test_a_run_validates_its_task_s_own_sections_with_the_shared_ones_before_anything_is_written(tmp_path):
+    from lra_flax.configs import listops
+    from lra_flax.tasks import make_task
+    from zoo.training.loop import check_run
+
+    config = listops.get_config("demo")
+    config.data.generator.max_args = 1
+    config.train.steps = -1
+    with pytest.raises(ValueError) as error:
+        check_run(config, epath.Path(tmp_path / "run"), make_task(config))
+    assert str(error.value) == (
+        "invalid config: train.steps=-1 must be an integer in [0, 1,000,000,000]; "
+        "data.generator.max_args=1 must be an integer in [2, 100]"
+    )
+    assert not (tmp_path / "run").exists()

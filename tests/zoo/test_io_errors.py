@@ -1,6 +1,7 @@
 """I/O problems are one line naming the path and the problem, exit status 2, before any work; --help lists
 each command's own flags; --debug shows the traceback."""
 
+import importlib
 import os
 import sys
 
@@ -8,6 +9,7 @@ import ml_collections
 import pytest
 
 from tests import commands
+from zoo import config_fields
 from zoo.training.config import check_output_dir
 from zoo.training.data import DataFormatError, read_utf8_lines
 
@@ -115,6 +117,14 @@ def test_debug_shows_the_traceback(tmp_path):
     assert run.returncode != 0 and "Traceback" in run.stderr and "exists and is not a directory" in run.stderr
 
 
+_TRAINING_CONFIGS = {
+    "lra_flax": [m.__name__ for m in config_fields.package_config_modules("lra_flax.configs")],
+    "mt_flax": ["mt_flax.configs.translation"],
+    "mlm_flax": ["mlm_flax.configs.pretrain"],
+    "mlm_flax.finetune": ["mlm_flax.configs.finetune"],
+}
+
+
 @pytest.mark.parametrize(
     "module, own_flags",
     [
@@ -132,6 +142,13 @@ def test_help_lists_the_commands_own_flags(module, own_flags):
     assert run.returncode == 0, run.stderr[-2000:]
     for flag in own_flags:  # booleans read --[no]name
         assert f"{flag}:" in run.stdout or flag.replace("--", "--[no]") + ":" in run.stdout, (flag, run.stdout[:2000])
+    # a training command's help also lists every field its config files declare for themselves (data, ...)
+    for config_module in _TRAINING_CONFIGS.get(module, ()):
+        path = config_module.replace(".", "/") + ".py"
+        assert f"Config fields of {path} only:" in run.stdout, path
+        for section, fields in importlib.import_module(config_module).CONFIG_SECTIONS.items():
+            for name, _ in config_fields.flat(fields, section):
+                assert f"  {name} (" in run.stdout.split(f"{path} only:")[1], (path, name)
     usage = run.stdout.split("flags:")[0]
     assert "--helpfull" not in usage  # the usage text comes first, from the command's own docstring
     assert "--workdir" in usage or "--output" in usage, usage

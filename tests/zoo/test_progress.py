@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lra_flax.tasks import listops
-from zoo.progress import WorkProgress
+from zoo.progress import StepProgress, WorkProgress
 from zoo.training import data as data_lib
 
 
@@ -19,6 +19,21 @@ def test_log_lines_carry_count_total_and_rate_when_not_a_terminal():
     assert len(lines) == 5  # one per update (every 0 s) and the closing line
     assert lines[-1].startswith("caching test: 4/4 examples in ") and "examples/s" in lines[-1]
     assert lines[0].startswith("caching test: 1/4 examples") and "s left" in lines[0]
+
+
+def test_the_train_loop_s_progress_logs_a_line_per_interval_with_its_rates_when_not_a_terminal(capsys):
+    progress = StepProgress(total=10, initial=4)  # resumed at step 4; pytest's stderr is not a terminal
+    progress.update(2)
+    progress.log(6, "train", {"loss": 0.51234, "steps_per_sec": 3.0, "mfu": 0.4567, "note": float("nan")})
+    progress.log(6, "valid", {"accuracy": 0.25})
+    progress.close()
+    assert capsys.readouterr().out.splitlines() == [
+        "[train] step 6/10 loss=0.5123 steps_per_sec=3 mfu=0.4567 note=nan",
+        "[valid] step 6/10 accuracy=0.25",
+    ]
+    quiet = StepProgress(total=10, initial=0, enabled=False)  # processes other than the writer
+    quiet.log(1, "train", {"loss": 1.0})
+    assert capsys.readouterr().out == ""
 
 
 def test_listops_generation_reports_progress(tmp_path, capsys):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import ml_collections
@@ -221,10 +221,16 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
     app.run(wrapped, flags_parser=flags_parser(prog))
 
 
-def task_main(make_task: Callable[[ml_collections.ConfigDict], Task], prog: str, command_module: str) -> None:
+def task_main(
+    make_task: Callable[[ml_collections.ConfigDict], Task],
+    prog: str,
+    command_module: str,
+    config_files: Mapping[str, config_fields.Sections],
+) -> None:
     """The whole of every training command (`lra-train`, `mt-train`, `mlm-train`, `mlm-finetune`).
 
-    `command_module` is the calling module's `__name__`: its docstring is the command's `--help` text.
+    `command_module` is the calling module's `__name__`: its docstring is the command's `--help` text, followed
+    by the config fields: the shared sections' and, per config file in `config_files`, its own sections'.
     `--config=FILE:preset` (with `--config.a.b=v` overrides) and `--workdir`; `--plan_memory` prints the
     per-device memory plan instead of training. The results dict is printed as JSON at the end."""
     config_flag = define_config_flag("Config file with a preset after ':'.")
@@ -249,14 +255,19 @@ def task_main(make_task: Callable[[ml_collections.ConfigDict], Task], prog: str,
         print(json.dumps(results, indent=2, sort_keys=True))
 
     main.__module__ = command_module
-    run(main, prog, help_epilogue=config_fields_help())
+    run(main, prog, help_epilogue=config_fields_help(config_files))
 
 
-def config_fields_help() -> str:
-    """The shared config sections' fields, from their declarations (docs/config.md has them as tables)."""
-    lines = ["", "Config fields of every task (--config.SECTION.FIELD=value; data.*: see the task's config file):"]
+def config_fields_help(config_files: Mapping[str, config_fields.Sections] | None = None) -> str:
+    """The shared config sections' fields, then each config file's own, from their declarations (docs/config.md
+    has them as tables)."""
+    lines = ["", "Config fields of every task (--config.SECTION.FIELD=value):"]
     for name, fields in {**config_fields.declared_sections(), **config_fields.mixer_sections()}.items():
         lines += config_fields.help_lines(fields, name)
+    for path, sections in (config_files or {}).items():
+        lines += ["", f"Config fields of {path} only:"]
+        for name, fields in sections.items():
+            lines += config_fields.help_lines(fields, name)
     return "\n".join(lines) + "\n"
 
 

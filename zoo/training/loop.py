@@ -22,13 +22,14 @@ from etils import epath
 
 from zoo.files import as_path, atomic_write_bytes
 from zoo.mixers.softmax import run_softmax_path
+from zoo.progress import StepProgress
 from zoo.training import flops as flops_lib
 from zoo.training import memory
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
 from zoo.training.config import check_output_dir, check_resume_config, check_workdir_layout, write_config
 from zoo.training.distributed import first_process_then_others
-from zoo.training.metrics import MetricWriter, Progress, Stopwatch
+from zoo.training.metrics import MetricWriter, Stopwatch
 from zoo.training.optim import make_schedule
 from zoo.training.periodic import EVENT_HOOKS, LoopEvent, PeriodicAction, default_actions, tell_hooks
 from zoo.training.run import Run, add_sums, evaluate
@@ -93,7 +94,7 @@ def check_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task
     train_cfg = config.train
     check_output_dir(workdir, "--workdir")
     check_workdir_layout(workdir)
-    validate_config(config)
+    validate_config(config, task.config_sections)
     rows, field = check_batch_rows(train_cfg, task)
     check_resume_config(config, workdir)
     mesh = mesh_lib.make_mesh(config.mesh)
@@ -338,7 +339,7 @@ def train_and_evaluate(
         if finished is not None:
             return finished
         run.writer = MetricWriter(run.workdir, resume_step=run.start_step, final_step=run.steps, enabled=run.is_writer)
-        run.progress = Progress(run.steps, run.start_step, enabled=run.is_writer)
+        run.progress = StepProgress(run.steps, run.start_step, enabled=run.is_writer)
         run.watch = start_clock(run)
         train_steps(run, default_actions(run, PreemptionWatcher(run.checkpointer.manager), profile_steps))
         train_seconds = run.watch.elapsed()  # the loop alone (compilation, periodic evals, checkpoints included)

@@ -126,7 +126,7 @@ def check_step_fits(compiled, train: ml_collections.ConfigDict, batch_field: str
 
 def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
     """Per-device bytes of parameters, optimiser state, batch and the compiled step's temporaries."""
-    validate_config(config)
+    validate_config(config, task.config_sections)
     mesh = mesh_lib.make_mesh(config.mesh)
     graphdef, abstract = abstract_state(state_builder(task.build_model, config.train, config.seed))
     rules = mesh_lib.rules_from_config(config.mesh)

@@ -6,13 +6,11 @@ import io
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 
 from etils import epath
 from tensorboardX import SummaryWriter, record_writer
-from tqdm import tqdm
 
 from zoo.files import as_path, atomic_write_bytes, is_url
 
@@ -113,41 +111,6 @@ class MetricWriter:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
-
-
-class Progress:
-    """A tqdm bar on a terminal (steps/s, tokens/s, loss); a log line per call to `log` elsewhere."""
-
-    def __init__(self, total: int, initial: int, *, enabled: bool = True):
-        self.enabled = enabled
-        self.interactive = enabled and sys.stderr.isatty()
-        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, disable=not self.interactive)
-        self.total = total
-
-    def update(self, n: int = 1) -> None:
-        self.bar.update(n)
-
-    def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
-        if not self.enabled:
-            return
-        parts = []
-        for k, v in metrics.items():
-            parts.append(f"{k}={v:.4g}" if isinstance(v, float) and not math.isnan(v) else f"{k}={v}")
-        line = f"[{split}] step {step}/{self.total} " + " ".join(parts)
-        if self.interactive:
-            self.bar.set_postfix_str(
-                f"loss={metrics.get('loss', float('nan')):.3f} "
-                f"{metrics.get('steps_per_sec', 0):.2f} steps/s {metrics.get('tokens_per_sec', 0):.0f} tok/s"
-                + (f" MFU {100 * metrics['mfu']:.1f}%" if "mfu" in metrics else "")
-                if split == "train"
-                else self.bar.postfix or ""
-            )
-            self.bar.write(line)
-        else:
-            print(line, flush=True)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 # Metrics that depend on wall time (or on the peak measured at start-up): they differ between runs that are

@@ -15,10 +15,10 @@ import numpy as np
 from etils import epath
 from flax import nnx
 
-from zoo.progress import WorkProgress
+from zoo.progress import StepProgress, WorkProgress
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
-from zoo.training.metrics import MetricWriter, Progress, Stopwatch, summarise
+from zoo.training.metrics import MetricWriter, Stopwatch, summarise
 from zoo.training.task import Task
 
 
@@ -81,7 +81,7 @@ class Run:
     data_iter: Iterator[dict] | None = None
     checkpointer: Checkpointer | None = None
     writer: MetricWriter | None = None
-    progress: Progress | None = None
+    progress: StepProgress | None = None
     watch: Stopwatch = dataclasses.field(default_factory=Stopwatch)
     flops_by_shape: dict = dataclasses.field(default_factory=dict)  # model FLOPs of a train step, by batch shapes
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import grain
@@ -11,6 +11,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from zoo.config_fields import Field
 from zoo.training.steps import LossFn
 
 
@@ -42,6 +43,8 @@ class Task:
                    gives every log line and results.json their TFLOP/s and MFU. None: not reported.
     warm_start:    fresh train state → the state to start from (e.g. a pretrained encoder's parameters put
                    in place); applied once, before step 0, never on resume.
+    config_sections: the task's own config sections by name ({"data": its fields, ...}, declared in its config
+                   module): every run validates them with the shared ones before anything is written.
     """
 
     build_model: Callable[[nnx.Rngs], nnx.Module]
@@ -58,3 +61,4 @@ class Task:
     warm_start: Callable[[nnx.State], nnx.State] | None = None
     model_flops: Callable[[dict], float] | None = None
     row_multiple: int = 0
+    config_sections: Mapping[str, tuple[Field, ...]] = dataclasses.field(default_factory=dict)

@@ -1,7 +1,8 @@
 """One validation pass over a resolved task config, before anything touches the workdir.
 
 Every field of `train`, `model` and `mesh` is checked against the rule it is declared with
-(zoo/training/config.py, zoo/models/config.py), and every mixer's options against their declarations in its
+(zoo/training/config.py, zoo/models/config.py), a task's own sections (its `data`, ...) against its config
+module's declarations, and every mixer's options against their declarations in its
 module (zoo/mixers) — the inactive mixers' too, so that a typo set today does not wait for the day that mixer is
 chosen; then each mixer is built (shapes only) for what its options must satisfy together. All problems are
 reported at once, each naming its field.
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 
 import ml_collections
 from absl import logging
 from flax import nnx
 
 from zoo import mixers
-from zoo.config_fields import Rule
+from zoo.config_fields import Field, Rule
 from zoo.config_fields import problems as field_problems
 from zoo.files import is_url
 from zoo.models.config import MODEL_FIELDS, mixer_config
@@ -77,8 +79,11 @@ def _url_data_paths(section, prefix: str) -> list[str]:
     return problems
 
 
-def config_problems(config: ml_collections.ConfigDict) -> list[str]:
-    """Every problem found in `config`, one line each naming the field; empty when it is valid."""
+def config_problems(
+    config: ml_collections.ConfigDict, sections: Mapping[str, tuple[Field, ...]] | None = None
+) -> list[str]:
+    """Every problem found in `config`, one line each naming the field; empty when it is valid. `sections`: the
+    task's own declared sections (`Task.config_sections`: its data section, ...), checked like the shared ones."""
     problems = field_problems(config.train, TRAIN_FIELDS, "train") if "train" in config else []
     if "train" in config:
         try:
@@ -90,6 +95,9 @@ def config_problems(config: ml_collections.ConfigDict) -> list[str]:
         for name, axis in config.mesh.get("rules", {}).items():
             if axis not in ("", *PARAMETER_AXES):
                 problems.append(f"mesh.rules.{name}={axis!r} must be one of {', '.join(PARAMETER_AXES)} or ''")
+    for name, fields in (sections or {}).items():
+        if name in config:
+            problems += field_problems(config[name], fields, name)
     problems += _url_data_paths(config.get("data"), "data")
     if "model" in config:
         model = config.model
@@ -103,9 +111,9 @@ def config_problems(config: ml_collections.ConfigDict) -> list[str]:
     return problems
 
 
-def validate_config(config: ml_collections.ConfigDict) -> None:
+def validate_config(config: ml_collections.ConfigDict, sections: Mapping[str, tuple[Field, ...]] | None = None) -> None:
     """Raises ValueError listing every problem (see `config_problems`); warns about legal oddities."""
-    problems = config_problems(config)
+    problems = config_problems(config, sections)
     if problems:
         raise ValueError("invalid config: " + "; ".join(problems))  # one line: CLIs print errors as one
     train = config.get("train")
