@@ -26,7 +26,7 @@ import optax
 from flax import nnx
 
 import kernels
-from studies.common import result_preset, study_main, study_readme, write_study
+from studies.common import gpu_work_seconds, result_preset, study_main, study_readme, write_study
 from studies.verdict import Arm, combine, decide, judged, mean_pm_std, mean_std
 from zoo import mixers
 from zoo.mixers.linear import FeatureMap
@@ -113,11 +113,28 @@ def measure(seed: int, features: list[int], steps: int, favor_draws: int) -> dic
     return {"fixed": fixed, "favor": favor, "trained": trained, "trained_parameters": sizes, "training_loss": curves}
 
 
+# Per preset: FAVOR+'s feature counts m, the fitting steps of a trained kernel, FAVOR+'s draws of ω.
+SETTINGS = {
+    "tiny": ([16, 64], 20, 1),
+    "cpu": ([16, 64, 256, 1024], 600, 4),
+    "gpu": ([16, 64, 256, 1024, 4096], 3000, 8),
+}
+
+
+def planned_gpu_seconds() -> float:
+    """The `gpu` preset on one H100, 3 seeds: a fitting program per trained kernel (its steps dispatched one by one),
+    and an evaluation per fixed map, FAVOR+ feature count and trained kernel (FAVOR+'s once per draw of ω)."""
+    features, steps, favor_draws = SETTINGS["gpu"]
+    seeds, fixed = 3, 2
+    programs = seeds * len(TRAINED) + fixed + len(features) + len(TRAINED)
+    dispatches = seeds * (len(TRAINED) * (steps + 1) + fixed + len(features) * favor_draws)
+    return gpu_work_seconds(programs=programs, dispatches=dispatches)
+
+
 def run(preset: str, out_dir: Path) -> dict:
     tiny = preset == "tiny"
     seeds = [0] if tiny else [0, 1, 2]
-    features = {"tiny": [16, 64], "cpu": [16, 64, 256, 1024], "gpu": [16, 64, 256, 1024, 4096]}[preset]
-    steps, favor_draws = {"tiny": (20, 1), "cpu": (600, 4), "gpu": (3000, 8)}[preset]
+    features, steps, favor_draws = SETTINGS[preset]
     per_seed = [measure(seed, features, steps, favor_draws) for seed in seeds]
     result = {
         "seeds": seeds, "features": features, "steps": steps, "favor_draws": favor_draws, "head_dim": D, "length": T,

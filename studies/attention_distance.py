@@ -32,7 +32,15 @@ from flax import nnx
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate
 from studies import stability
-from studies.common import StudyError, result_preset, runs_root, study_main, study_readme, write_study
+from studies.common import (
+    StudyError,
+    gpu_work_seconds,
+    result_preset,
+    runs_root,
+    study_main,
+    study_readme,
+    write_study,
+)
 from studies.verdict import (
     Arm,
     Verdict,
@@ -122,6 +130,16 @@ def mean_distance(weights: np.ndarray, real: np.ndarray) -> np.ndarray:
     per_row = (weights * distance).sum(-1) / np.where(mass > 0, mass, 1.0)
     rows = (mass > 0) & real[:, None, :]
     return (per_row * rows).sum((0, 2)) / np.maximum(rows.sum((0, 2)), 1)
+
+
+def planned_gpu_seconds() -> float:
+    """The `gpu` preset on one H100, once `studies.stability --gpu` has trained its models (their time is that
+    study's plan): per model, a forward pass that records every layer's attention inputs and one `attend` per
+    layer, each compiled once per model (a model is loaded anew)."""
+    config = stability.config_for(ARMS[0], 0, "gpu", Path("data"))
+    models = len(ARMS) * len(stability.seeds_of("gpu"))
+    programs = models * (1 + config.model.num_layers)
+    return gpu_work_seconds(programs=programs, dispatches=programs)
 
 
 def run(preset: str, out_dir: Path) -> dict:

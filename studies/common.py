@@ -37,6 +37,10 @@ GPU_TFLOPS = 25.0
 GPU_STEP_FLOOR_S = 0.004
 GPU_RUN_OVERHEAD_S = 10.0
 GPU_BUDGET_S = 8 * 60
+# The studies that train nothing (an operator at initialisation, fitted feature maps, attention read out of trained
+# models) are planned by their programs and dispatches: GPU_COMPILE_S a compilation of one small program (a guess,
+# as above), GPU_STEP_FLOOR_S a dispatch.
+GPU_COMPILE_S = 2.0
 
 
 def left_the_plateau(perplexity: float, unigram: float) -> bool:
@@ -75,6 +79,12 @@ def gpu_seconds(configs: Iterable[ml_collections.ConfigDict]) -> float:
         per_step = max(GPU_STEP_FLOOR_S, step_flops(config) / (GPU_TFLOPS * 1e12))
         total += GPU_RUN_OVERHEAD_S + config.train.steps * per_step
     return total
+
+
+def gpu_work_seconds(*, programs: int, dispatches: int) -> float:
+    """The planned time on one H100 of a study's own computation, outside training runs: `programs` compilations
+    and `dispatches` calls of them (see GPU_COMPILE_S)."""
+    return programs * GPU_COMPILE_S + dispatches * GPU_STEP_FLOOR_S
 
 
 LEDGER = "runs.jsonl"

@@ -5,8 +5,7 @@ from the study's own `summary` of benchmarks/studies/NAME/result.json, its verdi
     python -m studies.table --check    # exit 1 when README.md's table is not what the results say
 
 A verdict recorded without the rule's parts (before `studies/verdict.py`) is shown as "not measurable at this
-budget *(recorded before the rule as …)*": the rule did not give it. The studies that compare no trained arms
-(`variance` and `parameter_budget`: no seeds to judge) keep theirs.
+budget *(recorded before the rule as …)*": the rule did not give it.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ NAMES = (
     "sgu_ablation", "toeplitz", "amlp_alignment", "ffn_memory",
 )  # fmt: skip
 STUDIES = tuple(importlib.import_module(f"studies.{name}") for name in NAMES)  # the README's row order
-WITHOUT_ARMS = ("variance", "parameter_budget")
 README = ROOT.parents[1] / "README.md"
 BEGIN = "<!-- the claims table: written by `python -m studies.table` from benchmarks/studies/*/result.json -->"
 END = "<!-- end of the claims table -->"
@@ -38,7 +36,7 @@ def row(study, root: Path = ROOT) -> str:
     name = name_of(study)
     result = json.loads((root / name / "result.json").read_text())
     verdict = result["verdict"]
-    if "parts" not in result and name not in WITHOUT_ARMS:  # a verdict the rule did not give cannot stand as one
+    if "parts" not in result:  # a verdict the rule did not give cannot stand as one
         verdict = f"{NOT_MEASURABLE} *(recorded before the rule as {verdict})*"
     return f"| {study.CLAIM} | {study.PAPER} | {study.summary(result)} | {verdict} | `python -m studies.{name}` |"
 

@@ -33,7 +33,18 @@ from studies.common import (
     write_study,
 )
 from studies.mlm_setting import RUNS, SEEDS, mlm_config, setting, train
-from studies.verdict import REPRODUCED, Arm, Verdict, combine, decide_threshold, judged, mean_std
+from studies.verdict import (
+    MARGIN,
+    MIN_SEEDS,
+    REPRODUCED,
+    Arm,
+    Verdict,
+    budget_from_curve,
+    combine,
+    decide_threshold,
+    judged,
+    mean_std,
+)
 from zoo.mixers.sgu import toeplitz_score
 from zoo.plots import pyplot, save_figure
 
@@ -74,21 +85,27 @@ def run(preset: str, out_dir: Path) -> dict:
     return report(result, out_dir)
 
 
-def judge(final: dict[str, list[float]], perplexity: dict[str, float], unigram: float, noise: float):
+def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float], unigram: float, noise: float):
     """(the verdict, each layer's): every layer's final score above THRESHOLD by the rule, once every seed's model
-    has left the unigram plateau. `final`: per seed, the final score of each layer."""
+    has left the unigram plateau. `scores`: per seed, each layer's score at every recorded step. A layer the rule
+    cannot judge also gets the budget its mean score's curve says would settle it (`budget_from_curve`)."""
+    final = {seed: per[max(per)] for seed, per in scores.items()}
     on_plateau = [seed for seed, p in perplexity.items() if not left_the_plateau(p, unigram)]
     layers = len(next(iter(final.values())))
     if on_plateau:
         why = f"seed(s) {', '.join(on_plateau)} did not leave the unigram plateau (perplexity ≥ half of {unigram:.1f})"
-        parts = {f"layer {i}": Verdict(NOT_MEASURABLE, why) for i in range(layers)}
-    else:
-        parts = {
-            f"layer {i}": decide_threshold(
-                Arm(f"layer {i}", tuple(s[i] for s in final.values()), noise), THRESHOLD, higher_is_better=True
-            )
-            for i in range(layers)
-        }
+        return combine(parts := {f"layer {i}": Verdict(NOT_MEASURABLE, why) for i in range(layers)}), parts
+    steps = sorted(set.intersection(*(set(per) for per in scores.values())))
+    parts = {}
+    for i in range(layers):
+        part = decide_threshold(Arm(f"layer {i}", tuple(s[i] for s in final.values()), noise), THRESHOLD,
+                                higher_is_better=True)  # fmt: skip
+        if part.verdict == NOT_MEASURABLE and len(final) >= MIN_SEEDS and len(steps) >= 2:
+            curve = [float(np.mean([per[step][i] for per in scores.values()])) for step in steps]
+            needed = THRESHOLD + MARGIN * mean_std([s[i] for s in final.values()])[1]
+            budget = budget_from_curve(steps, curve, needed, higher_is_better=True, best=1.0)
+            part = Verdict(NOT_MEASURABLE, f"{part.reason}; budget: {budget}")
+        parts[f"layer {i}"] = part
     return combine(parts), parts
 
 
@@ -99,7 +116,7 @@ def report(result: dict, out_dir: Path) -> dict:
     scores = {str(seed): {int(step): v for step, v in per.items()} for seed, per in result["scores"].items()}
     perplexity = {str(seed): p for seed, p in result["test_perplexity"].items()}
     final = {seed: per[max(per)] for seed, per in scores.items()}
-    verdict, parts = judge(final, perplexity, unigram, noise)
+    verdict, parts = judge(scores, perplexity, unigram, noise)
     measured = ("seeds", "scores", "noise_level", "test_perplexity", "unigram_perplexity", "tiny", "preset")
     mean_final = np.mean(list(final.values()), axis=0).tolist()
     result = {**judged(result, measured, parts, verdict), "final_scores_mean_over_seeds": mean_final}

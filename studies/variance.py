@@ -1,18 +1,20 @@
 """ReLUFormer's variance claim: at initialisation the output variance of plain ReLU attention grows with the
 number of keys n, softmax's shrinks, and ReLU with the 1/√(n/2) factor stays flat (docs/mixers.md).
 
-    python -m studies.variance          # n = 16 … 16,384, about a minute on 2 CPU cores
+    python -m studies.variance          # n = 16 … 16,384, 4 draws, about a minute on 2 CPU cores
     python -m studies.variance --gpu    # n = 16 … 65,536, 8 draws, one H100
-    python -m studies.variance --tiny   # n = 16 … 256, seconds
+    python -m studies.variance --tiny   # n = 16 … 256, 3 draws, seconds
 
 q, k, v ~ N(0, 1) per entry (head dim 64, so s = q·k/√64 ~ N(0, 1)), one head, every key visible. Var(out)
-is the variance of every output entry, averaged over draws. Predicted log–log slopes against n: plain ReLU
+is the variance of every output entry of one draw; a log–log slope is fitted per draw, and the verdict rule
+(studies/verdict.py, `decide_within`) reads the draws as its seeds. Predicted log–log slopes against n: plain ReLU
 +1 (Var ≈ n/2), softmax −1 (Var ≈ Σ p² ≈ e/n), ReLU with the factor 0 (Var ≈ 1), ReLU/L −1 (Var ≈ 1/(2n)),
 ReLA 0 (its RMSNorm output gate rescales every row to unit RMS; taken here per head vector, ε 1e-8).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import jax
@@ -20,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from studies.common import study_main, study_readme, write_study
+from studies.common import gpu_work_seconds, study_main, study_readme, write_study
+from studies.verdict import Arm, combine, decide_within, judged, mean_pm_std, mean_std
 from zoo.plots import pyplot, save_figure
 
 HEAD_DIM = 64
@@ -28,6 +31,8 @@ PREDICTED_SLOPE = {"softmax": -1.0, "relu (no factor)": 1.0, "relu (ReLUFormer f
                    "rela": 0.0}  # fmt: skip
 SLOPE_TOLERANCE = 0.15
 XLA = kernels.ReluAttentionOptions(impl="xla")
+MEASURED = ("lengths", "queries", "draws", "head_dim", "variance", "fitted_slope", "slope_per_draw",
+            "predicted_slope", "slope_tolerance", "tiny", "preset")  # fmt: skip
 
 
 def attend(kind: str, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
@@ -41,33 +46,57 @@ def attend(kind: str, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return kernels.relu_attention(q, k, v, row_scale=row_scale, options=XLA)
 
 
-def output_variance(kind: str, n: int, *, queries: int, draws: int) -> float:
-    """Var(out) over every entry of `queries` query rows attending to n keys, averaged over `draws` draws."""
-    total = 0.0
-    for draw in range(draws):
-        kq, kk, kv = jax.random.split(jax.random.key(1000 * draw + n), 3)
-        q = jax.random.normal(kq, (1, queries, 1, HEAD_DIM))
-        k = jax.random.normal(kk, (1, n, 1, HEAD_DIM))
-        v = jax.random.normal(kv, (1, n, 1, HEAD_DIM))
-        total += float(jnp.var(attend(kind, q, k, v)))
-    return total / draws
+def output_variance(kind: str, n: int, *, queries: int, draw: int) -> float:
+    """Var(out) over every entry of `queries` query rows attending to n keys, for one draw of q, k and v."""
+    kq, kk, kv = jax.random.split(jax.random.key(1000 * draw + n), 3)
+    q = jax.random.normal(kq, (1, queries, 1, HEAD_DIM))
+    k = jax.random.normal(kk, (1, n, 1, HEAD_DIM))
+    v = jax.random.normal(kv, (1, n, 1, HEAD_DIM))
+    return float(jnp.var(attend(kind, q, k, v)))
+
+
+# Per preset: the key counts n, the query rows and the draws (the rule's seeds).
+SETTINGS = {
+    "tiny": ([16, 64, 256], 16, 3),
+    "cpu": ([16, 64, 256, 1024, 4096, 16384], 128, 4),
+    "gpu": ([4**i for i in range(2, 9)], 128, 8),
+}
+
+
+def planned_gpu_seconds() -> float:
+    """The `gpu` preset on one H100: a program per operator and n, called once per draw."""
+    lengths, _, draws = SETTINGS["gpu"]
+    programs = len(PREDICTED_SLOPE) * len(lengths)
+    return gpu_work_seconds(programs=programs, dispatches=programs * draws)
 
 
 def run(preset: str, out_dir: Path) -> dict:
     tiny = preset == "tiny"
-    lengths = {"tiny": [16, 64, 256], "cpu": [16, 64, 256, 1024, 4096, 16384]}.get(preset, [4**i for i in range(2, 9)])
-    queries, draws = {"tiny": (16, 1), "cpu": (128, 4)}.get(preset, (128, 8))
-    variances = {kind: [output_variance(kind, n, queries=queries, draws=draws) for n in lengths]
-                 for kind in PREDICTED_SLOPE}  # fmt: skip
-    slopes = {kind: float(np.polyfit(np.log(lengths), np.log(var), 1)[0]) for kind, var in variances.items()}
-    off = {kind: abs(slopes[kind] - PREDICTED_SLOPE[kind]) for kind in slopes}
-    reproduced = all(x <= SLOPE_TOLERANCE for x in off.values())
-    verdict = "reproduced" if reproduced else "not reproduced"
-    result = {
-        "lengths": lengths, "queries": queries, "draws": draws, "head_dim": HEAD_DIM, "variance": variances,
-        "fitted_slope": slopes, "predicted_slope": PREDICTED_SLOPE, "slope_tolerance": SLOPE_TOLERANCE,
-        "verdict": verdict, "tiny": tiny, "preset": preset,
-    }  # fmt: skip
+    lengths, queries, draws = SETTINGS[preset]
+    # One log–log slope per draw: the draws are the seeds over which the verdict rule reads the spread.
+    per_draw = {kind: [[output_variance(kind, n, queries=queries, draw=d) for n in lengths] for d in range(draws)]
+                for kind in PREDICTED_SLOPE}  # fmt: skip
+    variances = {kind: np.mean(v, axis=0).tolist() for kind, v in per_draw.items()}
+    draw_slopes = {kind: [float(np.polyfit(np.log(lengths), np.log(var), 1)[0]) for var in v]
+                   for kind, v in per_draw.items()}  # fmt: skip
+    slopes = {kind: mean_std(v)[0] for kind, v in draw_slopes.items()}
+    parts = {
+        f"{kind}: slope {PREDICTED_SLOPE[kind]:+.0f} ± {SLOPE_TOLERANCE}": decide_within(
+            Arm(f"{kind} slope", tuple(draw_slopes[kind]), chance=math.nan),
+            PREDICTED_SLOPE[kind] - SLOPE_TOLERANCE,
+            PREDICTED_SLOPE[kind] + SLOPE_TOLERANCE,
+        )
+        for kind in PREDICTED_SLOPE
+    }
+    verdict = combine(parts)
+    result = judged(
+        {
+            "lengths": lengths, "queries": queries, "draws": draws, "head_dim": HEAD_DIM, "variance": variances,
+            "fitted_slope": slopes, "slope_per_draw": draw_slopes, "predicted_slope": PREDICTED_SLOPE,
+            "slope_tolerance": SLOPE_TOLERANCE, "tiny": tiny, "preset": preset,
+        },
+        MEASURED, parts, verdict,
+    )  # fmt: skip
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -82,7 +111,7 @@ def run(preset: str, out_dir: Path) -> dict:
     save_figure(fig, out_dir / "variance.png")
 
     rows = "\n".join(
-        f"| {kind} | {PREDICTED_SLOPE[kind]:+.0f} | {slopes[kind]:+.3f} | "
+        f"| {kind} | {PREDICTED_SLOPE[kind]:+.0f} | {mean_pm_std(draw_slopes[kind], 3)} | "
         + " / ".join(f"{x:.3g}" for x in (variances[kind][0], variances[kind][-1]))
         + " |"
         for kind in PREDICTED_SLOPE
@@ -95,9 +124,11 @@ def run(preset: str, out_dir: Path) -> dict:
         setting=f"q, k, v ~ N(0, 1), head dim {HEAD_DIM}, n = {', '.join(map(str, lengths))}, {queries} queries × "
         f"{draws} draws per point, the project's kernels (`kernels.relu_attention`, impl \"xla\") and "
         "`jax.nn.dot_product_attention`.",
-        table=f"| operator | predicted slope | fitted slope | Var at n = {lengths[0]} / {lengths[-1]} |\n"
+        table=f"| operator | predicted slope | fitted slope (mean ± std over draws) | Var at n = {lengths[0]} / "
+        f"{lengths[-1]} |\n"
         f"|---|---|---|---|\n{rows}",
-        verdict=f"{verdict} (every fitted log–log slope within ±{SLOPE_TOLERANCE} of the prediction).",
+        verdict=f"{verdict.verdict} under the rule of studies/verdict.py (each fitted log–log slope inside "
+        f"±{SLOPE_TOLERANCE} of the prediction by more than 2 × its std over {draws} draws): {verdict.reason}.",
         figure="variance.png",
     )  # fmt: skip
     write_study(out_dir, result, readme)
@@ -110,11 +141,12 @@ PAPER = "slopes +1, −1, 0 (Var ≈ n/2, ≈ e/n, ≈ 1)"
 
 def summary(result: dict) -> str:
     """The README's figures of a committed result.json (studies.table)."""
-    s = result["fitted_slope"]
-    return (
-        f"slopes {s['relu (no factor)']:+.3f}, {s['softmax']:+.3f}, {s['relu (ReLUFormer factor)']:+.3f} "
-        f"(n {result['lengths'][0]:,}–{result['lengths'][-1]:,}, {result['draws']} draws)"
-    )
+    kinds = ("relu (no factor)", "softmax", "relu (ReLUFormer factor)")
+    if "slope_per_draw" in result:
+        slopes = ", ".join(mean_pm_std(result["slope_per_draw"][k], 3) for k in kinds)
+    else:  # recorded before the slopes were fitted per draw
+        slopes = ", ".join(f"{result['fitted_slope'][k]:+.3f}" for k in kinds)
+    return f"slopes {slopes} (n {result['lengths'][0]:,}–{result['lengths'][-1]:,}, {result['draws']} draws)"
 
 
 if __name__ == "__main__":

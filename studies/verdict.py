@@ -18,6 +18,18 @@ budget was too small. Such an arm is given an infinite chance level, and the stu
 A claim about a level ("the score exceeds 0.5") is `decide_threshold`: (a), (b), and the mean beyond the threshold by
 more than MARGIN × the seed standard deviation; the side decides.
 
+A claim that a measured quantity lies in a range ("the fitted slope is +1 ± 0.15") is `decide_within`: (a), and the
+mean inside the range by more than MARGIN × the seed standard deviation at both ends → reproduced; outside it by as
+much at either end → not reproduced; otherwise not measurable. A quantity measured at initialisation has no chance
+level, so (b) does not apply. A quantity without noise (a parameter count) is `decide_exact`: no seeds, the side of
+the bound decides.
+
+Where a study records its quantity along training (a learning curve), a "not measurable" part also says the budget
+that would settle it (`budget_from_curve`): the last recorded interval's change per doubling of the steps, carried
+forward (a learning curve's tail is roughly linear in log steps, and the last interval is its slowest part so far),
+until the mean reaches what the rule asks of it at the present seed spread — or that the curve has flattened, so
+that more steps of the same setting will not settle it.
+
 A claim about spread ("less variance between runs") is a claim about two variances, which a gap in means cannot
 test: `decide_spread` needs (a), (b) and the two-sided F-test of the variances over seeds at SPREAD_LEVEL: a ratio
 beyond its critical value decides the direction, anything nearer 1 is "not measurable at this budget". A claim
@@ -29,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 from scipy import stats
 
@@ -85,6 +98,59 @@ def decide_threshold(arm: Arm, threshold: float, *, higher_is_better: bool, marg
     if abs(gap) <= margin * std:
         return Verdict(NOT_MEASURABLE, f"{what}: not beyond it by more than {margin:g} × the std")
     return Verdict(REPRODUCED if gap > 0 else NOT_REPRODUCED, what)
+
+
+def decide_within(arm: Arm, low: float, high: float, *, margin: float = MARGIN) -> Verdict:
+    """The verdict on the claim "`arm`'s value lies in [low, high]" (module docstring): its seeds are measurements
+    (draws of random inputs), not trainings, so chance plays no part."""
+    if (unjudged := _too_few_seeds(arm)) is not None:
+        return unjudged
+    mean, std = mean_std(arm.values)
+    inside = min(mean - low, high - mean)  # > 0 inside the range, < 0 outside it
+    what = f"{arm.name}: mean {mean:.4g} against [{low:.4g}, {high:.4g}], seed std {std:.3g}"
+    if abs(inside) <= margin * std:
+        return Verdict(NOT_MEASURABLE, f"{what}: not {'inside' if inside > 0 else 'outside'} by more than "
+                                       f"{margin:g} × the std")  # fmt: skip
+    return Verdict(REPRODUCED if inside > 0 else NOT_REPRODUCED, what)
+
+
+def decide_exact(name: str, value: float, bound: float, *, claimed_below: bool) -> Verdict:
+    """The verdict on the claim "`value` is below `bound`" (above it unless `claimed_below`) for a quantity without
+    noise (a parameter count): the side decides; on the bound itself the claim of "below"/"above" fails."""
+    what = f"{name}: {value:.4g} against {bound:.4g}"
+    holds = value < bound if claimed_below else value > bound
+    return Verdict(REPRODUCED if holds else NOT_REPRODUCED, what)
+
+
+MAX_DOUBLINGS = 4  # a trend read off one interval says little beyond 16× the steps it was read at
+
+
+def budget_from_curve(
+    steps: Sequence[int], curve: Sequence[float], needed: float, *, higher_is_better: bool, best: float | None = None
+) -> str:
+    """The budget, in training steps, at which `curve` (the mean over seeds of the quantity a part of a verdict reads,
+    recorded at `steps`) reaches `needed` (what the rule asks of that mean at the present seed spread), carrying the
+    last interval's change per doubling of steps forward (module docstring). `best`: the best value the quantity can
+    take (a score's 1), beyond which no budget reaches. A sentence for the verdict's reason."""
+    if len(steps) < 2 or len(steps) != len(curve):
+        raise ValueError(f"a learning curve needs ≥ 2 points, one per step: {len(steps)} steps, {len(curve)} values")
+    sign = 1.0 if higher_is_better else -1.0
+    if best is not None and sign * (needed - best) > 0:
+        return (f"at this seed spread the rule needs a mean of {needed:.4g}, beyond the best possible {best:.4g}: "
+                "more seeds or a steadier setting, not more steps, could settle it")  # fmt: skip
+    last, before = steps[-1], steps[-2]
+    short = sign * (needed - curve[-1])  # how far the mean still has to go, in the better direction
+    if short <= 0:
+        return f"the curve already reaches {needed:.4g} at step {last:,}"
+    per_doubling = sign * (curve[-1] - curve[-2]) / math.log2(last / before)
+    pace = f"{sign * per_doubling:+.3g} per doubling of the steps over steps {before:,}–{last:,}"
+    doublings = short / per_doubling if per_doubling > 0 else math.inf
+    if doublings > MAX_DOUBLINGS:
+        return (f"the curve has flattened ({pace}, {curve[-1]:.4g} against the {needed:.4g} needed, not reached "
+                f"within {2**MAX_DOUBLINGS}× the steps at that pace): more steps of this setting will not "
+                "settle it")  # fmt: skip
+    return (f"at the curve's last pace ({pace}) it reaches the {needed:.4g} needed at ~{last * 2**doublings:,.0f} "
+            f"steps ({2**doublings:.1f}× these), if the seed spread stays as it is")  # fmt: skip
 
 
 def _too_few_seeds(*arms: Arm) -> Verdict | None:

@@ -50,6 +50,11 @@ def test_variance_measures_each_operator_against_n(tmp_path):
     # What the fitted slopes are computed from: the plain ReLU output really grows with n.
     plain = result["variance"]["relu (no factor)"]
     assert plain[-1] > 4 * plain[0]
+    # A slope per draw, the draws read as the rule's seeds: a part per operator, the verdict combining them.
+    assert all(len(v) == result["draws"] == 3 for v in result["slope_per_draw"].values())
+    assert len(result["parts"]) == len(variance.PREDICTED_SLOPE)
+    for kind, slopes in result["slope_per_draw"].items():
+        assert result["fitted_slope"][kind] == pytest.approx(np.mean(slopes)), kind
 
 
 def test_parameter_budget_from_its_command_line_counts_every_table_row_for_every_task(tmp_path):
@@ -73,6 +78,9 @@ def test_parameter_budget_from_its_command_line_counts_every_table_row_for_every
     assert result["worst"] == max(others) and "| 3×GLU |" in readme
     three = result["extra_fraction"]["3×GLU"]
     assert result["stacked_over_budget_on"] == [t for t in parameter_budget.TASKS if three[t] > 0.1]
+    # Judged by the rule's exact comparison: a part per row, 3×GLU's claimed to be over the budget.
+    assert len(result["parts"]) == len(parameter_budget.ROWS)
+    assert (result["parts"]["3×GLU over 10%"]["verdict"] == REPRODUCED) == (min(three.values()) > 0.1)
 
 
 def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_path):
@@ -536,6 +544,24 @@ def test_studies_write_under_runs_by_default_and_the_committed_results_only_when
         output_dir("variance", preset="huge", out=None, record=False)
 
 
+def test_every_study_has_a_gpu_plan():
+    """Training studies are planned by their runs' FLOPs (planned_runs), the others by their own computation."""
+    from studies import table
+
+    for study in table.STUDIES:
+        assert hasattr(study, "planned_runs") != hasattr(study, "planned_gpu_seconds"), study.__name__
+
+
+@pytest.mark.parametrize("study", [variance, approximation, attention_distance, parameter_budget])
+def test_a_study_that_trains_nothing_is_planned_within_the_gpu_budget_at_no_less_than_its_cpu_settings(study):
+    from studies.common import GPU_BUDGET_S
+
+    assert 0 <= study.planned_gpu_seconds() <= GPU_BUDGET_S
+    if hasattr(study, "SETTINGS"):  # every setting at least the CPU preset's: n or m up to more, more steps, draws
+        for cpu, gpu in zip(study.SETTINGS["cpu"], study.SETTINGS["gpu"], strict=True):
+            assert (set(cpu) <= set(gpu)) if isinstance(cpu, list) else cpu <= gpu, (cpu, gpu)
+
+
 @pytest.mark.parametrize("study", [ffn_memory, sgu_ablation, toeplitz, amlp_alignment, kernel_convergence, stability])
 def test_every_gpu_preset_is_planned_within_the_budget_and_validates(study, tmp_path):
     from studies.common import GPU_BUDGET_S, gpu_seconds
@@ -715,7 +741,7 @@ def test_the_readme_table_is_what_the_committed_results_say(tmp_path):
         result = json.loads((table.ROOT / table.name_of(study) / "result.json").read_text())
         cells = table.row(study).strip("|").split(" | ")
         assert cells[4].strip(" |") == f"`python -m studies.{table.name_of(study)}`"
-        if "parts" not in result and table.name_of(study) not in table.WITHOUT_ARMS:
+        if "parts" not in result:
             assert cells[3] == f"{NOT_MEASURABLE} *(recorded before the rule as {result['verdict']})*"
         else:
             assert cells[3] == result["verdict"]

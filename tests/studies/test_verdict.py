@@ -10,10 +10,13 @@ from studies.verdict import (
     REPRODUCED,
     Arm,
     Verdict,
+    budget_from_curve,
     combine,
     decide,
+    decide_exact,
     decide_spread,
     decide_threshold,
+    decide_within,
     mean_std,
     pooled_std,
 )
@@ -123,3 +126,42 @@ def test_controls_must_all_hold_before_a_comparison_is_read():
     assert unjudged.verdict == NOT_MEASURABLE
     assert "b learned: b test accuracy is not measurably past chance" in unjudged.reason
     assert "c: c test accuracy has 2 seed(s)" in unjudged.reason and "a learned" not in unjudged.reason
+
+
+def test_a_range_claim_needs_the_mean_inside_or_outside_by_the_margin_at_the_nearer_end():
+    inside = _arm("slope", 0.98, 1.00, 1.02)  # std 0.02: 0.15 from both ends of [0.85, 1.15]
+    assert decide_within(inside, 0.85, 1.15).verdict == REPRODUCED
+    outside = _arm("slope", 1.38, 1.40, 1.42)  # 0.25 beyond the upper end
+    v = decide_within(outside, 0.85, 1.15)
+    assert v.verdict == NOT_REPRODUCED and "mean 1.4 against [0.85, 1.15]" in v.reason
+    near_edge = _arm("slope", 1.10, 1.14, 1.18)  # inside by 0.01, std 0.04
+    v = decide_within(near_edge, 0.85, 1.15)
+    assert v.verdict == NOT_MEASURABLE and "not inside by more than 2 × the std" in v.reason
+    assert decide_within(_arm("slope", 1.0, 1.0), 0.85, 1.15).verdict == NOT_MEASURABLE  # two seeds
+
+
+def test_an_exact_quantity_is_judged_by_its_side_of_the_bound():
+    assert decide_exact("2×GLU", 0.04, 0.10, claimed_below=True).verdict == REPRODUCED
+    assert decide_exact("2×GLU", 0.12, 0.10, claimed_below=True).verdict == NOT_REPRODUCED
+    assert decide_exact("3×GLU", 0.12, 0.10, claimed_below=False).verdict == REPRODUCED
+    assert decide_exact("3×GLU", 0.10, 0.10, claimed_below=False).verdict == NOT_REPRODUCED
+
+
+def test_a_budget_is_read_from_the_learning_curve_s_last_pace_per_doubling():
+    # +0.1 per doubling over 1,000–2,000 steps; 0.2 still to go: two more doublings, 8,000 steps.
+    note = budget_from_curve([500, 1000, 2000], [0.1, 0.4, 0.5], 0.7, higher_is_better=True)
+    assert "reaches the 0.7 needed at ~8,000 steps (4.0× these)" in note and "+0.1 per doubling" in note
+    # Lower is better (a loss): the same arithmetic mirrored.
+    note = budget_from_curve([1000, 2000], [3.0, 2.9], 2.7, higher_is_better=False)
+    assert "at ~8,000 steps" in note and "-0.1 per doubling" in note
+
+
+def test_a_flat_or_receding_curve_says_more_steps_will_not_settle_it():
+    for curve in ([0.50, 0.5005], [0.5, 0.45]):
+        note = budget_from_curve([1750, 2000], curve, 0.9, higher_is_better=True)
+        assert "has flattened" in note and "more steps of this setting will not settle it" in note
+    assert "already reaches" in budget_from_curve([1, 2], [0.5, 0.95], 0.9, higher_is_better=True)
+    note = budget_from_curve([1, 2], [0.5, 0.6], 1.3, higher_is_better=True, best=1.0)
+    assert "beyond the best possible 1: more seeds or a steadier setting, not more steps" in note
+    with pytest.raises(ValueError, match="a learning curve needs ≥ 2 points"):
+        budget_from_curve([2000], [0.5], 0.9, higher_is_better=True)
