@@ -100,9 +100,11 @@ def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float
     for i in range(layers):
         part = decide_threshold(Arm(f"layer {i}", tuple(s[i] for s in final.values()), noise), THRESHOLD,
                                 higher_is_better=True)  # fmt: skip
-        if part.verdict == NOT_MEASURABLE and len(final) >= MIN_SEEDS and len(steps) >= 2:
+        # The curve is read where every seed was scored, and ends where the verdict reads the seeds.
+        ends_together = all(max(per) == steps[-1] for per in scores.values()) if steps else False
+        if part.verdict == NOT_MEASURABLE and len(final) >= MIN_SEEDS and len(steps) >= 2 and ends_together:
             curve = [float(np.mean([per[step][i] for per in scores.values()])) for step in steps]
-            needed = THRESHOLD + MARGIN * mean_std([s[i] for s in final.values()])[1]
+            needed = max(THRESHOLD, noise) + MARGIN * mean_std([s[i] for s in final.values()])[1]
             budget = budget_from_curve(steps, curve, needed, higher_is_better=True, best=1.0)
             part = Verdict(NOT_MEASURABLE, f"{part.reason}; budget: {budget}")
         parts[f"layer {i}"] = part

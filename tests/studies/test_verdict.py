@@ -156,12 +156,16 @@ def test_a_budget_is_read_from_the_learning_curve_s_last_pace_per_doubling():
     assert "at ~8,000 steps" in note and "-0.1 per doubling" in note
 
 
-def test_a_flat_or_receding_curve_says_more_steps_will_not_settle_it():
-    for curve in ([0.50, 0.5005], [0.5, 0.45]):
-        note = budget_from_curve([1750, 2000], curve, 0.9, higher_is_better=True)
-        assert "has flattened" in note and "more steps of this setting will not settle it" in note
+def test_a_slow_or_receding_curve_says_more_steps_will_not_settle_it():
+    note = budget_from_curve([1750, 2000], [0.50, 0.5005], 0.9, higher_is_better=True)
+    assert "has slowed" in note and "not within 16× the steps" in note and "will not settle it" in note
+    note = budget_from_curve([1000, 2000], [20.0, 22.0], 12.0, higher_is_better=False)  # a rising perplexity
+    assert "moves away from what the rule needs (+2 per doubling" in note
     assert "already reaches" in budget_from_curve([1, 2], [0.5, 0.95], 0.9, higher_is_better=True)
     note = budget_from_curve([1, 2], [0.5, 0.6], 1.3, higher_is_better=True, best=1.0)
-    assert "beyond the best possible 1: more seeds or a steadier setting, not more steps" in note
+    assert "beyond the best possible 1: no budget settles it unless the seeds come closer together" in note
     with pytest.raises(ValueError, match="a learning curve needs ≥ 2 points"):
         budget_from_curve([2000], [0.5], 0.9, higher_is_better=True)
+    for steps in ([0, 250], [250, 250]):
+        with pytest.raises(ValueError, match="positive and increasing"):
+            budget_from_curve(steps, [0.1, 0.2], 0.9, higher_is_better=True)

@@ -140,7 +140,7 @@ def _flatten(d: dict, prefix: str = "") -> list[str]:
 
 
 def test_nested_sections_are_built_validated_and_listed_by_their_own_fields():
-    from zoo.config_fields import BOOLEAN, Field, integer, nested, section
+    from zoo.config_fields import BOOLEAN, Field, Rule, integer, nested, section
 
     inner = (Field("seed", 0, integer(0), "a seed"), Field("fast", True, BOOLEAN, "go fast"))
     fields = (Field("size", 3, integer(1), "a size"), nested("gen", inner, "the generator"))
@@ -152,6 +152,12 @@ def test_nested_sections_are_built_validated_and_listed_by_their_own_fields():
         "data.size=0 must be an integer ≥ 1",
         "data.gen.seed=-2 must be an integer ≥ 0",
     ]
+    # A nested section's own rule, on its fields together, once each passes its own.
+    ordered = nested("gen", inner, "ordered", Rule(lambda g: g["seed"] < 10 or g["fast"], "must be fast", "fast"))
+    cfg = section((ordered,), gen={"seed": 12, "fast": False})
+    assert config_fields.problems(cfg, (ordered,), "data") == ["data.gen={'fast': False, 'seed': 12} must be fast"]
+    cfg.gen.seed = -1
+    assert config_fields.problems(cfg, (ordered,), "data") == ["data.gen.seed=-1 must be an integer ≥ 0"]
     flat_cfg = ml_collections.ConfigDict({"size": 3, "gen": 7})
     assert config_fields.problems(flat_cfg, fields, "data") == ["data.gen=7 must be a section of seed, fast"]
     assert config_fields.help_lines(fields, "data")[1:] == [
@@ -175,3 +181,12 @@ def test_a_run_validates_its_task_s_own_sections_with_the_shared_ones_before_any
         "data.generator.max_args=1 must be an integer in [2, 100]"
     )
     assert not (tmp_path / "run").exists()
+
+
+def test_translation_refuses_a_book_in_two_splits_before_a_run():
+    from mt_flax.configs import translation
+
+    config = translation.get_config("demo")
+    config.data.bible_books.test = (8, 32)  # Ruth is the valid split's book
+    (problem,) = config_problems(config, translation.CONFIG_SECTIONS)
+    assert problem.startswith("data.bible_books={") and problem.endswith("must give each book to one split at most")
