@@ -40,7 +40,7 @@ from studies.common import (
     study_readme,
     write_study,
 )
-from studies.mlm_setting import RUNS, SEEDS, budget, mlm_config, train
+from studies.mlm_setting import RUNS, SEEDS, budget, held_out_at, mlm_config, train
 from studies.verdict import (
     MIN_SEEDS,
     REPRODUCED,
@@ -49,6 +49,7 @@ from studies.verdict import (
     combine,
     decide,
     decide_threshold,
+    gap_budget,
     judged,
     mean_pm_std,
     mean_std,
@@ -97,7 +98,9 @@ def config_for(task: str, arch: str, seed: int, preset: str, root: Path):
     return config
 
 
-def judge(perplexity: dict[str, dict[str, list[float]]], unigram: dict[str, float]) -> tuple[Verdict, dict, str]:
+def judge(
+    perplexity: dict[str, dict[str, list[float]]], unigram: dict[str, float], half: dict | None = None
+) -> tuple[Verdict, dict, str]:
     """(verdict, each part's, what may explain it) under the studies' rule (studies/verdict.py) from the held-out
     perplexities per task, encoder and seed.
 
@@ -108,7 +111,9 @@ def judge(perplexity: dict[str, dict[str, list[float]]], unigram: dict[str, floa
     at chance there (that is the claim), so only aMLP must be past it; part 1 stands for the task being
     learnable. (3) The gain is about
     alignment: aMLP's per-seed log perplexity ratio to gMLP larger on copy than on KJV, where both must be past
-    the unigram."""
+    the unigram. `half`: the held-out perplexities at each run's half-way checkpoint, per task, encoder and seed
+    (None where a run's checkpoint was not there to read), and "steps": the half-way step per task; part 2, when the
+    rule cannot judge it, then says the budget the gap's curve calls for."""
     arm = lambda task, name, chance: Arm(f"{name} on {task}", tuple(perplexity[task][name]), chance)
     lower = dict(higher_is_better=False)
     learned = decide_threshold(arm("copy", TRANSFORMER, unigram["copy"]), unigram["copy"] / 2, **lower)
@@ -133,9 +138,16 @@ def judge(perplexity: dict[str, dict[str, list[float]]], unigram: dict[str, floa
             )
         verdict = Verdict(NOT_MEASURABLE, f"the control failed: {learned.reason}")
         return verdict, parts, note + _kjv_note(perplexity["KJV"], unigram["KJV"])
-    parts["aMLP beats gMLP on copy"] = decide(
-        arm("copy", "aMLP", unigram["copy"]), arm("copy", "gMLP", math.inf), **lower
-    )  # fmt: skip
+    beats = decide(arm("copy", "aMLP", unigram["copy"]), arm("copy", "gMLP", math.inf), **lower)
+    if beats.verdict == NOT_MEASURABLE and half and None not in half["copy"]["aMLP"] + half["copy"]["gMLP"]:
+        # The budget, from the gap's curve: each encoder's mean at the half-way checkpoint and at the end.
+        curve = {name: [float(np.mean(half["copy"][name])), float(np.mean(perplexity["copy"][name]))]
+                 for name in ("aMLP", "gMLP")}  # fmt: skip
+        steps = [half["steps"]["copy"], 2 * half["steps"]["copy"]]
+        note = gap_budget(arm("copy", "aMLP", unigram["copy"]), arm("copy", "gMLP", math.inf), steps,
+                          curve["aMLP"], curve["gMLP"], **lower)  # fmt: skip
+        beats = beats if note is None else Verdict(NOT_MEASURABLE, f"{beats.reason}; budget: {note}")
+    parts["aMLP beats gMLP on copy"] = beats
     gains = {
         task: tuple(math.log(g / a) for g, a in zip(perplexity[task]["gMLP"], perplexity[task]["aMLP"], strict=True))
         for task in ("copy", "KJV")
@@ -181,10 +193,21 @@ def planned_runs(preset: str, root: Path) -> list[tuple[str, str, Path, ml_colle
     return runs
 
 
-def measure(config: ml_collections.ConfigDict, workdir: Path) -> dict:
-    """What the study reads of a run (trained, or resumed, unless finished): its held-out and unigram perplexity."""
+def measure(config: ml_collections.ConfigDict, workdir: Path, task: str) -> dict:
+    """What the study reads of a run (trained, or resumed, unless finished): its held-out and unigram perplexity,
+    and on copy (the comparison a budget is read for) the held-out perplexity at its half-way checkpoint."""
     results = train(config, workdir)
-    return {"test_perplexity": results["test_perplexity"], "unigram_perplexity": results["unigram_perplexity"]}
+    return {"test_perplexity": results["test_perplexity"], "unigram_perplexity": results["unigram_perplexity"],
+            **(half_way(config, workdir) if task == "copy" else {})}  # fmt: skip
+
+
+def half_way(config: ml_collections.ConfigDict, workdir: Path) -> dict:
+    """{"test_perplexity_half": the held-out perplexity at the run's checkpoint of half its steps}; empty where that
+    checkpoint is not on this machine (a run recorded elsewhere)."""
+    step = config.train.steps // 2
+    if not (workdir / "checkpoints" / str(step)).exists():
+        return {}
+    return {"test_perplexity_half": held_out_at(config, workdir, step)["perplexity"]}
 
 
 def run(preset: str, out_dir: Path) -> dict:
@@ -196,13 +219,20 @@ def run(preset: str, out_dir: Path) -> dict:
         held_out = 20 if preset == "tiny" else 300
         copy_corpus(corpus, docs=(("train", COPY_DOCUMENTS[preset]), ("valid", held_out), ("test", held_out)))
     ledger = Ledger(out_dir / LEDGER, root)
+    half = {task: {name: [] for name in ARCHS} for task in ("copy", "KJV")}
+    half_steps = {}
     for task, name, workdir, config in planned_runs(preset, root):
-        results = ledger.run(workdir, config, functools.partial(measure, config, workdir))
+        results = ledger.run(workdir, config, functools.partial(measure, config, workdir, task))
+        if task == "copy" and "test_perplexity_half" not in results and (amended := half_way(config, workdir)):
+            results = ledger.amend(workdir, amended)  # recorded before the study read the half-way checkpoint
         perplexity[task][name].append(results["test_perplexity"])
+        half[task][name].append(results.get("test_perplexity_half"))
+        half_steps[task] = config.train.steps // 2
         parameters[name] = total(parameter_counts(config.model))
         unigram[task] = results["unigram_perplexity"]
     result = {
         "seeds": SEEDS[preset], "test_perplexity": perplexity, "unigram_perplexity": unigram,
+        "test_perplexity_half": {**half, "steps": half_steps},
         "encoder_parameters": parameters, "tiny": preset == "tiny", "preset": preset,
         "copy_steps": COPY_STEPS[preset], "copy_documents": COPY_DOCUMENTS[preset],
     }  # fmt: skip
@@ -216,9 +246,9 @@ def report(result: dict, out_dir: Path) -> dict:
     perplexity, parameters = result["test_perplexity"], result["encoder_parameters"]
     tiny = preset == "tiny"
     mean = {task: {name: float(np.mean(p)) for name, p in per.items()} for task, per in perplexity.items()}
-    verdict, parts, notes = judge(perplexity, unigram)
+    verdict, parts, notes = judge(perplexity, unigram, result.get("test_perplexity_half"))
     measured = ("seeds", "test_perplexity", "unigram_perplexity", "encoder_parameters", "tiny", "preset", "copy_steps",
-                "copy_documents")  # fmt: skip
+                "copy_documents", "test_perplexity_half")  # fmt: skip
     result = {**judged(result, measured, parts, verdict), "mean_test_perplexity": mean}
 
     plt = pyplot()

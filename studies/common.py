@@ -159,10 +159,24 @@ class Ledger:
         summary = train()
         self.lines = self._read()  # another process may have recorded runs meanwhile
         self.lines[key] = {"config": settings, "summary": summary}
+        self._write()
+        return summary
+
+    def amend(self, workdir: Path, fields: dict) -> dict:
+        """Adds `fields` to the recorded summary of the run in `workdir` (what a study reads of a run now and did not
+        when it recorded it, computed from what the run left: its checkpoints); returns the summary."""
+        key = Path(workdir).relative_to(self.runs).as_posix()
+        self.lines = self._read()
+        if key not in self.lines:
+            raise LedgerError(f"{self.path}: no run {key} recorded to amend")
+        self.lines[key]["summary"] = {**self.lines[key]["summary"], **fields}
+        self._write()
+        return self.lines[key]["summary"]
+
+    def _write(self) -> None:
         text = "".join(json.dumps({"key": k, **v}, sort_keys=True) + "\n" for k, v in sorted(self.lines.items()))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(self.path, text.encode())
-        return summary
 
 
 def write_study(out_dir: Path, result: dict, readme: str) -> None:

@@ -18,13 +18,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jax
 import ml_collections
+from flax import nnx
 
 from mlm_flax.configs.pretrain import get_config
 from mlm_flax.data import markov_corpus
 from mlm_flax.task import make_task
 from studies.common import as_preset, runs_root
 from zoo.training import train_and_evaluate
+from zoo.training.metrics import summarise
+from zoo.training.run import add_sums
+from zoo.training.state import restore_model
 
 RUNS = Path("runs/studies/mlm")
 STEPS, CHECKPOINT_EVERY = 2000, 250
@@ -89,6 +94,25 @@ def prepare(preset: str, root: Path) -> Path:
 def train(config: ml_collections.ConfigDict, workdir: Path) -> dict:
     """The run's results (a finished workdir is not trained again; an unfinished one resumes)."""
     return train_and_evaluate(config, workdir, make_task(config))
+
+
+def held_out_at(config: ml_collections.ConfigDict, workdir: Path, step: int, split: str = "test") -> dict[str, float]:
+    """The run's held-out metrics at its checkpoint of `step` (the setting keeps every checkpoint): a point of the
+    learning curve that the run itself evaluates only at its end, computed as the run's final evaluation is."""
+    task = make_task(config)
+    model, _ = restore_model(task.build_model, config.train, workdir / "checkpoints", step=step)
+    model.eval()
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def sums(state, batch):
+        _, out = task.loss_fn(nnx.merge(graphdef, state), batch, None, False)
+        return out
+
+    total: dict = {}
+    for batch in task.eval_batches(split):
+        total = add_sums(total, sums(state, batch))
+    return summarise(jax.device_get(total))
 
 
 def train_curve(workdir: Path, split: str = "train") -> list[dict]:

@@ -26,10 +26,10 @@ the bound decides.
 
 Where a study records its quantity along training (a learning curve), a "not measurable" part also says the budget
 that would settle it (`budget_from_curve`): the last recorded interval's change per doubling of the steps, carried
-forward (a learning curve's tail is roughly linear in log steps, and the last interval is its slowest part so far),
-until the mean reaches what the rule asks of it at the present seed spread — or that the curve has flattened, so
-that more steps of the same setting will not settle it (or that no mean could satisfy the rule at the present
-seed spread).
+forward (a learning curve's tail is roughly linear in log steps; its pace falls as it goes, so the figure is the
+earliest the budget could suffice) until the mean reaches what the rule asks of it at the present seed spread — or
+that the curve has slowed or turned away, so that more steps of the same setting will not settle it, or that no
+mean could satisfy the rule at the present seed spread.
 
 A claim about spread ("less variance between runs") is a claim about two variances, which a gap in means cannot
 test: `decide_spread` needs (a), (b) and the two-sided F-test of the variances over seeds at SPREAD_LEVEL: a ratio
@@ -158,7 +158,22 @@ def budget_from_curve(
         return (f"the curve has slowed ({pace}, {where}: not within {2**MAX_DOUBLINGS}× the steps at that pace): "
                 "more steps of this setting will not settle it")  # fmt: skip
     return (f"at the curve's last pace ({pace}) it reaches the {needed:.4g} needed at ~{last * 2**doublings:,.0f} "
-            f"steps ({2**doublings:.1f}× these), if the seed spread stays as it is")  # fmt: skip
+            f"steps ({2**doublings:.1f}× these) at the earliest (a learning curve's pace falls as it goes), if the "
+            "seed spread stays as it is")  # fmt: skip
+
+
+def gap_budget(
+    claimed: Arm, other: Arm, steps: Sequence[int], claimed_curve: Sequence[float], other_curve: Sequence[float],
+    *, higher_is_better: bool,
+) -> str | None:  # fmt: skip
+    """The budget of a `decide` part whose gap is within the seed spread (`budget_from_curve` on the gap between the
+    arms' mean curves, against MARGIN × their pooled std now); None where the gap is not what stands in the way (too
+    few seeds, an arm at chance). The curves' last points are the arms' means."""
+    sign = 1.0 if higher_is_better else -1.0
+    if _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=MARGIN):
+        return None
+    gap = [sign * (c - o) for c, o in zip(claimed_curve, other_curve, strict=True)]
+    return budget_from_curve(steps, gap, MARGIN * pooled_std(claimed, other), higher_is_better=True)
 
 
 def _too_few_seeds(*arms: Arm) -> Verdict | None:

@@ -298,6 +298,12 @@ def test_the_ledger_trains_a_run_again_only_when_a_recorded_setting_changed_and_
     Ledger(path, elsewhere).run(elsewhere / "b/seed0", config, train)
     ledger.run(elsewhere / "c/seed0", config, train)
     assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == ["a/seed0", "b/seed0", "c/seed0"]
+    # A field a study reads now and did not when it recorded a run is added to that run's line, nothing retrained.
+    amended = ledger.amend(elsewhere / "b/seed0", {"half": 3.5})
+    assert amended["half"] == 3.5 and amended["lr"] == 2e-3 and amended["loss"][0] == 2.3
+    assert Ledger(path, elsewhere).run(elsewhere / "b/seed0", config, train)["half"] == 3.5 and len(calls) == 5
+    with pytest.raises(ValueError, match=r"runs\.jsonl: no run d/seed0 recorded to amend"):
+        ledger.amend(elsewhere / "d/seed0", {"half": 1.0})
     path.write_text(path.read_text() + "\n<<<<<<< HEAD\n")  # a blank line is skipped; a merge conflict is named
     with pytest.raises(ValueError, match=r"runs\.jsonl:5: not a ledger line .*fix or delete line 5"):
         Ledger(path, tmp_path / "runs")
@@ -524,6 +530,16 @@ def test_amlp_alignment_trains_every_encoder_on_both_tasks(tmp_path):
     assert (tmp_path / "runs" / "gmlp-split_multiplicative-seed0" / "results.json").exists()
     assert result["encoder_parameters"]["aMLP"] > result["encoder_parameters"]["gMLP"]
     assert "| aMLP |" in readme
+    # Each copy run's held-out perplexity at its half-way checkpoint, for the budget a not-measurable gap calls for;
+    # computed as the run's own final evaluation is: at the last checkpoint it is the recorded test perplexity.
+    half = result["test_perplexity_half"]
+    assert half["steps"] == {"copy": 2, "KJV": 2}
+    assert all(len(v) == 1 and 1 < v[0] < 1e4 for v in half["copy"].values()) and half["KJV"]["aMLP"] == [None]
+    from studies.mlm_setting import held_out_at
+
+    (_, _, workdir, config), *_ = amlp_alignment.planned_runs("tiny", tmp_path / "runs")
+    final = held_out_at(config, workdir, config.train.steps)["perplexity"]
+    assert final == pytest.approx(result["test_perplexity"]["copy"]["gMLP"][0], rel=1e-5)
 
 
 def test_studies_write_under_runs_by_default_and_the_committed_results_only_when_asked(tmp_path):

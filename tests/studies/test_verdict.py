@@ -17,6 +17,7 @@ from studies.verdict import (
     decide_spread,
     decide_threshold,
     decide_within,
+    gap_budget,
     mean_std,
     pooled_std,
 )
@@ -169,3 +170,12 @@ def test_a_slow_or_receding_curve_says_more_steps_will_not_settle_it():
     for steps in ([0, 250], [250, 250]):
         with pytest.raises(ValueError, match="positive and increasing"):
             budget_from_curve(steps, [0.1, 0.2], 0.9, higher_is_better=True)
+
+
+def test_a_gap_within_the_spread_gets_the_budget_its_curve_calls_for_unless_an_arm_is_at_chance():
+    claimed, other = _arm("a", 0.60, 0.62, 0.64), _arm("b", 0.58, 0.60, 0.62)  # gap 0.02, pooled std 0.02
+    # The gap grew from 0 to 0.02 over the last doubling; the rule needs 0.04: one more doubling, 8,000 steps.
+    note = gap_budget(claimed, other, [2000, 4000], [0.50, 0.62], [0.50, 0.60], higher_is_better=True)
+    assert "reaches the 0.04 needed at ~8,000 steps" in note
+    at_chance = _arm("a", 0.10, 0.11, 0.12)
+    assert gap_budget(at_chance, other, [2000, 4000], [0.1, 0.11], [0.5, 0.6], higher_is_better=True) is None
