@@ -26,8 +26,19 @@ import optax
 from flax import nnx
 
 import kernels
-from studies.common import gpu_work_seconds, result_preset, study_main, study_readme, write_study
-from studies.verdict import Arm, combine, decide, judged, mean_pm_std, mean_std
+from studies.common import NOT_MEASURABLE, gpu_work_seconds, result_preset, study_main, study_readme, write_study
+from studies.verdict import (
+    MARGIN,
+    MIN_SEEDS,
+    Arm,
+    Verdict,
+    budget_from_curve,
+    combine,
+    decide,
+    judged,
+    mean_pm_std,
+    mean_std,
+)
 from zoo import mixers
 from zoo.mixers.linear import FeatureMap
 from zoo.plots import pyplot, save_figure
@@ -163,6 +174,14 @@ def report(result: dict, out_dir: Path) -> dict:
                                      **lower)
         for a, b in itertools.pairwise(features)
     })  # fmt: skip
+    if favor_falls.verdict == NOT_MEASURABLE and len(seeds) >= MIN_SEEDS and len(features) >= 2:
+        # FAVOR+ above the zero output's error: the m at which its mean error would be below it by the rule's
+        # margin, from its curve over m (its spread at the largest m).
+        last = str(features[-1])
+        needed = CHANCE_ERROR - MARGIN * mean_std(values("favor", last))[1]
+        curve = [mean("favor", str(m)) for m in features[-2:]]
+        note = budget_from_curve(features[-2:], curve, needed, higher_is_better=False, unit="random features")
+        favor_falls = Verdict(NOT_MEASURABLE, f"{favor_falls.reason}; budget: {note}")
     parts = {"every trained kernel below the better fixed map": beats_fixed, "FAVOR+ error falling with m": favor_falls}
     verdict = combine(parts)
     measured = ("seeds", "features", "steps", "favor_draws", "head_dim", "length", "per_seed", "tiny", "preset")

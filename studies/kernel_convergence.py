@@ -28,8 +28,21 @@ import numpy as np
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate
-from studies.common import result_preset, runs_root, study_main, study_readme, write_study
-from studies.verdict import Arm, combine, decide, decide_spread, failed_controls, judged, learned, mean_pm_std, mean_std
+from studies.common import NOT_MEASURABLE, result_preset, runs_root, study_main, study_readme, write_study
+from studies.verdict import (
+    Arm,
+    Verdict,
+    combine,
+    decide,
+    decide_spread,
+    failed_controls,
+    gap_budget,
+    judged,
+    learned,
+    mean_pm_std,
+    mean_std,
+    seeds_for_spread,
+)
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
@@ -85,15 +98,32 @@ def run(preset: str, out_dir: Path) -> dict:
     return report(result, out_dir)
 
 
-def judge(area: dict[str, np.ndarray], accuracy: dict[str, list[float]], majority: float):
+def judge(
+    area: dict[str, np.ndarray],
+    accuracy: dict[str, list[float]],
+    majority: float,
+    half_area: dict[str, np.ndarray] | None = None,
+    steps: tuple[int, int] | None = None,
+):
     """The verdict and its parts: each kernel past the majority class on the test split (the rule's chance check,
-    on the held-out split), then "faster" and "steadier" on the areas, whose own chance check is then moot."""
+    on the held-out split), then "faster" and "steadier" on the areas, whose own chance check is then moot. A part
+    the rule cannot judge says its budget: "faster" from the gap between the areas over the first half of the steps
+    and over all of them (`half_area`, `steps`: those two budgets), "steadier" in seeds (the F-test's)."""
     parts = {f"{name} learned the task (control)": learned(name, accuracy[name], majority) for name in KERNELS}
     if (unjudged := failed_controls(parts)) is not None:
         return unjudged, parts
     arms = {name: Arm(name, tuple(map(float, a)), chance=math.inf) for name, a in area.items()}
-    parts["faster"] = decide(arms["OGLU"], arms["orth. linear"], higher_is_better=False)
-    parts["steadier"] = decide_spread(arms["OGLU"], arms["orth. linear"], higher_is_better=False)
+    faster = decide(arms["OGLU"], arms["orth. linear"], higher_is_better=False)
+    if faster.verdict == NOT_MEASURABLE and half_area is not None:
+        curves = {name: [float(np.mean(half_area[name])), float(np.mean(area[name]))] for name in KERNELS}
+        note = gap_budget(arms["OGLU"], arms["orth. linear"], steps, curves["OGLU"], curves["orth. linear"],
+                          higher_is_better=False)  # fmt: skip
+        faster = faster if note is None else Verdict(NOT_MEASURABLE, f"{faster.reason}; budget: {note}")
+    steadier = decide_spread(arms["OGLU"], arms["orth. linear"], higher_is_better=False)
+    if steadier.verdict == NOT_MEASURABLE and "variance ratio" in steadier.reason:
+        seeds = seeds_for_spread(arms["OGLU"], arms["orth. linear"])
+        steadier = Verdict(NOT_MEASURABLE, f"{steadier.reason}; budget: {seeds}")
+    parts["faster"], parts["steadier"] = faster, steadier
     return combine(parts), parts
 
 
@@ -105,9 +135,13 @@ def report(result: dict, out_dir: Path) -> dict:
     accuracy = result["test_accuracy"]
     # Per seed, the mean training loss over the logged steps (the area under its curve): the lower, the faster.
     area = {name: c.mean(axis=1) for name, c in curves.items()}
+    # The same over the first half of the steps: the area at half the budget, for the budget a gap calls for.
+    halfway = [i for i, step in enumerate(steps) if step <= steps[-1] // 2]
+    half_area = {name: c[:, : halfway[-1] + 1].mean(axis=1) for name, c in curves.items()} if halfway else None
+    budgets = (steps[halfway[-1]], steps[-1]) if halfway else None
     if "majority_rate" not in result:
         raise ValueError("this result.json has no majority_rate (recorded before the held-out check): run it again")
-    verdict, parts = judge(area, accuracy, result["majority_rate"])
+    verdict, parts = judge(area, accuracy, result["majority_rate"], half_area, budgets)
     measured = ("steps", "seeds", "train_loss", "test_accuracy", "majority_rate", "tiny", "preset")
     result = judged(result, measured, parts, verdict)
     result["mean_loss_over_training"] = {name: a.tolist() for name, a in area.items()}

@@ -128,12 +128,19 @@ MAX_DOUBLINGS = 4  # a trend read off one interval says little beyond 16× the s
 
 
 def budget_from_curve(
-    steps: Sequence[int], curve: Sequence[float], needed: float, *, higher_is_better: bool, best: float | None = None
+    steps: Sequence[int],
+    curve: Sequence[float],
+    needed: float,
+    *,
+    higher_is_better: bool,
+    best: float | None = None,
+    unit: str = "steps",
 ) -> str:
     """The budget, in training steps, at which `curve` (the mean over seeds of the quantity a part of a verdict reads,
     recorded at `steps`) reaches `needed` (what the rule asks of that mean at the present seed spread), carrying the
     last interval's change per doubling of steps forward (module docstring). `best`: the best value the quantity can
-    take (a score's 1), beyond which no budget reaches. A sentence for the verdict's reason."""
+    take (a score's 1), beyond which no budget reaches. `unit`: what `steps` count where the budget is not training
+    steps (FAVOR+'s random features). A sentence for the verdict's reason."""
     if len(steps) < 2 or len(steps) != len(curve):
         raise ValueError(f"a learning curve needs ≥ 2 points, one per step: {len(steps)} steps, {len(curve)} values")
     if steps[0] <= 0 or not all(a < b for a, b in itertools.pairwise(steps)):
@@ -147,18 +154,18 @@ def budget_from_curve(
     last, before = steps[-1], steps[-2]
     short = sign * (needed - curve[-1])  # how far the mean still has to go, in the better direction
     if short <= 0:
-        return f"the curve already reaches {needed:.4g} at step {last:,}"
+        return f"the curve already reaches {needed:.4g} at {unit} {last:,}"
     per_doubling = sign * (curve[-1] - curve[-2]) / math.log2(last / before)
-    pace = f"{sign * per_doubling:+.3g} per doubling of the steps over steps {before:,}–{last:,}"
+    pace = f"{sign * per_doubling:+.3g} per doubling of the {unit} over {unit} {before:,}–{last:,}"
     where = f"{curve[-1]:.4g} against the {needed:.4g} needed"
     if per_doubling <= 0:
-        return f"the curve moves away from what the rule needs ({pace}, {where}): more steps will not settle it"
+        return f"the curve moves away from what the rule needs ({pace}, {where}): more {unit} will not settle it"
     doublings = short / per_doubling
     if doublings > MAX_DOUBLINGS:
-        return (f"the curve has slowed ({pace}, {where}: not within {2**MAX_DOUBLINGS}× the steps at that pace): "
-                "more steps of this setting will not settle it")  # fmt: skip
+        return (f"the curve has slowed ({pace}, {where}: not within {2**MAX_DOUBLINGS}× the {unit} at that pace): "
+                f"more {unit} of this setting will not settle it")  # fmt: skip
     return (f"at the curve's last pace ({pace}) it reaches the {needed:.4g} needed at ~{last * 2**doublings:,.0f} "
-            f"steps ({2**doublings:.1f}× these) at the earliest (a learning curve's pace falls as it goes), if the "
+            f"{unit} ({2**doublings:.1f}× these) at the earliest (a learning curve's pace falls as it goes), if the "
             "seed spread stays as it is")  # fmt: skip
 
 
@@ -174,6 +181,23 @@ def gap_budget(
         return None
     gap = [sign * (c - o) for c, o in zip(claimed_curve, other_curve, strict=True)]
     return budget_from_curve(steps, gap, MARGIN * pooled_std(claimed, other), higher_is_better=True)
+
+
+MAX_SEEDS = 1000  # a spread claim that needs more seeds than this is not one a study can settle
+
+
+def seeds_for_spread(claimed: Arm, other: Arm, *, level: float = SPREAD_LEVEL) -> str:
+    """The budget of a `decide_spread` part left not measurable: the seeds per arm at which the F-test's critical
+    value falls below the variance ratio observed now (if the ratio stayed as it is) — more seeds, unlike more steps,
+    are what an F-test needs."""
+    (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
+    if s1 == 0 or s2 == 0:
+        return "an arm does not vary at all"
+    ratio = max(s1, s2) ** 2 / min(s1, s2) ** 2
+    for n in range(max(len(claimed.values), len(other.values)) + 1, MAX_SEEDS + 1):
+        if float(stats.f.ppf(1 - level / 2, n - 1, n - 1)) < ratio:
+            return f"at the variance ratio seen now ({ratio:.3g}) the F-test decides with {n} seeds per arm"
+    return f"the variance ratio seen now ({ratio:.3g}) would need over {MAX_SEEDS} seeds per arm: no budget settles it"
 
 
 def _too_few_seeds(*arms: Arm) -> Verdict | None:

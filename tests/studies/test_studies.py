@@ -83,6 +83,24 @@ def test_parameter_budget_from_its_command_line_counts_every_table_row_for_every
     assert (result["parts"]["3×GLU over 10%"]["verdict"] == REPRODUCED) == (min(three.values()) > 0.1)
 
 
+def test_approximation_says_how_many_random_features_favor_would_need_to_pass_the_zero_output(tmp_path):
+    # Three seeds; FAVOR+ at 1.5 then 1.2 over m 256 → 1,024 (−0.15 per doubling of m), the zero output's error 1.
+    def seed(i):
+        trained = {name: 0.6 + 0.001 * i for name, _, _ in approximation.TRAINED}
+        return {"fixed": {"elu1": 0.76 + 0.001 * i, "relu": 0.70 + 0.001 * i},
+                "favor": {"256": 1.5 + 0.01 * i, "1024": 1.2 + 0.01 * i}, "trained": trained,
+                "trained_parameters": {name: 100 for name in trained},
+                "training_loss": {name: [1.0] for name in trained}}  # fmt: skip
+
+    result = {"seeds": [0, 1, 2], "features": [256, 1024], "steps": 10, "favor_draws": 1, "head_dim": 32,
+              "length": 256, "per_seed": [seed(i) for i in range(3)], "tiny": False, "preset": "cpu"}  # fmt: skip
+    part = approximation.report(result, tmp_path)["parts"]["FAVOR+ error falling with m"]
+    # The rule needs a mean of 1 − 2 × 0.01 = 0.98, 0.23 below the 1.21 at m 1,024: 1.53 doublings more.
+    assert part["verdict"] == NOT_MEASURABLE
+    assert "budget: at the curve's last pace (-0.15 per doubling of the random features" in part["reason"]
+    assert f"needed at ~{1024 * 2 ** (0.23 / 0.15):,.0f} random features" in part["reason"]
+
+
 def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_path):
     result = approximation.run("tiny", tmp_path)
     _, readme = _files(tmp_path, "approximation.png")
@@ -158,6 +176,15 @@ def test_kernel_convergence_compares_curves_only_of_kernels_past_the_majority_cl
     # A kernel at the majority class on the test split: its curve is not read, whatever it is.
     v, parts = verdict((1.0, 1.0001, 1.0002), (1.5, 1.51, 1.52), orth_acc=(0.19, 0.2, 0.21))
     assert v.verdict == NOT_MEASURABLE and "orth. linear learned the task" in v.reason and "faster" not in parts
+    # Parts the rule cannot judge carry their budget: "faster" from the areas at half the steps and at all of them
+    # (here the gap grows from 0 to 0.01 over the doubling 150 → 300; the rule needs 0.032), "steadier" in seeds.
+    area = {"OGLU": np.asarray((1.0, 1.01, 1.02)), "orth. linear": np.asarray((1.0, 1.02, 1.04))}
+    half = {"OGLU": np.asarray((1.1, 1.11, 1.12)), "orth. linear": np.asarray((1.09, 1.11, 1.13))}
+    accuracy = {"OGLU": [0.4, 0.41, 0.42], "orth. linear": [0.4, 0.41, 0.42]}
+    _, parts = kernel_convergence.judge(area, accuracy, 0.2, half, (150, 300))
+    faster = parts["faster"].reason
+    assert "budget: at the curve's last pace (+0.01 per doubling of the steps over steps 150–300)" in faster
+    assert "budget: at the variance ratio seen now (4) the F-test decides with 11 seeds" in parts["steadier"].reason
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from studies.verdict import (
     gap_budget,
     mean_std,
     pooled_std,
+    seeds_for_spread,
 )
 
 
@@ -179,3 +180,16 @@ def test_a_gap_within_the_spread_gets_the_budget_its_curve_calls_for_unless_an_a
     assert "reaches the 0.04 needed at ~8,000 steps" in note
     at_chance = _arm("a", 0.10, 0.11, 0.12)
     assert gap_budget(at_chance, other, [2000, 4000], [0.1, 0.11], [0.5, 0.6], higher_is_better=True) is None
+
+
+def test_a_spread_part_gets_the_seeds_its_f_test_would_need():
+    # Variance ratio 4: F's two-sided 5% critical value falls below 4 at 11 seeds a side (4.03 at 10, 3.72 at 11).
+    steady, noisy = _arm("a", 1.0, 1.1, 1.2), _arm("b", 1.0, 1.2, 1.4)
+    assert "the F-test decides with 11 seeds per arm" in seeds_for_spread(steady, noisy)
+    alike = _arm("b", 1.0, 1.101, 1.202)
+    assert "would need over 1000 seeds per arm: no budget settles it" in seeds_for_spread(steady, alike)
+
+
+def test_a_budget_can_count_something_else_than_steps():
+    note = budget_from_curve([256, 1024], [1.77, 1.24], 0.9, higher_is_better=False, unit="random features")
+    assert "per doubling of the random features over random features 256–1,024" in note and "random features (" in note
