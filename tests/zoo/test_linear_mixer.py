@@ -11,6 +11,7 @@ import kernels
 from zoo import mixers
 from zoo.layers import AuxLoss
 from zoo.mixers.linear import FEATURE_MAPS, favor_features, orthogonal_random_features, orthogonality_penalty
+from zoo.training.steps import with_aux_loss
 
 D, H = 32, 4
 TRAINABLE = ("softplus", "orth_softplus", "glu", "oglu", "aoglu")
@@ -34,7 +35,7 @@ def test_feature_maps_are_positive_and_attention_runs(feature_map, depth):
         phi = layer.feature_map(x, is_query=is_query, mask=None, causal=False)
         assert bool(jnp.all(phi > 0)), f"{feature_map}×{depth}: min {float(phi.min())}"
         chex.assert_tree_all_finite(phi)
-    y = layer(jax.random.normal(jax.random.key(2), (2, 16, D)), causal=True)
+    y, _ = with_aux_loss(layer, jax.random.normal(jax.random.key(2), (2, 16, D)), causal=True)  # sows, in training
     chex.assert_shape(y, (2, 16, D))
     chex.assert_tree_all_finite(y)
 
@@ -46,23 +47,22 @@ def test_orthogonal_init_gives_zero_regulariser_and_it_is_sown_in_training(featu
     w = jax.random.normal(jax.random.key(0), (H, 8, 8))
     assert float(orthogonality_penalty(w)) > 0.1  # a random matrix is far from orthogonal
     x = jax.random.normal(jax.random.key(2), (2, 16, D))
-    layer(x)
-    (sown,) = jax.tree.leaves(nnx.pop(layer, AuxLoss))
+    _, sown = with_aux_loss(layer, x)
     np.testing.assert_allclose(sown, 0.1 * layer.feature_map.penalty(), atol=1e-12)
     layer.eval()
-    layer(x)
-    assert not jax.tree.leaves(nnx.pop(layer, AuxLoss))
+    _, sown_in_eval = nnx.capture(layer, AuxLoss)(x)
+    assert not jax.tree.leaves(sown_in_eval)
 
 
 def test_non_orthogonal_maps_sow_nothing():
     layer = _linear(feature_map="glu")
-    layer(jax.random.normal(jax.random.key(2), (2, 16, D)))
-    assert not jax.tree.leaves(nnx.pop(layer, AuxLoss))
+    _, sown = nnx.capture(layer, AuxLoss)(jax.random.normal(jax.random.key(2), (2, 16, D)))
+    assert not jax.tree.leaves(sown)
 
 
 def test_aoglu_gate_is_low_rank():
     layer = _linear(feature_map="aoglu")
-    kernel = layer.feature_map.layers[0]
+    kernel = layer.feature_map.kernels()[0]
     hd = D // H
     assert kernel.gate_a[...].shape == (H, hd, hd // 4) and kernel.gate_b[...].shape == (H, hd // 4, hd)
 

@@ -12,6 +12,7 @@ import kernels
 from zoo import mixers, models
 from zoo.layers import AuxLoss
 from zoo.mixers.relu import relu_regularisers
+from zoo.training.steps import with_aux_loss
 
 D, H, T, B = 32, 4, 12, 2
 
@@ -171,8 +172,7 @@ def test_relu_without_variance_reduction_is_the_ablation():
 def test_relu_regularisers_sown_in_training_only_and_match_dense_definition(impl):
     layer = _mixer("relu", norm_loss_weight=0.3, entropy_loss_weight=0.2, entropy_margin=0.5, impl=impl)
     x = _x()
-    layer(x, mask=MASK, causal=True)
-    (sown,) = jax.tree.leaves(nnx.pop(layer, AuxLoss))
+    _, sown = with_aux_loss(layer, x, mask=MASK, causal=True)
 
     # Dense re-computation of the definitions in docs/mixers.md from the attention matrix.
     b, t = x.shape[:2]
@@ -196,8 +196,8 @@ def test_relu_regularisers_sown_in_training_only_and_match_dense_definition(impl
     np.testing.assert_allclose(sown, 0.3 * l_norm + 0.2 * l_ent, rtol=1e-4)
 
     layer.eval()
-    layer(x, mask=MASK, causal=True)
-    assert not jax.tree.leaves(nnx.pop(layer, AuxLoss))
+    _, sown_in_eval = nnx.capture(layer, AuxLoss)(x, mask=MASK, causal=True)
+    assert not jax.tree.leaves(sown_in_eval)
 
 
 def test_relu_regularisers_are_zero_for_a_normalised_low_entropy_row():

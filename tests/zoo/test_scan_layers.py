@@ -130,7 +130,7 @@ def test_stacked_parameters_keep_their_logical_axes_behind_a_layer_axis():
     [("relu", {"norm_loss_weight": 0.1, "entropy_loss_weight": 0.1}), ("linear", {"feature_map": "aoglu"})],
 )
 def test_sown_regularisers_of_every_scanned_layer_count_as_in_the_unrolled_model(mixer, options):
-    from zoo.training.steps import _sum_aux
+    from zoo.training.steps import with_aux_loss
 
     def make(cfg):
         cfg.mixer_options[mixer].update(options)
@@ -139,8 +139,8 @@ def test_sown_regularisers_of_every_scanned_layer_count_as_in_the_unrolled_model
     unrolled, scanned = _pair(make, mixer)
     aux = []
     for model in (unrolled, scanned):
-        model(_tokens(), rngs=nnx.Rngs(dropout=0))
-        aux.append(float(_sum_aux(model)))
+        _, total = with_aux_loss(model, _tokens(), rngs=nnx.Rngs(dropout=0))
+        aux.append(float(total))
     assert aux[0] > 0 and aux[1] == pytest.approx(aux[0], rel=1e-5)
 
 

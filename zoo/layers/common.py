@@ -26,7 +26,8 @@ def constrain_batch_sharded(x: jax.Array) -> jax.Array:
 
 
 class AuxLoss(nnx.Intermediate):
-    """Auxiliary losses sown by modules (already weighted); the trainer adds their sum to the task loss."""
+    """Auxiliary losses sown by modules (already weighted) in training; the train step collects them with
+    `nnx.capture` (`zoo.training.steps.with_aux_loss`) and adds their sum to the task loss."""
 
 
 def compute_dtype(name: str):

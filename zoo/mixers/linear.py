@@ -133,17 +133,25 @@ class FeatureMap(nnx.Module):
         # Redraws come from a stream of their own, kept (and checkpointed) as state.
         self.redraw_rngs = nnx.Rngs(favor=rngs.params()) if self.redraw else None
         rank = cfg.gate_rank or max(1, d // 4)
+        # A Dict keyed "0", "1", ..., not a List: inside a scanned block, nnx.capture (which collects the sown
+        # regulariser) adds a string-keyed entry to every module, which a List's integer keys cannot be sorted
+        # beside. Checkpoints store the keys as strings either way.
+        self.depth = depth if kind not in _FIXED else 0
         self.layers = (
-            nnx.List(
-                [
-                    KernelLayer(kind, heads, d, positive=(i == depth - 1), gate_rank=rank, rngs=rngs)
+            nnx.Dict(
+                {
+                    str(i): KernelLayer(kind, heads, d, positive=(i == depth - 1), gate_rank=rank, rngs=rngs)
                     for i in range(depth)
-                ]
+                }
             )
             if kind not in _FIXED
             else None
         )
         self.deterministic = False
+
+    def kernels(self) -> list[KernelLayer]:
+        """The stacked kernels, innermost first."""
+        return [self.layers[str(i)] for i in range(self.depth)]
 
     def __call__(self, x, *, is_query: bool, mask, causal: bool) -> jax.Array:
         if self.kind == "elu1":
@@ -154,14 +162,14 @@ class FeatureMap(nnx.Module):
             if self.redraw and not self.deterministic and is_query:  # once per forward, before the queries
                 self.omega[...] = orthogonal_random_features(self.redraw_rngs.favor(), *self.omega.shape)
             return favor_features(x, self.omega[...], is_query=is_query, mask=mask, causal=causal).astype(x.dtype)
-        for layer in self.layers:
+        for layer in self.kernels():
             x = layer(x)
         return x
 
     def penalty(self) -> jax.Array:
         if self.layers is None:
             return jnp.zeros((), jnp.float32)
-        return sum((layer.penalty() for layer in self.layers), jnp.zeros((), jnp.float32))
+        return sum((layer.penalty() for layer in self.kernels()), jnp.zeros((), jnp.float32))
 
 
 class LinearAttention(MultiHeadMixer):

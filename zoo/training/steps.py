@@ -9,6 +9,7 @@ modules (`AuxLoss`) are added to the objective. Gradient accumulation runs micro
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -19,10 +20,12 @@ from zoo.layers.common import AuxLoss
 LossFn = Callable[[nnx.Module, dict, nnx.Rngs | None, bool], tuple[jax.Array, dict]]
 
 
-def _sum_aux(model: nnx.Module) -> jax.Array:
-    # Under model.scan_layers a block's sown loss comes stacked, one entry per layer: every entry counts.
-    leaves = jax.tree.leaves(nnx.pop(model, AuxLoss))
-    return sum((jnp.sum(leaf) for leaf in leaves), jnp.zeros((), jnp.float32))
+def with_aux_loss(fn: Callable, *args, **kwargs) -> tuple[Any, jax.Array]:
+    """(`fn(*args, **kwargs)`, the sum of the auxiliary losses its modules sow meanwhile): `fn` is a module, or a
+    function whose first argument is the model; `nnx.capture` collects what is sown as `AuxLoss`. Under
+    model.scan_layers a block's sown loss comes stacked, one entry per layer: every entry counts."""
+    out, sown = nnx.capture(fn, AuxLoss)(*args, **kwargs)
+    return out, sum((jnp.sum(leaf) for leaf in jax.tree.leaves(sown)), jnp.zeros((), jnp.float32))
 
 
 def _under_mesh(fn: Callable, mesh: jax.sharding.Mesh) -> Callable:
@@ -44,8 +47,7 @@ def make_train_step(graphdef, loss_fn: LossFn, *, accum_steps: int, state_shardi
     def objective(params, rest, model_def, micro, key):
         # copy=True: fresh Variables at this trace level, so the forward may update non-parameter state.
         model = nnx.merge(model_def, params, rest, copy=True)
-        objective_sum, sums = loss_fn(model, micro, nnx.Rngs(dropout=key), True)
-        aux = _sum_aux(model)
+        (objective_sum, sums), aux = with_aux_loss(loss_fn, model, micro, nnx.Rngs(dropout=key), True)
         # Non-parameter state the forward changed (RNG stream counters, redrawn random features).
         new_rest = nnx.state(model, nnx.Not(nnx.Param))
         # Aux losses are means per micro-batch: weight them by its example count.
