@@ -112,3 +112,21 @@ def test_favor_features_are_state_and_redraw_is_a_choice():
     redraw.eval()
     redraw(jax.random.normal(jax.random.key(0), (1, 8, D)))
     chex.assert_trees_all_equal(redraw.feature_map.omega[...], after)
+
+
+def test_a_checkpoint_of_the_kernel_stack_under_integer_keys_restores_into_its_dict(tmp_path):
+    """Before nnx.capture the stacked kernels were an nnx.List (keys 0, 1); checkpoints store keys as strings, so a
+    run saved then resumes into today's nnx.Dict (keys "0", "1") with the same values."""
+    import orbax.checkpoint as ocp
+
+    layer = _linear(feature_map="oglu", kernel_depth=2)
+    state = nnx.to_pure_dict(nnx.state(layer))
+    stack = state["feature_map"]["layers"]
+    assert sorted(stack) == ["0", "1"]
+    old = {**state, "feature_map": {**state["feature_map"], "layers": {int(k): v for k, v in stack.items()}}}
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(tmp_path / "ckpt", old)
+    checkpointer.wait_until_finished()
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    restored = checkpointer.restore(tmp_path / "ckpt", abstract)
+    chex.assert_trees_all_close(restored, state)
