@@ -37,3 +37,37 @@ def test_unknown_remat_names_the_field():
     cfg = models.model_config(mixer="relu", num_layers=1, d_model=16, num_heads=2, remat="some")
     with pytest.raises(ValueError, match=r"model.remat='some' is unknown; valid: none, full, dots"):
         models.Encoder(cfg, rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize(
+    "mixer, options, remat, scan",
+    [
+        ("relu", {"norm_loss_weight": 0.1, "entropy_loss_weight": 0.1}, "full", True),
+        ("linear", {"feature_map": "oglu", "kernel_depth": 2}, "dots", False),
+    ],
+)
+def test_the_sown_regularisers_and_their_gradients_are_the_same_under_remat(mixer, options, remat, scan):
+    """nnx.capture collects what the rematerialised (and scanned) blocks sow, as the plain encoder's."""
+    from zoo.training.steps import with_aux_loss
+
+    def run(remat):
+        cfg = models.model_config(
+            mixer=mixer, num_layers=2, d_model=32, num_heads=4, mlp_dim=32, max_length=16, dropout=0.1, remat=remat,
+            scan_layers=scan,
+        )  # fmt: skip
+        cfg.mixer_options[mixer].update(options)
+        encoder = models.Encoder(cfg, rngs=nnx.Rngs(0))
+        x = jax.random.normal(jax.random.key(1), (2, 16, 32))
+        mask = jnp.arange(16)[None] < jnp.array([[16], [9]])
+
+        def loss(encoder):
+            out, aux = with_aux_loss(lambda e: e(x, mask=mask, rngs=nnx.Rngs(dropout=3)), encoder)
+            return jnp.mean(out**2) + aux, aux
+
+        return nnx.jit(nnx.value_and_grad(loss, has_aux=True))(encoder)
+
+    (loss, aux), grads = run(remat)
+    (ref_loss, ref_aux), ref_grads = run("none")
+    assert float(aux) == pytest.approx(float(ref_aux), rel=1e-6) and float(ref_aux) != 0.0
+    assert float(loss) == pytest.approx(float(ref_loss), rel=1e-6)
+    chex.assert_trees_all_close(grads, ref_grads, atol=1e-6, rtol=1e-5)
