@@ -53,6 +53,7 @@ from studies.verdict import (
     judged,
     mean_pm_std,
     mean_std,
+    with_budget,
 )
 from zoo.describe import parameter_counts, total
 from zoo.plots import pyplot, save_figure
@@ -144,9 +145,8 @@ def judge(
         curve = {name: [float(np.mean(half["copy"][name])), float(np.mean(perplexity["copy"][name]))]
                  for name in ("aMLP", "gMLP")}  # fmt: skip
         steps = [half["steps"]["copy"], 2 * half["steps"]["copy"]]
-        note = gap_budget(arm("copy", "aMLP", unigram["copy"]), arm("copy", "gMLP", math.inf), steps,
-                          curve["aMLP"], curve["gMLP"], **lower)  # fmt: skip
-        beats = beats if note is None else Verdict(NOT_MEASURABLE, f"{beats.reason}; budget: {note}")
+        beats = with_budget(beats, gap_budget(arm("copy", "aMLP", unigram["copy"]), arm("copy", "gMLP", math.inf),
+                                              steps, curve["aMLP"], curve["gMLP"], **lower))  # fmt: skip
     parts["aMLP beats gMLP on copy"] = beats
     gains = {
         task: tuple(math.log(g / a) for g, a in zip(perplexity[task]["gMLP"], perplexity[task]["aMLP"], strict=True))

@@ -31,13 +31,13 @@ from studies.verdict import (
     MARGIN,
     MIN_SEEDS,
     Arm,
-    Verdict,
     budget_from_curve,
     combine,
     decide,
     judged,
     mean_pm_std,
     mean_std,
+    with_budget,
 )
 from zoo import mixers
 from zoo.mixers.linear import FeatureMap
@@ -181,7 +181,7 @@ def report(result: dict, out_dir: Path) -> dict:
         needed = CHANCE_ERROR - MARGIN * mean_std(values("favor", last))[1]
         curve = [mean("favor", str(m)) for m in features[-2:]]
         note = budget_from_curve(features[-2:], curve, needed, higher_is_better=False, unit="random features")
-        favor_falls = Verdict(NOT_MEASURABLE, f"{favor_falls.reason}; budget: {note}")
+        favor_falls = with_budget(favor_falls, note)
     parts = {"every trained kernel below the better fixed map": beats_fixed, "FAVOR+ error falling with m": favor_falls}
     verdict = combine(parts)
     measured = ("seeds", "features", "steps", "favor_draws", "head_dim", "length", "per_seed", "tiny", "preset")

@@ -31,7 +31,6 @@ from lra_flax.tasks.listops import held_out_majority_rate
 from studies.common import NOT_MEASURABLE, result_preset, runs_root, study_main, study_readme, write_study
 from studies.verdict import (
     Arm,
-    Verdict,
     combine,
     decide,
     decide_spread,
@@ -42,6 +41,7 @@ from studies.verdict import (
     mean_pm_std,
     mean_std,
     seeds_for_spread,
+    with_budget,
 )
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
@@ -116,13 +116,11 @@ def judge(
     faster = decide(arms["OGLU"], arms["orth. linear"], higher_is_better=False)
     if faster.verdict == NOT_MEASURABLE and half_area is not None:
         curves = {name: [float(np.mean(half_area[name])), float(np.mean(area[name]))] for name in KERNELS}
-        note = gap_budget(arms["OGLU"], arms["orth. linear"], steps, curves["OGLU"], curves["orth. linear"],
-                          higher_is_better=False)  # fmt: skip
-        faster = faster if note is None else Verdict(NOT_MEASURABLE, f"{faster.reason}; budget: {note}")
+        faster = with_budget(faster, gap_budget(arms["OGLU"], arms["orth. linear"], steps, curves["OGLU"],
+                                                curves["orth. linear"], higher_is_better=False))  # fmt: skip
     steadier = decide_spread(arms["OGLU"], arms["orth. linear"], higher_is_better=False)
-    if steadier.verdict == NOT_MEASURABLE and "variance ratio" in steadier.reason:
-        seeds = seeds_for_spread(arms["OGLU"], arms["orth. linear"])
-        steadier = Verdict(NOT_MEASURABLE, f"{steadier.reason}; budget: {seeds}")
+    if steadier.verdict == NOT_MEASURABLE:
+        steadier = with_budget(steadier, seeds_for_spread(arms["OGLU"], arms["orth. linear"], higher_is_better=False))
     parts["faster"], parts["steadier"] = faster, steadier
     return combine(parts), parts
 

@@ -44,6 +44,7 @@ from studies.verdict import (
     decide_threshold,
     judged,
     mean_std,
+    with_budget,
 )
 from zoo.mixers.sgu import toeplitz_score
 from zoo.plots import pyplot, save_figure
@@ -105,8 +106,7 @@ def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float
         if part.verdict == NOT_MEASURABLE and len(final) >= MIN_SEEDS and len(steps) >= 2 and ends_together:
             curve = [float(np.mean([per[step][i] for per in scores.values()])) for step in steps]
             needed = max(THRESHOLD, noise) + MARGIN * mean_std([s[i] for s in final.values()])[1]
-            budget = budget_from_curve(steps, curve, needed, higher_is_better=True, best=1.0)
-            part = Verdict(NOT_MEASURABLE, f"{part.reason}; budget: {budget}")
+            part = with_budget(part, budget_from_curve(steps, curve, needed, higher_is_better=True, best=1.0))
         parts[f"layer {i}"] = part
     return combine(parts), parts
 

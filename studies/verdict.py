@@ -186,10 +186,14 @@ def gap_budget(
 MAX_SEEDS = 1000  # a spread claim that needs more seeds than this is not one a study can settle
 
 
-def seeds_for_spread(claimed: Arm, other: Arm, *, level: float = SPREAD_LEVEL) -> str:
+def seeds_for_spread(claimed: Arm, other: Arm, *, higher_is_better: bool, level: float = SPREAD_LEVEL) -> str | None:
     """The budget of a `decide_spread` part left not measurable: the seeds per arm at which the F-test's critical
     value falls below the variance ratio observed now (if the ratio stayed as it is) — more seeds, unlike more steps,
-    are what an F-test needs."""
+    are what an F-test needs; None where the spread is not what stands in the way (too few seeds, an arm at
+    chance)."""
+    sign = 1.0 if higher_is_better else -1.0
+    if _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=MARGIN):
+        return None
     (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
     if s1 == 0 or s2 == 0:
         return "an arm does not vary at all"
@@ -198,6 +202,11 @@ def seeds_for_spread(claimed: Arm, other: Arm, *, level: float = SPREAD_LEVEL) -
         if float(stats.f.ppf(1 - level / 2, n - 1, n - 1)) < ratio:
             return f"at the variance ratio seen now ({ratio:.3g}) the F-test decides with {n} seeds per arm"
     return f"the variance ratio seen now ({ratio:.3g}) would need over {MAX_SEEDS} seeds per arm: no budget settles it"
+
+
+def with_budget(part: Verdict, budget: str | None) -> Verdict:
+    """`part` with the budget that would settle it after its reason; unchanged where there is none to say."""
+    return part if budget is None else Verdict(part.verdict, f"{part.reason}; budget: {budget}")
 
 
 def _too_few_seeds(*arms: Arm) -> Verdict | None:

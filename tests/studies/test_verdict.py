@@ -185,9 +185,13 @@ def test_a_gap_within_the_spread_gets_the_budget_its_curve_calls_for_unless_an_a
 def test_a_spread_part_gets_the_seeds_its_f_test_would_need():
     # Variance ratio 4: F's two-sided 5% critical value falls below 4 at 11 seeds a side (4.03 at 10, 3.72 at 11).
     steady, noisy = _arm("a", 1.0, 1.1, 1.2), _arm("b", 1.0, 1.2, 1.4)
-    assert "the F-test decides with 11 seeds per arm" in seeds_for_spread(steady, noisy)
+    assert "the F-test decides with 11 seeds per arm" in seeds_for_spread(steady, noisy, higher_is_better=True)
     alike = _arm("b", 1.0, 1.101, 1.202)
-    assert "would need over 1000 seeds per arm: no budget settles it" in seeds_for_spread(steady, alike)
+    note = seeds_for_spread(steady, alike, higher_is_better=True)
+    assert "would need over 1000 seeds per arm: no budget settles it" in note
+    # Where the spread is not what stands in the way, it says nothing: two seeds, or an arm at chance.
+    assert seeds_for_spread(_arm("a", 1.0, 1.1), noisy, higher_is_better=True) is None
+    assert seeds_for_spread(_arm("a", 0.1, 0.11, 0.12), noisy, higher_is_better=True) is None
 
 
 def test_a_budget_can_count_something_else_than_steps():
