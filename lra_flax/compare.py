@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 import ml_collections
 
@@ -147,10 +148,14 @@ def _reason(log_tail: str, returncode: int) -> str:
     return (errors[-1] if errors else lines[-1] if lines else f"exit status {returncode}").strip()[:500]
 
 
+def config_module(cell: Cell) -> ModuleType:
+    """The config module under lra_flax/configs that the cell's config spec names."""
+    return importlib.import_module(f"lra_flax.configs.{cell.config_spec.partition(':')[0]}")
+
+
 def cell_config(cell: Cell) -> ml_collections.ConfigDict:
     """The config the cell's command trains with, built here: its preset with the cell's fields set."""
-    module, _, preset = cell.config_spec.partition(":")
-    config = importlib.import_module(f"lra_flax.configs.{module}").get_config(preset)
+    config = config_module(cell).get_config(cell.config_spec.partition(":")[2])
     fields = {"model.mixer": cell.mixer, "seed": cell.seed, **dict(cell.overrides)}
     fields.update({f"model.mixer_options.{cell.mixer}.{k}": v for k, v in cell.options})
     config.update_from_flattened_dict(fields)
@@ -164,8 +169,7 @@ def config_problem(cell: Cell) -> str | None:
         config = cell_config(cell)
     except (KeyError, TypeError, ValueError, AttributeError, ImportError):
         return None
-    sections = importlib.import_module(f"lra_flax.configs.{cell.config_spec.partition(':')[0]}").CONFIG_SECTIONS
-    problems = config_problems(config, sections)
+    problems = config_problems(config, config_module(cell).CONFIG_SECTIONS)
     return "invalid config: " + "; ".join(problems) if problems else None
 
 

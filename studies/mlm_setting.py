@@ -26,9 +26,9 @@ from mlm_flax.configs.pretrain import get_config
 from mlm_flax.data import markov_corpus
 from mlm_flax.task import make_task
 from studies.common import as_preset, runs_root
+from zoo.training import mesh as mesh_lib
 from zoo.training import train_and_evaluate
-from zoo.training.metrics import summarise
-from zoo.training.run import add_sums
+from zoo.training.run import evaluate
 from zoo.training.state import restore_model
 
 RUNS = Path("runs/studies/mlm")
@@ -105,14 +105,11 @@ def held_out_at(config: ml_collections.ConfigDict, workdir: Path, step: int, spl
     graphdef, state = nnx.split(model)
 
     @jax.jit
-    def sums(state, batch):
-        _, out = task.loss_fn(nnx.merge(graphdef, state), batch, None, False)
-        return out
+    def eval_step(state, batch):
+        return task.loss_fn(nnx.merge(graphdef, state), batch, None, False)[1]
 
-    total: dict = {}
-    for batch in task.eval_batches(split):
-        total = add_sums(total, sums(state, batch))
-    return summarise(jax.device_get(total))
+    batches = task.eval_batches(split)
+    return evaluate(eval_step, state, batches, mesh_lib.make_mesh(config.mesh), name=f"{split} at step {step}")
 
 
 def train_curve(workdir: Path, split: str = "train") -> list[dict]:

@@ -167,8 +167,6 @@ class FeatureMap(nnx.Module):
         return x
 
     def penalty(self) -> jax.Array:
-        if self.layers is None:
-            return jnp.zeros((), jnp.float32)
         return sum((layer.penalty() for layer in self.kernels()), jnp.zeros((), jnp.float32))
 
 
