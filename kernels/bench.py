@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import statistics
 import time
@@ -223,16 +224,16 @@ def default_cases(backend: str, args, capability: tuple[int, int] | None = None)
         or {"gpu": ["cudnn", "xla", "dense"], "tpu": ["splash", "xla", "dense"]}.get(backend, ["xla", "dense"]),
     }
     blocks = {"relu": args.relu_blocks or [""], "linear": args.linear_blocks or [""], "softmax": [""]}
-    for op in args.ops:
-        for impl, block in ((i, b) for i in impls[op] for b in (blocks[op] if i == "pallas" else [""])):
-            for t in args.lengths:
-                for d in args.head_dims:
-                    for dtype in args.dtypes:
-                        for causal in args.causal:
-                            if impl in ("cudnn", "mosaic") and dtype == "float32":
-                                continue  # cuDNN flash attention and the Mosaic GPU kernels: half precision only
-                            batch = max(1, args.tokens // t)
-                            cases.append(Case(op, impl, batch, args.heads, t, d, dtype, causal, block))
+    # Shapes outside, impls inside: a sweep cut off at a time limit keeps whole comparisons, in the order the
+    # lengths and head dims were given.
+    shapes = itertools.product(args.head_dims, args.lengths, args.dtypes, args.causal)
+    for d, t, dtype, causal in shapes:
+        for op in args.ops:
+            for impl, block in ((i, b) for i in impls[op] for b in (blocks[op] if i == "pallas" else [""])):
+                if impl in ("cudnn", "mosaic") and dtype == "float32":
+                    continue  # cuDNN flash attention and the Mosaic GPU kernels: half precision only
+                batch = max(1, args.tokens // t)
+                cases.append(Case(op, impl, batch, args.heads, t, d, dtype, causal, block))
     return cases
 
 

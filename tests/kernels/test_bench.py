@@ -172,3 +172,17 @@ def test_a_bad_flag_is_refused_naming_it(flag, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.parse_args([flag])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cases_compare_every_impl_at_one_shape_before_the_next_shape():
+    """A sweep cut off at a time limit keeps whole comparisons: each shape's impls run together, the shapes in the
+    order given (head dims, then lengths)."""
+    args = bench.parse_args(["--lengths=4096,1024", "--head_dims=128,64", "--dtypes=bfloat16", "--causal=true,false"])
+    cases = bench.default_cases("gpu", args, (9, 0))
+    shapes = [(c.head_dim, c.length, c.causal) for c in cases]
+    runs = [shape for i, shape in enumerate(shapes) if i == 0 or shapes[i - 1] != shape]
+    assert runs == [(d, t, causal) for d in (128, 64) for t in (4096, 1024) for causal in (True, False)]
+    per_shape = len(cases) // len(runs)
+    assert [(c.op, c.impl) for c in cases[:per_shape]] == [
+        (op, impl) for op in ("relu", "linear") for impl in ("xla", "pallas", "mosaic")
+    ] + [("softmax", impl) for impl in ("cudnn", "xla", "dense")]

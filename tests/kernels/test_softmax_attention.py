@@ -184,6 +184,35 @@ def test_key_lengths_that_the_cudnn_path_passes_equal_the_trailing_padding_mask(
     chex.assert_trees_all_close(by_lengths, _attend("reference", causal, mask)(q, k, v), atol=1e-5)
 
 
+@pytest.mark.parametrize("impl", ["cudnn", "auto"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cudnn_matches_the_reference_where_it_runs(causal, impl):
+    """cuDNN flash attention, which "auto" picks on a GPU: there, outputs and gradients against the fp32 reference,
+    padded keys included. Anywhere else cuDNN is absent, "cudnn" says so and "auto" does not pick it."""
+    q, k, v, mask = _inputs(b=2, t=256, h=4, d=128, dtype=jnp.bfloat16, seed=3)
+
+    def loss(q, k, v, impl):
+        out = _attend(impl, causal, mask)(q, k, v)
+        return jnp.sum(jnp.where(mask[:, :, None, None], out.astype(jnp.float32), 0) ** 2), out
+
+    grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True), static_argnums=3)
+    if jax.default_backend() != "gpu":
+        assert SoftmaxAttentionOptions(impl="auto").plan(q, k) == "xla"
+        if impl == "cudnn":
+            with pytest.raises(Exception, match="cuDNN"):
+                grad(q, k, v, impl)
+        return
+    assert SoftmaxAttentionOptions(impl="auto").plan(q, k) == "cudnn"
+    (_, out), grads = grad(q, k, v, impl)
+    (_, ref), ref_grads = grad(*(x.astype(jnp.float32) for x in (q, k, v)), "reference")
+    real = mask[:, :, None, None]
+    got, want = jnp.where(real, out.astype(jnp.float32), 0), jnp.where(real, ref, 0)
+    chex.assert_trees_all_close(got, want, atol=bound(jnp.bfloat16), rtol=bound(jnp.bfloat16))
+    for g, r in zip(grads, ref_grads, strict=True):
+        err = float(jnp.max(jnp.abs(g.astype(jnp.float32) - r))) / float(jnp.max(jnp.abs(r)))
+        assert err < bound(jnp.bfloat16, "grad"), err
+
+
 class DropoutTest(parameterized.TestCase):
     """Dropout on the weights inside the blocked softmax: the reference's mask, whatever the blocks."""
 
