@@ -32,10 +32,13 @@ os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
 # matmul rate for MFU, which no test reads; tests/zoo/test_flops.py measures it, with this unset.
 os.environ.setdefault("ZOO_CPU_PEAK_TFLOPS", "0.1")
 # The tests' programs are small: compiling them is most of the suite's time, running them little (xla_flags.py).
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
-if "xla_cpu_multi_thread_eigen" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += f" {ONE_THREAD}"
+# These are XLA:CPU's settings: a GPU's XLA aborts at start on flags it does not know, and the kernel tests on a GPU
+# compile as its users do.
+if os.environ["JAX_PLATFORMS"] == "cpu":
+    if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
+    if "xla_cpu_multi_thread_eigen" not in os.environ["XLA_FLAGS"]:
+        os.environ["XLA_FLAGS"] += f" {ONE_THREAD}"
 
 
 # Test files whose tests start commands or train models end to end (seconds to minutes each): `make test-fast`
