@@ -205,7 +205,7 @@ def linear_attention(
         raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
     if isinstance(eps, int | float) and not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"linear_attention eps={eps!r} must be a finite number > 0 (it keeps the denominator off 0)")
-    impl, backend = options.plan(phi_k.shape[1], _mosaic_refusal(phi_q, v, options, causal))
+    impl, backend = options.plan(phi_k.shape[1], _mosaic_refusal(phi_q, v, options, causal), causal=causal)
     phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
     if impl == "reference":  # the definition: φ must be non-negative (checked here, where it is cheap)
         check_non_negative("phi_q", phi_q)

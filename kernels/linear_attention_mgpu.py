@@ -133,7 +133,7 @@ def _chunk_states_mosaic(b: jax.Array, c: jax.Array, chunk: int) -> jax.Array:
             plgpu.barrier_wait(bar.at[1])
 
             def state(acc_ref):
-                plgpu.wgmma(acc_ref, plgpu.transpose_ref(b_smem, (1, 0)), c_smem)
+                plgpu.wgmma(acc_ref, b_smem.transpose((1, 0)), c_smem)
                 return acc_ref[...]
 
             s_smem[...] = pl.run_scoped(state, plgpu.ACC((x, y), jnp.float32))

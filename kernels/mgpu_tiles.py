@@ -60,7 +60,7 @@ def scores_tile(a_smem, b_smem, shape: tuple[int, int]) -> jax.Array:
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     def run(acc_ref):
-        plgpu.wgmma(acc_ref, a_smem, plgpu.transpose_ref(b_smem, (1, 0)))
+        plgpu.wgmma(acc_ref, a_smem, b_smem.transpose((1, 0)))
         return acc_ref[...]
 
     return pl.run_scoped(run, plgpu.ACC(shape, jnp.float32))

@@ -17,7 +17,9 @@
 The record of what passed where. `kernel_passes.json` beside this file lists every run of a backend's kernel
 tests on real hardware: op, backend, device class (`device_class()`: "cuda-sm90", "tpu-v5e", ...), device,
 jax version, commit, date, whether every test passed, and — from a benchmark on that device — the length from
-which the kernels beat the blocked XLA impl (`auto_from_length`; null: not measured or never faster). A kernel
+which the kernels beat the blocked XLA impl (`auto_from_length`; null: not measured or never faster; or one such
+length for causal and one for full attention, `{"causal": 4096, "full": null}`, where the two cross over
+apart). A kernel
 that only lowered, or only ran in interpret mode, has not passed. `impl="auto"` picks "pallas" only where a
 passing record exists for the op, the backend, this device class and this jax minor version (Pallas changes
 between minors), and only from its `auto_from_length` on; everywhere else it is "xla". `benchmarks/gpu/session.sh`
@@ -42,6 +44,7 @@ import jax
 PALLAS_BACKENDS = ("tpu", "gpu", "triton", "mosaic_gpu")
 OPS = ("relu_attention", "linear_attention", "softmax_attention")
 RECORDED_BACKENDS = ("triton", "mosaic_gpu", "tpu")  # the kernel builds a record names
+ATTENTION_MODES = ("causal", "full")
 PASSES_PATH = Path(__file__).with_name("kernel_passes.json")
 # The test files that exercise each (op, backend) build on the hardware it is built for.
 TEST_FILES = {
@@ -108,7 +111,7 @@ class KernelRun:
     date: str
     passed: bool
     tests: str  # what ran: "N passed, M failed, ..." or why it did not finish
-    auto_from_length: int | None = None
+    auto_from_length: int | dict[str, int | None] | None = None
     note: str = ""
 
     def __post_init__(self):
@@ -119,11 +122,20 @@ class KernelRun:
             raise ValueError(f"{where}: unknown backend {self.backend!r}; valid: {', '.join(RECORDED_BACKENDS)}")
         if not isinstance(self.passed, bool):
             raise ValueError(f"{where}: passed must be true or false, got {self.passed!r}")
-        if self.auto_from_length is not None and (
-            isinstance(self.auto_from_length, bool) or not isinstance(self.auto_from_length, int)
-        ):
-            raise ValueError(f"{where}: auto_from_length must be a whole number or null, got {self.auto_from_length!r}")
-        if self.auto_from_length is not None and not self.passed:
+        lengths = self.auto_from_length
+        if isinstance(lengths, dict):
+            if set(lengths) != set(ATTENTION_MODES):
+                raise ValueError(f"{where}: auto_from_length by mode needs exactly the keys causal and full, got "
+                                 f"{sorted(lengths)}")  # fmt: skip
+            lengths = tuple(lengths.values())
+        else:
+            lengths = (lengths,)
+        if any(n is not None and (isinstance(n, bool) or not isinstance(n, int)) for n in lengths):
+            raise ValueError(
+                f"{where}: auto_from_length must be a whole number, null or {{causal: n, full: n}}, got "
+                f"{self.auto_from_length!r}"
+            )
+        if any(n is not None for n in lengths) and not self.passed:
             raise ValueError(f"{where}: auto_from_length is set on a run that did not pass")
         if not re.fullmatch(r"\d+\.\d+\.\d+\S*", self.jax_version):
             raise ValueError(f"{where}: jax_version {self.jax_version!r} is not a version like 0.11.2")
@@ -131,6 +143,12 @@ class KernelRun:
             datetime.date.fromisoformat(self.date)
         except ValueError:
             raise ValueError(f"{where}: date {self.date!r} is not YYYY-MM-DD") from None
+
+    def crossover(self, causal: bool) -> int | None:
+        """The length from which the kernels beat the XLA impl in this attention mode (None: never, or not measured)."""
+        if isinstance(self.auto_from_length, dict):
+            return self.auto_from_length["causal" if causal else "full"]
+        return self.auto_from_length
 
 
 def read_passes(path: Path = PASSES_PATH) -> tuple[KernelRun, ...]:
@@ -173,12 +191,15 @@ def passing_run(
     return max(matches, key=lambda r: r.date) if matches else None
 
 
-def auto_pallas_backend(op: str, length: int, refusals: dict[str, Callable[[], str | None]], records=None):
+def auto_pallas_backend(
+    op: str, length: int, refusals: dict[str, Callable[[], str | None]], records=None, *, causal: bool
+) -> str | None:
     """The `pallas_backend` `impl="auto"` runs for `op` at sequence `length` on this machine, or None for "xla".
 
-    A backend qualifies when it has passed on this device class (`passing_run`), its record's `auto_from_length`
-    is at most `length`, and — for the Mosaic GPU kernels — `refusals["mosaic_gpu"]()` is None (they take the
-    inputs). Hopper prefers Mosaic GPU to Triton when both qualify."""
+    A backend qualifies when it has passed on this device class (`passing_run`), its record's crossover length for
+    this attention mode (`KernelRun.crossover`) is at most `length`, and — for the Mosaic GPU kernels —
+    `refusals["mosaic_gpu"]()` is None (they take the inputs). Hopper prefers Mosaic GPU to Triton when both
+    qualify."""
     platform = jax.default_backend()
     if platform not in ("gpu", "tpu"):
         return None
@@ -186,7 +207,8 @@ def auto_pallas_backend(op: str, length: int, refusals: dict[str, Callable[[], s
     candidates = ("tpu",) if platform == "tpu" else ("mosaic_gpu", "triton")
     for backend in candidates:
         run = passing_run(op, backend, device_cls, records=records)
-        if run is None or run.auto_from_length is None or length < run.auto_from_length:
+        crossover = None if run is None else run.crossover(causal)
+        if crossover is None or length < crossover:
             continue
         refusal = refusals.get(backend)
         if refusal is not None and refusal() is not None:

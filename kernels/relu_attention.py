@@ -345,7 +345,7 @@ def relu_attention(
     """
     options = options or ReluAttentionOptions()
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
-    impl, backend = options.plan(k.shape[1], _mosaic_refusal(q, k, v, options, causal))
+    impl, backend = options.plan(k.shape[1], _mosaic_refusal(q, k, v, options, causal), causal=causal)
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     return _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl, backend)
@@ -397,7 +397,8 @@ def relu_attention_and_row_stats(
     """
     options = options or ReluAttentionOptions()
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
-    impl, backend = options.plan(k.shape[1], _mosaic_refusal(q, k, v, options, causal, fused_row_stats=True))
+    refusal = _mosaic_refusal(q, k, v, options, causal, fused_row_stats=True)
+    impl, backend = options.plan(k.shape[1], refusal, causal=causal)
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     if impl != "pallas" or backend in ("tpu", "mosaic_gpu"):

@@ -97,14 +97,15 @@ class SoftmaxAttentionOptions:
         if self.pallas_interpret is not None and not isinstance(self.pallas_interpret, bool):
             raise ValueError(f"{name}.pallas_interpret: must be True, False or None, got {self.pallas_interpret!r}")
 
-    def plan(self, q: jax.Array, k: jax.Array, backend: str | None = None) -> str:
-        """The impl that runs for these inputs on `backend` (default: the running one's)."""
+    def plan(self, q: jax.Array, k: jax.Array, backend: str | None = None, *, causal: bool = False) -> str:
+        """The impl that runs for these inputs on `backend` (default: the running one's), in causal or full
+        attention."""
         if self.impl != "auto":
             return self.impl
         backend = backend or jax.default_backend()
         if backend == "gpu" and q.shape[1] > 1 and cudnn_refusal(q) is None:
             return "cudnn"
-        if backend == "tpu" and auto_pallas_backend(self.OP, k.shape[1], {}) == "tpu":
+        if backend == "tpu" and auto_pallas_backend(self.OP, k.shape[1], {}, causal=causal) == "tpu":
             return "splash"
         return "xla"
 
@@ -398,7 +399,7 @@ def softmax_attention(
     options = options or SoftmaxAttentionOptions()
     check_attention_inputs(q, k, v, key_mask, causal)
     rate = _check_dropout(dropout_rate, dropout_key)
-    impl = "xla" if rate and options.impl == "auto" else options.plan(q, k)
+    impl = "xla" if rate and options.impl == "auto" else options.plan(q, k, causal=causal)
     if rate and impl not in ("xla", "reference"):
         raise ValueError(f"softmax impl {impl!r} takes no dropout on the weights (dropout_rate={rate}): use 'xla'")
     if impl == "cudnn" and (refusal := cudnn_refusal(q)) is not None:

@@ -30,7 +30,9 @@ def _append(header: str, text: str) -> None:
 
 def pytest_runtest_logreport(report) -> None:
     if report.failed:
-        _append(f"FAILED {report.nodeid} ({report.when})", report.longreprtext)
+        # What the test printed comes too: a command's own report of an error is often the reason.
+        captured = "".join(f"\n--- {name}\n{text.rstrip()}\n" for name, text in report.sections if text.strip())
+        _append(f"FAILED {report.nodeid} ({report.when})", report.longreprtext + captured)
 
 
 def pytest_collectreport(report) -> None:

@@ -24,6 +24,7 @@ CASES = textwrap.dedent(
 
     def test_fails():
         values = [1, 2, 3]
+        print("what the test printed")
         assert sum(values) == 7, "sum of the values"
 
     def test_setup_error(broken):
@@ -47,6 +48,7 @@ def test_each_failure_once_with_its_whole_report(tmp_path, workers):
     text = report.read_text()
     assert text.count("=== FAILED test_cases.py::test_fails (call)") == 1
     assert "sum of the values" in text and "values = [1, 2, 3]" in text  # the message and the source lines
+    assert "--- Captured stdout call\nwhat the test printed" in text
     assert text.count("=== FAILED test_cases.py::test_setup_error (setup)") == 1
     assert "a fixture that breaks" in text
     assert "test_passes" not in text

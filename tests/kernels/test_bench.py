@@ -66,6 +66,7 @@ def test_flop_convention():
 
 def test_accuracy_check_compares_each_impl_with_the_fp32_xla_impl(tmp_path):
     args = ["--lengths=64", "--repeats=1", "--tokens=64", "--heads=2", "--ops=relu,linear", f"--out={tmp_path}"]
+    args += ["--dtypes=float32", "--head_dims=64", "--causal=true"]  # one case an op on every backend
     path = bench.main([*args, "--relu_impls=pallas", "--linear_impls=pallas", "--check=true"])
     results = json.loads(path.read_text())["results"]
     assert len(results) == 2
@@ -76,6 +77,7 @@ def test_accuracy_check_compares_each_impl_with_the_fp32_xla_impl(tmp_path):
 
 def test_block_size_variants_are_separate_cases_and_reach_the_kernels(tmp_path):
     args = ["--lengths=64", "--repeats=1", "--tokens=64", "--heads=2", "--ops=relu,linear", f"--out={tmp_path}"]
+    args += ["--dtypes=float32", "--head_dims=64", "--causal=true"]  # one case an op on every backend
     blocks = ["--relu_blocks=16,16,16,16;32,16,16,32,4,3", "--linear_blocks=16;32,4"]
     path = bench.main([*args, "--relu_impls=pallas", "--linear_impls=pallas", "--check=true", *blocks])
     results = json.loads(path.read_text())["results"]

@@ -205,35 +205,47 @@ def test_auto_never_picks_a_backend_without_a_passing_record_for_the_device_clas
     pretend(device_cls, records)
     for op in platforms.OPS:
         for length in (1, 1024, 4096, 1 << 20):
-            backend = platforms.auto_pallas_backend(op, length, {"mosaic_gpu": _takes})
-            if backend is None:
-                continue
-            run = platforms.passing_run(op, backend, device_cls, records=records)
-            assert run is not None and run.auto_from_length is not None and length >= run.auto_from_length
+            for causal in (True, False):
+                backend = platforms.auto_pallas_backend(op, length, {"mosaic_gpu": _takes}, causal=causal)
+                if backend is None:
+                    continue
+                run = platforms.passing_run(op, backend, device_cls, records=records)
+                assert run is not None and run.crossover(causal) is not None and length >= run.crossover(causal)
 
 
 def test_auto_follows_a_passing_record_from_its_crossover_length(pretend):
     triton = _run("linear_attention", "triton", auto_from_length=1024)
     pretend("cuda-sm90", [triton])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) == "triton"
-    assert platforms.auto_pallas_backend("linear_attention", 1024, {}) == "triton"
-    assert platforms.auto_pallas_backend("linear_attention", 1023, {}) is None  # below the crossover
-    assert platforms.auto_pallas_backend("relu_attention", 2048, {}) is None  # another op
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) == "triton"
+    assert platforms.auto_pallas_backend("linear_attention", 1024, {}, causal=True) == "triton"
+    assert platforms.auto_pallas_backend("linear_attention", 1023, {}, causal=True) is None  # below the crossover
+    assert platforms.auto_pallas_backend("relu_attention", 2048, {}, causal=True) is None  # another op
     pretend("cuda-sm80", [triton])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) is None  # another device class
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) is None  # another device class
     pretend("cuda-sm90", [dataclasses.replace(triton, jax_version="0.9.1")])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) is None  # another jax minor
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) is None  # another jax minor
     pretend("cuda-sm90", [dataclasses.replace(triton, auto_from_length=None)])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) is None  # passed, never measured faster
+    # passed, never measured faster
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) is None
     pretend("cpu", [dataclasses.replace(triton, device_class="cpu")])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}) is None  # interpret mode: never auto
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) is None  # interpret: never auto
     # Hopper prefers Mosaic GPU when both passed, unless it refuses the inputs.
     mosaic = _run("linear_attention", "mosaic_gpu", auto_from_length=1024)
     pretend("cuda-sm90", [triton, mosaic])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {"mosaic_gpu": _takes}) == "mosaic_gpu"
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {"mosaic_gpu": _refuses}) == "triton"
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {"mosaic_gpu": _takes}, causal=True) == "mosaic_gpu"
+    assert platforms.auto_pallas_backend("linear_attention", 2048, {"mosaic_gpu": _refuses}, causal=True) == "triton"
     pretend("tpu-v5e", [_run("relu_attention", "tpu", "tpu-v5e", auto_from_length=2048)])
-    assert platforms.auto_pallas_backend("relu_attention", 4096, {}) == "tpu"
+    assert platforms.auto_pallas_backend("relu_attention", 4096, {}, causal=True) == "tpu"
+    assert platforms.auto_pallas_backend("relu_attention", 4096, {}, causal=False) == "tpu"  # one length: both
+
+
+def test_a_crossover_by_mode_applies_to_its_own_mode_only(pretend):
+    """Causal and full attention can cross over apart (on an H200 the Triton linear kernels beat XLA causal at 4K
+    and 16K, and lose at 16K without the mask): each mode follows its own length."""
+    pretend("cuda-sm90", [_run("linear_attention", "triton", auto_from_length={"causal": 4096, "full": None})])
+    assert platforms.auto_pallas_backend("linear_attention", 4096, {}, causal=True) == "triton"
+    assert platforms.auto_pallas_backend("linear_attention", 4095, {}, causal=True) is None
+    assert platforms.auto_pallas_backend("linear_attention", 1 << 20, {}, causal=False) is None
 
 
 def test_the_newest_passing_run_counts():
@@ -295,6 +307,9 @@ def test_this_machine_has_a_device_class():
         ({"passed": "yes"}, "passed must be true or false"),
         ({"passed": False, "auto_from_length": 1024}, "auto_from_length is set on a run that did not pass"),
         ({"auto_from_length": 1.5}, "auto_from_length must be a whole number"),
+        ({"auto_from_length": {"causal": 1024}}, "needs exactly the keys causal and full, got \\['causal'\\]"),
+        ({"auto_from_length": {"causal": "4K", "full": None}}, "auto_from_length must be a whole number"),
+        ({"passed": False, "auto_from_length": {"causal": 1024, "full": None}}, "set on a run that did not pass"),
         ({"date": "25/11/2026"}, "not YYYY-MM-DD"),
         ({"jax_version": "latest"}, "not a version like 0.11.2"),
         ({"colour": "red"}, "record 0 must be an object with the fields"),

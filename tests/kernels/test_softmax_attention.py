@@ -181,7 +181,7 @@ def test_key_lengths_that_the_cudnn_path_passes_equal_the_trailing_padding_mask(
     mask = jnp.arange(24)[None] < jnp.array([[24], [17], [1]])
     lengths = jnp.sum(mask, axis=-1, dtype=jnp.int32)
     by_lengths = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, is_causal=causal)
-    chex.assert_trees_all_close(by_lengths, _attend("reference", causal, mask)(q, k, v), atol=1e-5)
+    chex.assert_trees_all_close(by_lengths, _attend("reference", causal, mask)(q, k, v), atol=fp32(1e-5))
 
 
 @pytest.mark.parametrize("impl", ["cudnn", "auto"])
