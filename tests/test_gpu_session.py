@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -72,11 +73,14 @@ def test_dry_run_of_every_step_then_a_second_call_resumes_the_training(tmp_path)
     stopped_at = max(steps_done)
     assert 3 <= stopped_at < 6  # the SIGTERM came after step 3; the loop saves at the next step and stops
     # the next call (the same machine: the same state folder) finishes it from there
+    # and packs what comes back into the 8 files the device tool returns
     out2 = tmp_path / "out2"
-    run, log = _session("--dry-run", "train", out=out2, state=state, MIXERS="relu")
+    run, log = _session("--dry-run", "train", "pack", out=out2, state=state, MIXERS="relu")
     assert run.returncode == 0, log
     assert "train relu: finished" in log
-    results = json.loads((out2 / "train/listops-relu/results.json").read_text())
+    assert len([p for p in out2.rglob("*") if p.is_file()]) <= 8
+    with tarfile.open(out2 / "session.tar.gz") as packed:
+        results = json.load(packed.extractfile("./train/listops-relu/results.json"))
     assert results["resumed_at_step"] == stopped_at and results["steps"] == 6 and 0 <= results["test_accuracy"] <= 1
     assert (state / "jax-cache").is_dir() and any((state / "jax-cache").iterdir())  # compiles kept for next calls
 

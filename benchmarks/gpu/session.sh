@@ -58,7 +58,7 @@ COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 # Compiled programs are cached across calls on the same machine (runs/ stays there between calls).
 export JAX_COMPILATION_CACHE_DIR=$STATE/jax-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
-if [ -d .whl ] && [ -z "${WHEELS_DONE:-}" ]; then
+if [ $DRY_RUN = 0 ] && [ -d .whl ] && [ -z "${WHEELS_DONE:-}" ]; then # the wheels are the GPU machine's (cp312)
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
     exit 1
   export WHEELS_DONE=1 PYTHONPATH=/tmp/site
@@ -106,8 +106,8 @@ else
   # The sweep runs shape by shape, every impl at each (kernels.bench): the shapes that matter most first. The
   # fp32 reference of the accuracy check costs more than the timings at 4K and up; the kernel tests check those.
   BENCH_SIZES=("--lengths=4096,16384,1024" "--head_dims=128,64" --dtypes=bfloat16 --check_max_length=1024 --repeats=5)
-  # Four calls of ≤ 7 minutes fit a 30-minute window with the machine's start (benchmarks/gpu/README.md).
-  FILE_LIMIT=${FILE_LIMIT:-330} TRAIN_LIMIT=${TRAIN_LIMIT:-390} BENCH_LIMIT=${BENCH_LIMIT:-330}
+  # A lease is 15 minutes of device time, a call at most 10: the plan sets these per call (benchmarks/gpu/README.md).
+  FILE_LIMIT=${FILE_LIMIT:-240} TRAIN_LIMIT=${TRAIN_LIMIT:-360} BENCH_LIMIT=${BENCH_LIMIT:-250}
   # Each preset is planned at ≤ 8 minutes (studies/common.py): one or two a call, named in STUDIES (the order:
   # benchmarks/gpu/README.md). A call is at most 600 s: the step's limit leaves the SIGKILL grace inside it.
   STUDY_LIMIT=${STUDY_LIMIT:-500} STUDY_PRESET=--gpu STUDIES=${STUDIES:-}
