@@ -89,16 +89,24 @@ class KernelOptions:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise self._error(field, f"must be a positive whole number{' or None' if optional else ''}, got {value!r}")
 
-    def plan(self, length: int, mosaic_refusal: Callable[[], str | None], *, causal: bool) -> tuple[str, str | None]:
+    def plan(
+        self,
+        length: int,
+        mosaic_refusal: Callable[[], str | None],
+        *,
+        causal: bool,
+        auto_refusals: dict[str, Callable[[], str | None]] | None = None,
+    ) -> tuple[str, str | None]:
         """(impl, kernels) to run at sequence (key) `length`. "auto" is "pallas" with the kernels
         `kernels.platforms` records as passed and faster on this device class from this length on in this
-        attention mode (`causal` or not), else "xla".
+        attention mode (`causal` or not), and that `auto_refusals[backend]()` does not refuse, else "xla".
         For "pallas" the kernels are those `pallas_backend` means here (`resolve_pallas_backend`: "tpu",
         "mosaic_gpu", "gpu" for Triton, or the platform's name for Triton in interpret mode), else None.
         `mosaic_refusal()`: why the Mosaic GPU kernels cannot take the inputs (None: they can)."""
         impl, requested = self.impl, self.pallas_backend
         if impl == "auto":
-            requested = auto_pallas_backend(self.OP, length, {"mosaic_gpu": mosaic_refusal}, causal=causal)
+            refusals = {"mosaic_gpu": mosaic_refusal, **(auto_refusals or {})}
+            requested = auto_pallas_backend(self.OP, length, refusals, causal=causal)
             impl = "pallas" if requested else "xla"
         if impl != "pallas":
             return impl, None

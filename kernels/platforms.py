@@ -127,12 +127,13 @@ class KernelRun:
             if set(lengths) != set(ATTENTION_MODES):
                 raise ValueError(f"{where}: auto_from_length by mode needs exactly the keys causal and full, got "
                                  f"{sorted(lengths)}")  # fmt: skip
+            object.__setattr__(self, "auto_from_length", dict(lengths))  # the record's own copy
             lengths = tuple(lengths.values())
         else:
             lengths = (lengths,)
-        if any(n is not None and (isinstance(n, bool) or not isinstance(n, int)) for n in lengths):
+        if any(n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1) for n in lengths):
             raise ValueError(
-                f"{where}: auto_from_length must be a whole number, null or {{causal: n, full: n}}, got "
+                f"{where}: auto_from_length must be a whole number ≥ 1, null or {{causal: n, full: n}}, got "
                 f"{self.auto_from_length!r}"
             )
         if any(n is not None for n in lengths) and not self.passed:

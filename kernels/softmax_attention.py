@@ -97,7 +97,7 @@ class SoftmaxAttentionOptions:
         if self.pallas_interpret is not None and not isinstance(self.pallas_interpret, bool):
             raise ValueError(f"{name}.pallas_interpret: must be True, False or None, got {self.pallas_interpret!r}")
 
-    def plan(self, q: jax.Array, k: jax.Array, backend: str | None = None, *, causal: bool = False) -> str:
+    def plan(self, q: jax.Array, k: jax.Array, backend: str | None = None, *, causal: bool) -> str:
         """The impl that runs for these inputs on `backend` (default: the running one's), in causal or full
         attention."""
         if self.impl != "auto":

@@ -114,7 +114,12 @@ else
   WORKERS=2
 fi
 TEST_LIMIT=${TEST_LIMIT:-180}
-KILL_GRACE=${KILL_GRACE:-60}
+KILL_GRACE=${KILL_GRACE:-60} # the kernel tests, probe and bench; a training gets 90 s to save its checkpoint
+case $KILL_GRACE in '' | *[!0-9]* | 0)
+  echo "session.sh: KILL_GRACE must be a whole number of seconds ≥ 1 (0 would never kill), got '$KILL_GRACE'" >&2
+  exit 2
+  ;;
+esac
 MIXERS=${MIXERS:-softmax relu}
 
 note() { echo "=== $* ($(date +%T))"; }
@@ -285,13 +290,13 @@ step_studies() {
 
 step_pack() {
   note pack
-  local archive=$STATE/session.tar.gz f
+  local archive=$OUT/session.tar.gz f
   [ -f "$STATE/data.log" ] && cp "$STATE/data.log" "$OUT/data.log"
   PACKED=1
-  tar -czf "$archive" -C "$OUT" . || return 1
-  find "$OUT" -mindepth 1 -maxdepth 1 ! -name info.txt ! -name failures.txt ! -name kernel_passes.json \
-    -exec rm -rf {} +
-  mv "$archive" "$OUT/" || return 1
+  # Written beside what it packs, and only then the rest removed: a failed archive leaves every file in place.
+  tar -czf "$STATE/session.tar.gz" -C "$OUT" . && mv "$STATE/session.tar.gz" "$archive" || return 1
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name session.tar.gz ! -name info.txt ! -name failures.txt \
+    ! -name kernel_passes.json -exec rm -rf {} +
   tar -tzf "$OUT/session.tar.gz" | grep -E 'bench/kernels-.*\.json$' | while read -r f; do
     tar -xzf "$OUT/session.tar.gz" -C "$OUT" --transform='s|.*/||' "$f"
   done

@@ -142,6 +142,18 @@ def test_on_hopper_auto_runs_the_kernels_that_passed_from_their_crossover_length
 
 
 @pytest.mark.lowering
+def test_auto_takes_the_triton_linear_kernels_only_at_the_measured_shapes(hopper, monkeypatch):
+    """The committed crossover was measured in bf16 at D 128: wider features or float32 stay on xla under auto."""
+    records = (_run("linear_attention", "triton", auto_from_length={"causal": 1024, "full": None}),)
+    monkeypatch.setattr(platforms, "device_class", lambda device=None: "cuda-sm90")
+    monkeypatch.setattr(platforms, "_committed_passes", lambda: records)
+    assert _lowered(_linear()) == (0, 1)  # causal, 1,024, bf16, D 128: the Triton kernels
+    assert _lowered(_linear(), d=256) == (0, 0)
+    assert _lowered(_linear(), dtype=jnp.float32) == (0, 0)
+    assert _lowered(_linear(impl="pallas"), d=256) == (0, 1)  # asked for by name: runs what is asked
+
+
+@pytest.mark.lowering
 def test_on_hopper_the_ops_run_the_mosaic_kernels_where_they_can(hopper, monkeypatch):
     monkeypatch.setattr(platforms, "_committed_passes", lambda: MOSAIC_PASSED)
 
@@ -309,6 +321,7 @@ def test_this_machine_has_a_device_class():
         ({"auto_from_length": 1.5}, "auto_from_length must be a whole number"),
         ({"auto_from_length": {"causal": 1024}}, "needs exactly the keys causal and full, got \\['causal'\\]"),
         ({"auto_from_length": {"causal": "4K", "full": None}}, "auto_from_length must be a whole number"),
+        ({"auto_from_length": {"causal": 0, "full": None}}, "auto_from_length must be a whole number ≥ 1"),
         ({"passed": False, "auto_from_length": {"causal": 1024, "full": None}}, "set on a run that did not pass"),
         ({"date": "25/11/2026"}, "not YYYY-MM-DD"),
         ({"jax_version": "latest"}, "not a version like 0.11.2"),

@@ -197,12 +197,12 @@ def test_cudnn_matches_the_reference_where_it_runs(causal, impl):
 
     grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True), static_argnums=3)
     if jax.default_backend() != "gpu":
-        assert SoftmaxAttentionOptions(impl="auto").plan(q, k) == "xla"
+        assert SoftmaxAttentionOptions(impl="auto").plan(q, k, causal=causal) == "xla"
         if impl == "cudnn":
             with pytest.raises(Exception, match="cuDNN"):
                 grad(q, k, v, impl)
         return
-    assert SoftmaxAttentionOptions(impl="auto").plan(q, k) == "cudnn"
+    assert SoftmaxAttentionOptions(impl="auto").plan(q, k, causal=causal) == "cudnn"
     (_, out), grads = grad(q, k, v, impl)
     (_, ref), ref_grads = grad(*(x.astype(jnp.float32) for x in (q, k, v)), "reference")
     real = mask[:, :, None, None]

@@ -38,7 +38,8 @@ def _queries(dtype, head_dim, length=16):
 )
 def test_implementation_choice(option, backend, dtype, head_dim, length, bias, expected):
     q = _queries(dtype, head_dim, length)
-    assert softmax_implementation(option, backend, q, q, bias) == expected
+    assert softmax_implementation(option, backend, q, q, bias, causal=False) == expected
+    assert softmax_implementation(option, backend, q, q, bias, causal=True) == expected  # no record by mode yet
 
 
 def test_unknown_implementation_is_an_error_naming_the_option():

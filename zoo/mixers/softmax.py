@@ -65,13 +65,15 @@ def check_implementation(option: str, relative_buckets: int = 0) -> None:
         )
 
 
-def softmax_implementation(option: str, backend: str, q: jax.Array, k: jax.Array, has_bias: bool) -> str:
+def softmax_implementation(
+    option: str, backend: str, q: jax.Array, k: jax.Array, has_bias: bool, *, causal: bool
+) -> str:
     """What `implementation=option` runs on `backend` for queries and keys like `q`, `k` (arrays or
-    `jax.ShapeDtypeStruct`s): one of `kernels.SOFTMAX_IMPLS` other than "auto"."""
+    `jax.ShapeDtypeStruct`s) in causal or full attention: one of `kernels.SOFTMAX_IMPLS` other than "auto"."""
     check_implementation(option)
     if has_bias:
         return "dense"
-    return kernels.SoftmaxAttentionOptions(impl=option).plan(q, k, backend)
+    return kernels.SoftmaxAttentionOptions(impl=option).plan(q, k, backend, causal=causal)
 
 
 def softmax_attention_path(model_cfg, backend: str) -> str:
@@ -82,7 +84,8 @@ def softmax_attention_path(model_cfg, backend: str) -> str:
     dtype = jnp.dtype(model_cfg.dtype)
     q = jax.ShapeDtypeStruct((1, model_cfg.max_length, model_cfg.num_heads, head_dim), dtype)
     has_bias = options.relative_buckets > 0
-    impl = softmax_implementation(options.implementation, backend, q, q, has_bias)
+    # The encoders' full attention, which every task's model has (a decoder's causal layers plan their own).
+    impl = softmax_implementation(options.implementation, backend, q, q, has_bias, causal=False)
     here = f"{backend}, {dtype.name}, head dim {head_dim}"
     if has_bias:
         return f"XLA dense (relative_buckets={options.relative_buckets}: the position bias needs the T×T scores)"
