@@ -28,8 +28,9 @@
 #
 # Settings (environment): OUT, GPU_STATE (default runs/gpu), PY (python), COMMIT, MIXERS (train and probe;
 # default "softmax relu"), TRAIN_ARGS, PROBE_ARGS, BENCH_ARGS, PYTEST_ARGS (extra words), KERNEL_TESTS (files),
-# FILE_LIMIT, TEST_LIMIT, TRAIN_LIMIT, BENCH_LIMIT, STUDY_LIMIT, DATA_WAIT, KILL_GRACE (seconds), TRAIN_FAULT (a fault injected
-# into the training processes, as the tests inject them: e.g. sigterm_after_step=3), STUDIES (names).
+# WIDE_FILES (test files given 4 workers), FILE_LIMIT, TEST_LIMIT, TRAIN_LIMIT, BENCH_LIMIT, STUDY_LIMIT, DATA_WAIT,
+# KILL_GRACE (seconds), TRAIN_FAULT (a fault injected into the training processes, as the tests inject them: e.g.
+# sigterm_after_step=3), STUDIES (names).
 set -u
 DRY_RUN=0
 if [ "${1:-}" = "--dry-run" ]; then
@@ -37,7 +38,7 @@ if [ "${1:-}" = "--dry-run" ]; then
   shift
 fi
 if [ $# -eq 0 ]; then
-  sed -n '2,32p' "$0"
+  sed -n '2,33p' "$0"
   exit 2
 fi
 for s in "$@"; do
@@ -112,6 +113,9 @@ else
   # benchmarks/gpu/README.md). A call is at most 600 s: the step's limit leaves the SIGKILL grace inside it.
   STUDY_LIMIT=${STUDY_LIMIT:-500} STUDY_PRESET=--gpu STUDIES=${STUDIES:-}
   WORKERS=2
+  # The files that ran longest on the H200 (2026-11-28: killed at 170 s with 2 workers; the linear Mosaic GPU file
+  # took 101 s alone with 4) get 4 workers; the machine has 16 cores for 13 files.
+  WIDE_FILES=${WIDE_FILES:-test_linear_attention_mgpu.py test_softmax_attention.py test_relu_attention.py}
 fi
 TEST_LIMIT=${TEST_LIMIT:-180}
 KILL_GRACE=${KILL_GRACE:-60} # the kernel tests, probe and bench; a training gets 90 s to save its checkpoint
@@ -172,6 +176,10 @@ step_info() {
   } 2>&1 | tee "$OUT/info.txt"
 }
 
+workers_for() { # pytest workers for one test file: 4 for WIDE_FILES, else WORKERS
+  case " ${WIDE_FILES:-} " in *" $(basename "$1") "*) echo 4 ;; *) echo "$WORKERS" ;; esac
+}
+
 step_kernel_tests() {
   note "kernel-tests: $(echo "$KERNEL_TESTS" | wc -w) files side by side, ${FILE_LIMIT}s each"
   mkdir -p "$OUT/junit"
@@ -185,7 +193,7 @@ step_kernel_tests() {
     (
       start=$SECONDS
       limited "$FILE_LIMIT" "$OUT/junit/$stem.log" "$PY" -m pytest "$f" -p tests.failure_report -p no:cacheprovider \
-        -n "$WORKERS" -v -rfE --tb=long --timeout="$TEST_LIMIT" --timeout-method=thread \
+        -n "$(workers_for "$f")" -v -rfE --tb=long --timeout="$TEST_LIMIT" --timeout-method=thread \
         --junitxml="$OUT/junit/$stem.xml" "${KERNEL_SELECT[@]}" "${pytest_args[@]}"
       rc=$?
       if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
