@@ -2,7 +2,6 @@
 cannot take, and — on a GPU — equals the reference. JAX 0.10's GPU interpret mode cannot run wgmma on a
 transposed shared-memory ref, so on a CPU the numbers cannot be checked; the GPU sessions run this file."""
 
-import chex
 import jax
 import jax.numpy as jnp
 import pytest
@@ -11,7 +10,7 @@ import kernels
 from kernels import ReluAttentionOptions
 from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu, supported
 from tests.kernels.lowering import exported_text, layout_copies
-from tests.kernels.tolerances import bound
+from tests.kernels.tolerances import assert_bf16_matches_reference
 
 
 def _attend(causal, t, backward="mosaic", warp_specialized=True):
@@ -122,9 +121,4 @@ def test_matches_reference_outputs_and_gradients_where_it_runs(causal, backward,
     (_, out), grads = mosaic(q, k, v, gamma)
     f32 = [x.astype(jnp.float32) for x in (q, k, v)]
     (_, ref), ref_grads = grad(*f32, gamma, ReluAttentionOptions(impl="reference"))
-    real = mask[:, :, None, None]
-    got, want = jnp.where(real, out.astype(jnp.float32), 0), jnp.where(real, ref, 0)
-    chex.assert_trees_all_close(got, want, atol=bound(jnp.bfloat16), rtol=bound(jnp.bfloat16))
-    for g, r in zip(grads, ref_grads, strict=True):
-        err = float(jnp.max(jnp.abs(g.astype(jnp.float32) - r))) / float(jnp.max(jnp.abs(r)))
-        assert err < bound(jnp.bfloat16, "grad"), err
+    assert_bf16_matches_reference(out, ref, grads, ref_grads, mask[:, :, None, None])

@@ -14,7 +14,7 @@ from absl.testing import parameterized
 import kernels
 from kernels import SoftmaxAttentionOptions
 from kernels.numerics import unpack_keep_bits
-from tests.kernels.tolerances import bound, fp32
+from tests.kernels.tolerances import assert_bf16_matches_reference, bound, fp32
 
 OP = importlib.import_module("kernels.softmax_attention")  # the module (`kernels.softmax_attention` is the op)
 
@@ -205,12 +205,7 @@ def test_cudnn_matches_the_reference_where_it_runs(causal, impl):
     assert SoftmaxAttentionOptions(impl="auto").plan(q, k, causal=causal) == "cudnn"
     (_, out), grads = grad(q, k, v, impl)
     (_, ref), ref_grads = grad(*(x.astype(jnp.float32) for x in (q, k, v)), "reference")
-    real = mask[:, :, None, None]
-    got, want = jnp.where(real, out.astype(jnp.float32), 0), jnp.where(real, ref, 0)
-    chex.assert_trees_all_close(got, want, atol=bound(jnp.bfloat16), rtol=bound(jnp.bfloat16))
-    for g, r in zip(grads, ref_grads, strict=True):
-        err = float(jnp.max(jnp.abs(g.astype(jnp.float32) - r))) / float(jnp.max(jnp.abs(r)))
-        assert err < bound(jnp.bfloat16, "grad"), err
+    assert_bf16_matches_reference(out, ref, grads, ref_grads, mask[:, :, None, None])
 
 
 class DropoutTest(parameterized.TestCase):

@@ -15,6 +15,7 @@ computes at `precision=HIGHEST` (exact fp32 products on every backend).
   a dropped term gives (order 1).
 """
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -40,6 +41,16 @@ def bound(dtype, what: str = "output", cpu_fp32: float = 2e-5) -> float:
         raise ValueError(f"no kernel-test bound for dtype {name}; known: float32, {', '.join(LOW_PRECISION)}")
     output, grad = LOW_PRECISION[name]
     return {"output": output, "grad": grad}[what]
+
+
+def assert_bf16_matches_reference(out, ref, grads, ref_grads, real) -> None:
+    """A bf16 run against the fp32 reference: the output on the `real` (unpadded) rows within the output bound, each
+    gradient's max error relative to its largest value within the gradient bound."""
+    got, want = jnp.where(real, out.astype(jnp.float32), 0), jnp.where(real, ref, 0)
+    chex.assert_trees_all_close(got, want, atol=bound(jnp.bfloat16), rtol=bound(jnp.bfloat16))
+    for g, r in zip(grads, ref_grads, strict=True):
+        err = float(jnp.max(jnp.abs(g.astype(jnp.float32) - r))) / float(jnp.max(jnp.abs(r)))
+        assert err < bound(jnp.bfloat16, "grad"), err
 
 
 def pallas_against_reference(loss, args: tuple, grad_names: tuple[str, ...]):
