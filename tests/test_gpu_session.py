@@ -106,7 +106,13 @@ def test_failures_hangs_and_killed_files_all_come_back_with_their_reasons(tmp_pa
         )
     )
     (tests / "test_stuck_at_import.py").write_text("import time\ntime.sleep(120)\n\ndef test_never():\n    pass\n")
-    files = f"{tests / 'test_mixed.py'} {tests / 'test_stuck_at_import.py'}"
+    # Every worker dies as it collects, as they did on a GPU whose XLA aborted on flags it did not know: no test
+    # runs, and the abort's own message is only seen when the file runs again in one process.
+    (tests / "test_crash_at_start.py").write_text(
+        "import os, sys\n\nsys.stderr.write('Unknown flags in XLA_FLAGS: --xla_cpu_nonsense\\n')\nsys.stderr.flush()\n"
+        "os.abort()\n\ndef test_never_runs():\n    pass\n"
+    )
+    files = f"{tests / 'test_mixed.py'} {tests / 'test_stuck_at_import.py'} {tests / 'test_crash_at_start.py'}"
     run, log = _session(
         "--dry-run", "kernel-tests", out=tmp_path / "out", state=tmp_path / "state", KERNEL_TESTS=files,
         TEST_LIMIT="3", FILE_LIMIT="15", timeout=300,
@@ -119,3 +125,5 @@ def test_failures_hangs_and_killed_files_all_come_back_with_their_reasons(tmp_pa
     assert "TIMEOUT" in failures and "test_stuck_at_import.py" in failures  # a hung file costs that file only
     assert "killed at the file's limit" in (tmp_path / "out/junit/test_stuck_at_import.timeout").read_text()
     assert "test_passes" not in failures
+    assert "=== EXIT" in failures and "test_crash_at_start.py: pytest ended without a result" in failures
+    assert "node down" in failures and "Unknown flags in XLA_FLAGS: --xla_cpu_nonsense" in failures

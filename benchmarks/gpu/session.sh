@@ -201,6 +201,20 @@ step_kernel_tests() {
         rm -f "$OUT/junit/$stem.xml"
         printf '=== TIMEOUT %s: killed at the limit of %ss; last lines:\n%s\n\n' "$f" "$FILE_LIMIT" \
           "$(tail -5 "$OUT/junit/$stem.log")" >>"$PYTEST_FAILURES_FILE"
+      elif [ $rc -ne 0 ] && [ $rc -ne 1 ]; then # no verdict per test: interrupted, an internal or usage error, no
+        # tests collected, or workers that died at start (an abort inside XLA or the driver) — its log's own words
+        printf '=== EXIT %s %s: pytest ended without a result for every test; last lines:\n%s\n' "$rc" "$f" \
+          "$(grep -v -e PytestBenchmarkWarning -e 'warner(' "$OUT/junit/$stem.log" | grep -v '^$' | tail -12)" \
+          >>"$PYTEST_FAILURES_FILE"
+        if grep -q "node down" "$OUT/junit/$stem.log"; then # a worker died: its last words are lost with it, so
+          # the file runs again in one process without output capture, where an abort's message reaches the log
+          limited 90 "$OUT/junit/$stem.serial.log" "$PY" -m pytest "$f" -p no:cacheprovider -n 0 -x -q -s \
+            --timeout="$TEST_LIMIT" "${KERNEL_SELECT[@]}" "${pytest_args[@]}"
+          printf -- '--- the same file in one process (-n 0 -x -s): exit %s; its log without stack frames:\n%s\n' \
+            "$?" "$(grep -v -e PytestBenchmarkWarning -e 'warner(' -e '^  File ' "$OUT/junit/$stem.serial.log" |
+              grep -v '^$' | head -25)" >>"$PYTEST_FAILURES_FILE"
+        fi
+        echo >>"$PYTEST_FAILURES_FILE"
       fi
       echo "$f: exit $rc in $((SECONDS - start))s; $(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped)' \
         "$OUT/junit/$stem.log" | tail -1)"
