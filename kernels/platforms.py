@@ -18,9 +18,8 @@ The record of what passed where. `kernel_passes.json` beside this file lists eve
 tests on real hardware: op, backend, device class (`device_class()`: "cuda-sm90", "tpu-v5e", ...), device,
 jax version, commit, date, whether every test passed, and — from a benchmark on that device — the length from
 which the kernels beat the blocked XLA impl (`auto_from_length`; null: not measured or never faster; or one such
-length for causal and one for full attention, `{"causal": 4096, "full": null}`, where the two cross over
-apart). A kernel
-that only lowered, or only ran in interpret mode, has not passed. `impl="auto"` picks "pallas" only where a
+length for causal and one for full attention, `{"causal": 4096, "full": null}`, where the two cross over apart).
+A kernel that only lowered, or only ran in interpret mode, has not passed. `impl="auto"` picks "pallas" only where a
 passing record exists for the op, the backend, this device class and this jax minor version (Pallas changes
 between minors), and only from its `auto_from_length` on; everywhere else it is "xla". `benchmarks/gpu/session.sh`
 writes the records of a GPU run (`python -m kernels.platforms record`); they are committed here by hand.
@@ -198,9 +197,9 @@ def auto_pallas_backend(
     """The `pallas_backend` `impl="auto"` runs for `op` at sequence `length` on this machine, or None for "xla".
 
     A backend qualifies when it has passed on this device class (`passing_run`), its record's crossover length for
-    this attention mode (`KernelRun.crossover`) is at most `length`, and — for the Mosaic GPU kernels —
-    `refusals["mosaic_gpu"]()` is None (they take the inputs). Hopper prefers Mosaic GPU to Triton when both
-    qualify."""
+    this attention mode (`KernelRun.crossover`) is at most `length`, and `refusals[backend]()`, where given, is None
+    (the Mosaic GPU kernels take the inputs; an op may also keep a backend to the shapes it was measured at).
+    Hopper prefers Mosaic GPU to Triton when both qualify."""
     platform = jax.default_backend()
     if platform not in ("gpu", "tpu"):
         return None
