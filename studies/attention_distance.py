@@ -30,7 +30,7 @@ import numpy as np
 from flax import nnx
 
 from lra_flax.tasks import make_task
-from lra_flax.tasks.listops import held_out_majority_rate
+from lra_flax.tasks.listops import NUM_CLASSES, held_out_majority_rate
 from studies import stability
 from studies.common import (
     StudyError,
@@ -42,6 +42,7 @@ from studies.common import (
     write_study,
 )
 from studies.verdict import (
+    REPRODUCED,
     Arm,
     Verdict,
     combine,
@@ -52,6 +53,7 @@ from studies.verdict import (
     learned,
     mean_pm_std,
     mean_std,
+    with_budget,
 )
 from zoo.files import read_json
 from zoo.mixers.attention import MultiHeadMixer
@@ -149,6 +151,7 @@ def run(preset: str, out_dir: Path) -> dict:
     first_rate = stability.GRIDS[preset][0]
     distances = {arm: [] for arm in ARMS}
     accuracy = {arm: [] for arm in ARMS}
+    final_loss = {arm: [] for arm in ARMS}  # each model's last logged training loss: the budget of the controls
     maps, uniform, majority = {}, None, None
     for arm in ARMS:
         for seed in seeds:
@@ -162,6 +165,7 @@ def run(preset: str, out_dir: Path) -> dict:
                 )
             model, config, task = load_run(workdir)
             accuracy[arm].append(float(read_json(workdir / "results.json", "train it again")["test_accuracy"]))
+            final_loss[arm].append(float(stability.logged(workdir)[-1]["loss"]))
             batch = next(iter(task.eval_batches("test")))
             matrices = attention_matrices(model, batch["inputs"][:EXAMPLES])
             distances[arm].append([mean_distance(w, real).tolist() for w, real in matrices])
@@ -174,7 +178,7 @@ def run(preset: str, out_dir: Path) -> dict:
                 majority = held_out_majority_rate(config)
     result = {
         "seeds": seeds, "mean_distance": distances, "test_accuracy": accuracy, "majority_rate": majority,
-        "uniform_attention_distance": uniform, "tiny": tiny, "preset": preset,
+        "uniform_attention_distance": uniform, "final_train_loss": final_loss, "tiny": tiny, "preset": preset,
     }  # fmt: skip
 
     plt = pyplot()
@@ -201,12 +205,36 @@ def seed_distances(result: dict, arm: str) -> tuple[float, ...]:
     return tuple(float(np.mean([np.mean(heads) for heads in layers])) for layers in result["mean_distance"][arm])
 
 
+# A model that has not left chance on ListOps's ten classes has a training loss near ln 10.
+CHANCE_LOSS = math.log(NUM_CLASSES)
+LEFT_CHANCE = 0.15  # a last logged loss this far under ln 10 has left it (the logged losses swing ~0.1 at chance)
+
+
+def loss_budget(losses) -> str:
+    """What a failed "learned the task" control needs, from the models' last logged training losses: nothing follows
+    from a curve still at chance; one that has left it says that longer training is what is missing."""
+    lo, hi = min(losses), max(losses)
+    if hi > CHANCE_LOSS - LEFT_CHANCE:
+        return (
+            f"the models' last logged training loss is {lo:.2f}–{hi:.2f} against ln {NUM_CLASSES} = {CHANCE_LOSS:.2f} "
+            "for a guess among the classes: still at chance, so their curve gives no number of steps — a setting in "
+            "which the models learn ListOps comes first"
+        )
+    return (
+        f"the models' last logged training loss is {lo:.2f}–{hi:.2f}, below chance ln {NUM_CLASSES} = "
+        f"{CHANCE_LOSS:.2f}: they are learning, and longer training is what is missing"
+    )
+
+
 def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
     """The verdict and its parts (module docstring): the controls first, the comparison only when they hold."""
     uniform, majority = result["uniform_attention_distance"], result["majority_rate"]
     parts = {}
     for arm in ARMS:
-        parts[f"{arm} learned the task (control)"] = learned(arm, result["test_accuracy"][arm], majority)
+        part = learned(arm, result["test_accuracy"][arm], majority)
+        if part.verdict != REPRODUCED and "final_train_loss" in result:
+            part = with_budget(part, loss_budget(result["final_train_loss"][arm]))
+        parts[f"{arm} learned the task (control)"] = part
         distance = Arm(f"{arm} mean distance", seed_distances(result, arm), uniform)
         farther = mean_std(distance.values)[0] > uniform  # either side of uniform: the attention left it
         parts[f"{arm} attention is not uniform (control)"] = decide_threshold(
@@ -226,6 +254,7 @@ def report(result: dict, out_dir: Path) -> dict:
     preset = result_preset(result)
     verdict, parts = judge(result)
     measured = ("seeds", "mean_distance", "test_accuracy", "majority_rate", "uniform_attention_distance", "tiny")
+    measured += ("final_train_loss",) * ("final_train_loss" in result)  # absent from results measured before it
     result = judged({**result, "preset": preset}, (*measured, "preset"), parts, verdict)
     distances, uniform = result["mean_distance"], result["uniform_attention_distance"]
 

@@ -428,6 +428,19 @@ def test_attention_distance_compares_only_models_that_learned_and_left_uniform_a
     assert "ReLU attends farther than softmax" not in parts
     # Models at chance (the majority class) are not read, whatever their distances.
     assert verdict((300, 301, 302), (200, 201, 202), relu_acc=(0.19, 0.2, 0.21)) == NOT_MEASURABLE
+    # Their budget comes from their last training losses: at chance no number of steps follows; below it, more steps.
+    at_chance = result((300, 301, 302), (200, 201, 202), relu_acc=(0.19, 0.2, 0.21))
+    losses = {"relu, 1/√(n/2)": [2.18, 2.26, 2.31], "softmax": [1.2, 1.3, 1.4]}
+    _, parts = attention_distance.judge({**at_chance, "final_train_loss": losses})
+    relu_control = parts["relu, 1/√(n/2) learned the task (control)"].reason
+    assert (
+        "budget: the models' last logged training loss is 2.18–2.31" in relu_control
+        and "still at chance" in relu_control
+    )
+    learning = {**at_chance, "final_train_loss": {**losses, "relu, 1/√(n/2)": [1.9, 2.0, 2.1]}}
+    _, parts = attention_distance.judge(learning)
+    assert "longer training is what is missing" in parts["relu, 1/√(n/2) learned the task (control)"].reason
+    assert "budget" not in parts["softmax learned the task (control)"].reason  # a control that holds has none
 
 
 def test_ffn_memory_judges_each_part_of_the_claim_by_the_rule():
