@@ -11,7 +11,7 @@ import kernels
 from kernels import LinearAttentionOptions
 from kernels.linear_attention_mgpu import MgpuChunkSizes, chunked_product, linear_attention_mgpu, supported
 from tests.kernels.lowering import exported_text, layout_copies
-from tests.kernels.tolerances import bound, fp32
+from tests.kernels.tolerances import bound, fp32, relative_errors
 
 REFERENCE = LinearAttentionOptions(impl="reference")
 
@@ -33,13 +33,6 @@ def _loss(attend):
     return jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)
 
 
-def _relative_errors(got, want):
-    return [
-        float(jnp.max(jnp.abs(g.astype(jnp.float32) - w)) / jnp.max(jnp.abs(w)))
-        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
-    ]
-
-
 @pytest.mark.parametrize("eps_mode", ["add", "guard"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("m, dv, chunk", [(64, 128, 64), (32, 48, 128)])
@@ -55,7 +48,7 @@ def test_chunk_algorithm_matches_reference_fp32(m, dv, chunk, causal, eps_mode):
         phi_q, phi_k, v
     )
     chex.assert_trees_all_close(out, ref, atol=fp32(1e-5), rtol=fp32(1e-5))
-    assert max(_relative_errors(grads, ref_grads)) < fp32(1e-5)
+    assert max(relative_errors(grads, ref_grads)) < fp32(1e-5)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -71,7 +64,7 @@ def test_chunk_algorithm_in_bf16_stays_within_bf16_error(causal):
         *f32
     )
     assert out.dtype == jnp.bfloat16
-    assert max(_relative_errors([out, *grads], [ref, *ref_grads])) < bound(jnp.bfloat16, "grad")
+    assert max(relative_errors([out, *grads], [ref, *ref_grads])) < bound(jnp.bfloat16, "grad")
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -85,7 +78,7 @@ def test_state_split_keeps_the_forward_as_accurate_as_an_fp32_state(causal):
     split = linear_attention_mgpu(phi_q, phi_k, v, causal=causal, eps=1e-6, kernels="xla")
     triton = LinearAttentionOptions(impl="pallas")  # Triton, interpreted on a CPU
     fp32_state = kernels.linear_attention(phi_q, phi_k, v, causal=causal, options=triton)
-    (split_err,), (fp32_err,) = _relative_errors([split], [ref]), _relative_errors([fp32_state], [ref])
+    (split_err,), (fp32_err,) = relative_errors([split], [ref]), relative_errors([fp32_state], [ref])
     assert split_err <= 1.02 * fp32_err, (split_err, fp32_err)
 
 
@@ -100,7 +93,7 @@ def test_chunked_product_is_the_masked_bilinear_sum(mode):
     i, j = jnp.arange(256)[:, None], jnp.arange(256)[None, :]
     visible = {"causal": i >= j, "anticausal": i <= j, "full": jnp.ones((256, 256), bool)}[mode]
     want = jnp.einsum("bhij,bjhy->bihy", jnp.where(visible, scores, 0.0) * r[..., None], c, precision=highest)
-    (err,) = _relative_errors([got], [want])
+    (err,) = relative_errors([got], [want])
     assert err < fp32(1e-6), err  # sums of 256 terms: fp32 rounding on the CPU, TF32 on a GPU
 
 
@@ -171,12 +164,12 @@ def test_kernels_match_their_stand_ins_and_the_reference_where_they_run(causal):
     stand_in = _loss(lambda q, k, v: linear_attention_mgpu(q, k, v, causal=causal, eps=1e-6, kernels="xla"))
     (_, want), want_grads = jax.jit(stand_in)(phi_q, phi_k, v)
     # Same algorithm and the same bf16 roundings: closer to each other than either is to the fp32 reference.
-    assert max(_relative_errors([out, *grads], [want.astype(jnp.float32), *want_grads])) < 1e-2
+    assert max(relative_errors([out, *grads], [want.astype(jnp.float32), *want_grads])) < 1e-2
     f32 = [x.astype(jnp.float32) for x in (phi_q, phi_k, v)]
     (_, ref), ref_grads = _loss(lambda q, k, v: kernels.linear_attention(q, k, v, causal=causal, options=REFERENCE))(
         *f32
     )
-    assert max(_relative_errors([out, *grads], [ref, *ref_grads])) < bound(jnp.bfloat16, "grad")
+    assert max(relative_errors([out, *grads], [ref, *ref_grads])) < bound(jnp.bfloat16, "grad")
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -43,13 +43,20 @@ def bound(dtype, what: str = "output", cpu_fp32: float = 2e-5) -> float:
     return {"output": output, "grad": grad}[what]
 
 
+def relative_errors(got, want) -> list[float]:
+    """Per leaf of the two trees, max|got − want| / max|want| (`want`: the fp32 reference)."""
+    return [
+        float(jnp.max(jnp.abs(g.astype(jnp.float32) - w)) / jnp.max(jnp.abs(w)))
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
+    ]
+
+
 def assert_bf16_matches_reference(out, ref, grads, ref_grads, real) -> None:
     """A bf16 run against the fp32 reference: the output on the `real` (unpadded) rows within the output bound, each
     gradient's max error relative to its largest value within the gradient bound."""
     got, want = jnp.where(real, out.astype(jnp.float32), 0), jnp.where(real, ref, 0)
     chex.assert_trees_all_close(got, want, atol=bound(jnp.bfloat16), rtol=bound(jnp.bfloat16))
-    for g, r in zip(grads, ref_grads, strict=True):
-        err = float(jnp.max(jnp.abs(g.astype(jnp.float32) - r))) / float(jnp.max(jnp.abs(r)))
+    for err in relative_errors(grads, ref_grads):
         assert err < bound(jnp.bfloat16, "grad"), err
 
 
