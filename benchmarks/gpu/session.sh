@@ -128,6 +128,12 @@ MIXERS=${MIXERS:-softmax relu}
 
 note() { echo "=== $* ($(date +%T))"; }
 
+log_words() { # log_words [-e PATTERN]... LOG: the log without blank lines and pytest-benchmark's warnings about xdist
+  grep -v -e PytestBenchmarkWarning -e 'warner(' -e '^$' "$@"
+}
+
+copy_data_log() { [ -f "$STATE/data.log" ] && cp "$STATE/data.log" "$OUT/data.log"; }
+
 limited() { # limited SECONDS LOG COMMAND...: runs with a time limit (SIGTERM, SIGKILL KILL_GRACE s later); returns
   # its status
   local limit=$1 log=$2
@@ -204,15 +210,13 @@ step_kernel_tests() {
       elif [ $rc -ne 0 ] && [ $rc -ne 1 ]; then # no verdict per test: interrupted, an internal or usage error, no
         # tests collected, or workers that died at start (an abort inside XLA or the driver) — its log's own words
         printf '=== EXIT %s %s: pytest ended without a result for every test; last lines:\n%s\n' "$rc" "$f" \
-          "$(grep -v -e PytestBenchmarkWarning -e 'warner(' "$OUT/junit/$stem.log" | grep -v '^$' | tail -12)" \
-          >>"$PYTEST_FAILURES_FILE"
+          "$(log_words "$OUT/junit/$stem.log" | tail -12)" >>"$PYTEST_FAILURES_FILE"
         if grep -q "node down" "$OUT/junit/$stem.log"; then # a worker died: its last words are lost with it, so
           # the file runs again in one process without output capture, where an abort's message reaches the log
           limited 90 "$OUT/junit/$stem.serial.log" "$PY" -m pytest "$f" -p no:cacheprovider -n 0 -x -q -s \
             --timeout="$TEST_LIMIT" "${KERNEL_SELECT[@]}" "${pytest_args[@]}"
           printf -- '--- the same file in one process (-n 0 -x -s): exit %s; its log without stack frames:\n%s\n' \
-            "$?" "$(grep -v -e PytestBenchmarkWarning -e 'warner(' -e '^  File ' "$OUT/junit/$stem.serial.log" |
-              grep -v '^$' | head -25)" >>"$PYTEST_FAILURES_FILE"
+            "$?" "$(log_words -e '^  File ' "$OUT/junit/$stem.serial.log" | head -25)" >>"$PYTEST_FAILURES_FILE"
         fi
         echo >>"$PYTEST_FAILURES_FILE"
       fi
@@ -312,16 +316,14 @@ step_studies() {
 
 step_pack() {
   note pack
-  local archive=$OUT/session.tar.gz f
-  [ -f "$STATE/data.log" ] && cp "$STATE/data.log" "$OUT/data.log"
+  copy_data_log
   PACKED=1
-  # Written beside what it packs, and only then the rest removed: a failed archive leaves every file in place.
-  tar -czf "$STATE/session.tar.gz" -C "$OUT" . && mv "$STATE/session.tar.gz" "$archive" || return 1
+  # Written beside what it packs, and only then the rest removed: a failed archive leaves every file in place. The
+  # bench's results stay beside it too, moved up out of bench/.
+  tar -czf "$STATE/session.tar.gz" -C "$OUT" . && mv "$STATE/session.tar.gz" "$OUT/" || return 1
+  mv "$OUT"/bench/kernels-*.json "$OUT"/ 2>/dev/null
   find "$OUT" -mindepth 1 -maxdepth 1 ! -name session.tar.gz ! -name info.txt ! -name failures.txt \
-    ! -name kernel_passes.json -exec rm -rf {} +
-  tar -tzf "$OUT/session.tar.gz" | grep -E 'bench/kernels-.*\.json$' | while read -r f; do
-    tar -xzf "$OUT/session.tar.gz" -C "$OUT" --transform='s|.*/||' "$f"
-  done
+    ! -name kernel_passes.json ! -name 'kernels-*.json' -exec rm -rf {} +
   [ "$(find "$OUT" -type f | wc -l)" -le 8 ] || echo "pack: more than 8 files under $OUT; some will not come back"
   ls -la "$OUT"
 }
@@ -339,5 +341,5 @@ for s in "$@"; do
     pack) step_pack ;;
   esac
 done
-[ -f "$STATE/data.log" ] && [ -z "${PACKED:-}" ] && cp "$STATE/data.log" "$OUT/data.log"
+[ -z "${PACKED:-}" ] && copy_data_log
 echo "=== done ($(date +%T)); results under $OUT"
