@@ -45,6 +45,7 @@ from studies.verdict import (
     REPRODUCED,
     Arm,
     Verdict,
+    chance_loss_budget,
     combine,
     decide,
     decide_threshold,
@@ -205,27 +206,6 @@ def seed_distances(result: dict, arm: str) -> tuple[float, ...]:
     return tuple(float(np.mean([np.mean(heads) for heads in layers])) for layers in result["mean_distance"][arm])
 
 
-# A model that has not left chance on ListOps's ten classes has a training loss near ln 10.
-CHANCE_LOSS = math.log(NUM_CLASSES)
-LEFT_CHANCE = 0.15  # a last logged loss this far under ln 10 has left it (the logged losses swing ~0.1 at chance)
-
-
-def loss_budget(losses) -> str:
-    """What a failed "learned the task" control needs, from the models' last logged training losses: nothing follows
-    from a curve still at chance; one that has left it says that longer training is what is missing."""
-    lo, hi = min(losses), max(losses)
-    if hi > CHANCE_LOSS - LEFT_CHANCE:
-        return (
-            f"the models' last logged training loss is {lo:.2f}–{hi:.2f} against ln {NUM_CLASSES} = {CHANCE_LOSS:.2f} "
-            "for a guess among the classes: still at chance, so their curve gives no number of steps — a setting in "
-            "which the models learn ListOps comes first"
-        )
-    return (
-        f"the models' last logged training loss is {lo:.2f}–{hi:.2f}, below chance ln {NUM_CLASSES} = "
-        f"{CHANCE_LOSS:.2f}: they are learning, and longer training is what is missing"
-    )
-
-
 def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
     """The verdict and its parts (module docstring): the controls first, the comparison only when they hold."""
     uniform, majority = result["uniform_attention_distance"], result["majority_rate"]
@@ -233,7 +213,7 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
     for arm in ARMS:
         part = learned(arm, result["test_accuracy"][arm], majority)
         if part.verdict != REPRODUCED and "final_train_loss" in result:
-            part = with_budget(part, loss_budget(result["final_train_loss"][arm]))
+            part = with_budget(part, chance_loss_budget(result["final_train_loss"][arm], NUM_CLASSES))
         parts[f"{arm} learned the task (control)"] = part
         distance = Arm(f"{arm} mean distance", seed_distances(result, arm), uniform)
         farther = mean_std(distance.values)[0] > uniform  # either side of uniform: the attention left it

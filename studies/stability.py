@@ -4,7 +4,8 @@ paper's kind of block (post-LayerNorm, no gradient clipping), three seeds each.
 
     python -m studies.stability          # 3 arms × 3 seeds up the learning rates 1e-3 … 6.4e-2: ~3.5 min a run on
                                          # 2 CPU cores, up to 63 runs (~4 h) when nothing diverges
-    python -m studies.stability --gpu    # d 256 (MLP 1,024), 300 steps, learning rates ×4 apart, one H100
+    python -m studies.stability --gpu    # d 256 (MLP 1,024), 300 steps, learning rates 2e-3 … 0.128 ×4 apart,
+                                         # one H100
     python -m studies.stability --tiny   # 1 seed, two learning rates of 4 steps on short inputs, seconds
 
 The `lra-train` ListOps demo model (2 layers, d 128, 4 heads) with post-LN blocks (`model.norm="post"`: LN(x +
@@ -18,8 +19,10 @@ Each (arm, seed) climbs the learning-rate grid ×2 at a time from LEARNING_RATES
 diverges: a non-finite loss (the loop refuses to checkpoint it and stops) or a logged loss above twice the
 chance level ln 10 after warm-up. Its measure is the number of grid steps it climbed without diverging (0: only
 the first; −1: not even the first, the level an arm must be measurably above; the top of the grid when nothing
-diverged, a lower bound). Judged by the studies' rule (studies/verdict.py): the factor's arm against plain ReLU,
-higher is better; softmax is the reference, outside the verdict. The grid must bracket both arms: one that
+diverged, a lower bound). Judged by the studies' rule (studies/verdict.py, `judge`): first the controls — each ReLU
+arm learned the task at its largest stable learning rate, its held-out accuracy measurably above the majority
+class (a model at chance that does not diverge shows nothing about stability) — then the factor's arm against
+plain ReLU, higher is better; softmax is the reference, outside the verdict. The grid must bracket both arms: one that
 stays stable at the top only gains (its true figure is higher), but one that diverges at the first learning rate
 in every seed is below the grid, not past the rule's chance level, and the verdict is "not measurable" until the
 grid reaches lower. Seeds change the initialisation and the batch order; the data is the same. Runs are
@@ -39,6 +42,7 @@ import ml_collections
 
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
+from lra_flax.tasks.listops import NUM_CLASSES, held_out_majority_rate
 from studies.common import (
     LEDGER,
     NOT_MEASURABLE,
@@ -50,7 +54,18 @@ from studies.common import (
     study_readme,
     write_study,
 )
-from studies.verdict import Arm, Verdict, decide, judged, mean_pm_std
+from studies.verdict import (
+    REPRODUCED,
+    Arm,
+    Verdict,
+    chance_loss_budget,
+    decide,
+    failed_controls,
+    judged,
+    learned,
+    mean_pm_std,
+    with_budget,
+)
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
@@ -61,7 +76,8 @@ ARMS = {
 }
 CLAIMED, PLAIN = "relu, 1/√(n/2)", "relu, no factor"
 LEARNING_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
-GRIDS = {"tiny": LEARNING_RATES[:2], "cpu": LEARNING_RATES, "gpu": LEARNING_RATES[::2]}
+# The `gpu` grid: ×4 a step from 2e-3 to twice the CPU grid's top, where nothing diverged on 2 CPU cores.
+GRIDS = {"tiny": LEARNING_RATES[:2], "cpu": LEARNING_RATES, "gpu": (2e-3, 8e-3, 3.2e-2, 1.28e-1)}
 RUNS = Path("runs/studies/stability-lr")
 DIVERGED_LOSS = 2 * math.log(10)  # twice the chance-level loss of 10 balanced classes
 STEPS, WARMUP = 150, 15
@@ -188,17 +204,61 @@ def run(preset: str, out_dir: Path) -> dict:
     root = runs_root(preset, out_dir, RUNS)
     ledger = Ledger(out_dir / LEDGER, root)
     runs = {arm: [climb(arm, seed, preset, root, ledger) for seed in seeds_of(preset)] for arm in ARMS}
+    majority = held_out_majority_rate(config_for(CLAIMED, 0, preset, root / "data"))  # every run reads this data
     result = {
-        "seeds": seeds_of(preset), "learning_rates": list(GRIDS[preset]), "runs": runs, "tiny": preset == "tiny",
-        "preset": preset,
+        "seeds": seeds_of(preset), "learning_rates": list(GRIDS[preset]), "runs": runs, "majority_rate": majority,
+        "tiny": preset == "tiny", "preset": preset,
     }  # fmt: skip
     return report(result, out_dir)
+
+
+def at_largest_stable_rate(per_seed: list[list[dict]]) -> list[dict]:
+    """Each seed's run at the largest learning rate it trained at without diverging (none for a seed below the grid)."""
+    return [stable[-1] for runs in per_seed if (stable := [r for r in runs if not r["diverged"]])]
+
+
+def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
+    """The verdict and its parts under the studies' rule. The controls first: each ReLU arm learned the task at its
+    largest stable learning rate (held-out accuracy measurably above the majority class; a model at chance that
+    does not diverge shows nothing about stability). Then the claim: the factor's arm climbs more grid steps than
+    plain ReLU's, higher is better; softmax is the reference, outside the verdict."""
+    learning_rates, runs = result["learning_rates"], result["runs"]
+    parts = {}
+    for arm in (CLAIMED, PLAIN):
+        stable = at_largest_stable_rate(runs[arm])
+        part = learned(arm, [r["test_accuracy"] for r in stable], result["majority_rate"])
+        if part.verdict != REPRODUCED and stable:
+            part = with_budget(part, chance_loss_budget([r["loss"][-1] for r in stable], NUM_CLASSES))
+        parts[f"{arm} learned the task at its largest stable learning rate (control)"] = part
+    climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
+    top = len(learning_rates) - 1
+    # Both arms at the top in every seed: two lower bounds, whose gap (0) says nothing; the reason says why. (Plain
+    # ReLU at the top with the factor's arm below it is a real gap: plain's true figure is only higher.)
+    if all(c == top for c in climbed[PLAIN] + climbed[CLAIMED]):
+        beyond = f"{learning_rates[-1] * 2:g}, {learning_rates[-1] * 4:g}, …"
+        comparison = Verdict(
+            NOT_MEASURABLE,
+            f"no seed of either ReLU arm diverged up to the grid's top learning rate {learning_rates[-1]:g}: the grid "
+            "brackets neither (both figures are lower bounds), so plain ReLU showed no instability for the factor to "
+            f"fix at this budget; budget: the grid continued beyond its top ({beyond}), or a setting in which plain "
+            f"ReLU diverges (the `gpu` preset: d 256, {GPU_STEPS} steps, learning rates up to {GRIDS['gpu'][-1]:g})",
+        )
+    else:
+        arms = {arm: Arm(arm, tuple(map(float, c)), chance=-1.0) for arm, c in climbed.items()}
+        comparison = decide(arms[CLAIMED], arms[PLAIN], higher_is_better=True)
+    parts["the factor raises the largest stable learning rate"] = comparison
+    controls = {name: part for name, part in parts.items() if name.endswith("(control)")}
+    return failed_controls(controls) or comparison, parts
 
 
 def report(result: dict, out_dir: Path) -> dict:
     """The verdict under the studies' rule, the figure and README.md from the runs in `result`."""
     if "learning_rates" not in result:
         raise ValueError("this result.json was recorded at one learning rate, before the sweep: run the study again")
+    if "majority_rate" not in result:
+        raise ValueError(
+            "this result.json has no majority_rate (the held-out split's majority class): run the study again"
+        )
     seeds, learning_rates, runs, preset = (
         result["seeds"],
         result["learning_rates"],
@@ -206,22 +266,11 @@ def report(result: dict, out_dir: Path) -> dict:
         result_preset(result),
     )
     climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
-    arms = {arm: Arm(arm, tuple(map(float, c)), chance=-1.0) for arm, c in climbed.items()}
-    top = len(learning_rates) - 1
-    # Both arms at the top in every seed: two lower bounds, whose gap (0) says nothing; the reason says why. (Plain
-    # ReLU at the top with the factor's arm below it is a real gap: plain's true figure is only higher.)
-    if all(c == top for c in climbed[PLAIN] + climbed[CLAIMED]):
-        verdict = Verdict(
-            NOT_MEASURABLE,
-            f"no seed of either ReLU arm diverged up to the grid's top learning rate {learning_rates[-1]:g}: the grid "
-            "brackets neither (both figures are lower bounds), so plain ReLU showed no instability for the factor to "
-            "fix at this budget; learning rates beyond the grid, or a setting in which plain ReLU diverges, are needed",
-        )
-    else:
-        verdict = decide(arms[CLAIMED], arms[PLAIN], higher_is_better=True)
-    parts = {"the factor raises the largest stable learning rate": verdict}
-    result = judged(result, ("seeds", "learning_rates", "runs", "tiny", "preset"), parts, verdict)
+    verdict, parts = judge(result)
+    measured = ("seeds", "learning_rates", "runs", "majority_rate", "tiny", "preset")
+    result = judged(result, measured, parts, verdict)
     result["grid_steps_climbed"] = climbed
+    top = len(learning_rates) - 1
 
     def lr_at(steps: int) -> str:
         bound = " (top: a lower bound)" if steps == top else ""
@@ -230,6 +279,9 @@ def report(result: dict, out_dir: Path) -> dict:
     def last_loss(r: dict) -> float:  # a diverged run's loss, drawn at the top of the plot
         loss = r["loss"][-1] if r["loss"] else math.inf
         return min(loss, 2 * DIVERGED_LOSS) if math.isfinite(loss) else 2 * DIVERGED_LOSS
+
+    def accuracy(run: dict) -> str:
+        return f"{100 * run['test_accuracy']:.1f}%"
 
     def diverged_at(per_seed: list[dict]) -> str:
         return f"{per_seed[-1]['learning_rate']:g}" if per_seed[-1]["diverged"] else "—"
@@ -256,7 +308,8 @@ def report(result: dict, out_dir: Path) -> dict:
     rows = "\n".join(
         f"| {arm} | {', '.join(lr_at(c) for c in climbed[arm])} | "
         f"{mean_pm_std(climbed[arm], 2)} | "
-        f"{', '.join(diverged_at(r) for r in runs[arm])} |"
+        f"{', '.join(diverged_at(r) for r in runs[arm])} | "
+        f"{', '.join(accuracy(r) for r in at_largest_stable_rate(runs[arm])) or '—'} |"
         for arm in ARMS
     )
     config = config_for("softmax", 0, preset, Path("data"))
@@ -272,8 +325,8 @@ def report(result: dict, out_dir: Path) -> dict:
         f"{', '.join(f'{x:g}' for x in learning_rates)} climbed until the first divergence, seeds "
         f"{', '.join(map(str, seeds))}. Diverged: a non-finite loss, or a loss above 2 ln 10 after warm-up. "
         "The measure: grid steps climbed without diverging (−1: none), mean ± std over seeds (n − 1).",
-        table="| attention | largest stable learning rate (per seed) | grid steps climbed | diverged at |\n"
-        "|---|---|---|---|\n" + rows,
+        table="| attention | largest stable learning rate (per seed) | grid steps climbed | diverged at | test "
+        f"accuracy there (majority class {100 * result['majority_rate']:.1f}%) |\n|---|---|---|---|---|\n" + rows,
         verdict=f"{verdict.verdict} — {verdict.reason}. Softmax is the reference, outside the verdict.",
         figure="stability.png",
     )  # fmt: skip

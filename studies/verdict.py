@@ -277,6 +277,27 @@ def learned(name: str, accuracies, majority: float) -> Verdict:
                             higher_is_better=True)  # fmt: skip
 
 
+# A classifier's last logged training loss this far under ln(classes), the loss of a guess among the classes, has
+# left chance (the logged losses of a model at chance swing by ~0.1).
+LEFT_CHANCE_LOSS = 0.15
+
+
+def chance_loss_budget(losses: Sequence[float], num_classes: int) -> str:
+    """The budget of a failed "learned the task" control of a classifier, from its models' last logged training losses:
+    nothing follows from a curve still at chance; one that has left it says that longer training is what is missing."""
+    lo, hi, chance = min(losses), max(losses), math.log(num_classes)
+    if hi > chance - LEFT_CHANCE_LOSS:
+        return (
+            f"the models' last logged training loss is {lo:.2f}–{hi:.2f} against ln {num_classes} = {chance:.2f} "
+            "for a guess among the classes: still at chance, so their curve gives no number of steps — a setting in "
+            "which the models learn the task comes first"
+        )
+    return (
+        f"the models' last logged training loss is {lo:.2f}–{hi:.2f}, below chance ln {num_classes} = "
+        f"{chance:.2f}: they are learning, and longer training is what is missing"
+    )
+
+
 def failed_controls(controls: dict[str, Verdict]) -> Verdict | None:
     """ "Not measurable", naming every control that does not hold (each must be reproduced before the claim's
     comparison is read), else None."""

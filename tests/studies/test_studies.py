@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -99,6 +100,29 @@ def test_approximation_says_how_many_random_features_favor_would_need_to_pass_th
     assert part["verdict"] == NOT_MEASURABLE
     assert "budget: at the curve's last pace (-0.15 per doubling of the random features" in part["reason"]
     assert f"needed at ~{1024 * 2 ** (0.23 / 0.15):,.0f} random features" in part["reason"]
+
+
+def test_approximation_says_how_many_fitting_steps_a_kernel_level_with_the_fixed_map_would_need(tmp_path):
+    # OGLU level with relu (0.701 ± 0.001 each); its fit's loss 0.49 (error 0.70) around the middle of 600 steps,
+    # 0.4761 (0.69) at the end: 0.01 over steps 301 → 551, 0.0115 per doubling; the rule needs 0.701 − 2 × 0.001.
+    def seed(i):
+        trained = {name: 0.6 + 0.001 * i for name, _, _ in approximation.TRAINED}
+        trained["OGLU"] = 0.70 + 0.001 * i
+        loss = [0.49] * 8 + [0.48, 0.48] + [0.4761] * 3
+        return {"fixed": {"elu1": 0.76 + 0.001 * i, "relu": 0.70 + 0.001 * i}, "favor": {"256": 0.5, "1024": 0.4},
+                "trained": trained, "trained_parameters": {name: 100 for name in trained},
+                "training_loss": {name: loss for name in trained}}  # fmt: skip
+
+    result = {"seeds": [0, 1, 2], "features": [256, 1024], "steps": 600, "favor_draws": 1, "head_dim": 32,
+              "length": 256, "per_seed": [seed(i) for i in range(3)], "tiny": False, "preset": "cpu"}  # fmt: skip
+    part = approximation.report(result, tmp_path)["parts"]["every trained kernel below the better fixed map"]
+    assert part["verdict"] == NOT_MEASURABLE
+    oglu = part["reason"].split("OGLU: ")[1]
+    assert oglu.startswith("not measurable") and "budget: at the curve's last pace (-0.0115 per doubling of the " \
+        "steps over steps 301–551)" in oglu  # fmt: skip
+    doublings = 0.002 / (0.01 / math.log2(551 / 301))
+    assert f"needed at ~{551 * 2**doublings:,.0f} steps" in oglu
+    assert "budget" not in part["reason"].split("OGLU: ")[0]  # the kernels the rule judged have none
 
 
 def test_approximation_fits_the_trainable_kernels_and_measures_every_map(tmp_path):
@@ -230,8 +254,9 @@ def test_stability_climbs_the_learning_rates_until_the_first_divergence(stabilit
     assert plain["diverged"] and plain["error"].startswith("loss is not finite") and plain["test_accuracy"] is None
     assert not stability.arm_dir(tmp_path / "runs", "relu, no factor", 0, rates[1]).exists()  # not climbed further
     assert result["verdict"] == NOT_MEASURABLE  # one seed: the rule needs three
-    assert "| relu, no factor | none | -1.00 ± 0.00 | 0.001 |" in readme
-    assert "| relu, 1/√(n/2) | 0.002 (top: a lower bound) | 1.00 ± 0.00 | — |" in readme
+    assert 0 < result["majority_rate"] < 1
+    assert "| relu, no factor | none | -1.00 ± 0.00 | 0.001 | — |" in readme
+    assert "| relu, 1/√(n/2) | 0.002 (top: a lower bound) | 1.00 ± 0.00 | — | " in readme
     # --report judges the recorded runs again, the same way; a result of the one-learning-rate version is refused.
     again = stability.report(json.loads((tmp_path / "result.json").read_text()), tmp_path / "again")
     assert again["grid_steps_climbed"] == result["grid_steps_climbed"] and again["parts"] == result["parts"]
@@ -479,28 +504,43 @@ def test_ffn_memory_judges_each_part_of_the_claim_by_the_rule():
 def test_stability_says_when_neither_relu_arm_diverged_inside_the_grid(tmp_path):
     rates = [1e-3, 2e-3, 4e-3]
 
-    def seed_runs(diverges_at):  # one seed's climb: stable runs, then the diverged one (None: never diverged)
+    def seed_runs(diverges_at, accuracy):  # one seed's climb: stable runs, then the diverged one (None: never)
         climbed = rates if diverges_at is None else rates[: rates.index(diverges_at) + 1]
         return [
             {"learning_rate": lr, "diverged": lr == diverges_at, "loss": [2.3], "grad_norm": [1.0],
-             "test_accuracy": None if lr == diverges_at else 0.2, "error": None}
+             "test_accuracy": None if lr == diverges_at else accuracy, "error": None}
             for lr in climbed
         ]  # fmt: skip
 
-    def verdict(claimed, plain):
-        runs = {stability.CLAIMED: [seed_runs(d) for d in claimed], stability.PLAIN: [seed_runs(d) for d in plain],
-                "softmax": [seed_runs(None)] * 3}  # fmt: skip
-        result = {"seeds": [0, 1, 2], "learning_rates": rates, "runs": runs, "preset": "cpu"}
-        return stability.report(result, tmp_path)["parts"]["the factor raises the largest stable learning rate"]
+    def report(claimed, plain, accuracy=(0.40, 0.41, 0.42)):
+        arm = lambda diverges: [seed_runs(d, a) for d, a in zip(diverges, accuracy, strict=True)]
+        runs = {stability.CLAIMED: arm(claimed), stability.PLAIN: arm(plain), "softmax": arm([None] * 3)}
+        result = {"seeds": [0, 1, 2], "learning_rates": rates, "runs": runs, "majority_rate": 0.2, "preset": "cpu"}
+        return stability.report(result, tmp_path)
 
-    # Two lower bounds at the grid's top: no instability shown, whatever the rule's gap would say.
+    def verdict(claimed, plain, **kwargs):
+        return report(claimed, plain, **kwargs)["parts"]["the factor raises the largest stable learning rate"]
+
+    # Two lower bounds at the grid's top: no instability shown, whatever the rule's gap would say; the budget is the
+    # grid beyond its top.
     both_top = verdict([None] * 3, [None] * 3)
     assert both_top["verdict"] == NOT_MEASURABLE and "brackets neither" in both_top["reason"]
+    assert "budget: the grid continued beyond its top (0.008, 0.016, …)" in both_top["reason"]
+    assert stability.GRIDS["gpu"][-1] > stability.GRIDS["cpu"][-1]  # the `gpu` grid climbs past where none diverged
     assert "brackets neither" in (tmp_path / "README.md").read_text()
     # Plain ReLU diverging inside the grid, the factor not: the claim. The factor's arm diverging below plain ReLU's
     # lower bound: a real gap the other way.
     assert verdict([None] * 3, [2e-3] * 3)["verdict"] == REPRODUCED
+    assert report([None] * 3, [2e-3] * 3)["verdict"] == REPRODUCED
     assert verdict([2e-3] * 3, [None] * 3)["verdict"] == NOT_REPRODUCED
+    # Models at chance at their largest stable rate (the majority class 20%): the controls fail, whatever the climb.
+    at_chance = report([None] * 3, [2e-3] * 3, accuracy=(0.19, 0.2, 0.21))
+    assert at_chance["verdict"] == NOT_MEASURABLE
+    control = at_chance["parts"][f"{stability.PLAIN} learned the task at its largest stable learning rate (control)"]
+    assert control["verdict"] == NOT_MEASURABLE and "still at chance" in control["reason"]  # loss 2.3 ≈ ln 10
+    assert "majority class 20.0%" in (tmp_path / "README.md").read_text()
+    with pytest.raises(ValueError, match="no majority_rate"):
+        stability.report({"seeds": [0], "learning_rates": rates, "runs": {}, "preset": "cpu"}, tmp_path / "old")
 
 
 def test_ffn_memory_trains_every_kind_at_every_slot_count_and_the_ffn_less_control(tmp_path):
@@ -544,6 +584,18 @@ def test_amlp_alignment_verdict_needs_a_transformer_that_learned_to_copy_and_thr
     ]
     assert "best mean 138.0 against a unigram 200.0; copying would give about 14" in notes
     assert "the Transformer is far behind (154.0" in notes
+    # aMLP's gain on copy level with KJV's: not measurable, with the budget from copy's gain at its half-way
+    # checkpoint (0 there: both encoders at 70), KJV's held at its end value (its half-way checkpoints not read).
+    level = perplexity((60.0, 58.0, 15.0), (40.0, 38.68, 30.0))
+    half = {"copy": {n: [70.0] * 3 for n in ("gMLP", "aMLP")}, "KJV": {n: [None] * 3 for n in ("gMLP", "aMLP")},
+            "steps": {"copy": 5000, "KJV": 1000}}  # fmt: skip
+    part = amlp_alignment.judge(level, unigram, half)[1]["aMLP gains more over gMLP on copy than on KJV"]
+    assert part.verdict == "not measurable at this budget"
+    assert "budget: at the curve's last pace (+0.0339 per doubling of the steps over steps 5,000–10,000)" in part.reason
+    assert part.reason.endswith("(KJV's gain held at its end value: its half-way checkpoints were not read)")
+    assert (
+        "budget" not in amlp_alignment.judge(level, unigram)[1]["aMLP gains more over gMLP on copy than on KJV"].reason
+    )
     # Two seeds: not measurable whatever the means (the rule needs three).
     two = {
         task: {n: p[:2] for n, p in per.items()} for task, per in perplexity((199.0, 20.0, 15.0), learned_kjv).items()
@@ -625,13 +677,20 @@ def test_every_gpu_preset_is_planned_within_the_budget_and_validates(study, tmp_
 
     runs = study.planned_runs("gpu", tmp_path)
     configs = [r[-1] if isinstance(r, tuple) else r for r in runs]
-    cpu = [r[-1] if isinstance(r, tuple) else r for r in study.planned_runs("cpu", tmp_path)]
     assert all(not config_problems(c) for c in configs), [config_problems(c) for c in configs]
     assert gpu_seconds(configs) <= GPU_BUDGET_S, gpu_seconds(configs)
-    # The preset is what the claims need more of: at least the CPU preset's seeds and training per run.
-    assert max(c.train.steps * c.train.batch_size for c in configs) >= max(
-        c.train.steps * c.train.batch_size for c in cpu
-    )
+
+    # The preset is what the claims need more of: at least the CPU preset's seeds, and for every kind of run (the
+    # fields a run's tuple names before its workdir: task and encoder, arm and slots, …) at least its sequences.
+    def sequences(runs) -> dict:
+        per_kind = {}
+        for r in runs:
+            kind, config = (r[:-2], r[-1]) if isinstance(r, tuple) else ((), r)
+            per_kind[kind] = max(per_kind.get(kind, 0), config.train.steps * config.train.batch_size)
+        return per_kind
+
+    trained = sequences(runs)
+    assert all(trained.get(kind, 0) >= n for kind, n in sequences(study.planned_runs("cpu", tmp_path)).items())
     assert len({c.seed for c in configs}) >= 3
     # Every run trains in its own workdir (a preset's runs never resume one another).
     if isinstance(runs[0], tuple):
