@@ -254,8 +254,7 @@ def report(result: dict, out_dir: Path) -> dict:
         f"seeds {', '.join(map(str, seeds))} (each: its held-out draw, ω draws, initialisation and training "
         "draws); mean ± std over seeds.",
         table=f"| feature map | parameters | relative error |\n|---|---|---|\n{table}",
-        verdict=f"{verdict.verdict} — {'; '.join(f'{name}: {v.verdict}' for name, v in parts.items())}; the "
-        "reasons, kernel by kernel and m by m, are in result.json (`parts`).",
+        verdict=f"{verdict.verdict} — {verdict.reason}.",
         figure="approximation.png",
         notes="at unit-variance q and k (scores ~ N(0, 1)) softmax attention is a soft average whose output is "
         "small, and every map here leaves about half of its energy unexplained; training helps the plain softplus "

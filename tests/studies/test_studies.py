@@ -680,8 +680,9 @@ def test_every_gpu_preset_is_planned_within_the_budget_and_validates(study, tmp_
     assert all(not config_problems(c) for c in configs), [config_problems(c) for c in configs]
     assert gpu_seconds(configs) <= GPU_BUDGET_S, gpu_seconds(configs)
 
-    # The preset is what the claims need more of: at least the CPU preset's seeds, and for every kind of run (the
-    # fields a run's tuple names before its workdir: task and encoder, arm and slots, …) at least its sequences.
+    # The preset is what the claims need more of: at least the CPU preset's seeds, and for every kind of run both
+    # presets train (the fields a run's tuple names before its workdir: task and encoder, arm and slots, …) at least
+    # its sequences.
     def sequences(runs) -> dict:
         per_kind = {}
         for r in runs:
@@ -689,8 +690,9 @@ def test_every_gpu_preset_is_planned_within_the_budget_and_validates(study, tmp_
             per_kind[kind] = max(per_kind.get(kind, 0), config.train.steps * config.train.batch_size)
         return per_kind
 
-    trained = sequences(runs)
-    assert all(trained.get(kind, 0) >= n for kind, n in sequences(study.planned_runs("cpu", tmp_path)).items())
+    trained, cpu = sequences(runs), sequences(study.planned_runs("cpu", tmp_path))
+    assert all(trained[kind] >= n for kind, n in cpu.items() if kind in trained), (trained, cpu)
+    assert max(trained.values()) >= max(cpu.values())
     assert len({c.seed for c in configs}) >= 3
     # Every run trains in its own workdir (a preset's runs never resume one another).
     if isinstance(runs[0], tuple):
@@ -858,6 +860,10 @@ def test_the_readme_table_is_what_the_committed_results_say(tmp_path):
         assert cells[4].strip(" |") == f"`python -m studies.{table.name_of(study)}`"
         if "parts" not in result:
             assert cells[3] == f"{NOT_MEASURABLE} *(recorded before the rule as {result['verdict']})*"
+        elif result["verdict"] == NOT_MEASURABLE:  # linked to the study's README, where each part's budget is said
+            name = table.name_of(study)
+            assert cells[3] == f"[{NOT_MEASURABLE}](benchmarks/studies/{name}/README.md)"
+            assert "budget: " in (table.ROOT / name / "README.md").read_text(), name
         else:
             assert cells[3] == result["verdict"]
     # A re-judged result loses the mark: the row follows the file.
