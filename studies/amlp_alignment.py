@@ -50,6 +50,7 @@ from studies.verdict import (
     combine,
     decide,
     decide_threshold,
+    failed_controls,
     gap_budget,
     judged,
     mean_pm_std,
@@ -143,8 +144,7 @@ def judge(
                 f"{', '.join(copied)} learned to copy (mean below half the unigram {unigram['copy']:.1f}) but not "
                 f"measurably the Transformer, the control: {learned.reason}."
             )
-        verdict = Verdict(NOT_MEASURABLE, f"the control failed: {learned.reason}")
-        return verdict, parts, note + _kjv_note(perplexity["KJV"], unigram["KJV"])
+        return failed_controls(parts), parts, note + _kjv_note(perplexity["KJV"], unigram["KJV"])
     beats = decide(arm("copy", "aMLP", unigram["copy"]), arm("copy", "gMLP", math.inf), **lower)
     if beats.verdict == NOT_MEASURABLE and half and None not in half["copy"]["aMLP"] + half["copy"]["gMLP"]:
         # The budget, from the gap's curve: each encoder's mean at the half-way checkpoint and at the end.

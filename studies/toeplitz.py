@@ -25,7 +25,6 @@ import numpy as np
 from mlm_flax.sgu_analysis import load_model, plot_spatial_weights, spatial_weights
 from studies.common import (
     NOT_MEASURABLE,
-    left_the_plateau,
     result_preset,
     runs_root,
     study_main,
@@ -38,10 +37,10 @@ from studies.verdict import (
     MIN_SEEDS,
     REPRODUCED,
     Arm,
-    Verdict,
     budget_from_curve,
     combine,
     decide_threshold,
+    failed_controls,
     judged,
     mean_std,
     with_budget,
@@ -91,13 +90,15 @@ def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float
     has left the unigram plateau. `scores`: per seed, each layer's score at every recorded step. A layer the rule
     cannot judge also gets the budget its mean score's curve says would settle it (`budget_from_curve`)."""
     final = {seed: per[max(per)] for seed, per in scores.items()}
-    on_plateau = [seed for seed, p in perplexity.items() if not left_the_plateau(p, unigram)]
     layers = len(next(iter(final.values())))
-    if on_plateau:
-        why = f"seed(s) {', '.join(on_plateau)} did not leave the unigram plateau (perplexity ≥ half of {unigram:.1f})"
-        return combine(parts := {f"layer {i}": Verdict(NOT_MEASURABLE, why) for i in range(layers)}), parts
+    # The control: W is read only from models that learned more than word frequencies (`left_the_plateau`: held-out
+    # perplexity under half the unigram's), measurably so over the seeds.
+    plateau = decide_threshold(Arm("held-out perplexity", tuple(perplexity.values()), unigram), unigram / 2,
+                               higher_is_better=False)  # fmt: skip
+    parts = {"the models left the unigram plateau (control)": plateau}
+    if (failed := failed_controls(parts)) is not None:
+        return failed, parts
     steps = sorted(set.intersection(*(set(per) for per in scores.values())))
-    parts = {}
     for i in range(layers):
         part = decide_threshold(Arm(f"layer {i}", tuple(s[i] for s in final.values()), noise), THRESHOLD,
                                 higher_is_better=True)  # fmt: skip

@@ -45,8 +45,6 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from scipy import stats
-
 from lra_flax.compare import mean_std
 from studies.common import NOT_MEASURABLE
 
@@ -194,6 +192,8 @@ def seeds_for_spread(claimed: Arm, other: Arm, *, higher_is_better: bool, level:
     sign = 1.0 if higher_is_better else -1.0
     if _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=MARGIN):
         return None
+    from scipy import stats  # here, not at the top: scipy.stats takes ~0.9 s to import, and few verdicts need it
+
     (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
     if s1 == 0 or s2 == 0:
         return "an arm does not vary at all"
@@ -243,6 +243,8 @@ def decide_spread(
 ) -> Verdict:
     """The verdict on the claim "`claimed` varies less between seeds than `other`" (module docstring); the arms'
     metric is better higher or lower as `higher_is_better` says, which decides the side of chance each must be on."""
+    from scipy import stats  # as in `seeds_for_spread`
+
     sign = 1.0 if higher_is_better else -1.0
     if (unjudged := _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=margin)) is not None:
         return unjudged

@@ -402,6 +402,19 @@ def test_toeplitz_scores_every_checkpoint_of_every_layer(tmp_path):
     assert result["noise_level"] == 2 / 64 and "| 0 |" in readme
 
 
+def test_toeplitz_reads_w_only_from_models_that_measurably_left_the_unigram_plateau():
+    scores = {str(seed): {1000: [0.9 + 0.01 * seed, 0.2], 2000: [0.95 + 0.01 * seed, 0.3]} for seed in range(3)}
+    learned = {"0": 40.0, "1": 41.0, "2": 39.0}  # far under half the unigram (126)
+    verdict, parts = toeplitz.judge(scores, learned, 252.0, 2 / 64)
+    assert parts["the models left the unigram plateau (control)"].verdict == REPRODUCED
+    assert parts["layer 0"].verdict == REPRODUCED and parts["layer 1"].verdict == NOT_REPRODUCED
+    assert verdict.verdict == NOT_REPRODUCED
+    # A seed still on the plateau spreads the seeds past the margin: the control fails and no layer is read.
+    verdict, parts = toeplitz.judge(scores, {**learned, "2": 240.0}, 252.0, 2 / 64)
+    assert verdict.verdict == NOT_MEASURABLE and list(parts) == ["the models left the unigram plateau (control)"]
+    assert "a control failed: the models left the unigram plateau (control): held-out perplexity" in verdict.reason
+
+
 def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
     tmp_path, _ = stability_tiny  # the tiny stability runs are there already: nothing is trained again
     result = attention_distance.run("tiny", tmp_path)
