@@ -181,11 +181,23 @@ def cache_classification_split(
     return cache_examples(cache, examples, str(tsv))
 
 
+def _label_counts(records_path: str | os.PathLike) -> np.ndarray:
+    ds = data_lib.read_records(records_path)
+    return np.bincount([int(ds[i]["targets"]) for i in range(len(ds))])
+
+
 def majority_rate(records_path: str | os.PathLike) -> float:
     """Share of the most frequent label in a cached split (the accuracy of always guessing it)."""
-    ds = data_lib.read_records(records_path)
-    counts = np.bincount([int(ds[i]["targets"]) for i in range(len(ds))])
+    counts = _label_counts(records_path)
     return float(counts.max() / max(counts.sum(), 1))
+
+
+def label_entropy(records_path: str | os.PathLike) -> float:
+    """Entropy in nats of the labels of a cached split: the cross-entropy loss of a model that predicts only their
+    frequencies, the loss a classifier that learned nothing else converges to."""
+    counts = _label_counts(records_path)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
 
 
 def _pad_to(max_length: int, fields: Sequence[str]):

@@ -164,26 +164,18 @@ def judge(
     ]  # fmt: skip
     gain_arms = [Arm(f"log(gMLP / aMLP) on {task}", gains[task], -math.inf) for task in ("copy", "KJV")]
     more = off_chance[0] if off_chance else decide(*gain_arms, higher_is_better=True)
-    if (
-        more.verdict == NOT_MEASURABLE
-        and not off_chance
-        and half
-        and None not in half["copy"]["aMLP"] + half["copy"]["gMLP"]
-    ):
-        # The budget, from copy's gain at its half-way checkpoint and at the end, both tasks' budgets doubled together;
-        # KJV's gain is held at its end value where its half-way checkpoints were not read.
-        half_gain = lambda task: float(np.mean([math.log(g / a) for g, a in zip(half[task]["gMLP"], half[task]["aMLP"],
-                                                                              strict=True)]))  # fmt: skip
-        kjv_end = float(np.mean(gains["KJV"]))
-        kjv_read = None not in half["KJV"]["aMLP"] + half["KJV"]["gMLP"]
-        curves = (
-            [half_gain("copy"), float(np.mean(gains["copy"]))],
-            [half_gain("KJV") if kjv_read else kjv_end, kjv_end],
-        )
+    copy_half = half and None not in half["copy"]["aMLP"] + half["copy"]["gMLP"]
+    if more.verdict == NOT_MEASURABLE and not off_chance and copy_half:
+        # The budget, from copy's gain at its half-way checkpoint and at the end; KJV's gain is held at its end value
+        # (`measure` reads the half-way checkpoint of the copy runs only).
+        half_gain = float(np.mean([math.log(g / a) for g, a in zip(half["copy"]["gMLP"], half["copy"]["aMLP"],
+                                                                   strict=True)]))  # fmt: skip
+        kjv = float(np.mean(gains["KJV"]))
         steps = [half["steps"]["copy"], 2 * half["steps"]["copy"]]
-        note = gap_budget(*gain_arms, steps, *curves, higher_is_better=True)
-        more = with_budget(more, note if kjv_read else f"{note} (KJV's gain held at its end value: its half-way "
-                                                           "checkpoints were not read)")  # fmt: skip
+        note = gap_budget(*gain_arms, steps, [half_gain, float(np.mean(gains["copy"]))], [kjv, kjv],
+                          higher_is_better=True)  # fmt: skip
+        if note is not None:
+            more = with_budget(more, f"{note}, in copy's steps (KJV's gain held at its end value)")
     parts["aMLP gains more over gMLP on copy than on KJV"] = more
     verdict = combine(parts)
     return verdict, parts, "" if verdict.verdict == REPRODUCED else _kjv_note(perplexity["KJV"], unigram["KJV"])
@@ -245,7 +237,8 @@ def run(preset: str, out_dir: Path) -> dict:
     ledger = Ledger(out_dir / LEDGER, root)
     half = {task: {name: [] for name in ARCHS} for task in ("copy", "KJV")}
     half_steps = {}
-    for task, name, workdir, config in planned_runs(preset, root):
+    runs = planned_runs(preset, root)
+    for task, name, workdir, config in runs:
         results = ledger.run(workdir, config, functools.partial(measure, config, workdir, task))
         if task == "copy" and "test_perplexity_half" not in results and (amended := half_way(config, workdir)):
             results = ledger.amend(workdir, amended)  # recorded before the study read the half-way checkpoint
@@ -259,7 +252,7 @@ def run(preset: str, out_dir: Path) -> dict:
         "test_perplexity_half": {**half, "steps": half_steps},
         "encoder_parameters": parameters, "tiny": preset == "tiny", "preset": preset,
         "copy_steps": COPY_STEPS[preset], "copy_documents": COPY_DOCUMENTS[preset],
-        "copy_batch": COPY_BATCH[preset] or budget(preset)[1],
+        "copy_batch": next(config.train.batch_size for task, _, _, config in runs if task == "copy"),
     }  # fmt: skip
     return report(result, out_dir)
 

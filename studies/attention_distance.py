@@ -30,7 +30,7 @@ import numpy as np
 from flax import nnx
 
 from lra_flax.tasks import make_task
-from lra_flax.tasks.listops import NUM_CLASSES, held_out_majority_rate
+from lra_flax.tasks.listops import held_out_majority_rate, train_label_entropy
 from studies import stability
 from studies.common import (
     StudyError,
@@ -153,7 +153,7 @@ def run(preset: str, out_dir: Path) -> dict:
     distances = {arm: [] for arm in ARMS}
     accuracy = {arm: [] for arm in ARMS}
     final_loss = {arm: [] for arm in ARMS}  # each model's last logged training loss: the budget of the controls
-    maps, uniform, majority = {}, None, None
+    maps, uniform, majority, entropy = {}, None, None, None
     for arm in ARMS:
         for seed in seeds:
             workdir = stability.arm_dir(root, arm, seed, first_rate)
@@ -174,12 +174,14 @@ def run(preset: str, out_dir: Path) -> dict:
             if seed == seeds[0]:
                 maps[arm] = (weights[0], int(real[0].sum()))
             if majority is None:  # every model read the same data (seeds change the initialisation and batch order)
-                # The reference points: every real key weighted equally (≈ n/3 for n real tokens), the majority class.
+                # The reference points: every real key weighted equally (≈ n/3 for n real tokens), the majority class,
+                # the training labels' entropy (the loss of a model that learned only the class frequencies).
                 uniform = float(np.mean(mean_distance(np.ones_like(weights[:, :1]), real)))
-                majority = held_out_majority_rate(config)
+                majority, entropy = held_out_majority_rate(config), train_label_entropy(config)
     result = {
         "seeds": seeds, "mean_distance": distances, "test_accuracy": accuracy, "majority_rate": majority,
-        "uniform_attention_distance": uniform, "final_train_loss": final_loss, "tiny": tiny, "preset": preset,
+        "label_entropy": entropy, "uniform_attention_distance": uniform, "final_train_loss": final_loss, "tiny": tiny,
+        "preset": preset,
     }  # fmt: skip
 
     plt = pyplot()
@@ -212,8 +214,8 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
     parts = {}
     for arm in ARMS:
         part = learned(arm, result["test_accuracy"][arm], majority)
-        if part.verdict != REPRODUCED and "final_train_loss" in result:
-            part = with_budget(part, chance_loss_budget(result["final_train_loss"][arm], NUM_CLASSES))
+        if part.verdict != REPRODUCED and "final_train_loss" in result and "label_entropy" in result:
+            part = with_budget(part, chance_loss_budget(result["final_train_loss"][arm], result["label_entropy"]))
         parts[f"{arm} learned the task (control)"] = part
         distance = Arm(f"{arm} mean distance", seed_distances(result, arm), uniform)
         farther = mean_std(distance.values)[0] > uniform  # either side of uniform: the attention left it
@@ -234,7 +236,8 @@ def report(result: dict, out_dir: Path) -> dict:
     preset = result_preset(result)
     verdict, parts = judge(result)
     measured = ("seeds", "mean_distance", "test_accuracy", "majority_rate", "uniform_attention_distance", "tiny")
-    measured += ("final_train_loss",) * ("final_train_loss" in result)  # absent from results measured before it
+    # Absent from results measured before them:
+    measured += tuple(field for field in ("final_train_loss", "label_entropy") if field in result)
     result = judged({**result, "preset": preset}, (*measured, "preset"), parts, verdict)
     distances, uniform = result["mean_distance"], result["uniform_attention_distance"]
 

@@ -42,7 +42,7 @@ import ml_collections
 
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
-from lra_flax.tasks.listops import NUM_CLASSES, held_out_majority_rate
+from lra_flax.tasks.listops import held_out_majority_rate, train_label_entropy
 from studies.common import (
     LEDGER,
     NOT_MEASURABLE,
@@ -85,7 +85,8 @@ GPU_STEPS, GPU_WARMUP = 300, 30
 
 
 def arm_dir(root: Path, arm: str, seed: int, learning_rate: float = LEARNING_RATES[0]) -> Path:
-    """The workdir of one run (by default at the first learning rate: the models attention_distance reads)."""
+    """The workdir of one run (by default at the `cpu` grid's first learning rate; attention_distance reads each
+    preset's models at its grid's first)."""
     mixer, factor = ARMS[arm]
     name = mixer if factor is None else f"{mixer}-{'factor' if factor else 'nofactor'}"
     return root / name / f"lr{learning_rate:g}" / f"seed{seed}"
@@ -156,7 +157,9 @@ def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path
         "loss": [m["loss"] for m in train],
         "grad_norm": [m["grad_norm"] for m in train],
         "test_accuracy": results.get("test_accuracy"),
-        "majority_rate": held_out_majority_rate(config),  # the held-out split's majority class: the controls' chance
+        # The controls' reference points: the held-out split's majority class, the training labels' entropy.
+        "majority_rate": held_out_majority_rate(config),
+        "label_entropy": train_label_entropy(config),
         "error": error,
     }
     return {**summary, "diverged": diverged(summary, config.train.warmup_steps)}
@@ -206,12 +209,14 @@ def run(preset: str, out_dir: Path) -> dict:
     ledger = Ledger(out_dir / LEDGER, root)
     runs = {arm: [climb(arm, seed, preset, root, ledger) for seed in seeds_of(preset)] for arm in ARMS}
     recorded = [r for per_arm in runs.values() for per_seed in per_arm for r in per_seed]
-    majority = next((r["majority_rate"] for r in recorded if "majority_rate" in r), None)
-    if majority is None:  # every run recorded before its summary held it: the data every run reads
-        majority = held_out_majority_rate(config_for(CLAIMED, 0, preset, root / "data"))
+    first = next((r for r in recorded if "label_entropy" in r), None)
+    if first is None:  # every run recorded before its summary held them: the data every run reads
+        config = config_for(CLAIMED, 0, preset, root / "data")
+        first = {"majority_rate": held_out_majority_rate(config), "label_entropy": train_label_entropy(config)}
     result = {
-        "seeds": seeds_of(preset), "learning_rates": list(GRIDS[preset]), "runs": runs, "majority_rate": majority,
-        "tiny": preset == "tiny", "preset": preset,
+        "seeds": seeds_of(preset), "learning_rates": list(GRIDS[preset]), "runs": runs,
+        "majority_rate": first["majority_rate"], "label_entropy": first["label_entropy"], "tiny": preset == "tiny",
+        "preset": preset,
     }  # fmt: skip
     return report(result, out_dir)
 
@@ -230,9 +235,14 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
     parts = {}
     for arm in (CLAIMED, PLAIN):
         stable = at_largest_stable_rate(runs[arm])
-        part = learned(arm, [r["test_accuracy"] for r in stable], result["majority_rate"])
-        if part.verdict != REPRODUCED and stable:
-            part = with_budget(part, chance_loss_budget([r["loss"][-1] for r in stable], NUM_CLASSES))
+        if len(stable) < len(runs[arm]):  # a seed below the grid has no stable model whose accuracy could be read
+            below = len(runs[arm]) - len(stable)
+            why = f"{below} seed(s) of {arm} diverged at the grid's first learning rate {learning_rates[0]:g}"
+            part = Verdict(NOT_MEASURABLE, f"{why}: the grid must reach lower")
+        else:
+            part = learned(arm, [r["test_accuracy"] for r in stable], result["majority_rate"])
+            if part.verdict != REPRODUCED:
+                part = with_budget(part, chance_loss_budget([r["loss"][-1] for r in stable], result["label_entropy"]))
         parts[f"{arm} learned the task at its largest stable learning rate (control)"] = part
     climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
     top = len(learning_rates) - 1
@@ -240,12 +250,14 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
     # ReLU at the top with the factor's arm below it is a real gap: plain's true figure is only higher.)
     if all(c == top for c in climbed[PLAIN] + climbed[CLAIMED]):
         beyond = f"{learning_rates[-1] * 2:g}, {learning_rates[-1] * 4:g}, …"
+        gpu = (f" (the `gpu` preset: d 256, {GPU_STEPS} steps, learning rates up to {GRIDS['gpu'][-1]:g})"
+               if result_preset(result) == "cpu" else "")  # fmt: skip
         comparison = Verdict(
             NOT_MEASURABLE,
             f"no seed of either ReLU arm diverged up to the grid's top learning rate {learning_rates[-1]:g}: the grid "
             "brackets neither (both figures are lower bounds), so plain ReLU showed no instability for the factor to "
             f"fix at this budget; budget: the grid continued beyond its top ({beyond}), or a setting in which plain "
-            f"ReLU diverges (the `gpu` preset: d 256, {GPU_STEPS} steps, learning rates up to {GRIDS['gpu'][-1]:g})",
+            f"ReLU diverges{gpu}",
         )
     else:
         arms = {arm: Arm(arm, tuple(map(float, c)), chance=-1.0) for arm, c in climbed.items()}
@@ -262,9 +274,10 @@ def report(result: dict, out_dir: Path) -> dict:
     """The verdict under the studies' rule, the figure and README.md from the runs in `result`."""
     if "learning_rates" not in result:
         raise ValueError("this result.json was recorded at one learning rate, before the sweep: run the study again")
-    if "majority_rate" not in result:
+    if "majority_rate" not in result or "label_entropy" not in result:
         raise ValueError(
-            "this result.json has no majority_rate (the held-out split's majority class): run the study again"
+            "this result.json has no majority_rate or label_entropy (the controls' reference points): run the study "
+            "again"
         )
     seeds, learning_rates, runs, preset = (
         result["seeds"],
@@ -274,7 +287,7 @@ def report(result: dict, out_dir: Path) -> dict:
     )
     climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
     verdict, parts = judge(result)
-    measured = ("seeds", "learning_rates", "runs", "majority_rate", "tiny", "preset")
+    measured = ("seeds", "learning_rates", "runs", "majority_rate", "label_entropy", "tiny", "preset")
     result = judged(result, measured, parts, verdict)
     result["grid_steps_climbed"] = climbed
     top = len(learning_rates) - 1

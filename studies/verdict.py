@@ -15,6 +15,14 @@ spatial weights cannot do), (b) is asked of a control instead: an arm that must 
 (`studies.amlp_alignment`: the Transformer must learn to copy), so "at chance" means the arm cannot, not that the
 budget was too small. Such an arm is given an infinite chance level, and the study says which and why.
 
+Controls come first. Where a comparison means something only if the models learned the task at all, each such
+model's held-out accuracy must be measurably above the majority class (`learned`, a `decide_threshold` against it);
+other controls are thresholds too (a language model's perplexity under half the unigram's, attention away from
+uniform). Any control that does not hold makes the verdict "not measurable", naming it (`failed_controls`), and
+the comparison is not read as a verdict. A failed "learned the task" control's budget comes from the models' last
+training losses against the entropy of the training labels, the loss of a model that learned only the class
+frequencies (`chance_loss_budget`): at chance, no number of steps follows.
+
 A claim about a level ("the score exceeds 0.5") is `decide_threshold`: (a), (b), and the mean beyond the threshold by
 more than MARGIN × the seed standard deviation; the side decides.
 
@@ -279,24 +287,31 @@ def learned(name: str, accuracies, majority: float) -> Verdict:
                             higher_is_better=True)  # fmt: skip
 
 
-# A classifier's last logged training loss this far under ln(classes), the loss of a guess among the classes, has
-# left chance (the logged losses of a model at chance swing by ~0.1).
+# A classifier's last logged training loss this far under the entropy of its training labels (the loss of a model
+# that learned only how often each class occurs) has left chance: the logged losses of a model at chance swing by
+# ~0.1 from batch to batch.
 LEFT_CHANCE_LOSS = 0.15
 
 
-def chance_loss_budget(losses: Sequence[float], num_classes: int) -> str:
-    """The budget of a failed "learned the task" control of a classifier, from its models' last logged training losses:
-    nothing follows from a curve still at chance; one that has left it says that longer training is what is missing."""
-    lo, hi, chance = min(losses), max(losses), math.log(num_classes)
-    if hi > chance - LEFT_CHANCE_LOSS:
+def chance_loss_budget(losses: Sequence[float], label_entropy: float) -> str:
+    """The budget of a failed "learned the task" control of a classifier, from its models' last logged training losses
+    against `label_entropy` (the entropy of the training labels, in nats): nothing follows from curves still at
+    chance; models that have all left it say that longer training is what is missing."""
+    lo, hi, line = min(losses), max(losses), label_entropy - LEFT_CHANCE_LOSS
+    against = f"the training labels' entropy {label_entropy:.2f} (a model that learned only the class frequencies)"
+    if lo > line:
         return (
-            f"the models' last logged training loss is {lo:.2f}–{hi:.2f} against ln {num_classes} = {chance:.2f} "
-            "for a guess among the classes: still at chance, so their curve gives no number of steps — a setting in "
-            "which the models learn the task comes first"
+            f"the models' last logged training losses are {lo:.2f}–{hi:.2f} against {against}: all still at chance, "
+            "so their curves give no number of steps — a setting in which the models learn the task comes first"
+        )
+    if hi > line:
+        return (
+            f"the models' last logged training losses are {lo:.2f}–{hi:.2f} against {against}: some have left chance "
+            f"(below {line:.2f}), others not, so their curves give no number of steps — a steadier setting comes first"
         )
     return (
-        f"the models' last logged training loss is {lo:.2f}–{hi:.2f}, below chance ln {num_classes} = "
-        f"{chance:.2f}: they are learning, and longer training is what is missing"
+        f"the models' last logged training losses are {lo:.2f}–{hi:.2f}, every one below {against} by more than "
+        f"{LEFT_CHANCE_LOSS:g}: they are learning, and longer training is what is missing"
     )
 
 

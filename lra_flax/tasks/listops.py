@@ -230,6 +230,12 @@ def held_out_majority_rate(config: ml_collections.ConfigDict) -> float:
     return input_pipeline.majority_rate(prepare(config)["test"])
 
 
+def train_label_entropy(config: ml_collections.ConfigDict) -> float:
+    """The entropy of the classes of `config`'s training split: the training loss of a model that learned only
+    how often each class occurs (`input_pipeline.label_entropy`)."""
+    return input_pipeline.label_entropy(prepare(config)["train"])
+
+
 def make_task(config: ml_collections.ConfigDict) -> Task:
     return input_pipeline.classification_task(
         config,

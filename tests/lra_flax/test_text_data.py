@@ -1,5 +1,6 @@
 """LRA Text: byte tokens, the three readers on small files in their real layouts, the seeded split, bad input."""
 
+import math
 import zipfile
 
 import numpy as np
@@ -121,6 +122,8 @@ def test_prepare_from_aclimdb_uses_test_as_valid(tmp_path):
     splits = text.prepare(_config(tmp_path, source="aclimdb", dir=str(root)))
     assert splits["valid"] == splits["test"]
     assert len(data_lib.read_records(splits["train"])) == 3 and input_pipeline.majority_rate(splits["test"]) == 0.5
+    # Two balanced classes: a model of the class frequencies alone has the loss ln 2.
+    assert input_pipeline.label_entropy(splits["test"]) == pytest.approx(math.log(2))
 
 
 def test_unknown_source_and_unprepared_tfds_are_clear_errors(tmp_path):

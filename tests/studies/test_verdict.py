@@ -197,3 +197,13 @@ def test_a_spread_part_gets_the_seeds_its_f_test_would_need():
 def test_a_budget_can_count_something_else_than_steps():
     note = budget_from_curve([256, 1024], [1.77, 1.24], 0.9, higher_is_better=False, unit="random features")
     assert "per doubling of the random features over random features 256–1,024" in note and "random features (" in note
+
+
+def test_a_failed_learned_control_s_budget_reads_the_last_losses_against_the_label_entropy():
+    from studies.verdict import chance_loss_budget
+
+    # Entropy 2.25: chance is anything above 2.10 (the logged losses swing ~0.1 at chance).
+    assert "all still at chance" in chance_loss_budget([2.2, 2.24, 2.3], 2.25)
+    assert "some have left chance (below 2.10), others not" in chance_loss_budget([1.8, 2.2, 2.3], 2.25)
+    learning = chance_loss_budget([1.7, 1.9, 2.05], 2.25)
+    assert "every one below the training labels' entropy 2.25" in learning and "longer training" in learning
