@@ -35,6 +35,7 @@ from studies.common import (
     NOT_MEASURABLE,
     Ledger,
     left_the_plateau,
+    plateau_line,
     result_preset,
     runs_root,
     study_main,
@@ -124,7 +125,7 @@ def judge(
     rule cannot judge it, then says the budget the gap's curve calls for."""
     arm = lambda task, name, chance: Arm(f"{name} on {task}", tuple(perplexity[task][name]), chance)
     lower = dict(higher_is_better=False)
-    learned = decide_threshold(arm("copy", TRANSFORMER, unigram["copy"]), unigram["copy"] / 2, **lower)
+    learned = decide_threshold(arm("copy", TRANSFORMER, unigram["copy"]), plateau_line(unigram["copy"]), **lower)
     parts = {"the Transformer learns to copy (control)": learned}
     if learned.verdict != REPRODUCED:
         means = {name: float(np.mean(p)) for name, p in perplexity["copy"].items()}
@@ -145,8 +146,9 @@ def judge(
                 f"measurably the Transformer, the control: {learned.reason}."
             )
         return failed_controls(parts), parts, note + _kjv_note(perplexity["KJV"], unigram["KJV"])
+    copy_half = half and None not in half["copy"]["aMLP"] + half["copy"]["gMLP"]  # the budgets' half-way points
     beats = decide(arm("copy", "aMLP", unigram["copy"]), arm("copy", "gMLP", math.inf), **lower)
-    if beats.verdict == NOT_MEASURABLE and half and None not in half["copy"]["aMLP"] + half["copy"]["gMLP"]:
+    if beats.verdict == NOT_MEASURABLE and copy_half:
         # The budget, from the gap's curve: each encoder's mean at the half-way checkpoint and at the end.
         curve = {name: [float(np.mean(half["copy"][name])), float(np.mean(perplexity["copy"][name]))]
                  for name in ("aMLP", "gMLP")}  # fmt: skip
@@ -164,7 +166,6 @@ def judge(
     ]  # fmt: skip
     gain_arms = [Arm(f"log(gMLP / aMLP) on {task}", gains[task], -math.inf) for task in ("copy", "KJV")]
     more = off_chance[0] if off_chance else decide(*gain_arms, higher_is_better=True)
-    copy_half = half and None not in half["copy"]["aMLP"] + half["copy"]["gMLP"]
     if more.verdict == NOT_MEASURABLE and not off_chance and copy_half:
         # The budget, from copy's gain at its half-way checkpoint and at the end; KJV's gain is held at its end value
         # (`measure` reads the half-way checkpoint of the copy runs only).

@@ -45,7 +45,6 @@ from studies.verdict import (
     REPRODUCED,
     Arm,
     Verdict,
-    chance_loss_budget,
     combine,
     decide,
     decide_threshold,
@@ -213,10 +212,10 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
     uniform, majority = result["uniform_attention_distance"], result["majority_rate"]
     parts = {}
     for arm in ARMS:
-        part = learned(arm, result["test_accuracy"][arm], majority)
-        if part.verdict != REPRODUCED and "final_train_loss" in result and "label_entropy" in result:
-            part = with_budget(part, chance_loss_budget(result["final_train_loss"][arm], result["label_entropy"]))
-        parts[f"{arm} learned the task (control)"] = part
+        losses = result.get("final_train_loss", {}).get(arm)  # absent from results measured before it
+        parts[f"{arm} learned the task (control)"] = learned(
+            arm, result["test_accuracy"][arm], majority, last_losses=losses, label_entropy=result.get("label_entropy")
+        )
         distance = Arm(f"{arm} mean distance", seed_distances(result, arm), uniform)
         farther = mean_std(distance.values)[0] > uniform  # either side of uniform: the attention left it
         part = decide_threshold(distance, uniform, higher_is_better=farther)

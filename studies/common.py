@@ -43,10 +43,16 @@ GPU_BUDGET_S = 8 * 60
 GPU_COMPILE_S = 2.0
 
 
+def plateau_line(unigram: float) -> float:
+    """The held-out perplexity under which a language model (masked or causal) learned more than word frequencies:
+    half the unigram's."""
+    return 0.5 * unigram
+
+
 def left_the_plateau(perplexity: float, unigram: float) -> bool:
-    """Whether a language model (masked or causal) learned more than word frequencies: held-out perplexity under
-    half the unigram's. A comparison between models none of which did cannot support a verdict either way."""
-    return perplexity < 0.5 * unigram
+    """Whether a language model's held-out perplexity is under `plateau_line`. A comparison between models none of
+    which did cannot support a verdict either way."""
+    return perplexity < plateau_line(unigram)
 
 
 def runs_root(preset: str, out_dir: Path, cpu_root: Path) -> Path:

@@ -55,16 +55,13 @@ from studies.common import (
     write_study,
 )
 from studies.verdict import (
-    REPRODUCED,
     Arm,
     Verdict,
-    chance_loss_budget,
     decide,
     failed_controls,
     judged,
     learned,
     mean_pm_std,
-    with_budget,
 )
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
@@ -240,9 +237,9 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
             why = f"{below} seed(s) of {arm} diverged at the grid's first learning rate {learning_rates[0]:g}"
             part = Verdict(NOT_MEASURABLE, f"{why}: the grid must reach lower")
         else:
-            part = learned(arm, [r["test_accuracy"] for r in stable], result["majority_rate"])
-            if part.verdict != REPRODUCED:
-                part = with_budget(part, chance_loss_budget([r["loss"][-1] for r in stable], result["label_entropy"]))
+            accuracies, losses = [r["test_accuracy"] for r in stable], [r["loss"][-1] for r in stable]
+            part = learned(arm, accuracies, result["majority_rate"], last_losses=losses,
+                           label_entropy=result["label_entropy"])  # fmt: skip
         parts[f"{arm} learned the task at its largest stable learning rate (control)"] = part
     climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
     top = len(learning_rates) - 1

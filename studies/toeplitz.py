@@ -25,6 +25,7 @@ import numpy as np
 from mlm_flax.sgu_analysis import load_model, plot_spatial_weights, spatial_weights
 from studies.common import (
     NOT_MEASURABLE,
+    plateau_line,
     result_preset,
     runs_root,
     study_main,
@@ -86,14 +87,15 @@ def run(preset: str, out_dir: Path) -> dict:
 
 
 def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float], unigram: float, noise: float):
-    """(the verdict, each layer's): every layer's final score above THRESHOLD by the rule, once every seed's model
-    has left the unigram plateau. `scores`: per seed, each layer's score at every recorded step. A layer the rule
-    cannot judge also gets the budget its mean score's curve says would settle it (`budget_from_curve`)."""
+    """(the verdict, each layer's): every layer's final score above THRESHOLD by the rule, once the models have
+    measurably left the unigram plateau (a control over the seeds). `scores`: per seed, each layer's score at every
+    recorded step. A layer the rule cannot judge also gets the budget its mean score's curve says would settle it
+    (`budget_from_curve`)."""
     final = {seed: per[max(per)] for seed, per in scores.items()}
     layers = len(next(iter(final.values())))
-    # The control: W is read only from models that learned more than word frequencies (`left_the_plateau`: held-out
-    # perplexity under half the unigram's), measurably so over the seeds.
-    plateau = decide_threshold(Arm("held-out perplexity", tuple(perplexity.values()), unigram), unigram / 2,
+    # The control: W is read only from models that learned more than word frequencies (held-out perplexity under
+    # `plateau_line`), measurably so over the seeds.
+    plateau = decide_threshold(Arm("held-out perplexity", tuple(perplexity.values()), unigram), plateau_line(unigram),
                                higher_is_better=False)  # fmt: skip
     parts = {"the models left the unigram plateau (control)": plateau}
     if (failed := failed_controls(parts)) is not None:

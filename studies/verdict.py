@@ -281,10 +281,18 @@ def mean_pm_std(values, digits: int, scale: float = 1.0, *, signed: bool = False
     return f"{scale * mean:{'+' if signed else ''}.{digits}f} ± {scale * std:.{digits}f}"
 
 
-def learned(name: str, accuracies, majority: float) -> Verdict:
-    """A control: "`name` learned the task", its held-out accuracy per seed past the majority class (chance)."""
-    return decide_threshold(Arm(f"{name} test accuracy", tuple(map(float, accuracies)), majority), majority,
+def learned(
+    name: str, accuracies, majority: float, *, last_losses: Sequence[float] | None = None,
+    label_entropy: float | None = None,
+) -> Verdict:  # fmt: skip
+    """A control: "`name` learned the task", its held-out accuracy per seed past the majority class (chance). Where it
+    fails and the models' last logged training losses and the training labels' entropy are given, it carries the
+    budget they call for (`chance_loss_budget`)."""
+    part = decide_threshold(Arm(f"{name} test accuracy", tuple(map(float, accuracies)), majority), majority,
                             higher_is_better=True)  # fmt: skip
+    if part.verdict == REPRODUCED or last_losses is None or label_entropy is None:
+        return part
+    return with_budget(part, chance_loss_budget(last_losses, label_entropy))
 
 
 # A classifier's last logged training loss this far under the entropy of its training labels (the loss of a model
