@@ -154,26 +154,6 @@ def _mosaic_refusal(phi_q, v, options: LinearAttentionOptions, causal: bool):
     return refusal
 
 
-# `impl="auto"` runs the Triton kernels only at the shapes their recorded crossover was measured at (an H200:
-# half precision, feature and value dims of 128): elsewhere their speed against "xla" is unknown, and a larger
-# (S, z) state may not fit in shared memory (on an H100, chunk 128 at D 128 did not launch).
-AUTO_TRITON_MAX_DIM = 128
-
-
-def _auto_triton_refusal(phi_q, v):
-    """Why `impl="auto"` does not pick the Triton kernels for these inputs (None: it may)."""
-
-    def refusal():
-        if jnp.dtype(v.dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
-            return f"auto measured the Triton kernels in half precision only, not {jnp.dtype(v.dtype).name}"
-        if max(phi_q.shape[-1], v.shape[-1]) > AUTO_TRITON_MAX_DIM:
-            return (f"auto measured the Triton kernels at feature and value dims ≤ {AUTO_TRITON_MAX_DIM}, not "
-                    f"{phi_q.shape[-1]} and {v.shape[-1]}")  # fmt: skip
-        return None
-
-    return refusal
-
-
 def _kernels(backend: str, options: LinearAttentionOptions, phi_q, phi_k, v, causal: bool, eps, eps_mode):
     """Runs the kernels `backend` names (`LinearAttentionOptions.plan`). What every linear backend takes: φ(q), φ(k)
     `[batch, length, heads, m]` with padded keys' rows zeroed, v `[..., d_v]`, `causal`, ε and its mode, and its
@@ -229,7 +209,8 @@ def linear_attention(
         phi_k.shape[1],
         _mosaic_refusal(phi_q, v, options, causal),
         causal=causal,
-        auto_refusals={"triton": _auto_triton_refusal(phi_q, v)},
+        dtype=v.dtype,
+        head_dim=max(phi_q.shape[-1], v.shape[-1]),
     )
     phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
     if impl == "reference":  # the definition: φ must be non-negative (checked here, where it is cheap)

@@ -95,18 +95,21 @@ class KernelOptions:
         mosaic_refusal: Callable[[], str | None],
         *,
         causal: bool,
-        auto_refusals: dict[str, Callable[[], str | None]] | None = None,
+        dtype,
+        head_dim: int,
     ) -> tuple[str, str | None]:
         """(impl, kernels) to run at sequence (key) `length`. "auto" is "pallas" with the kernels
         `kernels.platforms` records as passed and faster on this device class from this length on in this
-        attention mode (`causal` or not), and that `auto_refusals[backend]()` does not refuse, else "xla".
+        attention mode (`causal` or not), measured at inputs of this `dtype` and largest head dim `head_dim`,
+        else "xla".
         For "pallas" the kernels are those `pallas_backend` means here (`resolve_pallas_backend`: "tpu",
         "mosaic_gpu", "gpu" for Triton, or the platform's name for Triton in interpret mode), else None.
         `mosaic_refusal()`: why the Mosaic GPU kernels cannot take the inputs (None: they can)."""
         impl, requested = self.impl, self.pallas_backend
         if impl == "auto":
-            refusals = {"mosaic_gpu": mosaic_refusal, **(auto_refusals or {})}
-            requested = auto_pallas_backend(self.OP, length, refusals, causal=causal)
+            requested = auto_pallas_backend(
+                self.OP, length, {"mosaic_gpu": mosaic_refusal}, causal=causal, dtype=dtype, head_dim=head_dim
+            )
             impl = "pallas" if requested else "xla"
         if impl != "pallas":
             return impl, None

@@ -18,10 +18,12 @@ The record of what passed where. `kernel_passes.json` beside this file lists eve
 tests on real hardware: op, backend, device class (`device_class()`: "cuda-sm90", "tpu-v5e", ...), device,
 jax version, commit, date, whether every test passed, and — from a benchmark on that device — the length from
 which the kernels beat the blocked XLA impl (`auto_from_length`; null: not measured or never faster; or one such
-length for causal and one for full attention, `{"causal": 4096, "full": null}`, where the two cross over apart).
+length for causal and one for full attention, `{"causal": 4096, "full": null}`, where the two cross over apart),
+with the inputs that benchmark ran (`auto_dtypes`, `auto_max_head_dim`; null: any).
 A kernel that only lowered, or only ran in interpret mode, has not passed. `impl="auto"` picks "pallas" only where a
 passing record exists for the op, the backend, this device class and this jax minor version (Pallas changes
-between minors), and only from its `auto_from_length` on; everywhere else it is "xla". `benchmarks/gpu/session.sh`
+between minors), only from its `auto_from_length` on, and only for inputs like those measured; everywhere else it
+is "xla". `benchmarks/gpu/session.sh`
 writes the records of a GPU run (`python -m kernels.platforms record`); they are committed here by hand.
 """
 
@@ -112,6 +114,10 @@ class KernelRun:
     tests: str  # what ran: "N passed, M failed, ..." or why it did not finish
     auto_from_length: int | dict[str, int | None] | None = None
     note: str = ""
+    # The inputs that crossover was measured at: a benchmark on one shape says nothing about the kernels' speed
+    # (or, for a larger state, whether they launch at all) at another. None: any.
+    auto_dtypes: list[str] | None = None  # input dtype names, e.g. ["bfloat16", "float16"]
+    auto_max_head_dim: int | None = None  # the largest head dim (query/key features, values)
 
     def __post_init__(self):
         where = f"kernel record {self.op}/{self.backend}/{self.device_class}"
@@ -137,12 +143,42 @@ class KernelRun:
             )
         if any(n is not None for n in lengths) and not self.passed:
             raise ValueError(f"{where}: auto_from_length is set on a run that did not pass")
+        self._check_measured_inputs(where, measured=any(n is not None for n in lengths))
         if not re.fullmatch(r"\d+\.\d+\.\d+\S*", self.jax_version):
             raise ValueError(f"{where}: jax_version {self.jax_version!r} is not a version like 0.11.2")
         try:
             datetime.date.fromisoformat(self.date)
         except ValueError:
             raise ValueError(f"{where}: date {self.date!r} is not YYYY-MM-DD") from None
+
+    def _check_measured_inputs(self, where: str, measured: bool) -> None:
+        dtypes, dim = self.auto_dtypes, self.auto_max_head_dim
+        if (dtypes is not None or dim is not None) and not measured:
+            raise ValueError(
+                f"{where}: auto_dtypes and auto_max_head_dim describe a crossover; auto_from_length is null"
+            )
+        if dtypes is not None:
+            if not isinstance(dtypes, list | tuple) or not dtypes or not all(isinstance(d, str) for d in dtypes):
+                raise ValueError(f"{where}: auto_dtypes must be a non-empty list of dtype names, got {dtypes!r}")
+            for name in dtypes:
+                try:
+                    if jax.numpy.dtype(name).name != name:
+                        raise TypeError
+                except TypeError:
+                    raise ValueError(f"{where}: auto_dtypes: {name!r} is not a dtype name like bfloat16") from None
+            object.__setattr__(self, "auto_dtypes", list(dtypes))  # the record's own copy
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+            raise ValueError(f"{where}: auto_max_head_dim must be a whole number ≥ 1 or null, got {dim!r}")
+
+    def input_refusal(self, dtype, head_dim: int) -> str | None:
+        """Why this record's crossover does not speak for inputs of `dtype` whose largest head dim (query/key
+        features or values) is `head_dim` (None: it does)."""
+        name = jax.numpy.dtype(dtype).name
+        if self.auto_dtypes is not None and name not in self.auto_dtypes:
+            return f"its crossover was measured in {', '.join(self.auto_dtypes)}, not {name}"
+        if self.auto_max_head_dim is not None and head_dim > self.auto_max_head_dim:
+            return f"its crossover was measured at head dims ≤ {self.auto_max_head_dim}, not {head_dim}"
+        return None
 
     def crossover(self, causal: bool) -> int | None:
         """The length from which the kernels beat the XLA impl in this attention mode (None: never, or not measured)."""
@@ -192,14 +228,22 @@ def passing_run(
 
 
 def auto_pallas_backend(
-    op: str, length: int, refusals: dict[str, Callable[[], str | None]], records=None, *, causal: bool
+    op: str,
+    length: int,
+    refusals: dict[str, Callable[[], str | None]],
+    records=None,
+    *,
+    causal: bool,
+    dtype,
+    head_dim: int,
 ) -> str | None:
     """The `pallas_backend` `impl="auto"` runs for `op` at sequence `length` on this machine, or None for "xla".
 
     A backend qualifies when it has passed on this device class (`passing_run`), its record's crossover length for
-    this attention mode (`KernelRun.crossover`) is at most `length`, and `refusals[backend]()`, where given, is None
-    (the Mosaic GPU kernels take the inputs; an op may also keep a backend to the shapes it was measured at).
-    Hopper prefers Mosaic GPU to Triton when both qualify."""
+    this attention mode (`KernelRun.crossover`) is at most `length`, the record's crossover was measured at inputs
+    like these (`dtype`, the largest head dim `head_dim`: `KernelRun.input_refusal`), and `refusals[backend]()`,
+    where given, is None (the Mosaic GPU kernels take the inputs). Hopper prefers Mosaic GPU to Triton when both
+    qualify."""
     platform = jax.default_backend()
     if platform not in ("gpu", "tpu"):
         return None
@@ -208,7 +252,7 @@ def auto_pallas_backend(
     for backend in candidates:
         run = passing_run(op, backend, device_cls, records=records)
         crossover = None if run is None else run.crossover(causal)
-        if crossover is None or length < crossover:
+        if crossover is None or length < crossover or run.input_refusal(dtype, head_dim) is not None:
             continue
         refusal = refusals.get(backend)
         if refusal is not None and refusal() is not None:

@@ -97,6 +97,11 @@ def _check_inputs(q, k, v, key_mask, gamma, causal, row_scale="sqrt_half"):
     check_positive("gamma", gamma)
 
 
+def _head_dim(q, v) -> int:
+    """The largest head dim of the inputs (queries/keys or values): what a kernel record's crossover was measured at."""
+    return max(q.shape[-1], v.shape[-1])
+
+
 def _prepare(q, k, key_mask, gamma):
     if key_mask is None:
         key_mask = jnp.ones(k.shape[:2], dtype=bool)
@@ -345,7 +350,8 @@ def relu_attention(
     """
     options = options or ReluAttentionOptions()
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
-    impl, backend = options.plan(k.shape[1], _mosaic_refusal(q, k, v, options, causal), causal=causal)
+    refusal = _mosaic_refusal(q, k, v, options, causal)
+    impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=_head_dim(q, v))
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     return _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl, backend)
@@ -398,7 +404,7 @@ def relu_attention_and_row_stats(
     options = options or ReluAttentionOptions()
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     refusal = _mosaic_refusal(q, k, v, options, causal, fused_row_stats=True)
-    impl, backend = options.plan(k.shape[1], refusal, causal=causal)
+    impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=_head_dim(q, v))
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     if impl != "pallas" or backend in ("tpu", "mosaic_gpu"):

@@ -105,8 +105,10 @@ class SoftmaxAttentionOptions:
         backend = backend or jax.default_backend()
         if backend == "gpu" and q.shape[1] > 1 and cudnn_refusal(q) is None:
             return "cudnn"
-        if backend == "tpu" and auto_pallas_backend(self.OP, k.shape[1], {}, causal=causal) == "tpu":
-            return "splash"
+        if backend == "tpu":
+            dims = {"dtype": q.dtype, "head_dim": q.shape[-1]}
+            if auto_pallas_backend(self.OP, k.shape[1], {}, causal=causal, **dims) == "tpu":
+                return "splash"
         return "xla"
 
     def interpret(self) -> bool:

@@ -143,8 +143,10 @@ def test_on_hopper_auto_runs_the_kernels_that_passed_from_their_crossover_length
 
 @pytest.mark.lowering
 def test_auto_takes_the_triton_linear_kernels_only_at_the_measured_shapes(hopper, monkeypatch):
-    """The committed crossover was measured in bf16 at D 128: wider features or float32 stay on xla under auto."""
-    records = (_run("linear_attention", "triton", auto_from_length={"causal": 1024, "full": None}),)
+    """A crossover measured in bf16 at D 128 (as the committed one): wider features or float32 stay on xla under
+    auto."""
+    run = _run("linear_attention", "triton", auto_from_length={"causal": 1024, "full": None})
+    records = (dataclasses.replace(run, auto_dtypes=["bfloat16"], auto_max_head_dim=128),)
     monkeypatch.setattr(platforms, "device_class", lambda device=None: "cuda-sm90")
     monkeypatch.setattr(platforms, "_committed_passes", lambda: records)
     assert _lowered(_linear()) == (0, 1)  # causal, 1,024, bf16, D 128: the Triton kernels
@@ -200,6 +202,11 @@ def pretend(monkeypatch):
     return set_up
 
 
+def _auto(op, length, refusals=None, *, causal=True, dtype=jnp.bfloat16, head_dim=128):
+    """`auto_pallas_backend` for inputs like the H200 benchmark's (bf16, head dim 128) unless told otherwise."""
+    return platforms.auto_pallas_backend(op, length, refusals or {}, causal=causal, dtype=dtype, head_dim=head_dim)
+
+
 def test_the_committed_record_reads_and_names_known_ops_backends_and_classes():
     records = platforms.read_passes()
     assert records, "kernels/kernel_passes.json is empty"
@@ -218,7 +225,7 @@ def test_auto_never_picks_a_backend_without_a_passing_record_for_the_device_clas
     for op in platforms.OPS:
         for length in (1, 1024, 4096, 1 << 20):
             for causal in (True, False):
-                backend = platforms.auto_pallas_backend(op, length, {"mosaic_gpu": _takes}, causal=causal)
+                backend = _auto(op, length, {"mosaic_gpu": _takes}, causal=causal)
                 if backend is None:
                     continue
                 run = platforms.passing_run(op, backend, device_cls, records=records)
@@ -228,36 +235,55 @@ def test_auto_never_picks_a_backend_without_a_passing_record_for_the_device_clas
 def test_auto_follows_a_passing_record_from_its_crossover_length(pretend):
     triton = _run("linear_attention", "triton", auto_from_length=1024)
     pretend("cuda-sm90", [triton])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) == "triton"
-    assert platforms.auto_pallas_backend("linear_attention", 1024, {}, causal=True) == "triton"
-    assert platforms.auto_pallas_backend("linear_attention", 1023, {}, causal=True) is None  # below the crossover
-    assert platforms.auto_pallas_backend("relu_attention", 2048, {}, causal=True) is None  # another op
+    assert _auto("linear_attention", 2048, causal=True) == "triton"
+    assert _auto("linear_attention", 1024, causal=True) == "triton"
+    assert _auto("linear_attention", 1023, causal=True) is None  # below the crossover
+    assert _auto("relu_attention", 2048, causal=True) is None  # another op
     pretend("cuda-sm80", [triton])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) is None  # another device class
+    assert _auto("linear_attention", 2048, causal=True) is None  # another device class
     pretend("cuda-sm90", [dataclasses.replace(triton, jax_version="0.9.1")])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) is None  # another jax minor
+    assert _auto("linear_attention", 2048, causal=True) is None  # another jax minor
     pretend("cuda-sm90", [dataclasses.replace(triton, auto_from_length=None)])
     # passed, never measured faster
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) is None
+    assert _auto("linear_attention", 2048, causal=True) is None
     pretend("cpu", [dataclasses.replace(triton, device_class="cpu")])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {}, causal=True) is None  # interpret: never auto
+    assert _auto("linear_attention", 2048, causal=True) is None  # interpret: never auto
     # Hopper prefers Mosaic GPU when both passed, unless it refuses the inputs.
     mosaic = _run("linear_attention", "mosaic_gpu", auto_from_length=1024)
     pretend("cuda-sm90", [triton, mosaic])
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {"mosaic_gpu": _takes}, causal=True) == "mosaic_gpu"
-    assert platforms.auto_pallas_backend("linear_attention", 2048, {"mosaic_gpu": _refuses}, causal=True) == "triton"
+    assert _auto("linear_attention", 2048, {"mosaic_gpu": _takes}, causal=True) == "mosaic_gpu"
+    assert _auto("linear_attention", 2048, {"mosaic_gpu": _refuses}, causal=True) == "triton"
     pretend("tpu-v5e", [_run("relu_attention", "tpu", "tpu-v5e", auto_from_length=2048)])
-    assert platforms.auto_pallas_backend("relu_attention", 4096, {}, causal=True) == "tpu"
-    assert platforms.auto_pallas_backend("relu_attention", 4096, {}, causal=False) == "tpu"  # one length: both
+    assert _auto("relu_attention", 4096, causal=True) == "tpu"
+    assert _auto("relu_attention", 4096, causal=False) == "tpu"  # one length: both
 
 
 def test_a_crossover_by_mode_applies_to_its_own_mode_only(pretend):
     """Causal and full attention can cross over apart (on an H200 the Triton linear kernels beat XLA causal at 4K
     and 16K, and lose at 16K without the mask): each mode follows its own length."""
     pretend("cuda-sm90", [_run("linear_attention", "triton", auto_from_length={"causal": 4096, "full": None})])
-    assert platforms.auto_pallas_backend("linear_attention", 4096, {}, causal=True) == "triton"
-    assert platforms.auto_pallas_backend("linear_attention", 4095, {}, causal=True) is None
-    assert platforms.auto_pallas_backend("linear_attention", 1 << 20, {}, causal=False) is None
+    assert _auto("linear_attention", 4096, causal=True) == "triton"
+    assert _auto("linear_attention", 4095, causal=True) is None
+    assert _auto("linear_attention", 1 << 20, causal=False) is None
+
+
+def test_a_crossover_speaks_only_for_the_inputs_it_was_measured_at(pretend):
+    """The H200's record of the Triton linear kernels: crossover measured in bf16 at head dim 128, so auto leaves
+    float32, float16 and wider heads (whose larger state may not fit in shared memory) to "xla"."""
+    (committed,) = [r for r in platforms.read_passes() if r.passed and r.op == "linear_attention"]
+    assert (committed.auto_dtypes, committed.auto_max_head_dim) == (["bfloat16"], 128)
+    pretend("cuda-sm90", [dataclasses.replace(committed, jax_version=HERE)])
+
+    def plan(dtype, head_dim, length=4096):
+        return LinearAttentionOptions().plan(length, _takes, causal=True, dtype=dtype, head_dim=head_dim)
+
+    assert plan(jnp.bfloat16, 128) == plan(jnp.bfloat16, 32) == ("pallas", "gpu")
+    assert plan(jnp.bfloat16, 128, length=2048) == ("xla", None)  # below the crossover
+    assert plan(jnp.float32, 128) == plan(jnp.float16, 64) == plan(jnp.bfloat16, 129) == ("xla", None)
+    assert committed.input_refusal(jnp.float32, 64) == "its crossover was measured in bfloat16, not float32"
+    assert committed.input_refusal(jnp.bfloat16, 256) == "its crossover was measured at head dims ≤ 128, not 256"
+    anything = dataclasses.replace(committed, auto_dtypes=None, auto_max_head_dim=None)
+    assert anything.input_refusal(jnp.float32, 1024) is None
 
 
 def test_the_newest_passing_run_counts():
@@ -323,6 +349,11 @@ def test_this_machine_has_a_device_class():
         ({"auto_from_length": {"causal": "4K", "full": None}}, "auto_from_length must be a whole number"),
         ({"auto_from_length": {"causal": 0, "full": None}}, "auto_from_length must be a whole number ≥ 1"),
         ({"passed": False, "auto_from_length": {"causal": 1024, "full": None}}, "set on a run that did not pass"),
+        ({"auto_dtypes": ["bfloat16"]}, "auto_dtypes and auto_max_head_dim describe a crossover; auto_from_length"),
+        ({"auto_from_length": 1024, "auto_dtypes": ["bf16"]}, "auto_dtypes: 'bf16' is not a dtype name like bfloat16"),
+        ({"auto_from_length": 1024, "auto_dtypes": "bfloat16"}, "auto_dtypes must be a non-empty list of dtype names"),
+        ({"auto_from_length": 1024, "auto_dtypes": []}, "auto_dtypes must be a non-empty list of dtype names"),
+        ({"auto_from_length": 1024, "auto_max_head_dim": 0}, "auto_max_head_dim must be a whole number ≥ 1"),
         ({"date": "25/11/2026"}, "not YYYY-MM-DD"),
         ({"jax_version": "latest"}, "not a version like 0.11.2"),
         ({"colour": "red"}, "record 0 must be an object with the fields"),
