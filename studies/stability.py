@@ -186,6 +186,11 @@ def stable_steps(runs: list[dict]) -> int:
     return sum(not r["diverged"] for r in runs) - 1
 
 
+def grid_steps_climbed(runs: dict[str, list[list[dict]]]) -> dict[str, list[int]]:
+    """Each arm's `stable_steps` per seed, from a result's runs (arm → seed → runs up the grid)."""
+    return {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
+
+
 def seeds_of(preset: str) -> list[int]:
     return list(range(1) if preset == "tiny" else range(3))
 
@@ -241,7 +246,7 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
             part = learned(arm, accuracies, result["majority_rate"], last_losses=losses,
                            label_entropy=result["label_entropy"])  # fmt: skip
         parts[f"{arm} learned the task at its largest stable learning rate (control)"] = part
-    climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
+    climbed = grid_steps_climbed(runs)
     top = len(learning_rates) - 1
     # Both arms at the top in every seed: two lower bounds, whose gap (0) says nothing; the reason says why. (Plain
     # ReLU at the top with the factor's arm below it is a real gap: plain's true figure is only higher.)
@@ -282,7 +287,7 @@ def report(result: dict, out_dir: Path) -> dict:
         result["runs"],
         result_preset(result),
     )
-    climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in runs.items()}
+    climbed = grid_steps_climbed(runs)
     verdict, parts = judge(result)
     measured = ("seeds", "learning_rates", "runs", "majority_rate", "label_entropy", "tiny", "preset")
     result = judged(result, measured, parts, verdict)
@@ -361,7 +366,7 @@ def summary(result: dict) -> str:
         runs = sum(len(arm["final_loss"]) for arm in result["summary"].values())
         diverged = sum(arm["divergences"] for arm in result["summary"].values())
         return f"{diverged} divergences in {runs} pre-LN runs at one learning rate (recorded before the sweep)"
-    climbed = {arm: [stable_steps(r) for r in per_seed] for arm, per_seed in result["runs"].items()}
+    climbed = grid_steps_climbed(result["runs"])
     return (
         "grid steps climbed: "
         + ", ".join(f"{arm} {mean_pm_std(c, 1)}" for arm, c in climbed.items())
