@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from tests import mlir_contexts
-from tests.worker_groups import share_module_fixtures
 from tests.xla_flags import FAST_COMPILE, ONE_THREAD
 
 # Tests run on the CPU with the default single device unless a test spawns its own process.
@@ -129,7 +128,6 @@ def pytest_collection_modifyitems(config, items):
 
     mlir_contexts.install()  # where tests run: collection happens in the pytest workers, not xdist's controller
     _sample_cases(config, items)
-    share_module_fixtures(config, items)
     tests_dir = Path(__file__).parent
     for item in items:
         if "slow" in item.keywords or item.path.relative_to(tests_dir).as_posix() in END_TO_END_FILES:

@@ -222,6 +222,8 @@ def test_kernel_convergence_compares_curves_only_of_kernels_past_the_majority_cl
     assert "budget: at the variance ratio seen now (4) the F-test decides with 11 seeds" in parts["steadier"].reason
 
 
+# The tests that use this fixture follow it, one after another: pytest-xdist sends consecutive tests to a worker
+# together, so one worker trains these runs (each worker that needs them trains them again).
 @pytest.fixture(scope="module")
 def stability_tiny(tmp_path_factory):
     """studies.stability --tiny under <root>/stability, with its no-factor arm "diverging" at the first learning
@@ -329,6 +331,36 @@ def test_a_study_resumed_where_its_workdirs_are_gone_trains_only_what_its_ledger
             attention_distance.run("tiny", tmp_path / "none")
 
 
+def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
+    tmp_path, _ = stability_tiny  # the tiny stability runs are there already: nothing is trained again
+    result = attention_distance.run("tiny", tmp_path)
+    _, readme = _files(tmp_path, "attention_distance.png")
+    assert set(result["mean_distance"]) == set(attention_distance.ARMS) and result["seeds"] == [0]
+    for arm, (layers,) in result["mean_distance"].items():  # one seed at --tiny
+        assert len(layers) == 2 and all(len(heads) == 4 and all(x > 0 for x in heads) for heads in layers), arm
+        assert len(result["test_accuracy"][arm]) == 1 and 0 <= result["test_accuracy"][arm][0] <= 1
+    assert 0 < result["majority_rate"] < 1 and result["verdict"] == NOT_MEASURABLE  # one seed: the rule needs 3
+    # The read-out matrices are what the mixers compute: applied to other values they give attend's output.
+    for arm in attention_distance.ARMS:
+        model, _, task = attention_distance.load_run(stability.arm_dir(tmp_path / "stability" / "runs", arm, 0))
+        inputs = next(iter(task.eval_batches("test")))["inputs"][:2]
+        records = []
+        with attention_distance.recording_attention(records):
+            model(jnp.asarray(inputs))
+        (weights, _), *_ = attention_distance.attention_matrices(model, inputs)
+        mixer, attend, q, k, mask, causal = records[0]
+        v = jax.random.normal(jax.random.key(0), k.shape)
+        expected = attend(mixer, q, k, v, mask, causal)
+        chex.assert_trees_all_close(jnp.einsum("bhqk,bkhd->bqhd", weights, v), expected, atol=1e-4, rtol=1e-4)
+    # The distance: a diagonal attends at 0; attending to the first token from row i is at distance i.
+    real = np.ones((1, 4), bool)
+    assert np.allclose(attention_distance.mean_distance(np.eye(4)[None, None], real), 0)
+    first = np.zeros((1, 1, 4, 4))
+    first[..., 0] = 1.0
+    assert np.allclose(attention_distance.mean_distance(first, real), np.mean([0, 1, 2, 3]))
+    assert "| softmax | 1 |" in readme
+
+
 def test_the_ledger_trains_a_run_again_only_when_a_recorded_setting_changed_and_names_a_damaged_line(tmp_path, capsys):
     import ml_collections
 
@@ -424,36 +456,6 @@ def test_toeplitz_reads_w_only_from_models_that_measurably_left_the_unigram_plat
     verdict, parts = toeplitz.judge(scores, {**learned, "2": 240.0}, 252.0, 2 / 64)
     assert verdict.verdict == NOT_MEASURABLE and list(parts) == ["the models left the unigram plateau (control)"]
     assert "a control failed: the models left the unigram plateau (control): held-out perplexity" in verdict.reason
-
-
-def test_attention_distance_reads_the_matrices_the_models_apply(stability_tiny):
-    tmp_path, _ = stability_tiny  # the tiny stability runs are there already: nothing is trained again
-    result = attention_distance.run("tiny", tmp_path)
-    _, readme = _files(tmp_path, "attention_distance.png")
-    assert set(result["mean_distance"]) == set(attention_distance.ARMS) and result["seeds"] == [0]
-    for arm, (layers,) in result["mean_distance"].items():  # one seed at --tiny
-        assert len(layers) == 2 and all(len(heads) == 4 and all(x > 0 for x in heads) for heads in layers), arm
-        assert len(result["test_accuracy"][arm]) == 1 and 0 <= result["test_accuracy"][arm][0] <= 1
-    assert 0 < result["majority_rate"] < 1 and result["verdict"] == NOT_MEASURABLE  # one seed: the rule needs 3
-    # The read-out matrices are what the mixers compute: applied to other values they give attend's output.
-    for arm in attention_distance.ARMS:
-        model, _, task = attention_distance.load_run(stability.arm_dir(tmp_path / "stability" / "runs", arm, 0))
-        inputs = next(iter(task.eval_batches("test")))["inputs"][:2]
-        records = []
-        with attention_distance.recording_attention(records):
-            model(jnp.asarray(inputs))
-        (weights, _), *_ = attention_distance.attention_matrices(model, inputs)
-        mixer, attend, q, k, mask, causal = records[0]
-        v = jax.random.normal(jax.random.key(0), k.shape)
-        expected = attend(mixer, q, k, v, mask, causal)
-        chex.assert_trees_all_close(jnp.einsum("bhqk,bkhd->bqhd", weights, v), expected, atol=1e-4, rtol=1e-4)
-    # The distance: a diagonal attends at 0; attending to the first token from row i is at distance i.
-    real = np.ones((1, 4), bool)
-    assert np.allclose(attention_distance.mean_distance(np.eye(4)[None, None], real), 0)
-    first = np.zeros((1, 1, 4, 4))
-    first[..., 0] = 1.0
-    assert np.allclose(attention_distance.mean_distance(first, real), np.mean([0, 1, 2, 3]))
-    assert "| softmax | 1 |" in readme
 
 
 def test_attention_distance_compares_only_models_that_learned_and_left_uniform_attention():
