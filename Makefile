@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`.
+# pytest workers: 2 by default (CI has 2 cores); override with `make test WORKERS=auto`. Work stealing: each worker
+# starts with half the suite in order (a file's programs compiled on one worker) and an idle one takes half of the
+# other's queue, so the last tests do not wait behind a queue sent early to one worker.
 WORKERS ?= 2
+XDIST := -n $(WORKERS) --dist worksteal
 # glibc's malloc asks for transparent huge pages: XLA:CPU's step buffers then fault in 2 MiB at a time, not 4 KiB
 # (ListOps demo step: system time -44%, training -10%; benchmarks/malloc-hugepages-cpu.json). Ignored off glibc.
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
@@ -63,14 +66,14 @@ bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q kernels zoo lra_flax mt_flax mlm_flax studies benchmarks tests
 
 test: lint bytecode
-	$(BIN)/python -m pytest -n $(WORKERS) --durations=15 -q
+	$(BIN)/python -m pytest $(XDIST) --durations=15 -q
 
 # The unit tests alone (no end-to-end runs: tests/conftest.py's END_TO_END_FILES and the slow ones), each test
 # function on one of its parametrised cases (the tables that compile nothing on all of theirs); `make test` runs
 # every case. `make test-fast CASES=0` runs every unit case.
 CASES ?= 1
 test-fast: lint bytecode
-	$(BIN)/python -m pytest -n $(WORKERS) -q -m "not e2e" --cases-per-test=$(CASES)
+	$(BIN)/python -m pytest $(XDIST) -q -m "not e2e" --cases-per-test=$(CASES)
 
 # The whole suite with every dependency at its lower pin (tests/lower_pins.txt), in a venv of its own: what the
 # pins' "oldest versions tested" rests on. Not part of `make test` (it doubles the time); run it when a pin moves.
@@ -84,11 +87,11 @@ $(LOWER)/.installed: pyproject.toml tests/lower_pins.txt
 	touch $(LOWER)/.installed
 
 test-lower-pins: $(LOWER)/.installed
-	$(LOWER)/bin/python -m pytest -n $(WORKERS) -q
+	$(LOWER)/bin/python -m pytest $(XDIST) -q
 
 test-lower-pins-fast: $(LOWER)/.installed
 	$(LOWER)/bin/python -m compileall -q kernels zoo lra_flax mt_flax mlm_flax studies benchmarks tests
-	$(LOWER)/bin/python -m pytest -n $(WORKERS) -q -m "not e2e" --cases-per-test=1
+	$(LOWER)/bin/python -m pytest $(XDIST) -q -m "not e2e" --cases-per-test=1
 
 # Kernel benchmark for this machine's backend; results under benchmarks/ with the device named.
 bench: $(STAMP)

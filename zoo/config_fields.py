@@ -228,7 +228,14 @@ def markdown(task_packages: Iterable[str] = ()) -> str:
     ]
     for name, fields in declared_sections().items():
         parts += ["", f"## `{name}`", "", markdown_table(fields, name)]
-    parts += ["", "## Mixer options", "", "Every mixer's options, the inactive mixers' too, are validated."]
+    parts += [
+        "",
+        "## Mixer options",
+        "",
+        "Every mixer's options, the inactive mixers' too, are validated by their rules; the mixers a "
+        "model runs, and any other whose options were changed, are also built (shapes only) for what "
+        "their options must satisfy together.",
+    ]
     for name, fields in mixer_sections().items():
         table = markdown_table(fields, name) if fields else "No options of its own."
         parts += ["", f"### `{name}`", "", table]

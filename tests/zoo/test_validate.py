@@ -87,7 +87,7 @@ def test_an_inactive_mixers_bad_option_is_reported():
 _MAPS = "elu1, relu, favor, softplus, orth_softplus, glu, oglu, aoglu"
 
 
-def test_each_mixer_config_is_built_once_per_process_and_its_outcome_kept(monkeypatch):
+def test_the_mixers_the_model_runs_and_those_with_changed_options_are_built_once_per_process(monkeypatch):
     from zoo.training import validate
 
     built = []
@@ -95,29 +95,45 @@ def test_each_mixer_config_is_built_once_per_process_and_its_outcome_kept(monkey
     monkeypatch.setattr(validate, "_BUILD_OUTCOMES", {})
     monkeypatch.setattr(validate.mixers, "build", lambda cfg, **kw: built.append(cfg.name) or real_build(cfg, **kw))
     config = listops.get_config("demo")
-    assert config_problems(config) == [] and sorted(built) == sorted(config.model.mixer_options.keys())
-    assert config_problems(config) == [] and len(built) == len(config.model.mixer_options)  # the same configs
-    softmax = config.model.mixer_options.softmax
+    config.model.cross_mixer = "relu"  # the mixer and cross_mixer: the two the model runs
+    assert config_problems(config) == [] and built == ["relu"]  # the other mixers keep their defaults: not built
+    assert config_problems(config) == [] and built == ["relu"]  # the same config: its outcome kept
+    softmax = config.model.mixer_options.softmax  # unused, its options changed: built
     softmax.relative_buckets, softmax.implementation = 32, "xla"  # each valid alone, not together: the build says
     expected = [
         "model.mixer_options.softmax: softmax implementation='xla' takes no position bias; with relative_buckets=32 "
         "use one of auto, dense (JAX's dense attention)"
     ]
-    assert config_problems(config) == expected and built[-1] == "softmax"  # a changed config is built
-    assert config_problems(config) == expected and len(built) == len(config.model.mixer_options) + 1  # error kept
+    assert config_problems(config) == expected and built == ["relu", "softmax"]
+    assert config_problems(config) == expected and built == ["relu", "softmax"]  # the error kept
     config.model.mixer_options.linear.feature_map = "bogus"  # refused by its rule, before any build
-    assert (
-        config_problems(config)
-        == [
-            "model.mixer_options.linear.feature_map='bogus' must be one of " + _MAPS,
-            *expected,
-        ]
-        and len(built) == len(config.model.mixer_options) + 1
-    )
+    assert config_problems(config) == [
+        "model.mixer_options.linear.feature_map='bogus' must be one of " + _MAPS,
+        *expected,
+    ] and built == ["relu", "softmax"]
     config.model.d_model = 48  # a shared field changes every mixer's config
     config.model.mixer_options.linear.feature_map = "elu1"
     softmax.implementation = "auto"
-    assert config_problems(config) == [] and len(built) == 2 * len(config.model.mixer_options) + 1
+    assert config_problems(config) == [] and built[2:] == ["relu", "softmax"]
+
+
+def test_an_unused_mixer_at_its_defaults_does_not_refuse_the_run(monkeypatch):
+    """A build failure is the config's only where that mixer runs or its options were set."""
+    from zoo.training import validate
+
+    real_build = validate.mixers.build
+
+    def build(cfg, **kw):
+        if cfg.name == "linear":
+            raise ValueError("linear cannot take these shapes")
+        return real_build(cfg, **kw)
+
+    monkeypatch.setattr(validate, "_BUILD_OUTCOMES", {})
+    monkeypatch.setattr(validate.mixers, "build", build)
+    config = listops.get_config("demo")
+    assert config.model.mixer != "linear" and config_problems(config) == []
+    config.model.mixer = "linear"
+    assert config_problems(config) == ["model.mixer_options.linear: linear cannot take these shapes"]
 
 
 def test_every_problem_is_reported_at_once():
