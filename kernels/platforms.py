@@ -19,7 +19,7 @@ tests on real hardware: op, backend, device class (`device_class()`: "cuda-sm90"
 jax version, commit, date, whether every test passed, and — from a benchmark on that device — the length from
 which the kernels beat the blocked XLA impl (`auto_from_length`; null: not measured or never faster; or one such
 length for causal and one for full attention, `{"causal": 4096, "full": null}`, where the two cross over apart),
-with the inputs that benchmark ran (`auto_dtypes`, `auto_max_head_dim`; null: any).
+with the inputs that benchmark ran (`auto_dtypes`, `auto_max_head_dim`; required with a crossover).
 A kernel that only lowered, or only ran in interpret mode, has not passed. `impl="auto"` picks "pallas" only where a
 passing record exists for the op, the backend, this device class and this jax minor version (Pallas changes
 between minors), only from its `auto_from_length` on, and only for inputs like those measured; everywhere else it
@@ -114,8 +114,8 @@ class KernelRun:
     tests: str  # what ran: "N passed, M failed, ..." or why it did not finish
     auto_from_length: int | dict[str, int | None] | None = None
     note: str = ""
-    # The inputs that crossover was measured at: a benchmark on one shape says nothing about the kernels' speed
-    # (or, for a larger state, whether they launch at all) at another. None: any.
+    # The inputs that crossover was measured at, required with it: a benchmark on one shape says nothing about the
+    # kernels' speed (or, for a larger state, whether they launch at all) at another. None without a crossover.
     auto_dtypes: list[str] | None = None  # input dtype names, e.g. ["bfloat16", "float16"]
     auto_max_head_dim: int | None = None  # the largest head dim (query/key features, values)
 
@@ -153,22 +153,27 @@ class KernelRun:
 
     def _check_measured_inputs(self, where: str, measured: bool) -> None:
         dtypes, dim = self.auto_dtypes, self.auto_max_head_dim
-        if (dtypes is not None or dim is not None) and not measured:
-            raise ValueError(
-                f"{where}: auto_dtypes and auto_max_head_dim describe a crossover; auto_from_length is null"
-            )
-        if dtypes is not None:
-            if not isinstance(dtypes, list | tuple) or not dtypes or not all(isinstance(d, str) for d in dtypes):
-                raise ValueError(f"{where}: auto_dtypes must be a non-empty list of dtype names, got {dtypes!r}")
-            for name in dtypes:
-                try:
-                    if jax.numpy.dtype(name).name != name:
-                        raise TypeError
-                except TypeError:
-                    raise ValueError(f"{where}: auto_dtypes: {name!r} is not a dtype name like bfloat16") from None
-            object.__setattr__(self, "auto_dtypes", list(dtypes))  # the record's own copy
-        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
-            raise ValueError(f"{where}: auto_max_head_dim must be a whole number ≥ 1 or null, got {dim!r}")
+        if not measured:
+            if dtypes is not None or dim is not None:
+                raise ValueError(f"{where}: auto_dtypes and auto_max_head_dim describe a crossover; auto_from_length "
+                                 "is null")  # fmt: skip
+            return
+        # Required with a crossover: a record that left them out would let auto run the kernels at any dtype and
+        # head dim, where they may not even launch (a larger state than shared memory holds).
+        if not isinstance(dtypes, list | tuple) or not dtypes or not all(isinstance(d, str) for d in dtypes):
+            raise ValueError(f"{where}: auto_dtypes (the dtypes the crossover was measured in) must be a non-empty "
+                             f"list of floating-point dtype names, got {dtypes!r}")  # fmt: skip
+        for name in dtypes:
+            try:
+                dtype = jax.numpy.dtype(name)
+            except (TypeError, ValueError, SyntaxError):
+                dtype = None
+            if dtype is None or dtype.name != name or not jax.numpy.issubdtype(dtype, jax.numpy.floating):
+                raise ValueError(f"{where}: auto_dtypes: {name!r} is not a floating-point dtype name like bfloat16")
+        object.__setattr__(self, "auto_dtypes", list(dtypes))  # the record's own copy
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"{where}: auto_max_head_dim (the largest head dim the crossover was measured at) must "
+                             f"be a whole number ≥ 1, got {dim!r}")  # fmt: skip
 
     def input_refusal(self, dtype, head_dim: int) -> str | None:
         """Why this record's crossover does not speak for inputs of `dtype` whose largest head dim (query/key
@@ -344,7 +349,13 @@ def merge(records: list[KernelRun], new: list[KernelRun]) -> list[KernelRun]:
 
 
 def write_passes(records: list[KernelRun], path: Path) -> None:
-    Path(path).write_text(json.dumps([dataclasses.asdict(r) for r in records], indent=1) + "\n")
+    """The table as JSON; the measured inputs only on records with a crossover (elsewhere they must be null)."""
+    rows = [dataclasses.asdict(r) for r in records]
+    for row in rows:
+        for field in ("auto_dtypes", "auto_max_head_dim"):
+            if row[field] is None:
+                del row[field]
+    Path(path).write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

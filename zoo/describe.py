@@ -65,9 +65,12 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     model = _CONFIG.value.model
-    # The model section checked as a training run checks it (every mixer's options: the softmax baseline is
-    # built too), so a bad field is one line naming it, not a traceback from inside a module.
+    # The model section checked as a training run checks it, and as the softmax baseline's (built below), so a bad
+    # field is one line naming it, not a traceback from inside a module.
+    baseline = model.copy_and_resolve_references()
+    baseline.mixer = "softmax"
     problems = config_problems(ml_collections.ConfigDict({"model": model}))
+    problems += [p for p in config_problems(ml_collections.ConfigDict({"model": baseline})) if p not in problems]
     if problems:
         raise ValueError("invalid config: " + "; ".join(problems))
     print(describe(model))

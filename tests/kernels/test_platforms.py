@@ -30,7 +30,11 @@ def _run(
     jax_version=HERE,
     date="2026-11-25",
 ):
-    return KernelRun(op, backend, device_class, "a device", jax_version, "abc1234", date, passed, "t", auto_from_length)
+    """A record; one with a crossover measured, as the H200's, in bf16 at head dims up to 128."""
+    measured = {"auto_dtypes": ["bfloat16"], "auto_max_head_dim": 128} if auto_from_length is not None else {}
+    return KernelRun(
+        op, backend, device_class, "a device", jax_version, "abc1234", date, passed, "t", auto_from_length, **measured
+    )
 
 
 MOSAIC_PASSED = (_run("relu_attention"), _run("linear_attention"))
@@ -145,8 +149,7 @@ def test_on_hopper_auto_runs_the_kernels_that_passed_from_their_crossover_length
 def test_auto_takes_the_triton_linear_kernels_only_at_the_measured_shapes(hopper, monkeypatch):
     """A crossover measured in bf16 at D 128 (as the committed one): wider features or float32 stay on xla under
     auto."""
-    run = _run("linear_attention", "triton", auto_from_length={"causal": 1024, "full": None})
-    records = (dataclasses.replace(run, auto_dtypes=["bfloat16"], auto_max_head_dim=128),)
+    records = (_run("linear_attention", "triton", auto_from_length={"causal": 1024, "full": None}),)
     monkeypatch.setattr(platforms, "device_class", lambda device=None: "cuda-sm90")
     monkeypatch.setattr(platforms, "_committed_passes", lambda: records)
     assert _lowered(_linear()) == (0, 1)  # causal, 1,024, bf16, D 128: the Triton kernels
@@ -243,7 +246,7 @@ def test_auto_follows_a_passing_record_from_its_crossover_length(pretend):
     assert _auto("linear_attention", 2048, causal=True) is None  # another device class
     pretend("cuda-sm90", [dataclasses.replace(triton, jax_version="0.9.1")])
     assert _auto("linear_attention", 2048, causal=True) is None  # another jax minor
-    pretend("cuda-sm90", [dataclasses.replace(triton, auto_from_length=None)])
+    pretend("cuda-sm90", [dataclasses.replace(triton, auto_from_length=None, auto_dtypes=None, auto_max_head_dim=None)])
     # passed, never measured faster
     assert _auto("linear_attention", 2048, causal=True) is None
     pretend("cpu", [dataclasses.replace(triton, device_class="cpu")])
@@ -282,8 +285,8 @@ def test_a_crossover_speaks_only_for_the_inputs_it_was_measured_at(pretend):
     assert plan(jnp.float32, 128) == plan(jnp.float16, 64) == plan(jnp.bfloat16, 129) == ("xla", None)
     assert committed.input_refusal(jnp.float32, 64) == "its crossover was measured in bfloat16, not float32"
     assert committed.input_refusal(jnp.bfloat16, 256) == "its crossover was measured at head dims ≤ 128, not 256"
-    anything = dataclasses.replace(committed, auto_dtypes=None, auto_max_head_dim=None)
-    assert anything.input_refusal(jnp.float32, 1024) is None
+    wider = dataclasses.replace(committed, auto_dtypes=["float32", "bfloat16"], auto_max_head_dim=256)
+    assert wider.input_refusal(jnp.float32, 256) is None
 
 
 def test_the_newest_passing_run_counts():
@@ -350,10 +353,15 @@ def test_this_machine_has_a_device_class():
         ({"auto_from_length": {"causal": 0, "full": None}}, "auto_from_length must be a whole number ≥ 1"),
         ({"passed": False, "auto_from_length": {"causal": 1024, "full": None}}, "set on a run that did not pass"),
         ({"auto_dtypes": ["bfloat16"]}, "auto_dtypes and auto_max_head_dim describe a crossover; auto_from_length"),
-        ({"auto_from_length": 1024, "auto_dtypes": ["bf16"]}, "auto_dtypes: 'bf16' is not a dtype name like bfloat16"),
-        ({"auto_from_length": 1024, "auto_dtypes": "bfloat16"}, "auto_dtypes must be a non-empty list of dtype names"),
-        ({"auto_from_length": 1024, "auto_dtypes": []}, "auto_dtypes must be a non-empty list of dtype names"),
-        ({"auto_from_length": 1024, "auto_max_head_dim": 0}, "auto_max_head_dim must be a whole number ≥ 1"),
+        ({"auto_from_length": 1024}, r"auto_dtypes \(the dtypes the crossover was measured in\) must be a non-empty"),
+        ({"auto_from_length": 1024, "auto_dtypes": "bfloat16"}, "must be a non-empty list of floating-point dtype"),
+        ({"auto_from_length": 1024, "auto_dtypes": []}, "must be a non-empty list of floating-point dtype names"),
+        *(
+            ({"auto_from_length": 1024, "auto_dtypes": [name]}, f"auto_dtypes: '{re.escape(name)}' is not a floating")
+            for name in ("bf16", "int8", "bool", "f4,(", "(-1,)f4")
+        ),
+        ({"auto_from_length": 1024, "auto_dtypes": ["float16"]}, r"auto_max_head_dim \(the largest head dim"),
+        ({"auto_from_length": 1024, "auto_dtypes": ["float16"], "auto_max_head_dim": 0}, "be a whole number ≥ 1"),
         ({"date": "25/11/2026"}, "not YYYY-MM-DD"),
         ({"jax_version": "latest"}, "not a version like 0.11.2"),
         ({"colour": "red"}, "record 0 must be an object with the fields"),

@@ -222,8 +222,9 @@ def test_kernel_convergence_compares_curves_only_of_kernels_past_the_majority_cl
     assert "budget: at the variance ratio seen now (4) the F-test decides with 11 seeds" in parts["steadier"].reason
 
 
-# The tests that use this fixture follow it, one after another: pytest-xdist sends consecutive tests to a worker
-# together, so one worker trains these runs (each worker that needs them trains them again).
+# The tests that use this fixture follow it, one after another: pytest-xdist's work stealing hands each worker a
+# run of consecutive tests (and takes the end of a queue), so one worker trains these runs unless a steal splits
+# them (each worker that needs them trains them again).
 @pytest.fixture(scope="module")
 def stability_tiny(tmp_path_factory):
     """studies.stability --tiny under <root>/stability, with its no-factor arm "diverging" at the first learning

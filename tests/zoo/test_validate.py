@@ -95,7 +95,7 @@ def test_the_mixers_the_model_runs_and_those_with_changed_options_are_built_once
     monkeypatch.setattr(validate, "_BUILD_OUTCOMES", {})
     monkeypatch.setattr(validate.mixers, "build", lambda cfg, **kw: built.append(cfg.name) or real_build(cfg, **kw))
     config = listops.get_config("demo")
-    config.model.cross_mixer = "relu"  # the mixer and cross_mixer: the two the model runs
+    config.model.cross_mixer = "relu"  # the mixers model.mixer and model.cross_mixer name: built
     assert config_problems(config) == [] and built == ["relu"]  # the other mixers keep their defaults: not built
     assert config_problems(config) == [] and built == ["relu"]  # the same config: its outcome kept
     softmax = config.model.mixer_options.softmax  # unused, its options changed: built

@@ -53,9 +53,11 @@ def _build_problem(cfg: ml_collections.ConfigDict) -> str | None:
 
 
 def _mixer_problems(model: ml_collections.ConfigDict) -> list[str]:
-    """Every mixer's options by their rules; built are the mixers the model runs and those whose options were
-    changed. An unused mixer at its defaults is not this run's concern (a build that failed there for the model's
-    shapes would refuse a run that never builds it), and building all nine took ~0.45 s of each command's start."""
+    """Every mixer's options by their rules; built are the mixers `model.mixer` and `model.cross_mixer` name (the
+    second, softmax by default, is used by encoder-decoder models only, but the model section cannot say which
+    model it is for) and those whose options were changed. An unused mixer at its defaults is not this run's
+    concern (a build that failed there for the model's shapes would refuse a run that never builds it), and
+    building all nine took ~0.45 s of each command's start."""
     active = {model.mixer, model.get("cross_mixer")}
     problems = []
     for name in sorted(model.mixer_options.keys()):
