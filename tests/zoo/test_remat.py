@@ -1,6 +1,8 @@
 """model.remat (none | full | dots) changes memory, not results: the same loss and gradients as the plain
 encoder, dropout included (the recomputed forward draws the same masks)."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -10,6 +12,7 @@ from flax import nnx
 from zoo import models
 
 
+@functools.cache  # the plain encoder's, the reference of both remat policies, computed once per mixer
 def _loss_and_grads(remat, mixer):
     cfg = models.model_config(
         mixer=mixer, num_layers=2, d_model=32, num_heads=4, mlp_dim=32, max_length=16, dropout=0.1, remat=remat
