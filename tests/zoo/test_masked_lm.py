@@ -16,7 +16,7 @@ from zoo.models import MaskedLM, TextClassifier, model_config
 
 
 def _param_paths(model):
-    return ["/".join(map(str, p)) for p, _ in nnx.state(model, nnx.Param).flat_state()]
+    return ["/".join(map(str, p)) for p, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))]
 
 
 @pytest.mark.parametrize("size", pretrain.SIZES)
