@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests import mlir_contexts
+from tests.deprecations import attribute_to_callers
 from tests.xla_flags import FAST_COMPILE, ONE_THREAD
+
+attribute_to_callers()  # a dependency's stacklevel-1 deprecation: attributed to its caller (tests/deprecations.py)
 
 # Tests run on the CPU with the default single device unless a test spawns its own process.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
