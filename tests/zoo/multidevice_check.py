@@ -1,5 +1,5 @@
-"""`python -m tests.zoo.multidevice_check MIXER...` with 8 fake CPU devices (see test_sharding.py): train steps on
-several meshes agree with one device.
+"""`python -m tests.zoo.multidevice_check MIXER[=MESH,...]...` with 8 fake CPU devices (see test_sharding.py): train
+steps on several meshes (all of `MESHES` but one device, or those named) agree with one device.
 
 Prints one JSON object: per mesh, the losses, the largest parameter difference from the 1-device run,
 and the sharding of a few parameters.
@@ -71,11 +71,12 @@ def run(mesh_fields, mixer):
 def main():
     assert jax.device_count() == 8, jax.device_count()
     out = {}
-    for mixer in sys.argv[1:]:
+    for arg in sys.argv[1:]:
+        mixer, _, named = arg.partition("=")
+        meshes = named.split(",") if named else [name for name in MESHES if name != "one_device"]
         ref_losses, ref_params, _ = run(MESHES["one_device"], mixer)
-        for name, fields in MESHES.items():
-            if name == "one_device":
-                continue  # the reference itself
+        for name in meshes:
+            fields = MESHES[name]
             losses, params, shardings = run(fields, mixer)
             diff = max(jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), params, ref_params)))
             out[f"{mixer}/{name}"] = {

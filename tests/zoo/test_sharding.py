@@ -49,11 +49,13 @@ def test_train_steps_on_8_fake_devices_match_one_device():
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     run = commands.run(
-        [sys.executable, "-m", "tests.zoo.multidevice_check", "relu", "linear"],
+        # relu on every mesh; linear (its own state and projections) on the one that splits all three axes
+        [sys.executable, "-m", "tests.zoo.multidevice_check", "relu", "linear=d2_f2_t2"],
         capture_output=True, text=True, env=env, timeout=900, cwd=Path(__file__).parents[2],
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert set(result) == {"relu/data8", "relu/d2_f2_t2", "linear/d2_f2_t2"}
     for key, r in result.items():
         # Same data, same initialisation: only the order of floating-point reductions differs.
         assert max(abs(a - b) for a, b in zip(r["losses"], r["ref_losses"], strict=True)) < 1e-5, (key, r)
