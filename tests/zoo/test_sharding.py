@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
+import chex
 import jax
+import jax.numpy as jnp
 import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
@@ -154,3 +156,27 @@ def test_activations_are_pinned_to_the_batch_axes_at_every_block_boundary():
     model.eval()
     text = jax.jit(lambda x: model(x)).lower(jax.ShapeDtypeStruct((4, 8), "int32")).as_text()
     assert "sharding_constraint" not in text
+
+
+def test_on_one_device_the_state_is_built_operation_by_operation_with_the_jitted_initialisers_values():
+    """A one-device mesh has nothing to shard: the state is built eagerly (its operations compile once per shape in
+    a process, not once per run), with what the jitted initialiser makes and on the planned shardings."""
+    from zoo import models
+    from zoo.training import train_config
+    from zoo.training.state import create_train_state, state_builder
+
+    traced = []
+
+    def build_model(rngs):
+        traced.append(isinstance(jnp.zeros(()) + 0, jax.core.Tracer))
+        return models.SequenceClassifier(cfg, vocab_size=16, num_classes=5, rngs=rngs)
+
+    cfg = models.model_config(mixer="linear", num_layers=2, d_model=16, num_heads=2, mlp_dim=16, max_length=8)
+    build = state_builder(build_model, train_config(), 3)
+    _, state, sharding = create_train_state(build, mesh_lib.make_mesh(mesh_config()))
+    assert traced == [True, False]  # the abstract build (eval_shape), then the state's, eagerly
+    jitted = jax.jit(lambda: nnx.state(build()), out_shardings=sharding)()
+    chex.assert_trees_all_close(state, jitted, atol=0, rtol=1e-6)
+    assert jax.tree.leaves(jax.tree.map(lambda x, s: x.sharding == s, state, sharding)) == [True] * len(
+        jax.tree.leaves(state)
+    )

@@ -3,7 +3,7 @@
 The model is first built abstractly (`nnx.eval_shape`: no memory, and every config error surfaces
 here), its shardings are derived from the parameters' logical axes, and the real state is then made
 by a jitted initialiser with those output shardings, so no host or device ever holds an unsharded
-copy of a large model.
+copy of a large model (on a single device, where there is nothing to shard, operation by operation).
 """
 
 from __future__ import annotations
@@ -44,7 +44,15 @@ def create_train_state(
 
 
 def init_state(build: Callable[[], tuple], sharding) -> nnx.State:
-    """The state made by a jitted initialiser straight into its shardings (no unsharded copy anywhere)."""
+    """The state made by a jitted initialiser straight into its shardings (no unsharded copy anywhere). On a
+    single device it is built operation by operation instead: there is no other copy to avoid, and an operation
+    compiles once per shape in a process, where a jitted initialiser is traced and compiled again for every run
+    (a tiny ListOps model on 2 CPU cores: 0.04 s against 0.5–0.6 s from a process's second run on; the same
+    values)."""
+    devices = {device for leaf in jax.tree.leaves(sharding) for device in leaf.device_set}
+    if len(devices) == 1:
+        with jax.default_device(devices.pop()):
+            return jax.device_put(nnx.state(build()), sharding)
     return jax.jit(lambda: nnx.state(build()), out_shardings=sharding)()
 
 
