@@ -42,6 +42,7 @@ from kernels.linear_attention_tpu import linear_attention_tpu
 from kernels.masking import zero_masked_rows
 from kernels.numerics import EPS_MODES, stabilise_denominator
 from kernels.options import LinearAttentionOptions
+from kernels.platforms import largest_head_dim
 
 DEFAULT_CHUNK = 64
 
@@ -210,7 +211,7 @@ def linear_attention(
         _mosaic_refusal(phi_q, v, options, causal),
         causal=causal,
         dtype=v.dtype,
-        head_dim=max(phi_q.shape[-1], v.shape[-1]),
+        head_dim=largest_head_dim(phi_q, v),
     )
     phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
     if impl == "reference":  # the definition: φ must be non-negative (checked here, where it is cheap)

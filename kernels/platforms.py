@@ -232,6 +232,11 @@ def passing_run(
     return max(matches, key=lambda r: r.date) if matches else None
 
 
+def largest_head_dim(*arrays) -> int:
+    """The largest head dim (last axis) of an op's inputs: what a record's `auto_max_head_dim` is compared with."""
+    return max(x.shape[-1] for x in arrays)
+
+
 def auto_pallas_backend(
     op: str,
     length: int,

@@ -48,6 +48,7 @@ from kernels.checks import check_attention_inputs, check_positive
 from kernels.masking import zero_masked_rows
 from kernels.numerics import xlogx
 from kernels.options import ReluAttentionOptions
+from kernels.platforms import largest_head_dim
 from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu, supported
 from kernels.relu_attention_pallas import relu_attention_pallas
 from kernels.relu_attention_tpu import relu_attention_tpu
@@ -95,11 +96,6 @@ def _check_inputs(q, k, v, key_mask, gamma, causal, row_scale="sqrt_half"):
     if gshape not in ((), (1,), (h,)):
         raise ValueError(f"gamma must be a scalar or have shape [heads]=({h},), got {gshape}")
     check_positive("gamma", gamma)
-
-
-def _head_dim(q, v) -> int:
-    """The largest head dim of the inputs (queries/keys or values): what a kernel record's crossover was measured at."""
-    return max(q.shape[-1], v.shape[-1])
 
 
 def _prepare(q, k, key_mask, gamma):
@@ -351,7 +347,7 @@ def relu_attention(
     options = options or ReluAttentionOptions()
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     refusal = _mosaic_refusal(q, k, v, options, causal)
-    impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=_head_dim(q, v))
+    impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     return _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl, backend)
@@ -404,7 +400,7 @@ def relu_attention_and_row_stats(
     options = options or ReluAttentionOptions()
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     refusal = _mosaic_refusal(q, k, v, options, causal, fused_row_stats=True)
-    impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=_head_dim(q, v))
+    impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
     if impl != "pallas" or backend in ("tpu", "mosaic_gpu"):

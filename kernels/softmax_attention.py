@@ -61,7 +61,7 @@ from kernels.numerics import (
     keep_threshold,
     unpack_keep_bits,
 )
-from kernels.platforms import auto_pallas_backend
+from kernels.platforms import auto_pallas_backend, largest_head_dim
 from kernels.softmax_attention_tpu import SplashBlockSizes, softmax_attention_splash, splash_refusal
 
 SOFTMAX_IMPLS = ("auto", "reference", "xla", "dense", "cudnn", "splash")
@@ -106,8 +106,8 @@ class SoftmaxAttentionOptions:
         if backend == "gpu" and q.shape[1] > 1 and cudnn_refusal(q) is None:
             return "cudnn"
         if backend == "tpu":
-            dims = {"dtype": q.dtype, "head_dim": q.shape[-1]}
-            if auto_pallas_backend(self.OP, k.shape[1], {}, causal=causal, **dims) == "tpu":
+            head_dim = largest_head_dim(q, k)
+            if auto_pallas_backend(self.OP, k.shape[1], {}, causal=causal, dtype=q.dtype, head_dim=head_dim) == "tpu":
                 return "splash"
         return "xla"
 

@@ -95,7 +95,8 @@ def option_fields(name: str) -> tuple[Field, ...]:
     return _entry(name).options
 
 
-def _defaults(name: str) -> dict:
+def default_options(name: str) -> dict:
+    """Mixer `name`'s options at their declared defaults."""
     return {field.name: field.default for field in _entry(name).options}
 
 
@@ -111,14 +112,14 @@ def forms_attention_weights(name: str) -> bool:
 
 def default_config(name: str) -> ml_collections.ConfigDict:
     """A complete, locked config for `name`: shared fields (d_model, num_heads, max_length, dtype) and options."""
-    cfg = ml_collections.ConfigDict({"name": name, **SHARED_FIELDS, **_defaults(name)})
+    cfg = ml_collections.ConfigDict({"name": name, **SHARED_FIELDS, **default_options(name)})
     cfg.lock()
     return cfg
 
 
 def options_config() -> ml_collections.ConfigDict:
     """`{name: options}` for every mixer, so a task config can expose each mixer's fields as flags."""
-    return ml_collections.ConfigDict({name: _defaults(name) for name in names()})
+    return ml_collections.ConfigDict({name: default_options(name) for name in names()})
 
 
 def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:

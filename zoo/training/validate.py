@@ -64,8 +64,7 @@ def _mixer_problems(model: ml_collections.ConfigDict) -> list[str]:
         prefix = f"model.mixer_options.{name}"
         options = model.mixer_options[name]
         found = field_problems(options, mixers.option_fields(name), prefix)
-        defaults = {field.name: field.default for field in mixers.option_fields(name)}
-        if found or (name not in active and options.to_dict() == defaults):
+        if found or (name not in active and options.to_dict() == mixers.default_options(name)):
             problems += found
             continue
         if (problem := _build_problem(mixer_config(model, name=name))) is not None:
