@@ -8,6 +8,8 @@ STAMP := $(VENV)/.installed
 # other's queue, so the last tests do not wait behind a queue sent early to one worker.
 WORKERS ?= 2
 XDIST := -n $(WORKERS) --dist worksteal
+# The project's packages, as pyproject.toml's packages.find lists them (tests/test_packaging.py checks).
+PACKAGES := kernels zoo lra_flax mt_flax mlm_flax studies
 # glibc's malloc asks for transparent huge pages: XLA:CPU's step buffers then fault in 2 MiB at a time, not 4 KiB
 # (ListOps demo step: system time -44%, training -10%; benchmarks/malloc-hugepages-cpu.json). Ignored off glibc.
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
@@ -63,7 +65,7 @@ format: $(STAMP)
 # otherwise compile the ~21,000 lines it imports from source (`python -m lra_flax` failing at its flags:
 # 1.92–2.00 s → 1.81–1.84 s beside a training; compiling everything takes 0.5 s).
 bytecode: $(STAMP)
-	$(BIN)/python -m compileall -q kernels zoo lra_flax mt_flax mlm_flax studies benchmarks tests
+	$(BIN)/python -m compileall -q $(PACKAGES) benchmarks tests
 
 test: lint bytecode
 	$(BIN)/python -m pytest $(XDIST) --durations=15 -q
@@ -90,7 +92,7 @@ test-lower-pins: $(LOWER)/.installed
 	$(LOWER)/bin/python -m pytest $(XDIST) -q
 
 test-lower-pins-fast: $(LOWER)/.installed
-	$(LOWER)/bin/python -m compileall -q kernels zoo lra_flax mt_flax mlm_flax studies benchmarks tests
+	$(LOWER)/bin/python -m compileall -q $(PACKAGES) benchmarks tests
 	$(LOWER)/bin/python -m pytest $(XDIST) -q -m "not e2e" --cases-per-test=1
 
 # Kernel benchmark for this machine's backend; results under benchmarks/ with the device named.

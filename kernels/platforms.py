@@ -177,11 +177,13 @@ class KernelRun:
 
     def input_refusal(self, dtype, head_dim: int) -> str | None:
         """Why this record's crossover does not speak for inputs of `dtype` whose largest head dim (query/key
-        features or values) is `head_dim` (None: it does)."""
+        features or values) is `head_dim` (None: it does). Only a record with a crossover has one to speak for."""
+        if self.auto_dtypes is None:
+            raise ValueError(f"kernel record {self.op}/{self.backend}/{self.device_class} has no crossover")
         name = jax.numpy.dtype(dtype).name
-        if self.auto_dtypes is not None and name not in self.auto_dtypes:
+        if name not in self.auto_dtypes:
             return f"its crossover was measured in {', '.join(self.auto_dtypes)}, not {name}"
-        if self.auto_max_head_dim is not None and head_dim > self.auto_max_head_dim:
+        if head_dim > self.auto_max_head_dim:
             return f"its crossover was measured at head dims ≤ {self.auto_max_head_dim}, not {head_dim}"
         return None
 

@@ -9,12 +9,10 @@ for one) attributes the warning to its own module, so this project calling the d
 
 import sys
 import warnings
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-_OWN_CODE = tuple(
-    str(REPO / name) for name in ("kernels", "zoo", "lra_flax", "mt_flax", "mlm_flax", "studies", "tests")
-)
+from tests.packages import PACKAGES, ROOT
+
+_OWN_CODE = tuple(str(ROOT / name) for name in (*PACKAGES, "tests"))
 
 
 def _in_a_dependency(filename: str) -> bool:

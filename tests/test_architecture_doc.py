@@ -7,9 +7,10 @@ import ast
 import re
 from pathlib import Path
 
+from tests.packages import PACKAGES
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
-PACKAGES = ("kernels", "zoo", "lra_flax", "mlm_flax", "mt_flax", "studies")
 ARROW = "◄──"
 
 

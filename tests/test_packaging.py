@@ -7,7 +7,9 @@ from pathlib import Path
 from packaging.requirements import Requirement  # packaging: a dependency of pytest itself
 from packaging.version import Version
 
-ROOT = Path(__file__).parents[1]
+from tests.packages import PACKAGES
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _lower_pins() -> dict[str, Version]:
@@ -45,3 +47,18 @@ def test_the_make_targets_install_the_pins_file_into_a_venv_of_their_own_and_ci_
     assert ".venv-lower-pins/" in (ROOT / ".gitignore").read_text().splitlines()
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert ci.index("make test") < ci.index("make test-lower-pins-fast")
+
+
+def test_the_places_that_name_the_project_s_packages_name_the_ones_pyproject_installs():
+    # Every package directory of the checkout is installed (tests aside).
+    assert sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()) == sorted([*PACKAGES, "tests"])
+    # The deprecation filter makes a warning an error in these modules' code (and the tests').
+    filters = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["filterwarnings"]
+    (own,) = [f for f in filters if f.startswith("error::DeprecationWarning:")]
+    named = re.fullmatch(r"error::DeprecationWarning:\((.*)\)\(\\\.\|\$\)", own)[1].split("|")
+    assert sorted(named) == sorted([*PACKAGES, "tests"])
+    # The Makefile's bytecode rules compile them (and benchmarks, tests).
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^PACKAGES := (.*)$", makefile, flags=re.M)[1].split() == list(PACKAGES)
+    for target in ("bytecode", "test-lower-pins-fast"):
+        assert "compileall -q $(PACKAGES) benchmarks tests" in _make_rule(makefile, target), target

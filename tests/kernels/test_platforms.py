@@ -287,6 +287,9 @@ def test_a_crossover_speaks_only_for_the_inputs_it_was_measured_at(pretend):
     assert committed.input_refusal(jnp.bfloat16, 256) == "its crossover was measured at head dims ≤ 128, not 256"
     wider = dataclasses.replace(committed, auto_dtypes=["float32", "bfloat16"], auto_max_head_dim=256)
     assert wider.input_refusal(jnp.float32, 256) is None
+    never = dataclasses.replace(committed, auto_from_length=None, auto_dtypes=None, auto_max_head_dim=None)
+    with pytest.raises(ValueError, match="has no crossover"):
+        never.input_refusal(jnp.bfloat16, 64)
 
 
 def test_the_newest_passing_run_counts():
