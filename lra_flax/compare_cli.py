@@ -1,4 +1,7 @@
-"""`lra-compare`: the command line of `lra_flax.compare` (see there)."""
+"""`lra-compare`: run a sweep of LRA trainings (task × mixer variant × seed) and tabulate it (`lra_flax.compare`).
+
+lra-compare --config=lra_flax/configs/compare.py:demo --workdir=runs/compare [--cells | --report_only]
+"""
 
 from __future__ import annotations
 
@@ -61,6 +64,8 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
+    # Not `cli.run`: the sweep is one local process that starts its cells as commands of their own.
+    cli.before_parsing(main, "lra-compare")
     app.run(main, flags_parser=cli.flags_parser("lra-compare"))
 
 

@@ -14,6 +14,7 @@ from absl import app, flags
 
 from lra_flax import pathfinder_generator as gen
 from zoo.plots import pyplot, save_figure
+from zoo.training import cli
 
 _OUTPUT = flags.DEFINE_string("output", "benchmarks/pathfinder/examples.png", "Where to write the PNG.")
 _PER_LABEL = flags.DEFINE_integer("per_label", 3, "Images of each label per resolution.")
@@ -47,4 +48,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.before_parsing(main, "pathfinder_figure")
+    app.run(main, flags_parser=cli.flags_parser("pathfinder_figure"))

@@ -2,6 +2,7 @@
 each command's own flags; --debug shows the traceback."""
 
 import importlib
+import importlib.metadata
 import os
 import sys
 
@@ -135,6 +136,8 @@ _TRAINING_CONFIGS = {
         ("mt_flax.translate", ["--workdir", "--input", "--output", "--beam_size", "--length_penalty"]),
         ("mlm_flax.data_cli", ["--output_dir", "--wheel_cache", "--holdout_fraction", "--overwrite"]),
         ("lra_flax.data_cli", ["--output_dir", "--num_train", "--resolution", "--difficulty", "--overwrite"]),
+        ("lra_flax.compare_cli", ["--config", "--workdir", "--cells", "--shard", "--retry_failed", "--report_only"]),
+        ("lra_flax.pathfinder_figure", ["--output", "--per_label", "--seed"]),
     ],
 )
 def test_help_lists_the_commands_own_flags(module, own_flags):
@@ -167,3 +170,16 @@ def test_a_missing_optional_dependency_names_its_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)
     with pytest.raises(FileNotFoundError, match=r"needs tensorflow-datasets.*'\.\[tfds\]'.*or use data.source='x'"):
         open_tfds("imdb_reviews", "train", None, "data.source='x'")
+
+
+@pytest.mark.parametrize("script, own_flag", [("lra-compare", "--cells"), ("mt-translate", "--beam_size")])
+def test_an_installed_command_s_help_lists_its_own_flags(script, own_flag):
+    """A console script's `__main__` is the script pip wrote, not the command's module: absl lists a module's flags
+    for `--help` only when they are made key flags of the script (`cli.show_command_flags`)."""
+    (entry,) = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == script]
+    launcher = f"import sys; from {entry.module} import {entry.attr} as run; sys.argv[0] = {script!r}; run()"
+    help_text = commands.run(
+        [sys.executable, "-c", launcher, "--help"], capture_output=True, text=True, timeout=120
+    ).stdout
+    listed = f"{own_flag}:" in help_text or own_flag.replace("--", "--[no]") + ":" in help_text
+    assert listed and "--helpfull" not in help_text.split("flags:")[0], help_text[:2000]

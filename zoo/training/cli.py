@@ -160,9 +160,9 @@ def show_command_flags(main: Callable, *modules: str) -> None:
         main_module.__doc__ = sys.modules[main.__module__].__doc__  # the usage text absl prints first
 
 
-def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = "") -> None:
-    """`app.run(main)` with checked overrides, distributed start-up and WARNING-level library logs;
-    `--help` prints the usage, the flags, then `help_epilogue`."""
+def before_parsing(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = "") -> None:
+    """What every command does before absl parses its flags: a `--config` file that does not exist is one line and
+    exit status 2; `--help` prints the usage, the command's own flags and `help_epilogue`, and exits with 0."""
     message = config_file_problem(sys.argv[1:])
     if message:
         print(f"{prog}: error: {message}", file=sys.stderr)
@@ -172,6 +172,12 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
         app.usage(shorthelp=True, writeto_stdout=True)
         print(help_epilogue, end="")
         sys.exit(0)  # absl's own --help exits with status 1
+
+
+def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = "") -> None:
+    """`app.run(main)` with checked overrides, distributed start-up and WARNING-level library logs;
+    `--help` prints the usage, the flags, then `help_epilogue`."""
+    before_parsing(main, prog, help_epilogue=help_epilogue)
 
     def wrapped(argv):
         if not flags.FLAGS["verbosity"].present:
