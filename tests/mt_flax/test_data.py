@@ -214,5 +214,40 @@ def test_a_tokenizer_model_that_is_no_vocabulary_is_named_with_its_field(tmp_pat
     text.write_text("ein Satz\nnoch einer\n")
     config = translation.get_config("tiny")
     config.data.tokenizer_model = str(text)
-    with pytest.raises(ValueError, match=rf"data.tokenizer_model={text}: a word vocabulary must start with"):
+    with pytest.raises(
+        ValueError, match=rf"data.tokenizer_model: vocabulary file {text}: a word vocabulary must start"
+    ):
         input_pipeline.load_or_train_tokenizer(config)
+
+
+def test_the_bible_source_fills_an_empty_directory_whole_and_never_replaces_a_file(tmp_path, monkeypatch):
+    db = tmp_path / "bible.db"
+    _fake_bible(db)
+
+    def write_bible(output_dir, books, cache_dir, src_lang, tgt_lang, fail_after=None):
+        for i, (split, split_books) in enumerate(books.items()):
+            if i == fail_after:
+                raise OSError("cut short")
+            data.write_parallel(data.bible_corpus(db, split_books), output_dir, split, src_lang, tgt_lang)
+
+    config = translation.get_config("tiny")
+    config.data.update(source="bible", dir=str(tmp_path / "bible"))
+    config.data.bible_books.update(train=[1], valid=[3], test=[3])
+    monkeypatch.setattr(data, "write_bible", lambda *a: write_bible(*a, fail_after=2))
+    with pytest.raises(OSError, match="cut short"):
+        input_pipeline.load_corpus(config, "train")
+    assert [p.name for p in (tmp_path / "bible").iterdir()] == []  # nothing half-written is left to be refused
+    monkeypatch.setattr(data, "write_bible", write_bible)
+    assert len(input_pipeline.load_corpus(config, "train")) == 6
+    assert sorted(p.name for p in (tmp_path / "bible").iterdir()) == [
+        f"{s}.{lang}" for s in ("test", "train", "valid") for lang in ("de", "en")
+    ]
+
+    own = tmp_path / "own"  # a user's text files, but data.source left at 'bible'
+    own.mkdir()
+    _write(own, "train", ["ein eigener Satz"], ["a sentence of one's own"])
+    config.data.dir = str(own)
+    with pytest.raises(ValueError, match=r"holds train\.de, train\.en but not valid\.de, .*data\.source='text'"):
+        input_pipeline.load_corpus(config, "train")
+    assert sorted(p.name for p in own.iterdir()) == ["train.de", "train.en"]
+    assert (own / "train.de").read_text() == "ein eigener Satz\n"

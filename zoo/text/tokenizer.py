@@ -50,7 +50,10 @@ def _strip_specials(ids: Iterable[int]) -> list[int]:
 class SentencePieceTokenizer:
     def __init__(self, model_proto: bytes, source: str = "<memory>"):
         self.proto = model_proto
-        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        except RuntimeError as e:  # a truncated or foreign file: SentencePiece's parse error names no file
+            raise ValueError(f"{source} is not a SentencePiece model ({' '.join(str(e).split())})") from None
         if self.sp.pad_id() != PAD_ID or self.sp.eos_id() != EOS_ID or self.sp.bos_id() != BOS_ID:
             raise ValueError(
                 f"SentencePiece model {source} has pad/bos/eos ids {self.sp.pad_id()}/{self.sp.bos_id()}/"
@@ -141,6 +144,13 @@ class WordTokenizer:
     def __init__(self, pieces: Sequence[str], bpe_separator: str = "@@ "):
         if tuple(pieces[: len(_SPECIALS)]) != _SPECIALS:
             raise ValueError(f"a word vocabulary must start with {_SPECIALS}")
+        first = {}
+        for line, piece in enumerate(pieces, start=1):  # a token is what str.split() yields: one, not blank
+            if piece.split() != [piece]:
+                raise ValueError(f"line {line}: {piece!r} is not one whitespace-free token")
+            if piece in first:
+                raise ValueError(f"line {line}: {piece!r} is already on line {first[piece]}")
+            first[piece] = line
         self.pieces = list(pieces)
         self.ids = {p: i for i, p in enumerate(self.pieces)}
         self.vocab_size = len(self.pieces)
@@ -166,7 +176,18 @@ class WordTokenizer:
         path = as_path(path)
         if not path.is_file():
             raise FileNotFoundError(f"vocabulary file {path} does not exist")
-        return cls(path.read_text(encoding="utf-8").split("\n")[:-1])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"vocabulary file {path} is not UTF-8 text ({e.reason} at byte {e.start}); a SentencePiece model "
+                "is read as one only when its name ends in .model"
+            ) from None
+        lines = text.removesuffix("\n").split("\n")  # the last line counts with or without its newline
+        try:
+            return cls([line.removesuffix("\r") for line in lines])
+        except ValueError as e:
+            raise ValueError(f"vocabulary file {path}: {e}") from None
 
     def encode(self, text: str) -> list[int]:
         return [self.ids.get(tok, UNK_ID) for tok in text.split()]
