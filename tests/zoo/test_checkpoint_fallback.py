@@ -113,3 +113,32 @@ def test_a_second_break_of_the_same_step_keeps_the_first(tmp_path):
 
 def test_no_checkpoint_is_none(tmp_path):
     assert Checkpointer(tmp_path / "checkpoints", max_to_keep=2).restore_latest(ABSTRACT, _iterator()) is None
+
+
+@pytest.mark.parametrize("kind", sorted(k for k in CORRUPTIONS if k.startswith("state")))
+def test_restoring_the_state_alone_says_the_step_is_damaged_and_names_the_others(tmp_path, kind):
+    """Inference, fine-tuning and inspection restore a step read-only: a damaged one is an error, not moved aside."""
+    directory = tmp_path / "checkpoints"
+    _save_steps(directory)
+    CORRUPTIONS[kind](directory / "2")
+    checkpointer = Checkpointer(directory, max_to_keep=5)
+    with pytest.raises(ValueError, match=r"step 2 is damaged and does not restore \(.+\); the other steps there: 1$"):
+        checkpointer.restore_state(2, ABSTRACT)
+    np.testing.assert_array_equal(checkpointer.restore_state(1, ABSTRACT)["w"], np.full((4, 3), 1.0))
+    checkpointer.close()
+    assert sorted(p.name for p in directory.iterdir()) == ["1", "2"]
+
+
+def test_restoring_the_state_into_another_model_names_the_arrays_that_differ(tmp_path):
+    directory = tmp_path / "checkpoints"
+    _save_steps(directory)
+    checkpointer = Checkpointer(directory, max_to_keep=5)
+    wider = {**ABSTRACT, "w": jax.ShapeDtypeStruct((4, 5), jnp.float32)}
+    with pytest.raises(
+        ValueError, match=r"does not match the model .*1 arrays differ; w: saved \(4, 3\), model \(4, 5\)"
+    ):
+        checkpointer.restore_state(2, wider)
+    fewer = {"w": ABSTRACT["w"]}
+    with pytest.raises(ValueError, match=r"does not match the model .*b: saved \(3,\), model None"):
+        checkpointer.restore_state(2, fewer)
+    checkpointer.close()

@@ -96,6 +96,15 @@ LISTOPS = "--config=lra_flax/configs/listops.py:demo"
         (["lra_flax", LISTOPS, "--workdir={file}"], "--workdir={file} exists and is not a directory"),
         (["lra_flax", LISTOPS, "--workdir={file}/run"], "{file} is a file, not a directory"),
         (["lra_flax", "--config=lra_flax/configs/nope.py:demo", "--workdir={tmp}/run"], "no config file 'lra_flax/co"),
+        (["mt_flax", "--config={file}", "--workdir={tmp}/run"], "{file}:1: NameError: name 'x' is not defined"),
+        (
+            ["mt_flax", "--config=mlm_flax/configs/pretrain.py:gmlp_tiny", "--workdir={tmp}/run"],
+            "--config is not a config for mt-train: it has no data.bible_books.train, ",
+        ),
+        (
+            ["mlm_flax.finetune", "--config=mlm_flax/configs/pretrain.py:gmlp_tiny", "--workdir={tmp}/run"],
+            "--config is not a config for mlm-finetune: it has no pretrained.workdir, ",
+        ),
         (["lra_flax.data_cli", "listops", "--output_dir={file}"], "--output_dir={file} exists and is not a directory"),
         (["mt_flax.data_cli", "bible", "--output_dir={file}/out"], "{file} is a file, not a directory"),
         (["mlm_flax.data_cli", "kjv", "--output_dir={file}"], "--output_dir={file} exists and is not a directory"),
@@ -109,6 +118,13 @@ def test_cli_io_errors_are_one_line_and_exit_2(tmp_path, args, message):
     assert message.format(file=a_file) in run.stderr and "Traceback" not in run.stderr
     assert len([line for line in run.stderr.splitlines() if "error:" in line]) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_a_config_file_that_does_not_parse_is_its_line(tmp_path):
+    config = tmp_path / "mine.py"
+    config.write_text("import ml_collections\n\ndef get_config(:\n    pass\n")
+    run = _cli("mt_flax", f"--config={config}", f"--workdir={tmp_path / 'run'}")
+    assert run.returncode == 2 and run.stderr.strip() == f"mt-train: error: {config}:3: invalid syntax", run.stderr
 
 
 def test_debug_shows_the_traceback(tmp_path):

@@ -41,6 +41,19 @@ def _check_json_files(step_dir: epath.Path) -> None:
             raise ValueError(f"{path} is not valid JSON ({e})") from None
 
 
+def _leaf_shapes(tree) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """Each array's path (dict keys, sequence indices and attribute names as text) and shape."""
+
+    def name(key) -> str:
+        for attribute in ("key", "idx", "name"):
+            if hasattr(key, attribute):
+                return str(getattr(key, attribute))
+        return str(key)
+
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {tuple(name(k) for k in path): tuple(leaf.shape) for path, leaf in leaves if hasattr(leaf, "shape")}
+
+
 class Checkpointer:
     def __init__(self, directory: str | os.PathLike, *, max_to_keep: int):
         self.manager = ocp.CheckpointManager(
@@ -126,9 +139,34 @@ class Checkpointer:
         return restored.state, restored.meta
 
     def restore_state(self, step: int, abstract_state) -> object:
-        """Restores only the train state (inference, fine-tuning, inspection: no data iterator)."""
-        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
-        return restored.state
+        """Restores only the train state (inference, fine-tuning, inspection: no data iterator). A step that does
+        not restore is a ValueError saying whether the model differs from the one saved or the step is damaged."""
+        try:
+            args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
+            return self.manager.restore(step, args=args).state
+        except Exception as e:  # Orbax and TensorStore raise many types; each is one of the two cases below
+            raise ValueError(self._restore_failure(step, abstract_state, e)) from None
+
+    def _restore_failure(self, step: int, abstract_state, error: BaseException) -> str:
+        where = f"checkpoint {self.manager.directory} step {step}"
+        try:
+            saved = _leaf_shapes(self.manager.item_metadata(step).state.tree)
+        except Exception:  # the metadata itself is damaged
+            saved = None
+        expected = _leaf_shapes(abstract_state)
+        if saved is not None and saved != expected:
+            differ = sorted(saved.keys() ^ expected.keys()) + sorted(
+                k for k in saved.keys() & expected.keys() if saved[k] != expected[k]
+            )
+            shown = "; ".join(f"{'/'.join(k)}: saved {saved.get(k)}, model {expected.get(k)}" for k in differ[:3])
+            return (
+                f"{where} does not match the model built from the config ({len(differ)} arrays differ; {shown}; "
+                "None: absent)"
+            )
+        others = sorted(s for s in self.manager.all_steps() if s != step)
+        return f"{where} is damaged and does not restore ({_first_line(error)})" + (
+            f"; the other steps there: {', '.join(map(str, others))}" if others else ""
+        )
 
     def wait(self) -> None:
         self.manager.wait_until_finished()

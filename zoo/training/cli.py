@@ -129,14 +129,35 @@ def flags_parser(prog: str) -> Callable[[list[str]], list[str]]:
     def parse(argv: list[str]) -> list[str]:
         try:
             return flags.FLAGS(argv)
+        except SyntaxError as e:  # a config file's: where, not the importer's traceback
+            print(f"{prog}: error: {e.filename}:{e.lineno}: {e.msg}", file=sys.stderr)
+            sys.exit(2)
         except (flags.Error, AttributeError, KeyError) as e:
             parser = flags.FLAGS["config"].parser if "config" in flags.FLAGS else None
             loaded = parser.config if isinstance(parser, _KeepsLoadedConfig) else None
             message = unknown_override(argv[1:], loaded) or _last_error_line(str(e))
             print(f"{prog}: error: {message}", file=sys.stderr)
             sys.exit(2)
+        except Exception as e:  # raised by a config file's own code: its line, not the importer's traceback
+            where = _config_file_line(e, argv)
+            if where is None:
+                raise
+            print(f"{prog}: error: {where}: {type(e).__name__}: {e}", file=sys.stderr)
+            sys.exit(2)
 
     return parse
+
+
+def _config_file_line(error: BaseException, argv: Sequence[str]) -> str | None:
+    """`file:line` of the innermost frame of `error`'s traceback in a `--config` file, or None."""
+    paths = {os.path.abspath(a.split("=", 1)[1].split(":", 1)[0]) for a in argv if a.startswith("--config=")}
+    where = None
+    tb = error.__traceback__
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) in paths:
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
 
 
 def config_file_problem(argv: Sequence[str], flag: str = "config") -> str | None:
@@ -227,6 +248,34 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
     app.run(wrapped, flags_parser=flags_parser(prog))
 
 
+def foreign_config_problem(
+    config: ml_collections.ConfigDict, config_files: Mapping[str, Mapping[str, tuple]], prog: str
+) -> str | None:
+    """Why `config` was made for another command (it lacks fields that each of this command's config files
+    declares), or None. Checked before the task reads the config, which would fail on the first missing field."""
+    gaps = {}
+    for path, sections in config_files.items():
+        names = [name for section, fields in sections.items() for name, _ in config_fields.flat(fields, section)]
+        missing = [name for name in names if not _has_field(config, name)]
+        if not missing:
+            return None
+        gaps[path] = missing
+    if not gaps:
+        return None
+    path, missing = min(gaps.items(), key=lambda item: len(item[1]))
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return f"--config is not a config for {prog}: it has no {', '.join(missing[:3])}{more} (fields {path} declares)"
+
+
+def _has_field(config: ml_collections.ConfigDict, dotted: str) -> bool:
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def task_main(
     make_task: Callable[[ml_collections.ConfigDict], Task],
     prog: str,
@@ -250,6 +299,9 @@ def task_main(
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments: {argv[1:]}")
         config = config_flag.value
+        problem = foreign_config_problem(config, config_files, prog)
+        if problem:
+            raise app.UsageError(problem)
         task = make_task(config)
         if plan_flag.value:
             print(memory.format_plan(memory.plan(config, task)))
