@@ -32,6 +32,7 @@ def main(argv: list[str]) -> None:
         ("test BLEU (sacreBLEU 13a)", f"{results['bleu']:.2f}"),
         ("test chrF", f"{results['chrf']:.2f}"),
         ("test BLEU, tokenised", f"{results['bleu_tokenized']:.2f}"),
+        ("test examples scored", f"{results['examples_scored']:,} ({results['pairs_dropped']:,} pairs too long)"),
         ("test token accuracy", f"{100 * results['test_accuracy']:.1f}%"),
         ("test perplexity", f"{results['test_perplexity']:.1f}"),
     ]

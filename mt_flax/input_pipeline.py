@@ -11,6 +11,7 @@ number of processes, and the Grain iterator over it is checkpointed with the run
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import tempfile
@@ -153,7 +154,8 @@ def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokeni
     )
     path = _cache_dir(config) / f"{split}-{key}.array_record"
     lengths_path = path.with_suffix(".lengths.npy")
-    if path.exists() and lengths_path.exists() and path.with_suffix(".refs.txt").exists():
+    side_files = (lengths_path, path.with_suffix(".refs.txt"), path.with_suffix(".pairs.json"))
+    if path.exists() and all(f.exists() for f in side_files):
         return path
     corpus = load_corpus(config, split)
     stats = {"filtered": 0, "examples": 0}
@@ -176,7 +178,14 @@ def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokeni
     # Side files whole or not at all, so "cached?" (records and both side files exist) is never fooled.
     data_lib.atomic_save_npy(lengths_path, np.asarray(lengths, np.int32))
     atomic_write_bytes(path.with_suffix(".refs.txt"), "".join(r + "\n" for r in refs).encode("utf-8"))
+    pairs = {"pairs": len(corpus), "dropped": stats["filtered"]}
+    atomic_write_bytes(path.with_suffix(".pairs.json"), json.dumps(pairs).encode("utf-8"))
     return path
+
+
+def split_pairs(records_path: Path) -> dict[str, int]:
+    """{"pairs": sentence pairs in the split's corpus, "dropped": those data.too_long='filter' left out}."""
+    return json.loads(records_path.with_suffix(".pairs.json").read_text(encoding="utf-8"))
 
 
 def references(records_path: Path) -> list[str]:

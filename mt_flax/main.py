@@ -3,7 +3,8 @@
     mt-train --config=mt_flax/configs/translation.py:demo --workdir=runs/mt-demo [--config.model.mixer=linear]
 
 Re-running the same command on the same workdir resumes from its last checkpoint. At the end the workdir
-holds test.hyp.txt, test.ref.txt and results.json with bleu, chrf, bleu_tokenized and sacrebleu_signature.
+holds test.hyp.txt, test.ref.txt and results.json with bleu, chrf, bleu_tokenized, sacrebleu_signature,
+examples_scored and pairs_dropped (test pairs longer than model.max_length, left out of the scores).
 """
 
 from __future__ import annotations

@@ -103,10 +103,18 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         ids = translate_ids(model, config, [records[i]["src"] for i in range(count)])
         hyps = [tok.decode(x) for x in ids]
         scores = bleu.score(hyps, refs[:count])
+        pairs = pipeline.split_pairs(records_path)
         if workdir is not None and jax.process_index() == 0:
             for name, lines in (("hyp", hyps), ("ref", refs[:count])):
                 (workdir / f"{split}.{name}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-        return scores
+            if pairs["dropped"]:  # a score of part of the split: said where the score is read
+                print(
+                    f"{split}: BLEU and chrF of {count} of {pairs['pairs']} sentence pairs; {pairs['dropped']} longer "
+                    "than model.max_length were left out (data.too_long='filter')",
+                    flush=True,
+                )
+        # Documents (data.doc_length) score whole examples; "pairs" counts the corpus's sentence pairs.
+        return {**scores, "examples_scored": count, "pairs_dropped": pairs["dropped"]}
 
     def batch_spec(batch: int):
         # A token-sized batch: at max_length it holds the fewest rows and the most tokens per row.
@@ -136,7 +144,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
 def final_results(results: dict) -> dict:
     """The test split's scores under the plain names results.json promises (bleu, chrf, …)."""
-    keys = ("bleu", "chrf", "bleu_tokenized", "sacrebleu_signature")
+    keys = ("bleu", "chrf", "bleu_tokenized", "sacrebleu_signature", "examples_scored", "pairs_dropped")
     return {k: results[f"test_{k}"] for k in keys if f"test_{k}" in results}
 
 

@@ -116,6 +116,7 @@ def test_too_long_pairs_filtered_and_counted_or_error(tmp_path, capsys):
     records = input_pipeline.cache_split(config, "train", tok, path)
     assert "dropped 1 of 3 sentence pairs" in capsys.readouterr().out
     assert len(np.load(records.with_suffix(".lengths.npy"))) == 2
+    assert input_pipeline.split_pairs(records) == {"pairs": 3, "dropped": 1}
     config.data.too_long = "error"
     with pytest.raises(
         DataFormatError, match=r"line 2 of .*train\.de.*71 tokens with EOS, more than model.max_length=64"

@@ -31,6 +31,10 @@ def _run(module, *args, env=None):
 def test_copy_task_reaches_high_bleu_and_reports_sacrebleu(tmp_path):
     data = tmp_path / "copy"
     _copy_task(data)
+    long = " ".join(WORDS * 5)  # longer than model.max_length: left out of the scores, and said so
+    for name, text in (("test.src", long), ("test.tgt", long.upper())):
+        with open(data / name, "a") as f:
+            f.write(text + "\n")
     workdir = tmp_path / "run"
     flags = [
         "--config=mt_flax/configs/translation.py:tiny",
@@ -48,20 +52,23 @@ def test_copy_task_reaches_high_bleu_and_reports_sacrebleu(tmp_path):
     assert results["bleu"] > 90, results
     assert results["chrf"] > 90
     assert results["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert (results["examples_scored"], results["pairs_dropped"]) == (100, 1)
+    assert "test: BLEU and chrF of 100 of 101 sentence pairs; 1 longer than model.max_length" in proc.stdout
     assert (workdir / "spm.model").exists()
     # The reported BLEU is sacreBLEU's corpus_bleu of the written files.
     hyps = (workdir / "test.hyp.txt").read_text().splitlines()
     refs = (workdir / "test.ref.txt").read_text().splitlines()
     assert len(hyps) == len(refs) == 100
-    assert refs == (data / "test.tgt").read_text().splitlines()
+    assert refs == (data / "test.tgt").read_text().splitlines()[:100]
     assert results["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
     assert results["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=1e-9)
     # Valid BLEU was measured during training too.
     lines = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert any(x["split"] == "valid" and x["step"] == 150 and "bleu" in x for x in lines)
     # mt-translate with the checkpoint reproduces the test hypotheses.
-    out = tmp_path / "out.txt"
-    proc = _run("mt_flax.translate", f"--workdir={workdir}", f"--input={data / 'test.src'}", f"--output={out}")
+    out, scored = tmp_path / "out.txt", tmp_path / "scored.src"
+    scored.write_text("".join(line + "\n" for line in (data / "test.src").read_text().splitlines()[:100]))
+    proc = _run("mt_flax.translate", f"--workdir={workdir}", f"--input={scored}", f"--output={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert out.read_text().splitlines() == hyps
 
