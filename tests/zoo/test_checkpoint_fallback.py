@@ -142,3 +142,13 @@ def test_restoring_the_state_into_another_model_names_the_arrays_that_differ(tmp
     with pytest.raises(ValueError, match=r"does not match the model .*b: saved \(3,\), model None"):
         checkpointer.restore_state(2, fewer)
     checkpointer.close()
+
+
+def test_a_step_that_is_not_there_is_named_with_the_steps_that_are(tmp_path):
+    from zoo.training.state import restore_model
+
+    _save_steps(tmp_path / "checkpoints")
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint of step 7 in .*checkpoints; its steps: 1, 2$"):
+        restore_model(lambda rngs: None, None, tmp_path / "checkpoints", step=7)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint in .*empty"):
+        restore_model(lambda rngs: None, None, tmp_path / "empty")

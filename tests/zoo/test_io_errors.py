@@ -85,6 +85,8 @@ def test_utf8_lines_name_file_and_line(tmp_path):
         read_utf8_lines(path)
     path.write_bytes(b"one\r\ntwo\n\nfour")
     assert read_utf8_lines(path) == ["one", "two", "", "four"]
+    with pytest.raises(DataFormatError, match=rf"{tmp_path} is a directory, not a text file"):
+        read_utf8_lines(tmp_path)
 
 
 LISTOPS = "--config=lra_flax/configs/listops.py:demo"

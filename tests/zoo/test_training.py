@@ -1,6 +1,7 @@
 """zoo.training: schedules, steps (accumulation, bf16, label smoothing), data pipelines, config checks, mesh."""
 
 import json
+import re
 
 import chex
 import jax
@@ -214,6 +215,11 @@ def test_resume_config_check_names_the_field_and_writes_nothing(tmp_path):
         ConfigMismatchError, match=r"train.steps 1000 -> 5000 cannot change on resume with the 'cosine'"
     ):
         check_resume_config(longer, tmp_path)
+    longer.model.d_model = 16  # and another field: both are named at once
+    with pytest.raises(
+        ConfigMismatchError, match=r"model.d_model: 8 -> 16\n  train.steps: 1000 -> 5000\n.*not with the"
+    ):
+        check_resume_config(longer, tmp_path)
     assert (tmp_path / "config.json").read_text() == before
 
 
@@ -240,14 +246,16 @@ def test_mesh_shape():
         mesh_lib.mesh_shape(mesh_config(data=2, fsdp=2, tensor=1), 8)
 
 
-def test_non_finite_loss_is_never_checkpointed(tmp_path):
-    """A loss that turns NaN at step 6 stops the run; checkpoint 4 stays the latest and restores."""
+@pytest.mark.parametrize("poisoned, kept", [(5, "The last good checkpoint (step 4) is kept"), (1, "No checkpoint")])
+def test_non_finite_loss_is_never_checkpointed(tmp_path, poisoned, kept):
+    """A loss that turns NaN at step 6 stops the run; checkpoint 4 stays the latest and restores. At step 2,
+    before any checkpoint, the message says there is none."""
     from zoo.training import train_and_evaluate
     from zoo.training.checkpoints import Checkpointer
 
     def batch(i):
         b = _batch(seed=int(i))
-        b["poison"] = np.full((8,), i >= 5, bool)  # the sixth batch (step 6) poisons the loss
+        b["poison"] = np.full((8,), i >= poisoned, bool)  # batch `poisoned` (step poisoned + 1) poisons the loss
         return b
 
     base_loss = classification_loss()
@@ -259,10 +267,12 @@ def test_non_finite_loss_is_never_checkpointed(tmp_path):
 
     config, task = tiny_loop_run(10, batch=batch, loss_fn=loss_fn)
     config.train.log_every = 4
-    with pytest.raises(FloatingPointError, match=r"not finite .* at step 6; refusing to checkpoint"):
+    with pytest.raises(
+        FloatingPointError, match=rf"not finite .* at step {poisoned + 1}; refusing .* {re.escape(kept)}"
+    ):
         train_and_evaluate(config, tmp_path, task)
     ckpt = Checkpointer(tmp_path / "checkpoints", max_to_keep=3)
-    assert ckpt.latest_step() == 4
+    assert ckpt.latest_step() == (4 if poisoned == 5 else None)
     assert not (tmp_path / "results.json").exists()
 
 
@@ -413,3 +423,11 @@ def test_a_run_written_before_a_model_field_existed_resumes_unless_the_field_cha
     config.model.mixer_options.gmlp.sgu_variant = "additive"
     with pytest.raises(ConfigMismatchError, match=r"sgu_variant: 'split_multiplicative' -> 'additive'"):
         check_resume_config(config, tmp_path)
+
+
+def test_a_damaged_records_file_is_named_with_what_to_do(tmp_path):
+    path = tmp_path / "train-abc.array_record"
+    data_lib.write_records(path, ({"x": np.arange(3)} for _ in range(5)))
+    path.write_bytes(path.read_bytes()[:100])  # cut short: a full disk, a copy interrupted
+    with pytest.raises(data_lib.DataFormatError, match=rf"{path} is not a readable ArrayRecord file .*delete it"):
+        data_lib.read_records(path)

@@ -149,19 +149,24 @@ def check_resume_config(config: ml_collections.ConfigDict, workdir: str | os.Pat
             for k in sorted(set(old) | set(new))
             if k not in RESUMABLE_FIELDS and old.get(k, missing) != new.get(k, missing)
         ]
-        if old.get("train.steps") != new.get("train.steps") and new.get("train.schedule") in STEP_DEPENDENT_SCHEDULES:
+        steps = old.get("train.steps") != new.get("train.steps")
+        if steps and new.get("train.schedule") in STEP_DEPENDENT_SCHEDULES and not changed:
             raise ConfigMismatchError(
                 f"{path}: train.steps {old.get('train.steps')} -> {new.get('train.steps')} cannot change on resume "
                 f"with the {new.get('train.schedule')!r} schedule, which decays to 0 at train.steps: the steps already "
                 "run would differ from a fresh run of the new length. Use a new --workdir. Nothing in the workdir "
                 "was changed."
             )
-        if changed:
+        if changed:  # every field at once (train.steps too where it matters), not one per attempt
+            schedule_note = ""
+            if steps and new.get("train.schedule") in STEP_DEPENDENT_SCHEDULES:
+                changed.append("train.steps")
+                schedule_note = f", train.steps not with the {new.get('train.schedule')!r} schedule"
             lines = "\n".join(f"  {k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in changed)
             raise ConfigMismatchError(
                 f"{path} was written by a run with a different config; resuming would alter it:\n{lines}\n"
                 f"Use a new --workdir, or restore these fields (only {', '.join(sorted(RESUMABLE_FIELDS))} "
-                "may change on resume). Nothing in the workdir was changed."
+                f"may change on resume{schedule_note}). Nothing in the workdir was changed."
             )
 
 

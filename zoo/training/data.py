@@ -77,6 +77,8 @@ def utf8_lines(data: bytes, where: str) -> list[str]:
 
 def read_utf8_lines(path: str | os.PathLike) -> list[str]:
     """`utf8_lines` of a file."""
+    if Path(path).is_dir():
+        raise DataFormatError(f"{path} is a directory, not a text file")
     return utf8_lines(Path(path).read_bytes(), str(path))
 
 
@@ -169,7 +171,14 @@ def _decode(record: bytes) -> Example:
 
 def read_records(path: str | os.PathLike) -> grain.MapDataset:
     """The examples of one ArrayRecord file as a random-access dataset."""
-    return grain.MapDataset.source(grain.sources.ArrayRecordDataSource([str(path)])).map(_decode)
+    try:
+        source = grain.sources.ArrayRecordDataSource([str(path)])
+    except Exception as e:  # ArrayRecord's own errors (a RuntimeError for a truncated file) name no file
+        raise DataFormatError(
+            f"{path} is not a readable ArrayRecord file ({type(e).__name__}: {' '.join(str(e).split())[:200]}); if "
+            "it is a cached split, delete it and it is written again"
+        ) from None
+    return grain.MapDataset.source(source).map(_decode)
 
 
 def _stack(examples: list[Example]) -> Example:

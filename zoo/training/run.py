@@ -113,9 +113,14 @@ class Run:
         loss = pending_host.get("loss", 0.0)
         if not np.isfinite(loss):
             self.checkpointer.wait()
+            last = self.checkpointer.latest_step()
+            kept = (
+                f"The last good checkpoint (step {last}) is kept in {self.workdir / 'checkpoints'}."
+                if last is not None
+                else "No checkpoint was written before it."
+            )
             raise FloatingPointError(
-                f"loss is not finite ({loss}) at step {self.step}; refusing to checkpoint it. The last good "
-                f"checkpoint (step {self.checkpointer.latest_step()}) is kept in {self.workdir / 'checkpoints'}."
+                f"loss is not finite ({loss}) at step {self.step}; refusing to checkpoint it. {kept}"
             )
         meta = {
             "step": self.step,

@@ -66,9 +66,14 @@ def restore_model(
     """The model of a run's checkpoint (latest unless `step`) on this process's first device; returns (model, step)."""
     checkpointer = Checkpointer(checkpoint_dir, max_to_keep=1_000_000)
     try:
-        step = checkpointer.latest_step() if step is None else step
-        if step is None:
+        steps = checkpointer.manager.all_steps()
+        if not steps:
             raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}")
+        if step is not None and step not in steps:
+            raise FileNotFoundError(
+                f"no checkpoint of step {step} in {checkpoint_dir}; its steps: {', '.join(map(str, sorted(steps)))}"
+            )
+        step = checkpointer.latest_step() if step is None else step
         graphdef, abstract = abstract_state(state_builder(build_model, train, 0))
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
