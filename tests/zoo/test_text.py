@@ -36,6 +36,9 @@ def test_sentencepiece_round_trip_and_special_ids():
     assert tok.piece_to_id("[MASK]") == 4
     with pytest.raises(ValueError, match="corpus is empty"):
         train_sentencepiece(["", "  "], vocab_size=60)
+    for size in (0, 5):  # no room beside the 4 special ids and [MASK]
+        with pytest.raises(ValueError, match=rf"vocabulary of {size} leaves no piece for text: it holds 5 fixed ids"):
+            train_sentencepiece(texts, vocab_size=size, user_symbols=["[MASK]"])
 
 
 def test_word_tokenizer_is_deterministic_and_undoes_bpe(tmp_path):

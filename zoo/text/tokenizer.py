@@ -107,6 +107,12 @@ def train_sentencepiece(
     max_sentences: int = 2_000_000,
 ) -> SentencePieceTokenizer:
     """Trains a SentencePiece model in memory on `texts` (one sentence or document per item)."""
+    fixed = len(_SPECIALS) + len(user_symbols)  # pad, unk, bos, eos and the symbols: not pieces of text
+    if vocab_size <= fixed:
+        raise ValueError(
+            f"a SentencePiece vocabulary of {vocab_size} leaves no piece for text: it holds {fixed} fixed ids "
+            "(pad, unk, bos, eos and the user symbols) and needs more (data.vocab_size)"
+        )
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise ValueError("cannot train a tokenizer: the corpus is empty")
