@@ -78,6 +78,25 @@ def test_output_dir_checks(tmp_path, monkeypatch):
         check_output_dir(tmp_path / "new", "--workdir")
 
 
+def test_a_cache_directory_the_run_cannot_write_is_a_config_problem(tmp_path, monkeypatch):
+    from mt_flax.configs import translation
+    from zoo.training.validate import config_problems
+
+    config = translation.get_config("tiny")
+    config.data.update(source="text", dir=str(tmp_path / "shared"))
+    (tmp_path / "shared").mkdir()
+    assert config_problems(config, translation.CONFIG_SECTIONS) == []
+    read_only = str(tmp_path / "shared")  # root bypasses permissions: os.access answers as a read-only mount would
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) != read_only)
+    (problem,) = config_problems(config, translation.CONFIG_SECTIONS)
+    assert problem.startswith(f"data.dir={read_only} is not writable") and "set data.cache_dir" in problem
+    config.data.cache_dir = str(tmp_path / "cache")  # the way out: caches elsewhere
+    assert config_problems(config, translation.CONFIG_SECTIONS) == []
+    config.data.cache_dir = read_only
+    (problem,) = config_problems(config, translation.CONFIG_SECTIONS)
+    assert problem.startswith(f"data.cache_dir={read_only} is not writable")
+
+
 def test_utf8_lines_name_file_and_line(tmp_path):
     path = tmp_path / "text.txt"
     path.write_bytes(b"one\r\ntwo\n\nfa\xe7ade\n")

@@ -23,7 +23,7 @@ from zoo.config_fields import Field, Rule
 from zoo.config_fields import problems as field_problems
 from zoo.files import is_url
 from zoo.models.config import MODEL_FIELDS, mixer_config
-from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS
+from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS, check_output_dir
 from zoo.training.flops import cpu_peak_from_env
 from zoo.training.mesh import PARAMETER_AXES
 
@@ -88,6 +88,22 @@ def _url_data_paths(section, prefix: str) -> list[str]:
     return problems
 
 
+def _cache_dir_problems(data) -> list[str]:
+    """The run writes its caches (tokenizers, tokenised splits) into data.cache_dir, or beside the data when that
+    is '': a directory it cannot write is found here, not after minutes of preparing data."""
+    if not isinstance(data, ml_collections.ConfigDict) or "cache_dir" not in data:
+        return []
+    field, path = ("data.cache_dir", data.cache_dir) if data.cache_dir else ("data.dir", data.get("dir", ""))
+    if not isinstance(path, str) or not path or is_url(path) or os.path.isfile(path):
+        return []  # nothing to check, or a problem reported by its own rule
+    try:
+        check_output_dir(path, field)
+    except ValueError as e:
+        where = "" if field == "data.cache_dir" else "; set data.cache_dir to a directory this run can write"
+        return [f"{e} (the run's caches are written there{where})"]
+    return []
+
+
 def config_problems(
     config: ml_collections.ConfigDict, sections: Mapping[str, tuple[Field, ...]] | None = None
 ) -> list[str]:
@@ -108,6 +124,7 @@ def config_problems(
         if name in config:
             problems += field_problems(config[name], fields, name)
     problems += _url_data_paths(config.get("data"), "data")
+    problems += _cache_dir_problems(config.get("data"))
     if "model" in config:
         model = config.model
         problems += field_problems(model, MODEL_FIELDS, "model")
