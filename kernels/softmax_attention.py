@@ -223,7 +223,7 @@ def _online_block(carry, s, vis, vj, keep=None, scale=1.0):
 def _finish(carry):
     """(output `[B, H, rows, d_v]` float32, log-sum-exp `[B, H, rows]`; +∞ for a row with no visible key)."""
     row_max, row_sum, acc = carry
-    seen = row_sum > 0
+    seen = row_sum != 0  # a row that saw a key has sum ≥ 1; NaN (a NaN input) stays NaN, as in the reference
     out = jnp.where(seen[..., None], acc / jnp.where(seen, row_sum, 1.0)[..., None], 0.0)
     return out, jnp.where(seen, row_max + jnp.log(jnp.where(seen, row_sum, 1.0)), jnp.inf)
 

@@ -281,3 +281,15 @@ def test_long_causal_inputs_keep_the_lower_triangle_with_longer_blocks():
     assert grown == 256 and block_causal(q, q, True, grown) and 8192 // grown == MAX_CAUSAL_BLOCKS
     assert causal_block_k(q, q, False, 128) == 128 and causal_block_k(q[:, :100], q, True, 128) == 128
     assert causal_block_k(q[:, :1000], q[:, :1000], True, 16) == 32  # ⌈1000 / 32⌉ = 32, a multiple of 8
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_nan_input_reaches_the_same_outputs_as_in_the_reference(causal):
+    """A NaN in a query poisons its row, one in a visible key every row that sees it: never a silent 0."""
+    q, k, v, mask = _inputs(t=21)
+    q, k = q.at[0, 3, 1, 0].set(jnp.nan), k.at[1, 5, 2, 0].set(jnp.nan)
+    ref = np.isnan(np.asarray(_attend("reference", causal, mask)(q, k, v)))
+    assert ref.any()
+    for impl in ("xla", "dense"):
+        out = np.asarray(_attend(impl, causal, mask, xla_block_k=8)(q, k, v))
+        np.testing.assert_array_equal(np.isnan(out), ref, err_msg=impl)
