@@ -66,10 +66,14 @@ def check_positive(name: str, x: jax.Array | float) -> None:
             raise ValueError(f"{name} must be positive, got {values.tolist()}")
 
 
-def check_non_negative(name: str, x: jax.Array) -> None:
-    """x ≥ 0 everywhere (NaN fails too), when x is concrete."""
+def check_non_negative(name: str, x: jax.Array, *, nan_passes: bool = False) -> None:
+    """x ≥ 0 everywhere when x is concrete (under jit nothing can be checked). NaN fails too, unless `nan_passes`
+    (an op then returns NaN where the reference would have refused)."""
     if is_concrete(x) and x.size:
-        low = float(jnp.min(x.astype(jnp.float32)))
+        values = np.asarray(x).astype(np.float32)  # numpy: a concrete input may be met while tracing a jit
+        if nan_passes:
+            values = values[~np.isnan(values)]
+        low = float(values.min()) if values.size else 0.0
         if not low >= 0:
             raise ValueError(
                 f"{name} must be non-negative (a positive feature map such as elu+1 or softplus), got minimum {low}"

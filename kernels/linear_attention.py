@@ -214,9 +214,11 @@ def linear_attention(
         head_dim=largest_head_dim(phi_q, v),
     )
     phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
-    if impl == "reference":  # the definition: φ must be non-negative (checked here, where it is cheap)
-        check_non_negative("phi_q", phi_q)
-        check_non_negative("phi_k", phi_k)
+    # φ must be non-negative: checked wherever the inputs are concrete (a negative feature gives any impl a
+    # denominator near 0 and garbage out); the reference refuses NaN too, the others let it reach the output.
+    check_non_negative("phi_q", phi_q, nan_passes=impl != "reference")
+    check_non_negative("phi_k", phi_k, nan_passes=impl != "reference")
+    if impl == "reference":
         return _reference(phi_q, phi_k, v, causal, eps, eps_mode)
     if impl == "pallas":
         return _kernels(backend, options, phi_q, phi_k, v, causal, eps, eps_mode)

@@ -64,10 +64,17 @@ def test_gamma_is_not_checked_inside_jit():
     assert out.shape == v.shape
 
 
-def test_reference_linear_attention_refuses_negative_features():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_linear_attention_refuses_negative_features_in_every_impl(impl):
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"phi_k must be non-negative .* minimum -0\.4"):
-        _linear("reference", q, k - 1.0, v)
+        _linear(impl, q, k - 1.0, v)
+    # A masked key's features are never used, negative or not; NaN reaches the output outside the reference.
+    mask = jnp.array([[True] * 6 + [False] * 2])
+    assert _linear(impl, q, k.at[:, 7].set(-1.0), v, key_mask=mask).shape == v.shape
+    if impl != "reference":
+        assert jnp.isnan(_linear(impl, q.at[0, 2, 0, 0].set(jnp.nan), k, v)[0, 2, 0]).all()
+    jax.jit(lambda k: _linear(impl, q, k, v))(k - 1.0)  # traced features cannot be checked: the op runs
 
 
 def test_good_inputs_still_pass_in_every_impl():

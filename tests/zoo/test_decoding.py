@@ -119,3 +119,16 @@ def test_cross_attention_is_not_causal():
     layer = mixers.build(cfg, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="cross-attention cannot be causal"):
         layer(jnp.ones((1, 3, 16)), causal=True, context=jnp.ones((1, 5, 16)))
+
+
+def test_generative_models_refuse_inputs_longer_than_max_length():
+    """Their caches and positions are sized for model.max_length, as the classifiers' are."""
+    longer = jax.random.randint(jax.random.key(0), (2, T + 1), 1, V)
+    lm = models.CausalLM(_cfg("softmax", {}), vocab_size=V, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=rf"input length {T + 1} exceeds model.max_length={T}"):
+        lm(longer)
+    seq2seq = models.EncoderDecoder(_cfg("softmax", {}), src_vocab=V, tgt_vocab=V, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=rf"source length {T + 1} exceeds"):
+        seq2seq(longer, _tokens())
+    with pytest.raises(ValueError, match=rf"target length {T + 1} exceeds"):
+        seq2seq(_tokens(), longer)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo import describe, models
+from zoo import describe, mixers, models
 from zoo.layers import FFN_KINDS, FeedForward
 
 D = 16
@@ -126,8 +126,21 @@ def test_post_ln_block_is_layernorm_after_each_residual_and_the_stack_has_no_fin
     chex.assert_trees_all_close(pre(x, mask=mask, causal=False), h + pre.ffn(pre.ffn_norm(h)), atol=1e-6)
     assert models.Encoder(cfg, rngs=nnx.Rngs(0)).final_norm is None
     assert models.Encoder(_block_cfg(), rngs=nnx.Rngs(0)).final_norm is not None
-    with pytest.raises(ValueError, match="model.norm='sandwich' is unknown; valid: pre, post"):
+    with pytest.raises(ValueError, match="model.norm='sandwich' must be one of pre, post"):
         models.Block(_block_cfg(norm="sandwich"), max_length=8, cross=False, rngs=nnx.Rngs(0))
+
+
+def test_models_and_mixers_built_from_python_keep_the_declared_rules():
+    """The commands validate a config before building; a model or mixer built in Python checks the same rules."""
+    with pytest.raises(ValueError, match=r"unknown field\(s\) d_modle; valid: .*d_model"):
+        models.model_config(d_modle=16)
+    for field, value in [("dropout", 1.5), ("layer_norm_eps", -1.0), ("ffn_dropout", 2.0)]:
+        with pytest.raises(ValueError, match=rf"config field model.{field}={value}"):
+            models.Block(_block_cfg(**{field: value}), max_length=8, cross=False, rngs=nnx.Rngs(0))
+    relu = mixers.default_config("relu")
+    relu.update(d_model=16, num_heads=2, norm_loss_weight=-1.0)
+    with pytest.raises(ValueError, match=r"mixer 'relu': option.norm_loss_weight=-1.0"):
+        mixers.build(relu, rngs=nnx.Rngs(0))
 
 
 def test_ffn_dropout_apart_from_the_residual_dropout_and_ffn_initialisers():

@@ -9,6 +9,7 @@ import ml_collections
 from flax import nnx
 
 from kernels.options import IMPLS
+from zoo import config_fields
 from zoo.config_fields import Field, one_of
 
 # Fields every mixer takes from the model config; the rest are the mixer's own options.
@@ -132,4 +133,7 @@ def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:
         )
     full = expected.copy_and_resolve_references()
     full.update(cfg)
+    problems = config_fields.problems(full, _entry(cfg.name).options, f"mixer {cfg.name!r}: option")
+    if problems:  # the declared rules, for mixers built from Python (the commands check them before building)
+        raise ValueError("; ".join(problems))
     return _entry(cfg.name).cls(full, rngs=rngs)

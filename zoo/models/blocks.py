@@ -7,9 +7,10 @@ import ml_collections
 from flax import nnx
 
 from zoo import mixers
+from zoo.config_fields import problems as field_problems
 from zoo.layers import FeedForward, compute_dtype
 from zoo.layers.dropout import Dropout
-from zoo.models.config import NORMS, mixer_config
+from zoo.models.config import MODEL_FIELDS, mixer_config
 
 
 class Block(nnx.Module):
@@ -17,12 +18,10 @@ class Block(nnx.Module):
     "post": LN(x + Drop(mixer(x))); [LN(x + Drop(cross(x, context)))]; [LN(x + Drop(FFN(x)))]."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int, cross: bool, rngs: nnx.Rngs):
-        if cfg.norm not in NORMS:
-            raise ValueError(f"config field model.norm={cfg.norm!r} is unknown; valid: {', '.join(NORMS)}")
-        if not 0.0 <= cfg.attention_dropout < 1.0:
-            raise ValueError(f"config field model.attention_dropout={cfg.attention_dropout} must be in [0, 1)")
-        if not (cfg.ffn_dropout == -1.0 or 0.0 <= cfg.ffn_dropout < 1.0):
-            raise ValueError(f"config field model.ffn_dropout={cfg.ffn_dropout} must be in [0, 1), or -1 for dropout")
+        # Every declared rule, for models built from Python (the commands check them before anything is built).
+        problems = field_problems(cfg, MODEL_FIELDS, "model")
+        if problems:
+            raise ValueError("config field " + "; ".join(problems))
         dtype = compute_dtype(cfg.dtype)
         eps = cfg.layer_norm_eps
         self.pre_norm = cfg.norm == "pre"

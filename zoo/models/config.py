@@ -95,6 +95,9 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
     """`MODEL_FIELDS`' defaults, with `overrides`; `mixer_options.<name>` holds each mixer's own fields."""
     cfg = section(MODEL_FIELDS)
     cfg.mixer_options = mixers.options_config()
+    unknown = sorted(set(overrides) - set(cfg.keys()))
+    if unknown:  # a misspelt field would otherwise be kept beside the real one, which keeps its default
+        raise ValueError(f"model_config: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(cfg.keys()))}")
     cfg.update(overrides)
     return cfg
 

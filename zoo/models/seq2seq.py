@@ -20,6 +20,12 @@ from zoo.models.config import TIE_EMBEDDINGS, check_tie_embeddings
 from zoo.models.encoder import Decoder, Encoder
 
 
+def _check_length(name: str, tokens: jax.Array, max_length: int) -> None:
+    """The caches, the learned positions and the decoding limits are sized for model.max_length."""
+    if tokens.shape[-1] > max_length:
+        raise ValueError(f"{name} length {tokens.shape[-1]} exceeds model.max_length={max_length}")
+
+
 def _positions_at(x: jax.Array, index: jax.Array, kind: str, max_length: int) -> jax.Array:
     """Adds the position encoding of `index` to a one-token input `[batch, 1, d]`."""
     if kind == "none":
@@ -49,6 +55,7 @@ class CausalLM(nnx.Module):
         return (self.embed.attend(x) if self.logits is None else self.logits(x)).astype(jnp.float32)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
+        _check_length("input", tokens, self.max_length)
         x = add_positions(self.embed(tokens), self.positional)
         x = self.decoder(self.dropout(x, rngs=rngs), mask=tokens != PAD_ID, rngs=rngs)
         return self._project(x)
@@ -99,12 +106,14 @@ class EncoderDecoder(nnx.Module):
         return (self.tgt_embed.attend(y) if self.logits is None else self.logits(y)).astype(jnp.float32)
 
     def encode(self, src: jax.Array, *, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, jax.Array]:
+        _check_length("source", src, self.max_length)
         mask = src != PAD_ID
         x = add_positions(self.src_embed(src), self.positional)
         return self.encoder(self.dropout(x, rngs=rngs), mask=mask, rngs=rngs), mask
 
     def __call__(self, src: jax.Array, tgt_in: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         enc, src_mask = self.encode(src, rngs=rngs)
+        _check_length("target", tgt_in, self.max_length)
         y = add_positions(self.tgt_embed(tgt_in), self.positional)
         y = self.decoder(
             self.dropout(y, rngs=rngs), mask=tgt_in != PAD_ID, context=enc, context_mask=src_mask, rngs=rngs
