@@ -104,7 +104,7 @@ def test_mixer_picks_each_feature_maps_reference_convention():
     assert mixer(feature_map="favor").eps_mode == "guard"
     assert mixer(feature_map="elu1").eps_mode == "add"
     assert mixer(feature_map="favor", eps_mode="add").eps_mode == "add"
-    with pytest.raises(ValueError, match="unknown eps_mode 'sometimes'"):
+    with pytest.raises(ValueError, match=r"mixer_options.linear.eps_mode='sometimes' must be one of auto, add, guard"):
         mixer(eps_mode="sometimes")
     with pytest.raises(ValueError, match="unknown linear_attention eps_mode 'x'"):
         kernels.linear_attention(*(jnp.ones((1, 4, 1, 2)),) * 3, eps_mode="x")

@@ -68,7 +68,9 @@ def test_aoglu_gate_is_low_rank():
 
 
 def test_bad_feature_map_options():
-    with pytest.raises(ValueError, match=r"unknown feature_map 'cosine'; valid: elu1, relu, favor"):
+    with pytest.raises(
+        ValueError, match=r"mixer_options.linear.feature_map='cosine' must be one of elu1, relu, favor, softplus"
+    ):
         _linear(feature_map="cosine")
     with pytest.raises(ValueError, match="kernel_depth=2 is not valid for feature_map 'elu1'"):
         _linear(feature_map="elu1", kernel_depth=2)

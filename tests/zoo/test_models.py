@@ -139,7 +139,7 @@ def test_models_and_mixers_built_from_python_keep_the_declared_rules():
             models.Block(_block_cfg(**{field: value}), max_length=8, cross=False, rngs=nnx.Rngs(0))
     relu = mixers.default_config("relu")
     relu.update(d_model=16, num_heads=2, norm_loss_weight=-1.0)
-    with pytest.raises(ValueError, match=r"mixer 'relu': option.norm_loss_weight=-1.0"):
+    with pytest.raises(ValueError, match=r"model.mixer_options.relu.norm_loss_weight=-1.0"):
         mixers.build(relu, rngs=nnx.Rngs(0))
 
 

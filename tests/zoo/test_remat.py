@@ -38,7 +38,7 @@ def test_remat_gives_the_same_loss_and_gradients(remat, mixer):
 
 def test_unknown_remat_names_the_field():
     cfg = models.model_config(mixer="relu", num_layers=1, d_model=16, num_heads=2, remat="some")
-    with pytest.raises(ValueError, match=r"model.remat='some' is unknown; valid: none, full, dots"):
+    with pytest.raises(ValueError, match=r"model.remat='some' must be one of none, full, dots"):
         models.Encoder(cfg, rngs=nnx.Rngs(0))
 
 

@@ -142,5 +142,5 @@ def test_sgu_variants_compute_their_table_3_formula_and_decode_like_the_full_pas
 
 
 def test_unknown_sgu_variant_is_named():
-    with pytest.raises(ValueError, match="unknown sgu_variant 'gated'; valid: .*split_multiplicative"):
+    with pytest.raises(ValueError, match="mixer_options.gmlp.sgu_variant='gated' must be one of split_multiplicative"):
         _sgu(sgu_variant="gated")

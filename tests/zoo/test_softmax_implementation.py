@@ -46,7 +46,7 @@ def test_unknown_implementation_is_an_error_naming_the_option():
     cfg = mixers.default_config("softmax")
     cfg.update(d_model=32, num_heads=4, max_length=16, implementation="flash")
     valid = "auto, xla, dense, cudnn, splash"
-    with pytest.raises(ValueError, match=rf"softmax implementation='flash' is unknown; valid: {valid}"):
+    with pytest.raises(ValueError, match=rf"mixer_options.softmax.implementation='flash' must be one of {valid}"):
         mixers.build(cfg, rngs=nnx.Rngs(0))
 
 

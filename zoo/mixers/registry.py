@@ -133,7 +133,7 @@ def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:
         )
     full = expected.copy_and_resolve_references()
     full.update(cfg)
-    problems = config_fields.problems(full, _entry(cfg.name).options, f"mixer {cfg.name!r}: option")
+    problems = config_fields.problems(full, _entry(cfg.name).options, f"model.mixer_options.{cfg.name}")
     if problems:  # the declared rules, for mixers built from Python (the commands check them before building)
         raise ValueError("; ".join(problems))
     return _entry(cfg.name).cls(full, rngs=rngs)
