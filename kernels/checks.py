@@ -17,7 +17,18 @@ def check_floating(**arrays: jax.Array) -> None:
             raise ValueError(f"{name} must be a floating-point array, got dtype {x.dtype}")
 
 
+def check_options(options, cls: type, op: str):
+    """`options`, or `cls()`'s defaults for None; another op's options class is an error naming both."""
+    if options is None:
+        return cls()
+    if not isinstance(options, cls):
+        raise ValueError(f"{op}: options must be a {cls.__name__}, got {type(options).__name__}")
+    return options
+
+
 def check_key_mask(key_mask: jax.Array | None) -> None:
+    if key_mask is not None and not hasattr(key_mask, "dtype"):
+        raise ValueError(f"key_mask must be a bool array (True = real token), got a {type(key_mask).__name__}")
     if key_mask is not None and key_mask.dtype != jnp.bool_:
         raise ValueError(f"key_mask must be a bool array (True = real token), got dtype {key_mask.dtype}")
 

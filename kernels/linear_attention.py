@@ -30,12 +30,20 @@ Implementations (`LinearAttentionOptions.impl`, kernels/options.py):
 from __future__ import annotations
 
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.checks import check_causal, check_floating, check_key_mask, check_lengths, check_non_negative
+from kernels.checks import (
+    check_causal,
+    check_floating,
+    check_key_mask,
+    check_lengths,
+    check_non_negative,
+    check_options,
+)
 from kernels.linear_attention_mgpu import MgpuChunkSizes, linear_attention_mgpu, supported
 from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
 from kernels.linear_attention_tpu import linear_attention_tpu
@@ -200,11 +208,11 @@ def linear_attention(
     Returns v's shape and dtype. `eps_mode`: how ε enters the denominator (module docstring). `options`: which
     implementation runs and how it is chunked and tiled (`kernels.options`); None: the defaults (impl "auto").
     """
-    options = options or LinearAttentionOptions()
+    options = check_options(options, LinearAttentionOptions, "linear_attention")
     _check(phi_q, phi_k, v, key_mask, causal)
     if eps_mode not in EPS_MODES:
         raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
-    if isinstance(eps, int | float) and not (math.isfinite(eps) and eps > 0):
+    if isinstance(eps, numbers.Real) and not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"linear_attention eps={eps!r} must be a finite number > 0 (it keeps the denominator off 0)")
     impl, backend = options.plan(
         phi_k.shape[1],

@@ -25,6 +25,8 @@ def stabilise_denominator(den: jax.Array, eps: float, eps_mode: str) -> jax.Arra
 
     "add": den + ε everywhere (fast-transformers). "guard": den + 2ε only where |den| ≤ ε (FAVOR+).
     """
+    if eps_mode not in EPS_MODES:  # checked here too: the decoding step reaches it without the op's checks
+        raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
     if eps_mode == "add":
         return den + eps
     return den + jnp.where(jnp.abs(den) <= eps, 2 * eps, 0.0).astype(den.dtype)

@@ -44,7 +44,7 @@ from kernels.blocking import (
     unblock,
     visible,
 )
-from kernels.checks import check_attention_inputs, check_positive
+from kernels.checks import check_attention_inputs, check_options, check_positive
 from kernels.masking import zero_masked_rows
 from kernels.numerics import xlogx
 from kernels.options import ReluAttentionOptions
@@ -344,7 +344,7 @@ def relu_attention(
         "none" by 1 (ReLA, and ReLUFormer's non-converging ablation).
       options: which implementation runs and how it is tiled (`kernels.options`); None: the defaults (impl "auto").
     """
-    options = options or ReluAttentionOptions()
+    options = check_options(options, ReluAttentionOptions, "relu_attention")
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     refusal = _mosaic_refusal(q, k, v, options, causal)
     impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
@@ -370,7 +370,7 @@ def relu_attention_row_stats(
     the XLA impl under `jax.checkpoint`, so neither forward nor backward holds the T×T matrix. Arguments as
     `relu_attention`.
     """
-    options = options or ReluAttentionOptions()
+    options = check_options(options, ReluAttentionOptions, "relu_attention")
     _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
     k = zero_masked_rows(k, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
@@ -397,7 +397,7 @@ def relu_attention_and_row_stats(
     S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p). Other impls (and the TPU and
     Mosaic GPU kernels) compute the two separately. Arguments as `relu_attention`.
     """
-    options = options or ReluAttentionOptions()
+    options = check_options(options, ReluAttentionOptions, "relu_attention")
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     refusal = _mosaic_refusal(q, k, v, options, causal, fused_row_stats=True)
     impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))

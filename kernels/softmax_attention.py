@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 from typing import ClassVar
 
 import jax
@@ -50,7 +51,7 @@ from kernels.blocking import (
     unblock,
     visible,
 )
-from kernels.checks import check_attention_inputs
+from kernels.checks import check_attention_inputs, check_options
 from kernels.masking import zero_masked_rows
 from kernels.numerics import (
     VALUES_PER_HASH,
@@ -398,7 +399,7 @@ def softmax_attention(
         impls "xla" (which "auto" then is) and "reference" only.
       options: which implementation runs and how it is tiled; None: the defaults (impl "auto").
     """
-    options = options or SoftmaxAttentionOptions()
+    options = check_options(options, SoftmaxAttentionOptions, "softmax_attention")
     check_attention_inputs(q, k, v, key_mask, causal)
     rate = _check_dropout(dropout_rate, dropout_key)
     impl = "xla" if rate and options.impl == "auto" else options.plan(q, k, causal=causal)
@@ -427,7 +428,7 @@ def softmax_attention(
 
 def _check_dropout(rate, key) -> float:
     """The dropout rate as a float, checked: in [0, 1], with a key when positive."""
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0.0 <= rate <= 1.0:
         raise ValueError(f"dropout_rate must be a number in [0, 1], got {rate!r}")
     if rate and key is None:
         raise ValueError(f"dropout_rate={rate} needs a dropout_key (a JAX PRNG key)")

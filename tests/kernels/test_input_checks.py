@@ -29,6 +29,7 @@ BAD = {
     "integer inputs": (dict(), lambda q, k, v: (q.astype(jnp.int32), k, v), r"q must be a floating-point array"),
     "float mask": (dict(key_mask=jnp.ones((1, 8), jnp.float32)), None, r"key_mask must be a bool array"),
     "causal as a string": (dict(causal="no"), None, r"causal must be a bool, got 'no'"),
+    "mask as a list": (dict(key_mask=[[True] * 8]), None, r"key_mask must be a bool array .*, got a list"),
     "empty sequence": (dict(), lambda q, k, v: (q[:, :0], k[:, :0], v[:, :0]), r"query_length is 0"),
 }
 
@@ -108,3 +109,23 @@ def test_nan_or_inf_in_padded_rows_never_reaches_an_output_or_gradient(impl, cau
         np.testing.assert_allclose(out, op(*cleaned), rtol=1e-5, atol=1e-5)
         grads = jax.grad(lambda k, v, op=op: jnp.sum(op(k, v)), argnums=(0, 1))(*poisoned)
         assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads), op.__name__
+
+
+def test_another_op_s_options_and_numpy_scalars_are_met_by_name():
+    q, k, v = _qkv()
+    for op, name, options, message in [
+        (kernels.relu_attention, "relu_attention", LinearAttentionOptions(), "got LinearAttentionOptions"),
+        (kernels.linear_attention, "linear_attention", ReluAttentionOptions(), "got ReluAttentionOptions"),
+        (kernels.softmax_attention, "softmax_attention", ReluAttentionOptions(), "got ReluAttentionOptions"),
+    ]:
+        with pytest.raises(ValueError, match=rf"{name}: options must be a \w+AttentionOptions, {message}"):
+            op(q, k, v, options=options)
+    with pytest.raises(ValueError, match=r"eps=np.float32\(-1.0\) must be a finite number > 0"):
+        kernels.linear_attention(q, k, v, eps=np.float32(-1.0))
+    rate = np.float32(0.25)  # a numpy scalar is a number like any other
+    out = kernels.softmax_attention(q, k, v, dropout_rate=rate, dropout_key=jax.random.key(1))
+    again = kernels.softmax_attention(q, k, v, dropout_rate=0.25, dropout_key=jax.random.key(1))
+    np.testing.assert_array_equal(out, again)
+    state = kernels.linear_attention_init_state(1, 2, 16, 16)
+    with pytest.raises(ValueError, match=r"unknown linear_attention eps_mode 'Add'; valid: add, guard"):
+        kernels.linear_attention_step(state, q[:, 0], k[:, 0], v[:, 0], eps_mode="Add")
