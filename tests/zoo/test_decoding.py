@@ -132,3 +132,38 @@ def test_generative_models_refuse_inputs_longer_than_max_length():
         seq2seq(longer, _tokens())
     with pytest.raises(ValueError, match=rf"target length {T + 1} exceeds"):
         seq2seq(_tokens(), longer)
+
+
+@pytest.mark.parametrize("name", ["softmax", "relu", "linear", "gmlp"])
+def test_a_decoding_step_is_checked_against_its_cache(name):
+    """One token of the cache's batch, inside the cache: a wrong call is named, never clamped or broadcast."""
+    cfg = mixers.default_config(name)
+    cfg.update(d_model=16, num_heads=2, max_length=4)
+    if name == "gmlp":
+        cfg.d_ffn = 32
+    layer = mixers.build(cfg, rngs=nnx.Rngs(0))
+    layer.eval()
+    x = jax.random.normal(jax.random.key(0), (2, 5, 16))
+    cache = layer.init_cache(2, 4)
+    with pytest.raises(ValueError, match=r"a decoding step takes x \[batch=2, 1, d_model\] .*got shape \(2, 2, 16\)"):
+        layer.decode(x[:, :2], cache)
+    with pytest.raises(ValueError, match=r"got shape \(1, 1, 16\)"):
+        layer.decode(x[:1, :1], cache)
+    with pytest.raises(ValueError, match="cache must be the dict init_cache returns, got NoneType"):
+        layer.decode(x[:, :1], None)
+    for i in range(4):
+        _, cache = layer.decode(x[:, i : i + 1], cache)
+    if name == "linear":  # a running state: any number of steps
+        layer.decode(x[:, 4:5], cache)
+    else:
+        with pytest.raises(ValueError, match=r"position 4 is past the cache's 4 \(init_cache's max_length\)"):
+            layer.decode(x[:, 4:5], cache)
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "gmlp", "softmax"])
+def test_causal_must_be_a_bool_in_every_mixer(name):
+    cfg = mixers.default_config(name)
+    cfg.update(d_model=16, num_heads=2, max_length=4)
+    layer = mixers.build(cfg, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=rf"mixer '{name}': causal must be a bool, got 'yes'"):
+        layer(jnp.ones((1, 4, 16)), causal="yes")

@@ -15,7 +15,7 @@ from flax import nnx
 
 from zoo.layers.common import compute_dtype, dense
 from zoo.layers.dropout import Dropout
-from zoo.mixers.inputs import check_mixer_input
+from zoo.mixers.inputs import check_causal_flag, check_decode_input, check_mixer_input
 
 ATTENTION_INITS = ("xavier_uniform", "fairseq")
 
@@ -116,6 +116,7 @@ class MultiHeadMixer(nnx.Module):
         `context_kv` (from `project_context`) replaces `context` with its projected keys and values, so
         step-by-step decoding projects the encoder output once, not at every step.
         """
+        check_causal_flag(self.name, causal)
         if causal and not self.supports_causal:
             raise ValueError(f"mixer {self.name!r} has no causal form")
         if context is not None and causal:
@@ -147,6 +148,7 @@ class MultiHeadMixer(nnx.Module):
         """One causal step: x `[batch, 1, d_model]` at position cache["index"] → (y `[batch, 1, d_model]`, cache)."""
         if not self.supports_causal:
             raise ValueError(f"mixer {self.name!r} has no causal form, so it cannot decode incrementally")
+        check_decode_input(self.name, x, self.d_model, cache, "k", positions=True)
         i = cache["index"]
         q, k, v = (self._split(proj(x)) for proj in (self.query, self.key, self.value))
         keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), (0, i, 0, 0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def check_mixer_input(name: str, x: jax.Array, d_model: int, mask: jax.Array | None = None, what: str = "x") -> None:
@@ -19,3 +20,29 @@ def check_mixer_input(name: str, x: jax.Array, d_model: int, mask: jax.Array | N
             )
         if mask.dtype != jnp.bool_:
             raise ValueError(f"mixer {name!r}: the mask must be bool (True = real token), got dtype {mask.dtype}")
+
+
+def check_causal_flag(name: str, causal: object) -> None:
+    if not isinstance(causal, bool | np.bool_):
+        raise ValueError(f"mixer {name!r}: causal must be a bool, got {causal!r} ({type(causal).__name__})")
+
+
+def check_decode_input(name: str, x: jax.Array, d_model: int, cache, batch_leaf: str, positions: bool) -> None:
+    """One decoding step: x `[batch, 1, d_model]` for the cache `init_cache(batch, ...)` made, at a position inside
+    it (`positions`: `cache[batch_leaf]` holds one entry per position on axis 1; else a state of any length). A
+    position is checked when it is concrete; inside a jitted loop it cannot be, and `dynamic_update_slice` would
+    clamp it to the last position."""
+    if not isinstance(cache, dict) or batch_leaf not in cache:
+        raise ValueError(f"mixer {name!r}: cache must be the dict init_cache returns, got {type(cache).__name__}")
+    check_mixer_input(name, x, d_model)
+    batch = cache[batch_leaf].shape[0]
+    if x.shape[:2] != (batch, 1):
+        raise ValueError(
+            f"mixer {name!r}: a decoding step takes x [batch={batch}, 1, d_model] (the cache's batch, one token), "
+            f"got shape {x.shape}"
+        )
+    index, length = cache.get("index"), cache[batch_leaf].shape[1]
+    if positions and index is not None and not isinstance(index, jax.core.Tracer) and int(index) >= length:
+        raise ValueError(
+            f"mixer {name!r}: position {int(index)} is past the cache's {length} (init_cache's max_length)"
+        )

@@ -28,6 +28,7 @@ import kernels
 from zoo.config_fields import BOOLEAN, Field, above, at_least, integer, one_of
 from zoo.layers.common import AuxLoss
 from zoo.mixers.attention import MultiHeadMixer
+from zoo.mixers.inputs import check_decode_input
 from zoo.mixers.registry import IMPL_OPTION, register
 
 FEATURE_MAPS = ("elu1", "relu", "favor", "softplus", "orth_softplus", "glu", "oglu", "aoglu")
@@ -235,6 +236,7 @@ class LinearAttention(MultiHeadMixer):
 
     def decode(self, x, cache):
         """O(1) memory per token: the running (S, z) replaces the key-value cache."""
+        check_decode_input(self.name, x, self.d_model, cache, "s", positions=False)
         q, k, v = (self._split(proj(x)) for proj in (self.query, self.key, self.value))
         phi_q, phi_k = self._features(q, k, None, True)
         (s, z), o = kernels.linear_attention_step(

@@ -27,7 +27,7 @@ from flax import nnx
 from zoo.config_fields import BOOLEAN, Field, at_least, integer, one_of
 from zoo.layers.common import compute_dtype, dense
 from zoo.mixers.attention import attention_core_flops, attention_pairs
-from zoo.mixers.inputs import check_mixer_input
+from zoo.mixers.inputs import check_causal_flag, check_decode_input, check_mixer_input
 from zoo.mixers.registry import register
 
 SGU_VARIANTS = ("split_multiplicative", "multiplicative", "additive", "linear")
@@ -137,6 +137,7 @@ class SpatialGatingMixer(nnx.Module):
         if context is not None:
             raise ValueError(f"mixer {self.name!r} mixes only within a sequence; it cannot be used as cross-attention")
         check_mixer_input(self.name, x, self.proj_in.in_features, mask)
+        check_causal_flag(self.name, causal)
         length = x.shape[1]
         w = self.spatial_matrix(length, causal)
         z1, z2 = self._split_gate(x)
@@ -161,6 +162,7 @@ class SpatialGatingMixer(nnx.Module):
         return cache
 
     def decode(self, x, cache):
+        check_decode_input(self.name, x, self.proj_in.in_features, cache, "z2", positions=True)
         i = cache["index"]
         buf_len = cache["z2"].shape[1]
         z1, z2 = self._split_gate(x)
