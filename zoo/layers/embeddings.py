@@ -65,6 +65,14 @@ class TokenEmbedding(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
+        if not jnp.issubdtype(tokens.dtype, jnp.integer):
+            raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+        if not isinstance(tokens, jax.core.Tracer) and tokens.size:  # concrete: checked (under jit it cannot be)
+            ids = np.asarray(tokens)  # numpy: concrete ids may be met while a jit is traced
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= self.embed.num_embeddings:
+                # A gather wraps -1 to the last row and gives NaN past the table: never a silent answer.
+                raise ValueError(f"token ids must be in [0, {self.embed.num_embeddings}), got {low} … {high}")
         x = self.embed(tokens).astype(self.dtype)
         return x * math.sqrt(x.shape[-1]) if self.scale == "sqrt_d" else x
 

@@ -26,6 +26,11 @@ def _check_length(name: str, tokens: jax.Array, max_length: int) -> None:
         raise ValueError(f"{name} length {tokens.shape[-1]} exceeds model.max_length={max_length}")
 
 
+def _check_step(token: jax.Array) -> None:
+    if token.ndim != 2 or token.shape[1] != 1:
+        raise ValueError(f"a decoding step takes token [batch, 1], got shape {token.shape}")
+
+
 def _positions_at(x: jax.Array, index: jax.Array, kind: str, max_length: int) -> jax.Array:
     """Adds the position encoding of `index` to a one-token input `[batch, 1, d]`."""
     if kind == "none":
@@ -66,6 +71,7 @@ class CausalLM(nnx.Module):
 
     def decode(self, token: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
         """token `[batch, 1]` at position cache["index"] → (logits `[batch, 1, vocab]`, cache)."""
+        _check_step(token)
         x = _positions_at(self.embed(token), cache["index"], self.positional, self.max_length)
         x, layers = self.decoder.decode(x, cache["layers"])
         return self._project(x), {"layers": layers, "index": cache["index"] + 1}
@@ -130,6 +136,7 @@ class EncoderDecoder(nnx.Module):
 
     def decode(self, token, cache, enc, src_mask, context_kv: list | None = None) -> tuple[jax.Array, dict]:
         """token `[batch, 1]` → (logits `[batch, 1, vocab]`, cache); pass `context_kv` to skip re-projecting enc."""
+        _check_step(token)
         x = _positions_at(self.tgt_embed(token), cache["index"], self.positional, self.max_length)
         x, layers = self.decoder.decode(x, cache["layers"], context=enc, context_mask=src_mask, context_kv=context_kv)
         return self._project(x), {"layers": layers, "index": cache["index"] + 1}
