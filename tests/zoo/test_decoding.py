@@ -175,7 +175,7 @@ def test_token_ids_and_decoding_steps_are_checked_by_the_models():
     for bad, shown in [(tokens.at[0, 0].set(-1), r"-1 … \d+"), (tokens.at[1, 2].set(V), rf"\d+ … {V}")]:
         with pytest.raises(ValueError, match=rf"token ids must be in \[0, {V}\), got {shown}"):
             lm(bad)  # a gather would wrap -1 to the last row and give NaN past the table
-    with pytest.raises(ValueError, match="tokens must be integer ids, got dtype float32"):
+    with pytest.raises(ValueError, match="token ids must be integers, got dtype float32"):
         lm(tokens.astype(jnp.float32))
     with pytest.raises(ValueError, match=r"a decoding step takes token \[batch, 1\], got shape \(2,\)"):
         lm.decode(tokens[:, 0], lm.init_cache(2))

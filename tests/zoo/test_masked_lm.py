@@ -72,6 +72,13 @@ class LogitsAtPositionsTest(chex.TestCase):
         chex.assert_shape(picked, (2, 3, 50))
         chex.assert_trees_all_close(picked, jnp.take_along_axis(full, positions[..., None], axis=1), atol=1e-5)
 
+    def test_positions_outside_the_sequence_are_refused(self):
+        model = MaskedLM(_model("gmlp"), vocab_size=50, rngs=nnx.Rngs(0))
+        tokens = jax.random.randint(jax.random.key(1), (2, 16), 7, 50)
+        for bad in (jnp.array([[0, -1], [2, 3]]), jnp.array([[0, 16], [2, 3]])):
+            with pytest.raises(ValueError, match=r"positions must be in \[0, 16\), got"):
+                model(tokens, positions=bad)
+
 
 def test_head_is_tied_to_the_input_embeddings():
     model = MaskedLM(_model("gmlp"), vocab_size=50, rngs=nnx.Rngs(0))

@@ -2,7 +2,13 @@
 
 from zoo.layers.common import AuxLoss, compute_dtype, dense, logical
 from zoo.layers.dropout import Dropout
-from zoo.layers.embeddings import LearnedPositions, TokenEmbedding, add_positions, sinusoidal_positions
+from zoo.layers.embeddings import (
+    LearnedPositions,
+    TokenEmbedding,
+    add_positions,
+    check_indices,
+    sinusoidal_positions,
+)
 from zoo.layers.ffn import FFN_KINDS, FeedForward
 from zoo.layers.heads import ClassificationHead
 
@@ -15,6 +21,7 @@ __all__ = [
     "LearnedPositions",
     "TokenEmbedding",
     "add_positions",
+    "check_indices",
     "compute_dtype",
     "dense",
     "logical",

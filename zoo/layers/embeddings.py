@@ -39,6 +39,18 @@ def add_positions(x: jax.Array, kind: str, offset: int = 0) -> jax.Array:
 EMBED_SCALES = ("none", "sqrt_d")
 
 
+def check_indices(name: str, indices: jax.Array, size: int) -> None:
+    """Integer indices into a table of `size` rows, in [0, size) where they are concrete (under jit they cannot be
+    checked): a gather wraps -1 to the last row and gives NaN past the table, never an error of its own."""
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise ValueError(f"{name} must be integers, got dtype {indices.dtype}")
+    if not isinstance(indices, jax.core.Tracer) and indices.size:
+        values = np.asarray(indices)  # numpy: concrete indices may be met while a jit is traced
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= size:
+            raise ValueError(f"{name} must be in [0, {size}), got {low} … {high}")
+
+
 class TokenEmbedding(nnx.Module):
     """Token ids → vectors in the compute dtype (positions are added by the model, after any [CLS]).
 
@@ -65,14 +77,7 @@ class TokenEmbedding(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
-        if not jnp.issubdtype(tokens.dtype, jnp.integer):
-            raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
-        if not isinstance(tokens, jax.core.Tracer) and tokens.size:  # concrete: checked (under jit it cannot be)
-            ids = np.asarray(tokens)  # numpy: concrete ids may be met while a jit is traced
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= self.embed.num_embeddings:
-                # A gather wraps -1 to the last row and gives NaN past the table: never a silent answer.
-                raise ValueError(f"token ids must be in [0, {self.embed.num_embeddings}), got {low} … {high}")
+        check_indices("token ids", tokens, self.embed.num_embeddings)
         x = self.embed(tokens).astype(self.dtype)
         return x * math.sqrt(x.shape[-1]) if self.scale == "sqrt_d" else x
 

@@ -12,7 +12,15 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from zoo.layers import ClassificationHead, LearnedPositions, TokenEmbedding, add_positions, compute_dtype, dense
+from zoo.layers import (
+    ClassificationHead,
+    LearnedPositions,
+    TokenEmbedding,
+    add_positions,
+    check_indices,
+    compute_dtype,
+    dense,
+)
 from zoo.layers.dropout import Dropout
 from zoo.layers.heads import pool
 from zoo.models.classifiers import PAD_ID
@@ -70,6 +78,7 @@ class MaskedLM(nnx.Module):
     ) -> jax.Array:
         h = self.backbone(tokens, rngs=rngs)
         if positions is not None:
+            check_indices("positions", positions, tokens.shape[1])
             h = jnp.take_along_axis(h, positions[..., None], axis=1)
         h = self.transform_norm(jax.nn.gelu(self.transform(h), approximate=self.gelu_approximate))
         return self.backbone.embed.attend(h).astype(jnp.float32) + self.output_bias[...]
