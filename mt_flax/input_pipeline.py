@@ -33,10 +33,10 @@ def _write_bible_if_missing(data: ml_collections.ConfigDict) -> None:
     file, so a directory with some of them (a user's own text files, most likely) is refused."""
     files = [Path(data.dir) / f"{s}.{lang}" for s in mt_data.SPLITS for lang in (data.src_lang, data.tgt_lang)]
     present = [f.name for f in files if f.exists()]
-    if len(present) == len(files):
+    missing = [f.name for f in files if f.name not in present]
+    if not missing:
         return
     if present:
-        missing = [f.name for f in files if not f.exists()]
         raise ValueError(
             f"data.dir={data.dir} holds {', '.join(present)} but not {', '.join(missing)}: data.source='bible' "
             "writes the Bible corpus only into a directory that holds none of its files (it replaces nothing); "

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from kernels.checks import is_concrete
 from zoo.layers.common import logical
 
 POSITIONAL = ("sinusoidal", "learned", "none")
@@ -44,7 +45,7 @@ def check_indices(name: str, indices: jax.Array, size: int) -> None:
     checked): a gather wraps -1 to the last row and gives NaN past the table, never an error of its own."""
     if not jnp.issubdtype(indices.dtype, jnp.integer):
         raise ValueError(f"{name} must be integers, got dtype {indices.dtype}")
-    if not isinstance(indices, jax.core.Tracer) and indices.size:
+    if is_concrete(indices) and indices.size:
         values = np.asarray(indices)  # numpy: concrete indices may be met while a jit is traced
         low, high = int(values.min()), int(values.max())
         if low < 0 or high >= size:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from kernels.checks import check_causal, is_concrete
 
 
 def check_mixer_input(name: str, x: jax.Array, d_model: int, mask: jax.Array | None = None, what: str = "x") -> None:
@@ -23,8 +24,11 @@ def check_mixer_input(name: str, x: jax.Array, d_model: int, mask: jax.Array | N
 
 
 def check_causal_flag(name: str, causal: object) -> None:
-    if not isinstance(causal, bool | np.bool_):
-        raise ValueError(f"mixer {name!r}: causal must be a bool, got {causal!r} ({type(causal).__name__})")
+    """The kernels' own check of `causal`, its message naming the mixer."""
+    try:
+        check_causal(causal)
+    except ValueError as e:
+        raise ValueError(f"mixer {name!r}: {e}") from None
 
 
 def check_decode_input(name: str, x: jax.Array, d_model: int, cache, batch_leaf: str, positions: bool) -> None:
@@ -42,7 +46,7 @@ def check_decode_input(name: str, x: jax.Array, d_model: int, cache, batch_leaf:
             f"got shape {x.shape}"
         )
     index, length = cache.get("index"), cache[batch_leaf].shape[1]
-    if positions and index is not None and not isinstance(index, jax.core.Tracer) and int(index) >= length:
+    if positions and index is not None and is_concrete(index) and int(index) >= length:
         raise ValueError(
             f"mixer {name!r}: position {int(index)} is past the cache's {length} (init_cache's max_length)"
         )

@@ -73,7 +73,7 @@ def restore_model(
             raise FileNotFoundError(
                 f"no checkpoint of step {step} in {checkpoint_dir}; its steps: {', '.join(map(str, sorted(steps)))}"
             )
-        step = checkpointer.latest_step() if step is None else step
+        step = max(steps) if step is None else step
         graphdef, abstract = abstract_state(state_builder(build_model, train, 0))
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
