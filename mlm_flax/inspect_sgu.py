@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from absl import app, flags
 
-from mlm_flax.sgu_analysis import inspect
+from mlm_flax.sgu_analysis import DEFAULT_FIGURE, inspect
 from zoo.training import cli
-from zoo.training.config import check_output_file
+from zoo.training.config import check_output_dir, check_output_file
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "An mlm-train or mlm-finetune workdir.")
 _STEP = flags.DEFINE_integer("step", 0, "Checkpoint step (0: the latest).")
@@ -28,8 +28,11 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not _WORKDIR.value:
         raise app.UsageError("--workdir is required")
+    # Checked before the checkpoint is read and plotted; by default the figure goes into the workdir.
     if _OUTPUT.value:
         check_output_file(_OUTPUT.value, "--output", FIGURE_SUFFIXES)
+    else:
+        check_output_dir(_WORKDIR.value, f"--workdir (where {DEFAULT_FIGURE} goes without --output)")
     report = inspect(_WORKDIR.value, _STEP.value or None, _OUTPUT.value or None)
     n = len(report["layers"])
     rows = [

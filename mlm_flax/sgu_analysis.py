@@ -68,6 +68,9 @@ def plot_spatial_weights(weights: list[tuple[int, np.ndarray]], path: str | os.P
     return save_figure(fig, path)
 
 
+DEFAULT_FIGURE = "sgu_weights.png"  # in the workdir, unless an output path is given
+
+
 def inspect(workdir: str | os.PathLike, step: int | None = None, output: str | os.PathLike | None = None) -> dict:
     """Plots and scores a workdir's SGU weights; returns {"step", "figure", "layers": [{layer, toeplitz_score}]}."""
     model, config, step = load_model(workdir, step)
@@ -75,7 +78,7 @@ def inspect(workdir: str | os.PathLike, step: int | None = None, output: str | o
     if not weights:
         raise ValueError(f"{workdir}: model.mixer={config.model.mixer!r} has no spatial gating unit (use gmlp or amlp)")
     figure = plot_spatial_weights(
-        weights, output or as_path(workdir) / "sgu_weights.png", f"{config.model.mixer} spatial weights W, step {step}"
+        weights, output or as_path(workdir) / DEFAULT_FIGURE, f"{config.model.mixer} spatial weights W, step {step}"
     )
     layers = [
         {"layer": i, "toeplitz_score": toeplitz_score(w), "rms": float(np.sqrt(np.mean(w * w)))} for i, w in weights

@@ -105,6 +105,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         batch_spec=batch_spec,
         artifacts=lambda: {TOKENIZER_FILE: tokenizer()[1]},
         final_results=final_results,
+        scored="tokens",  # the loss is per masked (or, causal, per next) token
         model_flops=lambda batch: flops.language_model_step_flops(
             config.model,
             batch,

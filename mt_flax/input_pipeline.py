@@ -51,8 +51,16 @@ def _write_bible_if_missing(data: ml_collections.ConfigDict) -> None:
             os.replace(Path(staging) / f.name, f)
 
 
+def _check_languages(data: ml_collections.ConfigDict) -> None:
+    if data.src_lang == data.tgt_lang:  # both sides would read the same file (or TFDS feature)
+        raise ValueError(
+            f"data.src_lang and data.tgt_lang are both {data.src_lang!r}: a translation needs two languages"
+        )
+
+
 def load_corpus(config: ml_collections.ConfigDict, split: str) -> mt_data.Corpus:
     data = config.data
+    _check_languages(data)
     if data.source in ("text", "bible"):
         if data.source == "bible":
             _write_bible_if_missing(data)
@@ -68,6 +76,7 @@ def _cache_dir(config) -> Path:
 
 def _corpus_key(config, split: str) -> tuple:
     d = config.data
+    _check_languages(d)
     if d.source == "tfds":
         return ("tfds", d.tfds_name, split, d.src_lang, d.tgt_lang)
     if d.source == "bible":

@@ -138,6 +138,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         generate_eval=generate_eval,
         final_results=final_results,
         row_multiple=config.data.row_multiple,
+        scored="tokens",  # the loss is per target token
         config_sections=CONFIG_SECTIONS,
     )
 

@@ -627,6 +627,8 @@ def _cli_cases() -> list[Case]:
          r"--output=lra_flax is a directory; give a file path"),
         ("mlm-inspect --output no figure", ["mlm_flax.inspect_sgu", "--workdir={tmp}/w", "--output={tmp}/w.txt"],
          r"the file name must end in one of .png, .pdf, .svg"),
+        ("mlm-inspect workdir a file, no --output", ["mlm_flax.inspect_sgu", "--workdir=README.md"],
+         r"--workdir \(where sgu_weights.png goes without --output\)=\S*README.md exists and is not a directory"),
         ("efficiency --output a folder", ["lra_flax.efficiency", f"--config={LISTOPS}", "--output=lra_flax"],
          r"--output=lra_flax is a directory; give a file path"),
         ("mt-translate NaN --length_penalty", ["mt_flax.translate", "--workdir={tmp}/w", "--input=README.md",

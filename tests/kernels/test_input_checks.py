@@ -129,3 +129,22 @@ def test_another_op_s_options_and_numpy_scalars_are_met_by_name():
     state = kernels.linear_attention_init_state(1, 2, 16, 16)
     with pytest.raises(ValueError, match=r"unknown linear_attention eps_mode 'Add'; valid: add, guard"):
         kernels.linear_attention_step(state, q[:, 0], k[:, 0], v[:, 0], eps_mode="Add")
+
+
+@pytest.mark.parametrize("impl", ["reference", "xla"])
+@pytest.mark.parametrize("op", ["relu", "linear", "softmax"])
+def test_float64_inputs_return_float64_at_float32_accuracy(op, impl):
+    # What kernels/README.md says: every impl computes in float32 and returns v's dtype.
+    def run(q, k, v):
+        if op == "relu":
+            return _relu(impl, q, k, v, causal=True)
+        if op == "linear":
+            return _linear(impl, q, k, v, causal=True)
+        return kernels.softmax_attention(q, k, v, causal=True, options=kernels.SoftmaxAttentionOptions(impl=impl))
+
+    inputs = [np.asarray(x) for x in _qkv(16)]
+    single = run(*inputs)
+    with jax.enable_x64(True):
+        double = run(*(jnp.asarray(x, jnp.float64) for x in inputs))
+        assert double.dtype == jnp.float64
+        np.testing.assert_allclose(np.asarray(double), np.asarray(single, np.float64), rtol=1e-5, atol=1e-6)

@@ -194,6 +194,18 @@ def test_unknown_source_is_a_config_error(tmp_path):
     assert isinstance(config, ml_collections.ConfigDict)
 
 
+@pytest.mark.parametrize("source", ["text", "bible", "tfds"])
+def test_one_language_on_both_sides_is_refused_before_reading_or_writing(tmp_path, source):
+    config = _config(tmp_path)
+    config.data.update(source=source, src_lang="en", tgt_lang="en")
+    before = sorted(tmp_path.rglob("*"))
+    for prepare in (input_pipeline.load_corpus, input_pipeline.load_or_train_tokenizer):
+        args = (config, "train") if prepare is input_pipeline.load_corpus else (config,)
+        with pytest.raises(ValueError, match=r"data.src_lang and data.tgt_lang are both 'en': a translation needs"):
+            prepare(*args)
+    assert sorted(tmp_path.rglob("*")) == before  # the Bible source wrote nothing
+
+
 def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="TFDS dataset 'wmt14_translate/de-en' is not prepared in "):
         data.tfds_corpus("wmt14_translate/de-en", "valid", "de", "en", data_dir=str(tmp_path))

@@ -9,6 +9,7 @@ import sacrebleu
 
 from tests import commands
 from tests.xla_flags import optimised_env
+from zoo.text import load_tokenizer
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
 
@@ -55,6 +56,10 @@ def test_copy_task_reaches_high_bleu_and_reports_sacrebleu(tmp_path):
     assert (results["examples_scored"], results["pairs_dropped"]) == (100, 1)
     assert "test: BLEU and chrF of 100 of 101 sentence pairs; 1 longer than model.max_length" in proc.stdout
     assert (workdir / "spm.model").exists()
+    # The test loss is a mean over target tokens, and their number is reported as such (EOS included).
+    spm = load_tokenizer(workdir / "spm.model")
+    kept = (data / "test.tgt").read_text().splitlines()[:100]
+    assert results["test_tokens"] == sum(len(spm.encode(t)) + 1 for t in kept) and "test_examples" not in results
     # The reported BLEU is sacreBLEU's corpus_bleu of the written files.
     hyps = (workdir / "test.hyp.txt").read_text().splitlines()
     refs = (workdir / "test.ref.txt").read_text().splitlines()

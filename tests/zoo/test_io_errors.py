@@ -11,7 +11,7 @@ import pytest
 
 from tests import commands
 from zoo import config_fields
-from zoo.training.config import check_output_dir
+from zoo.training.config import check_output_dir, check_output_file
 from zoo.training.data import DataFormatError, read_utf8_lines
 
 
@@ -76,6 +76,17 @@ def test_output_dir_checks(tmp_path, monkeypatch):
         check_output_dir(tmp_path, "--workdir")
     with pytest.raises(ValueError, match=rf"cannot be created: {tmp_path} is not writable"):
         check_output_dir(tmp_path / "new", "--workdir")
+
+
+def test_an_output_file_this_process_cannot_overwrite_is_refused_before_the_work(tmp_path, monkeypatch):
+    figure = tmp_path / "figure.png"
+    check_output_file(figure, "--output", (".png",))  # new file in a writable folder
+    figure.write_bytes(b"an earlier figure")
+    check_output_file(figure, "--output", (".png",))  # an existing file is overwritten
+    read_only = str(figure)  # root bypasses permissions: os.access answers as for a read-only file
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) != read_only)
+    with pytest.raises(ValueError, match=rf"--output={figure} exists and this process cannot overwrite it"):
+        check_output_file(figure, "--output", (".png",))
 
 
 def test_a_cache_directory_the_run_cannot_write_is_a_config_problem(tmp_path, monkeypatch):

@@ -169,3 +169,16 @@ def test_a_loop_that_never_reaches_a_step_boundary_is_ended_by_the_deadline():
     assert proc.returncode == 128 + signal.SIGTERM and 0.9 < elapsed < 10, (elapsed, err)
     assert "SIGTERM: stopping after this step with a checkpoint" in out
     assert "still running 1 s after the signal" in err
+
+
+def test_a_second_signal_in_the_loop_exits_at_once_and_says_so():
+    proc = subprocess.Popen([sys.executable, "-c", _stop_script(True, 30)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout.readline().strip() == "ready"
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.stdout.readline().startswith("SIGINT: stopping after this step with a checkpoint")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGINT and time.monotonic() - start < 10, err  # not the 30 s deadline
+    assert "SIGINT again: exiting now without waiting; the last complete checkpoint stands" in err

@@ -27,7 +27,7 @@ def test_wheel_member_from_a_local_wheel_without_network(tmp_path):
         fetch_wheel_member(WheelFile("somepkg", "1.2.3", "somepkg/missing"), tmp_path)
 
 
-def test_sentencepiece_round_trip_and_special_ids():
+def test_sentencepiece_round_trip_and_special_ids(capsys):
     texts = ["the quick brown fox jumps over the lazy dog"] * 20 + ["pack my box with five dozen jugs"] * 20
     tok = train_sentencepiece(texts, vocab_size=60, user_symbols=["[MASK]"])
     ids = tok.encode("the lazy fox")
@@ -36,6 +36,13 @@ def test_sentencepiece_round_trip_and_special_ids():
     assert tok.piece_to_id("[MASK]") == 4
     with pytest.raises(ValueError, match="corpus is empty"):
         train_sentencepiece(["", "  "], vocab_size=60)
+    # Two sentences support fewer pieces than asked: the size the model will have is said.
+    assert tok.vocab_size < 60
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert f"(vocab {tok.vocab_size}, fewer than the 60 asked: the corpus supports no more pieces)" in said, said
+    exact = train_sentencepiece(texts, vocab_size=tok.vocab_size, user_symbols=["[MASK]"])
+    assert exact.vocab_size == tok.vocab_size
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"(vocab {tok.vocab_size})")
     for size in (0, 5):  # no room beside the 4 special ids and [MASK]
         with pytest.raises(ValueError, match=rf"vocabulary of {size} leaves no piece for text: it holds 5 fixed ids"):
             train_sentencepiece(texts, vocab_size=size, user_symbols=["[MASK]"])

@@ -140,8 +140,14 @@ def train_sentencepiece(
         )
     except RuntimeError as e:
         raise ValueError(f"SentencePiece training failed (vocab_size={vocab_size}): {e}") from None
-    print(f"SentencePiece trained in {time.perf_counter() - start:.1f} s", flush=True)
-    return SentencePieceTokenizer(out.getvalue())
+    tokenizer = SentencePieceTokenizer(out.getvalue())
+    # hard_vocab_limit=False lets a small corpus give fewer pieces than asked: said, since the model's
+    # embedding tables follow the tokenizer's size, not data.vocab_size.
+    size = f"vocab {tokenizer.vocab_size:,}"
+    if tokenizer.vocab_size < vocab_size:
+        size += f", fewer than the {vocab_size:,} asked: the corpus supports no more pieces"
+    print(f"SentencePiece trained in {time.perf_counter() - start:.1f} s ({size})", flush=True)
+    return tokenizer
 
 
 class WordTokenizer:

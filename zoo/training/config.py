@@ -216,6 +216,8 @@ def check_output_file(path: str | os.PathLike, flag: str, suffixes: tuple[str, .
         raise ValueError(f"{flag}={path} is a directory; give a file path")
     if suffixes and Path(path).suffix.lower() not in suffixes:
         raise ValueError(f"{flag}={path}: the file name must end in one of {', '.join(suffixes)}")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag}={path} exists and this process cannot overwrite it")
     check_output_dir(os.path.dirname(os.path.abspath(path)), f"{flag}'s directory")
 
 

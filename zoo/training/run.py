@@ -36,9 +36,17 @@ def add_sums(acc: dict, new: dict) -> dict:
 
 
 def evaluate(
-    eval_step, state, batches: Iterable[dict], mesh, *, max_batches: int = 0, name: str = "evaluating"
+    eval_step,
+    state,
+    batches: Iterable[dict],
+    mesh,
+    *,
+    max_batches: int = 0,
+    name: str = "evaluating",
+    scored: str = "examples",
 ) -> dict[str, float]:
-    """Mean metrics over `batches` (the first `max_batches` of them when > 0) and `examples`, their count."""
+    """Mean metrics over `batches` (the first `max_batches` of them when > 0) and, under `scored`, the number of
+    things scored (the loss's total weight: examples, or tokens for a per-token loss)."""
     total: dict = {}
     bar = WorkProgress(name, total=max_batches or None, unit="batches") if jax.process_index() == 0 else None
     for batch in itertools.islice(batches, max_batches or None):
@@ -50,7 +58,7 @@ def evaluate(
     if not total:
         return {}
     sums = to_host(total)
-    return {**summarise(sums), "examples": sums.get("count", 0.0)}
+    return {**summarise(sums), scored: sums.get("count", 0.0)}
 
 
 @dataclasses.dataclass
@@ -93,7 +101,7 @@ class Run:
         """The split's loss metrics, and the task's generated metrics (files in the workdir when `final`)."""
         metrics = evaluate(
             self.eval_step, self.state, self.task.eval_batches(split), self.mesh,
-            max_batches=self.config.train.eval_max_batches, name=f"evaluating {split}",
+            max_batches=self.config.train.eval_max_batches, name=f"evaluating {split}", scored=self.task.scored,
         )  # fmt: skip
         if self.task.generate_eval is not None:
             model = nnx.merge(self.graphdef, self.state)[0]

@@ -116,6 +116,12 @@ class StopSignals:
 
     def _on_signal(self, signum, frame) -> None:
         if self.signum is not None:  # the second signal: no more waiting
+            print(
+                f"{signal.Signals(signum).name} again: exiting now without waiting; the last complete checkpoint "
+                "stands (run the same command to go on)",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(128 + signum)
         self.signum = signum
         name = signal.Signals(signum).name

@@ -43,6 +43,9 @@ class Task:
                    gives every log line and results.json their TFLOP/s and MFU. None: not reported.
     warm_start:    fresh train state → the state to start from (e.g. a pretrained encoder's parameters put
                    in place); applied once, before step 0, never on resume.
+    scored:        what the loss's weights count, one per weight: evaluation reports their number under this
+                   name ("examples" for a classifier; "tokens" for a per-token loss: translation's target
+                   tokens, the masked positions of masked LM).
     config_sections: the task's own config sections by name ({"data": its fields, ...}, declared in its config
                    module): every run validates them with the shared ones before anything is written.
     """
@@ -61,4 +64,5 @@ class Task:
     warm_start: Callable[[nnx.State], nnx.State] | None = None
     model_flops: Callable[[dict], float] | None = None
     row_multiple: int = 0
+    scored: str = "examples"
     config_sections: Mapping[str, tuple[Field, ...]] = dataclasses.field(default_factory=dict)
