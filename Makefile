@@ -79,7 +79,7 @@ test-fast: lint bytecode
 
 # The whole suite with every dependency at its lower pin (tests/lower_pins.txt), in a venv of its own: what the
 # pins' "oldest versions tested" rests on. Not part of `make test` (it doubles the time); run it when a pin moves.
-# `make test-lower-pins-fast` runs `test-fast`'s unit tests there instead, in ~3 minutes with the install: CI runs
+# `make test-lower-pins-fast` runs `test-fast`'s unit tests there instead, in ~2 minutes with the install: CI runs
 # it after `make test`, so a change that needs a newer release than a pin allows fails where it lands.
 LOWER := .venv-lower-pins
 $(LOWER)/.installed: pyproject.toml tests/lower_pins.txt

@@ -1,6 +1,6 @@
 """The training loop's parts, one at a time: check_run, setup, restore, the periodic actions, train_steps and
 final_evaluation (zoo/training/loop.py, periodic.py). The whole loop's behaviour (resume equals an uninterrupted
-run, preemption, broken checkpoints) is tested in test_training.py and test_resume*.py."""
+run, preemption, broken checkpoints) is tested in test_training.py and tests/lra_flax/test_train_cli.py."""
 
 import json
 import types

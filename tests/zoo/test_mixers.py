@@ -1,5 +1,7 @@
 """Every registered mixer: shapes, dtypes, jit, gradients, causality and padding invariance in the encoder."""
 
+import warnings
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ from flax import nnx
 import kernels
 from zoo import mixers, models
 from zoo.layers import AuxLoss
+from zoo.mixers.linear import FEATURE_MAPS
 from zoo.mixers.relu import relu_regularisers
 from zoo.training.steps import with_aux_loss
 
@@ -24,10 +27,11 @@ def _mixer(name, **options):
     return mixers.build(cfg, rngs=nnx.Rngs(0))
 
 
-def _encoder(name, dtype="float32"):
+def _encoder(name, dtype="float32", **options):
     cfg = models.model_config(
         mixer=name, num_layers=2, d_model=D, num_heads=H, mlp_dim=64, max_length=T, dtype=dtype, dropout=0.0
     )
+    cfg.mixer_options[name].update(options)
     return models.Encoder(cfg, rngs=nnx.Rngs(1))
 
 
@@ -132,26 +136,57 @@ class TestEveryMixer:
         chex.assert_tree_all_finite(grads)
         assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
 
-    @pytest.mark.parametrize("t0", [0, 5, 10])
-    def test_encoder_causal_cannot_see_the_future(self, name, t0):
-        enc = _encoder(name)
-        x = _x()
-        x2 = x.at[:, t0 + 1 :].set(jax.random.normal(jax.random.key(7), x[:, t0 + 1 :].shape) * 3)
-        y = enc(x, mask=None, causal=True)
-        y2 = enc(x2, mask=None, causal=True)
-        chex.assert_trees_all_close(y[:, : t0 + 1], y2[:, : t0 + 1], atol=1e-5)
-        assert not np.allclose(y[:, t0 + 1 :], y2[:, t0 + 1 :], atol=1e-3)
 
-    @pytest.mark.parametrize("causal", [False, True])
-    def test_encoder_padding_invariance(self, name, causal):
-        enc = _encoder(name)
-        x = _x()
-        pad = ~MASK[..., None]
-        x2 = jnp.where(pad, jax.random.normal(jax.random.key(3), x.shape) * 10, x)
-        y = enc(x, mask=MASK, causal=causal)
-        y2 = enc(x2, mask=MASK, causal=causal)
-        real = MASK[..., None]
-        chex.assert_trees_all_close(jnp.where(real, y, 0), jnp.where(real, y2, 0), atol=1e-5)
+# Every mixer with its defaults, and the linear mixer with each other feature map: FAVOR+'s stabiliser takes a
+# maximum over the keys, which must skip padded ones and, when causal, future ones.
+VARIANTS = [(name, {}) for name in mixers.names()] + [
+    ("linear", {"feature_map": f}) for f in FEATURE_MAPS if f != mixers.default_config("linear").feature_map
+]
+VARIANT_IDS = [name + "".join(f"-{v}" for v in options.values()) for name, options in VARIANTS]
+
+
+@pytest.mark.parametrize("t0", [0, 5, 10])
+@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=VARIANT_IDS)
+def test_encoder_causal_cannot_see_the_future(name, options, t0):
+    enc = _encoder(name, **options)
+    x = _x()
+    x2 = x.at[:, t0 + 1 :].set(jax.random.normal(jax.random.key(7), x[:, t0 + 1 :].shape) * 3)
+    y = enc(x, mask=None, causal=True)
+    y2 = enc(x2, mask=None, causal=True)
+    chex.assert_trees_all_close(y[:, : t0 + 1], y2[:, : t0 + 1], atol=1e-5)
+    assert not np.allclose(y[:, t0 + 1 :], y2[:, t0 + 1 :], atol=1e-3)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=VARIANT_IDS)
+def test_encoder_padding_invariance(name, options, causal):
+    # Causal: the padding comes first, in every real position's past (trailing padding would be in their future,
+    # hidden by causality alone, whatever the mask did).
+    mask = MASK if not causal else jnp.arange(T)[None] >= jnp.array([[0], [5]])
+    enc = _encoder(name, **options)
+    x = _x()
+    x2 = jnp.where(~mask[..., None], jax.random.normal(jax.random.key(3), x.shape) * 10, x)
+    y = enc(x, mask=mask, causal=causal)
+    y2 = enc(x2, mask=mask, causal=causal)
+    real = mask[..., None]
+    assert not np.allclose(x, x2)  # the padding did change
+    chex.assert_trees_all_close(jnp.where(real, y, 0), jnp.where(real, y2, 0), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("name", "options"), [("linear", {"feature_map": "oglu"}), ("relu", {"norm_loss_weight": 0.1})], ids=str
+)
+def test_a_regulariser_is_collected_in_the_train_step_and_left_alone_outside_it(name, options):
+    enc = _encoder(name, **options)  # training mode, regulariser on
+    structure = jax.tree.structure(nnx.state(enc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # sowing outside nnx.capture is deprecated in flax
+        y = enc(_x(), mask=MASK)
+    assert jax.tree.structure(nnx.state(enc)) == structure  # no variable left on the model
+    y_step, aux = with_aux_loss(enc, _x(), mask=MASK)
+    chex.assert_trees_all_close(y_step, y)
+    assert float(aux) > 0  # the train step still gets it
+    assert jax.tree.structure(nnx.state(enc)) == structure
 
 
 def test_relu_gamma_is_learnable_per_head_or_fixed():

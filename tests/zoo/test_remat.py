@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from zoo import models
+from zoo.models.encoder import REMAT_POLICIES
 
 
 @functools.cache  # the plain encoder's, the reference of both remat policies, computed once per mixer
@@ -34,6 +35,36 @@ def test_remat_gives_the_same_loss_and_gradients(remat, mixer):
     ref_loss, ref_grads = _loss_and_grads("none", mixer)
     assert float(loss) == pytest.approx(float(ref_loss), rel=1e-6)
     chex.assert_trees_all_close(grads, ref_grads, atol=1e-6, rtol=1e-5)
+
+
+def _checkpoint_policies(jaxpr) -> list:
+    """The policy of every rematerialised region (jax.checkpoint) in a jaxpr, nested ones included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("remat2", "checkpoint"):  # jax.checkpoint's primitive, by jax version
+            found.append(eqn.params["policy"])
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, tuple | list) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += _checkpoint_policies(inner)
+    return found
+
+
+@pytest.mark.parametrize("remat", ["none", "full", "dots"])
+def test_remat_puts_each_block_in_a_checkpoint_with_its_policy(remat):
+    # The equality test above would pass with remat switched off: this one sees the mechanism.
+    cfg = models.model_config(mixer="relu", num_layers=2, d_model=32, num_heads=4, mlp_dim=32, max_length=16,
+                              dropout=0.0, remat=remat)  # fmt: skip
+    graphdef, state = nnx.split(models.Encoder(cfg, rngs=nnx.Rngs(0)))
+    x = jax.random.normal(jax.random.key(1), (2, 16, 32))
+
+    def loss(state):
+        return jnp.mean(nnx.merge(graphdef, state)(x, mask=None) ** 2)
+
+    policies = _checkpoint_policies(jax.make_jaxpr(jax.grad(loss))(state).jaxpr)
+    expected = {"none": [], "full": [None, None], "dots": [REMAT_POLICIES["dots"]] * 2}[remat]
+    assert policies == expected
 
 
 def test_unknown_remat_names_the_field():

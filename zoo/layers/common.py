@@ -30,6 +30,13 @@ class AuxLoss(nnx.Intermediate):
     `nnx.capture` (`zoo.training.steps.with_aux_loss`) and adds their sum to the task loss."""
 
 
+def collects_aux_loss(module: nnx.Module) -> bool:
+    """Whether `module` runs inside `nnx.capture` (the train step's `with_aux_loss`), where a sown `AuxLoss` is
+    collected. Outside it (a model in training mode called directly) a regulariser has no consumer: sowing there
+    would add a variable to the module's state, which flax deprecates, so it is neither computed nor sown."""
+    return hasattr(module, "__captures__")  # what `nnx.capture` sets on every module while it runs
+
+
 def compute_dtype(name: str):
     """The compute dtype for a config string; parameters always stay float32."""
     try:

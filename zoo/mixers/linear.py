@@ -26,7 +26,7 @@ from flax import nnx
 
 import kernels
 from zoo.config_fields import BOOLEAN, Field, above, at_least, integer, one_of
-from zoo.layers.common import AuxLoss
+from zoo.layers.common import AuxLoss, collects_aux_loss
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.mixers.inputs import check_decode_input
 from zoo.mixers.registry import IMPL_OPTION, register
@@ -212,7 +212,7 @@ class LinearAttention(MultiHeadMixer):
     def _features(self, q, k, mask, causal):
         phi_q = self.feature_map(q, is_query=True, mask=None, causal=causal)
         phi_k = self.feature_map(k, is_query=False, mask=mask, causal=causal)
-        if self.orth_loss_weight and not self.deterministic:
+        if self.orth_loss_weight and not self.deterministic and collects_aux_loss(self):
             self.sow(AuxLoss, "orthogonality", self.orth_loss_weight * self.feature_map.penalty())
         return phi_q, phi_k
 

@@ -13,7 +13,7 @@ from flax import nnx
 
 import kernels
 from zoo.config_fields import BOOLEAN, Field, above, at_least, in_range
-from zoo.layers.common import AuxLoss
+from zoo.layers.common import AuxLoss, collects_aux_loss
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.mixers.registry import IMPL_OPTION, register
 
@@ -55,7 +55,7 @@ class ReLUAttention(MultiHeadMixer):
     def attend(self, q, k, v, mask, causal):
         gamma = jnp.exp(self.log_gamma[...])
         opts = dict(causal=causal, key_mask=mask, gamma=gamma, row_scale=self.row_scale, options=self.options)
-        if self.deterministic or not (self.norm_loss_weight or self.entropy_loss_weight):
+        if self.deterministic or not (self.norm_loss_weight or self.entropy_loss_weight) or not collects_aux_loss(self):
             return kernels.relu_attention(q, k, v, **opts)
         # The regularisers' row statistics come out of the same pass as the output (on the GPU kernels).
         out, row_sum, row_xlogx = kernels.relu_attention_and_row_stats(q, k, v, **opts)
