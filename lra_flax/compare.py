@@ -11,6 +11,9 @@ in one cell cannot take the sweep down; a cell whose config the harness's valida
 failed without starting one. A finished cell (results.json) is skipped; an interrupted one
 resumes from its checkpoint; a failed one is recorded in `failed.json` with its reason and retried only
 with --retry_failed. So a sweep can be stopped, re-run, or extended with more seeds or variants at any time.
+A sweep whose cells were trained with other settings than it gives them now (an edited width, a variant's
+option, more steps) is refused, naming the cells and fields: results of one setting never enter the table of
+another.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import ml_collections
 from lra_flax.tasks import REGISTRY, published_rows
 from zoo.files import atomic_write_bytes, parse_ordered_pair, read_json
 from zoo.plots import pyplot, save_figure
-from zoo.training.config import flatten_config
+from zoo.training.config import config_changes, flatten_config, has_run_output
 from zoo.training.distributed import PREEMPTED_EXIT_CODE
 from zoo.training.validate import config_problems
 
@@ -80,12 +83,12 @@ def config_path(spec: str) -> str:
 def check_sweep_dir(root: Path, *, must_exist: bool) -> None:
     """Refuses a folder that is not a sweep's: a training run's workdir (its results.json would be replaced by
     the sweep's report), or, when only reports are asked for, a folder with no cells."""
+    if (root / "config.json").exists():  # a sweep writes none there, each cell's is in its own folder
+        raise ValueError(
+            f"--workdir={root} is a training run's workdir (it holds config.json), not a sweep's: give "
+            "lra-compare a folder of its own"
+        )
     if not (root / "cells").is_dir():
-        if (root / "config.json").exists():
-            raise ValueError(
-                f"--workdir={root} is a training run's workdir (it holds config.json), not a sweep's: give "
-                "lra-compare a folder of its own"
-            )
         if must_exist:
             raise ValueError(f"--workdir={root} holds no sweep (no cells/ folder): run the sweep there first")
 
@@ -140,6 +143,37 @@ def state(cell: Cell, root: Path) -> str:
     if (workdir / "checkpoints").exists():
         return "started"
     return "to do"
+
+
+def changed_cells(config: ml_collections.ConfigDict, root: Path) -> list[str]:
+    """A line per cell that trained (results.json or a checkpoint) with another config than the sweep gives it now:
+    an edited sweep (another width, a variant's option, more steps) would otherwise report the old cells as its."""
+    lines = []
+    for cell in cells(config):
+        workdir = cell.workdir(root)
+        if not (workdir / "config.json").exists() or not has_run_output(workdir):
+            continue
+        try:
+            now = cell_config(cell)
+        except (KeyError, TypeError, ValueError, AttributeError, ImportError):
+            continue  # a field only the command's flag parser converts: the cell's own run checks it
+        changes = config_changes(now, workdir / "config.json")
+        if changes:
+            shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+            lines.append(f"{cell.name}: {shown}")
+    return lines
+
+
+def check_cells_unchanged(config: ml_collections.ConfigDict, root: Path) -> None:
+    """Refuses a sweep whose workdir holds cells trained with other settings than the sweep's now."""
+    lines = changed_cells(config, root)
+    if lines:
+        more = f"; and {len(lines) - 5} more" if len(lines) > 5 else ""
+        raise ValueError(
+            f"--workdir={root} holds {len(lines)} cell(s) trained with other settings than this sweep gives them: "
+            f"{'; '.join(lines[:5])}{more}. Use a new --workdir, or delete those cells' folders to train them "
+            "again with these settings. Nothing was changed."
+        )
 
 
 def _reason(log_tail: str, returncode: int) -> str:
@@ -402,6 +436,16 @@ def efficiency_figure(config: ml_collections.ConfigDict, rows: list[dict], path:
 # ----------------------------------------------------------------------------------------------
 
 
+def _results_problem(results) -> str | None:
+    """Why a cell's results.json cannot be tabulated (None: it can): it must hold a test accuracy in [0, 1]."""
+    if not isinstance(results, dict):
+        return f"not a results record (a JSON object), but {type(results).__name__}"
+    accuracy = results.get("test_accuracy")
+    if isinstance(accuracy, bool) or not isinstance(accuracy, int | float) or not 0 <= accuracy <= 1:
+        return f"test_accuracy={accuracy!r} is not an accuracy in [0, 1]"
+    return None
+
+
 def collect(config: ml_collections.ConfigDict, root: str | os.PathLike) -> list[dict]:
     """One row per cell: its identity, state, every metric of results.json (or the failure reason)."""
     root = Path(root)
@@ -419,7 +463,11 @@ def collect(config: ml_collections.ConfigDict, root: str | os.PathLike) -> list[
             "workdir": str(workdir),
         }
         if row["state"] == "done":
-            row.update(read_json(workdir / RESULTS))
+            results = read_json(workdir / RESULTS)
+            if (problem := _results_problem(results)) is None:
+                row.update(results)
+            else:  # a file edited or written by something else: shown as such, never averaged into the table
+                row.update(state="failed", reason=f"{workdir / RESULTS}: {problem}")
         elif row["state"] == "failed":
             row["reason"] = read_json(workdir / FAILED)["reason"]
         rows.append(row)

@@ -37,11 +37,20 @@ def main(argv: list[str]) -> None:
         all_cells = compare.cells(config)
         if _CELLS.value:
             i, n = compare.parse_shard(_SHARD.value)
+            changed = dict(line.split(": ", 1) for line in compare.changed_cells(config, root))
             for cell in compare.shard(all_cells, i, n):
-                state = compare.state(cell, root)
-                problem = compare.config_problem(cell) if state != "done" else None
-                print(f"{state:8}  {cell.name}  ({cell.config_spec})" + (f"  will fail: {problem}" if problem else ""))
+                state = "changed" if cell.name in changed else compare.state(cell, root)
+                problem = compare.config_problem(cell) if state not in ("done", "changed") else None
+                note = (
+                    f"  will fail: {problem}"
+                    if problem
+                    else f"  trained with: {changed[cell.name]}"
+                    if state == "changed"
+                    else ""
+                )
+                print(f"{state:8}  {cell.name}  ({cell.config_spec}){note}")
             return
+        compare.check_cells_unchanged(config, root)
         counts = {}
         if not _REPORT_ONLY.value:
             counts = compare.run_sweep(config, root, shard_spec=_SHARD.value, retry_failed=_RETRY.value)
@@ -51,6 +60,13 @@ def main(argv: list[str]) -> None:
     except (ValueError, OSError, MissingExtra) as e:
         print(f"lra-compare: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # finished cells are kept, a started one has its checkpoints
+        print(
+            "lra-compare: interrupted; finished cells are kept and the one under way resumes from its last "
+            "checkpoint: run the same command to go on",
+            file=sys.stderr,
+        )
+        sys.exit(130)
     print("\n".join(f"{name}: {path}" for name, path in paths.items()))
     if counts.get("preempted"):
         sys.exit(compare.PREEMPTED_EXIT_CODE)

@@ -23,7 +23,14 @@ def as_recorded(settings: dict) -> dict:
 def read(directory: str | os.PathLike) -> dict | None:
     """The settings recorded in `directory`, None where there is no record."""
     path = Path(directory) / RECORD
-    return read_json(path, "move it away (the data there is then used as it is)") if path.exists() else None
+    if not path.exists():
+        return None
+    record = read_json(path, "move it away (the data there is then used as it is)")
+    if not isinstance(record, dict):
+        raise ValueError(
+            f"{path} is not a generator record (a JSON object): move it away (the data there is then used as it is)"
+        )
+    return record
 
 
 def check(directory: str | os.PathLike, settings: dict, *, where: str, what: str, named: str, remedy: str) -> bool:

@@ -54,7 +54,7 @@ def read_tsv(
         raise ValueError("read_tsv needs a header or num_fields")
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
-            line = decode_utf8(raw, f"{path}:{line_no}").rstrip("\r\n")
+            line = decode_utf8(raw, str(path), line_no).rstrip("\r\n")
             fields = line.split("\t")
             if line_no == 1 and header is not None:
                 if fields != list(header):
@@ -174,6 +174,8 @@ def cache_classification_split(
                 ids = encode(source)
             except KeyError as e:
                 raise DataFormatError(f"{tsv}:{line_no}: {e.args[0]}") from None
+            if not ids:  # an empty Source: an example of padding alone
+                raise DataFormatError(f"{tsv}:{line_no}: the Source field holds no token")
             label = parse_label(target, num_classes, f"{tsv}:{line_no}")
             yield {"inputs": fit_length(ids, max_length, truncate, f"{tsv}:{line_no}"), "targets": np.int32(label)}
 

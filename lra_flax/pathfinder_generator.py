@@ -593,10 +593,12 @@ def write_dataset(
     images_per_batch: int = 1000,
     workers: int | None = None,
     progress: bool = True,
+    remedy: str = "use a new output_dir or delete it",
 ) -> dict[str, float]:
     """`num_images` images in LRA's layout under `output_dir`, over `workers` processes (default: all cores).
 
     Batches whose metadata file exists are kept (so a stopped run resumes). Returns images written and images/s.
+    A folder generated with other settings is refused (`remedy` says what to do).
     """
     from tqdm import tqdm
 
@@ -607,7 +609,6 @@ def write_dataset(
     settings = {"generator": "lra_flax.pathfinder_generator", "seed": seed, "num_images": num_images}
     settings["images_per_batch"] = images_per_batch
     settings["params"] = dataclasses.asdict(params)
-    remedy = "use a new output_dir or delete it"
     generator_record.check(out, settings, where=str(out), what="images", named="settings", remedy=remedy)
     generator_record.write(out, settings)
     jobs = []

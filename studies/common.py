@@ -15,6 +15,8 @@ import numpy as np
 from zoo.files import atomic_write_bytes, read_json
 from zoo.training import flops
 from zoo.training.config import check_output_dir, flatten_config
+from zoo.training.distributed import Preempted
+from zoo.training.signals import Interrupted
 
 ROOT = Path(__file__).resolve().parent.parent / "benchmarks" / "studies"  # the committed results (`--record`)
 RUNS = Path("runs") / "studies"  # where a study writes by default, relative to the working directory
@@ -126,11 +128,11 @@ class Ledger:
         lines: dict[str, dict] = {}
         if not self.path.exists():
             return lines
-        for number, line in enumerate(self.path.read_text().splitlines(), 1):
-            if not line.strip():
+        for number, raw in enumerate(self.path.read_bytes().splitlines(), 1):
+            if not raw.strip():
                 continue
             try:
-                entry = json.loads(line)
+                entry = json.loads(raw.decode("utf-8"))
                 lines[entry["key"]] = {"config": dict(entry["config"]), "summary": dict(entry["summary"])}
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 hint = f"fix or delete line {number} (a merge conflict?); the other lines stay valid"
@@ -291,6 +293,14 @@ def study_main(
             result = run(preset, out_dir)
         except StudyError as e:
             _usage_error(parser.prog, e)
+        except (KeyboardInterrupt, Interrupted, Preempted):  # Ctrl-C or SIGTERM: every finished run is kept
+            print(
+                f"{parser.prog}: stopped; the runs that finished are kept (their workdirs, and {LEDGER} where the "
+                "study keeps one) and the one under way resumes from its last checkpoint: run the same command to "
+                "go on",
+                file=sys.stderr,
+            )
+            sys.exit(130)
     else:
         try:  # a result.json the study's current report cannot read (recorded by an earlier version of it)
             result = report(measured, out_dir)

@@ -169,7 +169,7 @@ def _config_file_cases() -> list[Case]:
         file = module.__name__.rpartition(".")[2]
         for section, fields in module.CONFIG_SECTIONS.items():
             for name, f in flat(fields, section):
-                for value in [v for v in _bad_values(f.rule, f.default) if not f.rule.check(v)][:3]:
+                for value in [v for v in (*_bad_values(f.rule, f.default), "") if not f.rule.check(v)][:3]:
 
                     def run(_tmp, module=module, preset=preset, name=name, value=value):
                         config = module.get_config(preset)
@@ -296,11 +296,12 @@ def _installed(package: str) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _acl(tmp, review: bytes):
+def _acl(tmp, review: bytes, empty: str = ""):
     for split in ("train",):
         for polarity in ("neg", "pos"):
             (tmp / "acl" / split / polarity).mkdir(parents=True, exist_ok=True)
-            (tmp / "acl" / split / polarity / "0_1.txt").write_bytes(b"a fine film")
+            if polarity != empty:
+                (tmp / "acl" / split / polarity / "0_1.txt").write_bytes(b"a fine film")
     (tmp / "acl" / "train" / "pos" / "1_9.txt").write_bytes(review)
     from lra_flax.tasks import text
 
@@ -406,6 +407,12 @@ def _reader_cases() -> list[Case]:
         ("text", "aclImdb review blank", lambda t: _acl(t, b"  \n"), Error(Bad, "the review is empty")),
         ("text", "aclImdb review not UTF-8", lambda t: _acl(t, b"\xff\xfe"), Error(Bad, "not valid UTF-8")),
         ("text", "aclImdb good", lambda t: _acl(t, b"great"), Works(lambda r: len(r) == 3)),
+        (
+            "text",
+            "aclImdb one class empty",
+            lambda t: _acl(t, b"great", empty="neg"),
+            Error(Bad, r"acl/train/neg: no reviews \(\*\.txt\); the release has both pos/ and neg/ reviews"),
+        ),
         ("text", "csv empty review", lambda t: _reviews_csv(t, ",1,imdb\n"), Error(Bad, r"r\.csv:2: the review")),
         ("text", "csv label 7", lambda t: _reviews_csv(t, "good,7,imdb\n"), Error(Bad, r"label '7'")),
         ("text", "csv label x", lambda t: _reviews_csv(t, "good,x,imdb\n"), Error(Bad, r"label 'x'")),

@@ -81,6 +81,10 @@ def one_of(*values) -> Rule:
 
 BOOLEAN = Rule(lambda x: isinstance(x, bool), "must be True or False", "bool")
 TEXT = Rule(lambda x: isinstance(x, str), "must be a string", "str")
+# A folder a run reads or writes: '' would silently mean the current directory.
+PATH = Rule(
+    lambda x: isinstance(x, str) and x.strip() != "", "must be a path (not empty: '' is the current directory)", "path"
+)
 
 
 def integers(low: int, high: int) -> Rule:

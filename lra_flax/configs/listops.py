@@ -26,7 +26,7 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
-from zoo.config_fields import BOOLEAN, TEXT, Field, integer, nested, section
+from zoo.config_fields import BOOLEAN, PATH, Field, integer, nested, section
 from zoo.models import model_config
 from zoo.training import train_config
 from zoo.training.data import cache_dir_field
@@ -46,7 +46,7 @@ GENERATOR_FIELDS: tuple[Field, ...] = (
     Field("max_args", 10, integer(2, 100), "most arguments of an operator"),
 )
 DATA_FIELDS: tuple[Field, ...] = (
-    Field("dir", "data/listops", TEXT, "the LRA release's basic_{train,val,test}.tsv, or where they are generated"),
+    Field("dir", "data/listops", PATH, "the LRA release's basic_{train,val,test}.tsv, or where they are generated"),
     cache_dir_field("data.dir"),
     Field("generate", True, BOOLEAN, "generate the splits into data.dir when it holds no TSVs"),
     Field("truncate", False, BOOLEAN, "cut inputs longer than model.max_length (LRA's pipeline does); unset, such "

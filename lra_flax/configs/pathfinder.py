@@ -35,13 +35,13 @@ import ml_collections
 from lra_flax.configs.common import base_config, check_preset, lra_code_model
 from lra_flax.configs.image import pixel_model
 from lra_flax.pathfinder_generator import DIFFICULTY_DIRS
-from zoo.config_fields import BOOLEAN, TEXT, Field, integer, one_of, section
+from zoo.config_fields import BOOLEAN, PATH, TEXT, Field, integer, one_of, section
 from zoo.training import train_config
 
 PRESETS = ("demo", "lra_code", "pathx", "pathx_demo")
 
 DATA_FIELDS: tuple[Field, ...] = (
-    Field("dir", "data/lra-pathfinder", TEXT, "holds pathfinder<resolution>/<difficulty folder>/ (LRA's "
+    Field("dir", "data/lra-pathfinder", PATH, "holds pathfinder<resolution>/<difficulty folder>/ (LRA's "
           "lra_release folder works as it is), or where images are generated"),
     Field("resolution", 32, one_of(32, 64, 128, 256), "image side: 32 Pathfinder, 128 Path-X (the generator "
           "draws these two; the release also has 64 and 256)"),

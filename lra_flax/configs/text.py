@@ -27,7 +27,7 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
-from zoo.config_fields import BOOLEAN, TEXT, Field, fraction, integer, one_of, section
+from zoo.config_fields import BOOLEAN, PATH, Field, fraction, integer, one_of, section
 from zoo.models import model_config
 from zoo.training import train_config
 from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE, cache_dir_field
@@ -38,7 +38,7 @@ SOURCES = ("wheel", "aclimdb", "tfds")
 DATA_FIELDS: tuple[Field, ...] = (
     Field("source", "wheel", one_of(*SOURCES), "wheel: IMDB from a wheel (offline); aclimdb: the Stanford release "
           "folder in data.dir; tfds: imdb_reviews, prepared"),
-    Field("dir", "data/aclImdb", TEXT, "the release folder (aclImdb/, with train/ and test/), for source=aclimdb"),
+    Field("dir", "data/aclImdb", PATH, "the release folder (aclImdb/, with train/ and test/), for source=aclimdb"),
     cache_dir_field("data.dir for source=aclimdb, else data/lra-text"),
     WHEEL_CACHE,
     TFDS_DATA_DIR,

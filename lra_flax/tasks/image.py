@@ -166,16 +166,21 @@ def read_cifar_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     try:
         with path.open("rb") as f:
             batch = pickle.load(f, encoding="bytes")
-    except (pickle.UnpicklingError, EOFError, ValueError) as e:
-        raise DataFormatError(f"{path}: not a CIFAR-10 python batch ({e})") from None
+    except OSError:
+        raise
+    except Exception as e:  # a damaged pickle fails in many ways (a garbled class name, a huge frame length, ...)
+        raise DataFormatError(f"{path}: not a CIFAR-10 python batch ({type(e).__name__}: {e})") from None
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
         keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__
         raise DataFormatError(f"{path}: expected a dict with b'data' and b'labels', got {keys}")
     data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
         raise DataFormatError(f"{path}: data is {data.dtype} {data.shape}, expected uint8 [N, 3072]")
-    if labels.shape != (len(data),) or not ((labels >= 0) & (labels < NUM_CLASSES)).all():
-        raise DataFormatError(f"{path}: expected {len(data)} labels in [0, {NUM_CLASSES}), got {labels.shape}")
+    if labels.shape != (len(data),) or not np.issubdtype(labels.dtype, np.integer):
+        raise DataFormatError(f"{path}: expected {len(data)} integer labels, got {labels.dtype} {labels.shape}")
+    if not ((labels >= 0) & (labels < NUM_CLASSES)).all():
+        bad = int(np.flatnonzero((labels < 0) | (labels >= NUM_CLASSES))[0])
+        raise DataFormatError(f"{path}: label {labels[bad]} of image {bad} is outside [0, {NUM_CLASSES})")
     # Rows hold the R, G and B planes one after another, each row-major.
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels.astype(np.int64)
 

@@ -118,23 +118,45 @@ def split_examples(examples: list[Example]) -> dict[str, list[Example]]:
     return {"train": examples[:a], "valid": examples[a:b], "test": examples[b:]}
 
 
+def _generated_batches(record: dict) -> int:
+    """How many metadata files the recorded generation writes (one per batch of images)."""
+    return -(-int(record.get("num_images", 0)) // max(1, int(record.get("images_per_batch", 1000))))
+
+
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     """Generates (if asked) and caches the splits as pixel tokens (the loop runs it on process 0 first)."""
     data, resolution = config.data, config.data.resolution
     check_pixel_model(config.model, resolution * resolution)
     directory = dataset_dir(data.dir, resolution, data.difficulty)
 
-    if not metadata_files(directory):
-        if not data.generate:
-            raise FileNotFoundError(
-                f"{directory} has no metadata/*.npy: point data.dir at LRA's release (lra_release) or set "
-                "data.generate=True"
+    record = generator_record.read(directory)  # None for LRA's release, or any data not generated here
+    if not metadata_files(directory) and not data.generate:
+        raise FileNotFoundError(
+            f"{directory} has no metadata/*.npy: point data.dir at LRA's release (lra_release) or set "
+            "data.generate=True"
+        )
+    if data.generate and (record is not None or not metadata_files(directory)):
+        # Generated here before: the same settings are required, and batches a stopped run left out are written.
+        # Never into a folder of images this project did not generate (a release whose metadata went missing).
+        if record is None and next((directory / "imgs").rglob("*.png"), None) is not None:
+            raise ValueError(
+                f"{directory} holds images but no metadata/*.npy and no {generator_record.RECORD}: not data generated "
+                "here, and generating would write over its images. Restore its metadata/, or point data.dir at "
+                "another folder"
             )
         params = pathfinder_generator.lra_params(resolution, data.difficulty)
         stats = pathfinder_generator.write_dataset(
-            directory, params, num_images=data.num_images, seed=data.seed, workers=data.workers or None
+            directory, params, num_images=data.num_images, seed=data.seed, workers=data.workers or None,
+            images_per_batch=record.get("images_per_batch", 1000) if record else 1000,
+            remedy="set data.num_images and data.seed to what is there, or point data.dir at a new folder",
+        )  # fmt: skip
+        if stats["images"]:
+            print(f"generated {stats['images']} images at {stats['images_per_s']:.1f} images/s", flush=True)
+    elif record is not None and len(metadata_files(directory)) < (batches := _generated_batches(record)):
+        raise ValueError(
+            f"{directory} holds {len(metadata_files(directory))} of the {batches} batches its generation was asked "
+            "for (stopped before the end?): set data.generate=True to finish it"
         )
-        print(f"generated {stats['images']} images at {stats['images_per_s']:.1f} images/s", flush=True)
     splits = split_examples(read_metadata(directory))
     key = (str(directory.resolve()), *metadata_files(directory), resolution, "pixels-v1")
     caches = {}

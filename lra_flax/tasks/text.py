@@ -59,9 +59,10 @@ def _release_files(root: Path, split: str) -> list[tuple[Path, int]]:
                 f"data.dir={root} has no folder {split}/{polarity}: expected the aclImdb release layout "
                 "{train,test}/{pos,neg}/*.txt (https://ai.stanford.edu/~amaas/data/sentiment/)"
             )
-        files += [(path, label) for path in sorted(folder.glob("*.txt"))]
-    if not files:
-        raise DataFormatError(f"{root / split}: no reviews (*.txt) in pos/ or neg/")
+        reviews = sorted(folder.glob("*.txt"))
+        if not reviews:  # one class alone would train (and score) a classifier of nothing
+            raise DataFormatError(f"{folder}: no reviews (*.txt); the release has both pos/ and neg/ reviews")
+        files += [(path, label) for path in reviews]
     return files
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from zoo.config_fields import BOOLEAN, TEXT, Field, closed, fraction, integer, one_of, section
+from zoo.config_fields import BOOLEAN, PATH, TEXT, Field, closed, fraction, integer, one_of, section
 from zoo.models import model_config
 from zoo.training import mesh_config, small_run_config, train_config
 from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE
@@ -108,7 +108,7 @@ DATA_FIELDS: tuple[Field, ...] = (
     Field("source", "wiki_sample", one_of("wiki_sample", "kjv", "text", "tfds"), "wiki_sample: the Wikipedia "
           "sample of a wheel (offline); kjv: the King James Bible of a wheel; text: {train,valid,test}.txt in "
           "data.dir; tfds: data.tfds_name"),
-    Field("dir", "data/mlm-text", TEXT, "source=text: {train,valid,test}.txt (valid and test optional)"),
+    Field("dir", "data/mlm-text", PATH, "source=text: {train,valid,test}.txt (valid and test optional)"),
     Field("documents", "blank_lines", one_of("blank_lines", "lines"), "how text files separate documents: blank "
           "lines, or one document a line"),
     Field("holdout_fraction", 0.05, fraction(), "documents each for valid and test when a corpus has no such files"),

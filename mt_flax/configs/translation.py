@@ -31,7 +31,7 @@ import math
 
 import ml_collections
 
-from zoo.config_fields import FINITE, TEXT, Field, Rule, at_least, integer, integers, nested, one_of, section
+from zoo.config_fields import FINITE, PATH, TEXT, Field, Rule, at_least, integer, integers, nested, one_of, section
 from zoo.models import model_config
 from zoo.models.decoding import LENGTH_PENALTIES
 from zoo.training import mesh_config, small_run_config, train_config
@@ -60,7 +60,7 @@ DATA_FIELDS: tuple[Field, ...] = (
     Field("source", "bible", one_of("bible", "text", "tfds"), "bible: German and English Bibles of a "
           "wheel (offline), written to data.dir as text; text: {split}.{src_lang,tgt_lang} in data.dir; tfds: "
           "data.tfds_name"),
-    Field("dir", "data/mt-bible", TEXT, "text files {split}.{src_lang,tgt_lang}, one sentence a line (a blank "
+    Field("dir", "data/mt-bible", PATH, "text files {split}.{src_lang,tgt_lang}, one sentence a line (a blank "
           "line between documents); source=bible writes them here"),
     Field("cache_dir", "", TEXT, "where the tokenizer and the cached examples go; '': data.dir/cache"),
     WHEEL_CACHE,

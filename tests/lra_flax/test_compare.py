@@ -81,6 +81,62 @@ def test_a_cell_that_validation_refuses_fails_without_a_process(tmp_path, monkey
     assert "--config.model.mixer_options.linear.feature_map=nonsense" in record["command"]
 
 
+def test_cells_trained_with_other_settings_than_the_edited_sweep_are_refused(tmp_path):
+    from zoo.training.config import write_config
+
+    variants = {"relu": {"mixer": "relu", "options": {"gamma_init": 1.0}}}
+    config = _sweep(tmp_path / "data", variants)
+    root = tmp_path / "sweep"
+    for cell in compare.cells(config):  # two finished cells, as lra-train leaves them
+        cell.workdir(root).mkdir(parents=True)
+        write_config(compare.cell_config(cell), cell.workdir(root))
+        (cell.workdir(root) / "results.json").write_text('{"test_accuracy": 0.5}')
+    assert compare.changed_cells(config, root) == []
+    compare.check_cells_unchanged(config, root)
+    edited = _sweep(tmp_path / "data", {"relu": {"mixer": "relu", "options": {"gamma_init": 5.0}}})
+    edited.overrides.model.d_model = 32
+    assert compare.changed_cells(edited, root) == [
+        f"listops/relu/seed{s}: model.d_model 16 -> 32, model.mixer_options.relu.gamma_init 1.0 -> 5.0" for s in (0, 1)
+    ]
+    with pytest.raises(ValueError, match=r"holds 2 cell\(s\) trained with other settings than this sweep gives them: "
+                       r"listops/relu/seed0: model.d_model 16 -> 32.*Use a new --workdir"):  # fmt: skip
+        compare.check_cells_unchanged(edited, root)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"test_accuracy": 37.0}', "test_accuracy=37.0 is not an accuracy in [0, 1]"),
+        ('{"test_accuracy": NaN}', "test_accuracy=nan is not an accuracy in [0, 1]"),
+        ('{"test_accuracy": "0.9"}', "test_accuracy='0.9' is not an accuracy in [0, 1]"),
+        ('{"test_loss": 1.0}', "test_accuracy=None is not an accuracy in [0, 1]"),
+        ("[1, 2]", "not a results record (a JSON object), but list"),
+    ],
+)
+def test_a_cell_results_file_that_holds_no_accuracy_is_shown_failed_not_averaged(tmp_path, text, reason):
+    config = _sweep(tmp_path / "data", {"relu": {"mixer": "relu", "options": {}}})
+    root = tmp_path / "sweep"
+    good, bad = compare.cells(config)
+    for cell, results in ((good, '{"test_accuracy": 0.5}'), (bad, text)):
+        cell.workdir(root).mkdir(parents=True)
+        (cell.workdir(root) / "results.json").write_text(results)
+    rows = compare.collect(config, root)
+    assert [r["state"] for r in rows] == ["done", "failed"]
+    assert rows[1]["reason"] == f"{bad.workdir(root) / 'results.json'}: {reason}"
+    assert "| relu | 50.0 ± 0.0 (n=1) | 50.0 |" in compare.accuracy_table(config, rows)  # the good seed alone
+
+
+def test_a_sweep_folder_is_not_taken_for_a_training_run_s_workdir(tmp_path):
+    from zoo.training.config import check_workdir_layout
+
+    (tmp_path / "sweep" / "cells").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"holds cells/: it is a sweep's folder \(lra-compare\), not a run's"):
+        check_workdir_layout(tmp_path / "sweep")
+    (tmp_path / "sweep" / "config.json").write_text("{}")  # a training run's config beside the cells
+    with pytest.raises(ValueError, match=r"is a training run's workdir \(it holds config.json\)"):
+        compare.check_sweep_dir(tmp_path / "sweep", must_exist=True)
+
+
 @pytest.mark.slow
 def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(compare, "subprocess", commands.subprocess_module())  # the cells fork as the tests' do
@@ -151,6 +207,11 @@ def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path, monkey
         k: v for k, v in b.items() if k.startswith("test_")
     }
     assert b["resumed_at_step"] == 2  # the checkpoint before the kill, not a fresh start
+    # What a cell's run records is the config the sweep gives it: an unchanged sweep finds no changed cell.
+    assert (
+        compare.changed_cells(full, tmp_path / "full") == []
+        and compare.changed_cells(resumed, tmp_path / "resumed") == []
+    )
 
 
 def test_a_training_run_s_workdir_is_not_taken_for_a_sweep(tmp_path):
@@ -178,6 +239,20 @@ def test_a_shard_with_failed_cells_lists_them_first_and_exits_1_after_its_report
     assert run.returncode == 1, run.stderr[-2000:]
     assert "1 cell(s) of this shard failed" in run.stderr
     assert "| failed |" in (tmp_path / "sweep" / "results.md").read_text()  # the reports were written first
+
+
+def test_an_interrupted_sweep_says_what_is_kept_in_one_line_and_exits_130(tmp_path):
+    # Ctrl-C while a cell trains: the parent's KeyboardInterrupt, raised here where the sweep would run.
+    script = (
+        "import sys; from lra_flax import compare, compare_cli\n"
+        "def stop(*args, **kwargs): raise KeyboardInterrupt\n"
+        "compare.run_sweep = stop\n"
+        f"sys.argv = ['lra-compare', '--config={compare.CONFIGS_DIR / 'compare.py'}:demo', '--workdir={tmp_path}']\n"
+        "compare_cli.run()\n"
+    )
+    run = commands.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 130 and len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
+    assert "lra-compare: interrupted; finished cells are kept" in run.stderr
 
 
 def test_cells_flag_lists_states_without_running(tmp_path):

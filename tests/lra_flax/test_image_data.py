@@ -108,6 +108,31 @@ def test_cifar_batch_of_the_wrong_shape_names_the_file(tmp_path):
         image.read_cifar10_dir(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b.replace(b"numpy", b"numpx", 1),  # a garbled module name: ModuleNotFoundError when read
+        lambda b: b[:2] + b"\x95" + (2**40).to_bytes(8, "little") + b[11:],  # a frame of a terabyte: MemoryError
+        lambda b: b[: len(b) // 2],  # cut short
+    ],
+    ids=["module name", "frame length", "truncated"],
+)
+def test_a_damaged_cifar_batch_is_named_whatever_the_damage(tmp_path, damage):
+    path = tmp_path / "data_batch_1"
+    with path.open("wb") as f:
+        pickle.dump({b"data": np.zeros((2, 3072), np.uint8), b"labels": np.array([0, 1])}, f, protocol=4)
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(DataFormatError, match=r"data_batch_1: not a CIFAR-10 python batch \("):
+        image.read_cifar_batch(path)
+
+
+def test_a_cifar_label_out_of_range_is_named_with_its_image(tmp_path):
+    with (tmp_path / "data_batch_1").open("wb") as f:
+        pickle.dump({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0, 10, 1]}, f)
+    with pytest.raises(DataFormatError, match=r"data_batch_1: label 10 of image 1 is outside \[0, 10\)"):
+        image.read_cifar_batch(tmp_path / "data_batch_1")
+
+
 def test_mnist_5k_csv(tmp_path):
     rows = [",".join(map(str, [*np.full(784, i * 10), i % 10])) for i in range(5)]
     path = tmp_path / "mnist_5k.csv.gz"

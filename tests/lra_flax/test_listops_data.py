@@ -94,7 +94,7 @@ def test_vocabulary_is_fixed_and_sorted():
 
 
 def _write(path, text):
-    path.write_text(text)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))  # "\udcff" writes the byte 0xff, not UTF-8
     return path
 
 
@@ -129,6 +129,8 @@ def test_cached_split_round_trips(tmp_path):
         ("( ( [MAX 2 ) 9 ) ]\t9\nonly-one-field\n", r"basic_train.tsv:3: expected 2 tab-separated fields"),
         ("( ( [MAX 2 ) 9 ) ]\t12\n", r"basic_train.tsv:2: label '12' is not a class id"),
         ("( ( [MAXX 2 ) 9 ) ]\t9\n", r"basic_train.tsv:2: unknown ListOps token '\[MAXX'"),
+        ("[MAX 2 9 ]\t9\n\t3\n", r"basic_train.tsv:3: the Source field holds no token"),
+        ("[MAX 2 9 ]\t9\n\udcff\t3\n", r"basic_train.tsv:3: not valid UTF-8 \(byte 1 of the line"),
     ],
 )
 def test_malformed_tsv_names_file_and_line(tmp_path, body, message):

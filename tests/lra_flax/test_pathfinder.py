@@ -152,3 +152,39 @@ def test_lra_data_pathfinder_writes_the_release_layout_that_the_reader_reads(tmp
         "imgs/0/sample_2.png",
         "imgs/1/sample_0.png",
     ]
+
+
+def _generated_config(tmp_path, num_images=6, generate=True):
+    from lra_flax.configs import pathfinder as pathfinder_config
+
+    config = pathfinder_config.get_config("demo")
+    config.data.update(dir=str(tmp_path / "pf"), cache_dir=str(tmp_path / "cache"), num_images=num_images, workers=1)
+    config.data.generate = generate
+    return config, pathfinder.dataset_dir(config.data.dir, config.data.resolution, config.data.difficulty)
+
+
+def test_a_generation_cut_short_is_finished_and_other_settings_are_refused(tmp_path):
+    config, folder = _generated_config(tmp_path)
+    gen.write_dataset(folder, gen.lra_params(32, config.data.difficulty), num_images=6, images_per_batch=2,
+                      workers=1, progress=False)  # fmt: skip
+    (folder / "metadata" / "2.npy").unlink()  # the last batch never finished
+    with pytest.raises(ValueError, match=r"holds 2 of the 3 batches its generation was asked for .*data.generate=True"):
+        pathfinder.prepare(_generated_config(tmp_path, generate=False)[0])
+    pathfinder.prepare(config)  # generates the missing batch
+    assert len(pathfinder.read_metadata(folder)) == 6
+    other, _ = _generated_config(tmp_path, num_images=40)
+    with pytest.raises(ValueError, match=r"other settings \(num_images: 6 there, 40 asked\): set data.num_images"):
+        pathfinder.prepare(other)
+
+
+def test_generation_never_writes_over_images_it_did_not_generate(tmp_path):
+    config, folder = _generated_config(tmp_path)
+    gen.write_dataset(folder, gen.lra_params(32, config.data.difficulty), num_images=2, workers=1, progress=False)
+    for name in ("metadata", gen.generator_record.RECORD):  # a release folder whose metadata went missing
+        path = folder / name
+        path.unlink() if path.is_file() else [p.unlink() for p in path.iterdir()]
+    own = folder / "imgs" / "0" / "sample_1.png"
+    own.write_bytes(b"a user's own file")
+    with pytest.raises(ValueError, match=r"holds images but no metadata/\*.npy and no generator.json"):
+        pathfinder.prepare(config)
+    assert own.read_bytes() == b"a user's own file"

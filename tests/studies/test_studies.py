@@ -27,6 +27,7 @@ from studies import (
 from studies.common import NOT_MEASURABLE, StudyError
 from studies.verdict import NOT_REPRODUCED, REPRODUCED
 from tests import commands
+from zoo.training.distributed import Preempted
 
 
 def _files(out_dir, figure):
@@ -403,6 +404,9 @@ def test_the_ledger_trains_a_run_again_only_when_a_recorded_setting_changed_and_
     path.write_text(path.read_text() + "\n<<<<<<< HEAD\n")  # a blank line is skipped; a merge conflict is named
     with pytest.raises(ValueError, match=r"runs\.jsonl:5: not a ledger line .*fix or delete line 5"):
         Ledger(path, tmp_path / "runs")
+    path.write_bytes(path.read_bytes().replace(b"<<<<<<< HEAD", b'{"key": "\xff"}'))  # not UTF-8: named the same way
+    with pytest.raises(ValueError, match=r"runs\.jsonl:5: not a ledger line \('utf-8' codec"):
+        Ledger(path, tmp_path / "runs")
 
 
 def test_a_damaged_ledger_stops_the_study_s_command_in_one_line_before_any_training(tmp_path, monkeypatch, capsys):
@@ -414,6 +418,19 @@ def test_a_damaged_ledger_stops_the_study_s_command_in_one_line_before_any_train
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and len(err.splitlines()) == 1
     assert f"{tmp_path / 'runs.jsonl'}:1: not a ledger line" in err and "fix or delete line 1" in err
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), Preempted(3)], ids=["ctrl-c", "sigterm in training"])
+def test_a_stopped_study_says_what_is_kept_in_one_line_and_exits_130(tmp_path, monkeypatch, capsys, stop):
+    def run(preset, out_dir):
+        raise stop
+
+    monkeypatch.setattr(sys, "argv", ["studies.stability", "--tiny", f"--out={tmp_path}"])
+    with pytest.raises(SystemExit) as exit_:
+        stability.study_main("stability", stability.__doc__, run, stability.report)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 130 and len(err.splitlines()) == 1, err
+    assert "stopped; the runs that finished are kept" in err and "run the same command to go on" in err
 
 
 def test_sgu_ablation_trains_every_gating_variant(tmp_path):

@@ -3,6 +3,7 @@ each command's own flags; --debug shows the traceback."""
 
 import importlib
 import importlib.metadata
+import json
 import os
 import sys
 
@@ -111,7 +112,7 @@ def test_a_cache_directory_the_run_cannot_write_is_a_config_problem(tmp_path, mo
 def test_utf8_lines_name_file_and_line(tmp_path):
     path = tmp_path / "text.txt"
     path.write_bytes(b"one\r\ntwo\n\nfa\xe7ade\n")
-    with pytest.raises(DataFormatError, match=rf"{path}:4: not valid UTF-8"):
+    with pytest.raises(DataFormatError, match=rf"{path}:4: not valid UTF-8 \(byte 3 of the line: invalid"):
         read_utf8_lines(path)
     path.write_bytes(b"one\r\ntwo\n\nfour")
     assert read_utf8_lines(path) == ["one", "two", "", "four"]
@@ -231,3 +232,34 @@ def test_an_installed_command_s_help_lists_its_own_flags(script, own_flag):
     ).stdout
     listed = f"{own_flag}:" in help_text or own_flag.replace("--", "--[no]") + ":" in help_text
     assert listed and "--helpfull" not in help_text.split("flags:")[0], help_text[:2000]
+
+
+def test_a_metrics_file_s_cut_short_last_line_is_dropped_on_resume_and_a_bad_earlier_one_named(tmp_path, capsys):
+    from zoo.training.metrics import MetricWriter
+
+    good = [{"step": s, "split": "train", "loss": 1.0 / s} for s in (2, 4, 6)]
+    text = "".join(json.dumps(r) + "\n" for r in good)
+    (tmp_path / "metrics.jsonl").write_text(text + '{"step": 8, "split": "tr')  # the append a kill cut short
+    writer = MetricWriter(tmp_path, resume_step=4)
+    writer.close()
+    assert "metrics.jsonl:4: a line cut short (the run stopped while writing it) is dropped" in capsys.readouterr().out
+    assert [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == good[:2]
+    for bad in (b"garbage\n", b'{"step": 5, "split": "train", "loss": 1.0}\xff\n', b"[1, 2]\n"):
+        (tmp_path / "metrics.jsonl").write_bytes(text.encode()[: len(json.dumps(good[0])) + 1] + bad + b"{}\n")
+        with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a metrics record \(.*\); fix or delete that line"):
+            MetricWriter(tmp_path, resume_step=4)
+
+
+def test_json_records_of_the_wrong_shape_are_named(tmp_path):
+    from lra_flax import generator_record
+    from zoo.models import model_config
+    from zoo.training.config import check_resume_config
+
+    (tmp_path / "generator.json").write_text("[1]")
+    with pytest.raises(ValueError, match=r"generator.json is not a generator record \(a JSON object\): move it away"):
+        generator_record.read(tmp_path)
+    (tmp_path / "config.json").write_text("[1]")
+    (tmp_path / "results.json").write_text("{}")  # a run with output: its config.json is compared
+    config = ml_collections.ConfigDict({"model": model_config()})
+    with pytest.raises(ValueError, match=r"config.json: not a config \(a JSON object\); restore the file"):
+        check_resume_config(config, tmp_path)

@@ -108,6 +108,13 @@ def test_a_stale_lock_is_taken_over_and_a_fresh_one_from_another_host_is_not(tmp
         assert json.loads(path.read_text())["host"] == socket.gethostname()
     assert "not refreshed for" in capsys.readouterr().out
 
+    path.write_bytes(b"\x00garbage")  # a lock cut short as it was written, or no lock at all
+    with pytest.raises(WorkdirBusy, match=r"in use by a run whose lock file cannot be read \(.*until 10 minutes old\)"):
+        WorkdirLock(tmp_path).acquire()
+    os.utime(path, (old, old))
+    with WorkdirLock(tmp_path):
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+
 
 def test_a_run_holds_the_lock_while_it_trains_and_releases_it_after_an_error(tmp_path):
     config, task = tiny_loop_run(3)

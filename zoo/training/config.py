@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import ml_collections
 
@@ -134,35 +135,44 @@ def _with_model_defaults(config: dict) -> dict:
     return flatten_config(config)
 
 
+def config_changes(config: ml_collections.ConfigDict, path: str | os.PathLike) -> dict[str, tuple[Any, Any]]:
+    """{field: (recorded, now)} for every field where `config` differs from the config.json at `path`."""
+    recorded = read_json(as_path(path), "a damaged workdir: restore the file or use another workdir")
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path}: not a config (a JSON object); restore the file or use another workdir")
+    old, new = _with_model_defaults(recorded), _with_model_defaults(json.loads(config_to_json(config)))
+    absent = "<absent>"
+    return {
+        k: (old.get(k, absent), new.get(k, absent))
+        for k in sorted(set(old) | set(new))
+        if old.get(k, absent) != new.get(k, absent)
+    }
+
+
 def check_resume_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:
     """Refuses a config that would alter the run recorded in workdir/config.json, naming every changed field."""
     path = as_path(workdir) / "config.json"
-    text = config_to_json(config)
     if path.exists() and not has_run_output(workdir):
         print(f"{path}: written by a run that saved no checkpoint and no results; it is replaced", flush=True)
     elif path.exists():
-        recorded = read_json(path, "a damaged workdir: restore the file or use another workdir")
-        old, new = _with_model_defaults(recorded), _with_model_defaults(json.loads(text))
-        missing = object()
-        changed = [
-            k
-            for k in sorted(set(old) | set(new))
-            if k not in RESUMABLE_FIELDS and old.get(k, missing) != new.get(k, missing)
-        ]
-        steps = old.get("train.steps") != new.get("train.steps")
-        if steps and new.get("train.schedule") in STEP_DEPENDENT_SCHEDULES and not changed:
+        changes = config_changes(config, path)
+        changed = [k for k in changes if k not in RESUMABLE_FIELDS]
+        steps = "train.steps" in changes
+        schedule = config.train.get("schedule") if "train" in config else None
+        if steps and schedule in STEP_DEPENDENT_SCHEDULES and not changed:
+            old_steps, new_steps = changes["train.steps"]
             raise ConfigMismatchError(
-                f"{path}: train.steps {old.get('train.steps')} -> {new.get('train.steps')} cannot change on resume "
-                f"with the {new.get('train.schedule')!r} schedule, which decays to 0 at train.steps: the steps already "
+                f"{path}: train.steps {old_steps} -> {new_steps} cannot change on resume "
+                f"with the {schedule!r} schedule, which decays to 0 at train.steps: the steps already "
                 "run would differ from a fresh run of the new length. Use a new --workdir. Nothing in the workdir "
                 "was changed."
             )
         if changed:  # every field at once (train.steps too where it matters), not one per attempt
             schedule_note = ""
-            if steps and new.get("train.schedule") in STEP_DEPENDENT_SCHEDULES:
+            if steps and schedule in STEP_DEPENDENT_SCHEDULES:
                 changed.append("train.steps")
-                schedule_note = f", train.steps not with the {new.get('train.schedule')!r} schedule"
-            lines = "\n".join(f"  {k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in changed)
+                schedule_note = f", train.steps not with the {schedule!r} schedule"
+            lines = "\n".join(f"  {k}: {changes[k][0]!r} -> {changes[k][1]!r}" for k in changed)
             raise ConfigMismatchError(
                 f"{path} was written by a run with a different config; resuming would alter it:\n{lines}\n"
                 f"Use a new --workdir, or restore these fields (only {', '.join(sorted(RESUMABLE_FIELDS))} "
@@ -232,6 +242,8 @@ def check_workdir_layout(workdir: str | os.PathLike) -> None:
     workdir = as_path(workdir)
     if not workdir.exists():
         return
+    if (workdir / "cells").is_dir():  # lra-compare's folder: its results.json is the sweep's report
+        raise ValueError(f"{workdir} holds cells/: it is a sweep's folder (lra-compare), not a run's. Use another one.")
     for name in WORKDIR_DIRECTORIES:
         if (workdir / name).exists() and not (workdir / name).is_dir():
             raise ValueError(f"{workdir / name} is a file; a run keeps a directory there. Move it away.")

@@ -58,13 +58,15 @@ def cache_root(data, *, reads_dir: bool, default: str) -> Path:
     return Path(data.dir) if reads_dir and data.dir else Path(default)
 
 
-def decode_utf8(data: bytes, where: str) -> str:
-    """Strict UTF-8: a text that is not is an error naming `where` and the line of the first bad byte."""
+def decode_utf8(data: bytes, where: str, line_no: int | None = None) -> str:
+    """Strict UTF-8: a text that is not is an error naming `where`, the line of the first bad byte and the byte's
+    place in that line. `line_no`: `data` is that one line of the file `where` names."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataFormatError(f"{where}:{line}: not valid UTF-8 (byte {e.start}: {e.reason})") from None
+        line = data.count(b"\n", 0, e.start) + (line_no or 1)
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataFormatError(f"{where}:{line}: not valid UTF-8 (byte {column} of the line: {e.reason})") from None
 
 
 def utf8_lines(data: bytes, where: str) -> list[str]:

@@ -66,6 +66,28 @@ def _event_writer(logdir: epath.Path, purge_step: int) -> SummaryWriter:
     return SummaryWriter(str(logdir), purge_step=purge_step)
 
 
+def _read_records(path) -> list[tuple[str, dict]]:
+    """(line, record) of each line of a metrics file. A last line cut short (the run stopped while appending it)
+    is dropped with a note; a bad line before it is an error naming the line."""
+    lines = path.read_bytes().split(b"\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    out = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+            record = json.loads(line)
+            if not (isinstance(record, dict) and isinstance(record.get("step"), int) and "split" in record):
+                raise ValueError("not an object with a step and a split")
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            if number == len(lines):
+                print(f"{path}:{number}: a line cut short (the run stopped while writing it) is dropped", flush=True)
+                continue
+            raise ValueError(f"{path}:{number}: not a metrics record ({e}); fix or delete that line") from None
+        out.append((line, record))
+    return out
+
+
 class MetricWriter:
     """Appends one JSON object per logged step and split; mirrors scalars to TensorBoard.
 
@@ -90,7 +112,7 @@ class MetricWriter:
 
         self.lines: list[str] = []
         if self.path.exists():
-            self.lines = [line for line in self.path.read_text().splitlines() if keep(json.loads(line))]
+            self.lines = [line for line, record in _read_records(self.path) if keep(record)]
             atomic_write_bytes(self.path, "".join(line + "\n" for line in self.lines).encode())
         self.tb = _event_writer(as_path(workdir) / "tensorboard", purge_step=resume_step + 1)
 

@@ -89,6 +89,11 @@ class WorkdirLock:
         self._refresher: threading.Thread | None = None
 
     def _describe(self, holder: dict) -> str:
+        if not holder:
+            return (
+                f"a run whose lock file cannot be read (half-written, or not a lock; it counts as a run's until "
+                f"{STALE_AFTER_S / 60:.0f} minutes old)"
+            )
         return f"process {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('started', '?')}"
 
     def _create(self, holder: dict) -> bool:
