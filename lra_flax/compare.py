@@ -37,7 +37,7 @@ import ml_collections
 from lra_flax.tasks import REGISTRY, published_rows
 from zoo.files import atomic_write_bytes, parse_ordered_pair, read_json
 from zoo.plots import pyplot, save_figure
-from zoo.training.config import config_changes, flatten_config, has_run_output
+from zoo.training.config import RESUMABLE_FIELDS, config_changes, flatten_config, has_run_output
 from zoo.training.distributed import PREEMPTED_EXIT_CODE
 from zoo.training.validate import config_problems
 
@@ -145,6 +145,11 @@ def state(cell: Cell, root: Path) -> str:
     return "to do"
 
 
+# Fields a finished cell's results do not depend on (how often it logged, where its caches went, ...); every
+# other field, train.steps included, makes a different cell.
+_RESULT_NEUTRAL_FIELDS = RESUMABLE_FIELDS - {"train.steps"}
+
+
 def changed_cells(config: ml_collections.ConfigDict, root: Path) -> list[str]:
     """A line per cell that trained (results.json or a checkpoint) with another config than the sweep gives it now:
     an edited sweep (another width, a variant's option, more steps) would otherwise report the old cells as its."""
@@ -157,7 +162,9 @@ def changed_cells(config: ml_collections.ConfigDict, root: Path) -> list[str]:
             now = cell_config(cell)
         except (KeyError, TypeError, ValueError, AttributeError, ImportError):
             continue  # a field only the command's flag parser converts: the cell's own run checks it
-        changes = config_changes(now, workdir / "config.json")
+        changes = {
+            k: v for k, v in config_changes(now, workdir / "config.json").items() if k not in _RESULT_NEUTRAL_FIELDS
+        }
         if changes:
             shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
             lines.append(f"{cell.name}: {shown}")

@@ -7,7 +7,7 @@ import pytest
 
 from tests.lra_flax.test_image_data import _write_idx
 from tests.lra_flax.test_pathfinder import _release
-from tests.lra_flax.test_train_cli import _train
+from tests.lra_flax.test_train_cli import _train, accuracy_counts_whole_examples
 
 TINY = {
     "model.num_layers": 1,
@@ -21,16 +21,6 @@ TINY = {
     "train.log_every": 2,
     "train.checkpoint_every": 4,
 }
-
-
-def _accuracy_counts_whole_examples(results: dict) -> bool:
-    """Test accuracy is correct / examples: a whole number of the examples scored, within [0, 1]."""
-    correct = results["test_accuracy"] * results["test_examples"]
-    return (
-        results["test_examples"] > 0
-        and 0 <= correct <= results["test_examples"]
-        and abs(correct - round(correct)) < 1e-3
-    )
 
 
 def _flags(**fields):
@@ -47,7 +37,7 @@ def test_image_trains_on_idx_files_and_says_which_data(tmp_path, mixer):
     run = _train(tmp_path / "run", [*flags, f"--config.model.mixer={mixer}"], config="lra_flax/configs/image.py:demo")
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert results["train_steps_run"] == 4 and _accuracy_counts_whole_examples(results)
+    assert results["train_steps_run"] == 4 and accuracy_counts_whole_examples(results)
     assert results["data_source"] == "idx" and "not CIFAR-10" in results["data_note"]
     # Training time excludes the final evaluation, which is reported on its own.
     assert results["train_wall_time_s"] > 0 and results["eval_wall_time_s"] > 0

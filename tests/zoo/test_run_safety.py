@@ -153,11 +153,17 @@ def _stop_script(in_loop: bool, grace_s: float) -> str:
     """)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_outside_the_loop_stops_at_once_with_128_plus_its_number(signum):
-    proc = subprocess.Popen([sys.executable, "-c", _stop_script(False, 30)], cwd=REPO, stdout=subprocess.PIPE,
+def _started(in_loop: bool, grace_s: float) -> subprocess.Popen:
+    """`_stop_script` running, its handlers installed (it said "ready")."""
+    proc = subprocess.Popen([sys.executable, "-c", _stop_script(in_loop, grace_s)], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_outside_the_loop_stops_at_once_with_128_plus_its_number(signum):
+    proc = _started(in_loop=False, grace_s=30)
     start = time.monotonic()
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
@@ -166,9 +172,7 @@ def test_a_signal_outside_the_loop_stops_at_once_with_128_plus_its_number(signum
 
 
 def test_a_loop_that_never_reaches_a_step_boundary_is_ended_by_the_deadline():
-    proc = subprocess.Popen([sys.executable, "-c", _stop_script(True, 1.0)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stdout.readline().strip() == "ready"
+    proc = _started(in_loop=True, grace_s=1.0)
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
@@ -179,9 +183,7 @@ def test_a_loop_that_never_reaches_a_step_boundary_is_ended_by_the_deadline():
 
 
 def test_a_second_signal_in_the_loop_exits_at_once_and_says_so():
-    proc = subprocess.Popen([sys.executable, "-c", _stop_script(True, 30)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stdout.readline().strip() == "ready"
+    proc = _started(in_loop=True, grace_s=30)
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
     assert proc.stdout.readline().startswith("SIGINT: stopping after this step with a checkpoint")
