@@ -63,9 +63,10 @@ LRA_VOCAB = {
     # ListOps: the LRA vocabulary has an OOV id beside the 15 tokens and padding (listops/input_pipeline.py:75-93);
     # ours has no OOV id (an unknown token is an error naming it): one row of embeddings less.
     "listops": (17, False),
-    "text": (257, False),  # byte encoder (text/input_pipeline.py:134)
+    "text": (257, False),  # tfds' ByteTextEncoder: 256 bytes and padding (text_classification/input_pipeline.py:134)
     "retrieval": (257, True),
-    "image": (256, False),  # image/train.py:312-315
+    "image": (256, False),  # the pipelines' vocab_size 256, pixel values (image/input_pipeline.py:92 CIFAR-10,
+    # :205 Pathfinder)
     "pathfinder": (256, False),
     "pathx": (256, False),
 }
@@ -126,7 +127,9 @@ def test_the_softmax_model_has_the_lra_models_parameters_layer_by_layer(task):
     got = our_layer_counts(model)
     got.setdefault("cls", 0)
     got.setdefault("positions", 0)
-    assert got.pop("embed") == vocab * d and want.pop("embed") == lra_vocab * d  # vocabularies: LRA_VOCAB's comments
+    # The vocabulary is the LRA code's (LRA_VOCAB's citations), ListOps' one row less (no OOV id).
+    assert vocab == lra_vocab - (task == "listops")
+    assert got.pop("embed") == vocab * d and want.pop("embed") == lra_vocab * d
     assert got == want
 
 
@@ -147,6 +150,12 @@ def test_the_presets_carry_the_lra_configs_fields(task):
         "pre", False, "gelu", "xavier_uniform", -1.0,
     )  # fmt: skip
     assert model.gelu_approximate and model.layer_norm_eps == 1e-6 and model.position_init_stddev == 0.02
+    # Attention kernels xavier_uniform (transformer.py:69); token embeddings N(0, 1), not scaled by √d
+    # (transformer.py:152-155); a classifier: no output embedding to tie.
+    assert (model.attention_init, model.embed_scale, model.tie_embeddings) == ("xavier_uniform", "none", "none")
+    # The loss is the plain weighted cross-entropy (utils/train_utils.py:152-171, listops/train.py:85): no label
+    # smoothing.
+    assert train.label_smoothing == 0.0
     batch, steps, lr, schedule, warmup, weight_decay, clip = LRA_TRAIN[task]
     assert (train.batch_size, train.steps, train.learning_rate, train.schedule, train.warmup_steps) == (
         batch, steps, lr, schedule, warmup,
@@ -159,3 +168,11 @@ def test_the_presets_carry_the_lra_configs_fields(task):
     else:
         assert model.head_layers == 1
     assert common.LRA_CODE_COMMIT.startswith("cd31e5c")
+
+
+def test_the_listops_preset_generates_the_lra_codes_data():
+    """lra_benchmarks/data/listops.py:27-47: 96,000 / 2,000 / 2,000 expressions of 500 to 2,000 tokens, depth ≤ 10,
+    ≤ 10 arguments an operator."""
+    generator = _config("listops").data.generator
+    assert (generator.num_train, generator.num_valid, generator.num_test) == (96000, 2000, 2000)
+    assert (generator.min_length, generator.max_length, generator.max_depth, generator.max_args) == (500, 2000, 10, 10)

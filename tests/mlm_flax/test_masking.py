@@ -73,11 +73,21 @@ def test_whole_word_masking_chooses_whole_words():
         chosen = np.zeros(len(tokens), bool)
         chosen[out["positions"][: int(out["mask_weights"].sum())]] = True
         candidates = ~np.isin(tokens, SPECIALS)
-        for j in range(1, len(tokens)):
-            continues_word = candidates[j] and candidates[j - 1] and not word_starts[tokens[j]]
-            if continues_word:
-                assert chosen[j] == chosen[j - 1], f"word split at {j}"
-        assert chosen.sum() <= max(1, round(0.15 * candidates.sum()))
+        words, start = [], None  # the words, as [start, end) runs of candidates cut at word starts
+        for j in range(len(tokens) + 1):
+            continues_word = j < len(tokens) and candidates[j] and start is not None and not word_starts[tokens[j]]
+            if start is not None and not continues_word:
+                words.append((start, j))
+                start = None
+            if j < len(tokens) and candidates[j] and start is None:
+                start = j
+        for a, b in words:
+            assert chosen[a:b].all() or not chosen[a:b].any(), f"word {a}:{b} split"
+        budget = max(1, round(0.15 * candidates.sum()))
+        left = budget - int(chosen.sum())
+        assert left >= 0
+        # Filled as far as whole words allow: every word left out is longer than what the budget has left.
+        assert all(b - a > left for a, b in words if not chosen[a]), (left, budget)
 
 
 def test_same_seed_same_masks_and_new_seed_new_masks():
