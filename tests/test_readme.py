@@ -14,6 +14,21 @@ def test_readme_python_example_runs():
     assert namespace["y"].shape == (2, 256, 128)
 
 
+def test_the_kernels_readme_example_runs_and_agrees_with_the_reference():
+    import jax.numpy as jnp
+
+    import kernels
+
+    readme = (Path(__file__).parents[1] / "kernels" / "README.md").read_text()
+    namespace: dict = {}
+    exec(compile(re.findall(r"```python\n(.*?)```", readme, flags=re.S)[0], "kernels/README.md", "exec"), namespace)
+    q, k, v, mask, gamma = (namespace[name] for name in ("q", "k", "v", "mask", "gamma"))
+    reference = kernels.ReluAttentionOptions(impl="reference")
+    expected = kernels.relu_attention(q, k, v, causal=True, key_mask=mask, gamma=gamma, options=reference)
+    assert namespace["out"].shape == (2, 256, 4, 64)
+    assert float(jnp.max(jnp.abs(namespace["out"] - expected))) < 1e-4
+
+
 def test_readme_stays_a_front_page():
     """What it is, the two commands, the results tables and links into docs/: 250 lines at most, the rest in docs/."""
     lines = (Path(__file__).parents[1] / "README.md").read_text().splitlines()

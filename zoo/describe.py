@@ -1,5 +1,9 @@
 """Parameter counts of a config's encoder, per layer and per sub-module, against the softmax baseline.
 
+The encoder stack only (its blocks and final norm): not token embeddings, positions, heads, nor a translation
+model's decoder. The baseline is the same stack with softmax attention as the token mixer, every other field
+as configured (a gMLP config keeps ffn=none).
+
     python -m zoo.describe --config=lra_flax/configs/listops.py:demo [--config.model.mixer=linear]
 
 Checks the kernel paper's rule that a trainable feature map adds under 10% parameters: the last lines
@@ -54,10 +58,12 @@ def describe(model_cfg: ml_collections.ConfigDict) -> str:
     baseline_cfg.mixer = "softmax"
     base = total(parameter_counts(baseline_cfg))
     lines.append(f"  {'total':<12} {n:>12,}")
-    lines.append(f"  {'softmax':<12} {base:>12,}  (same encoder with softmax attention)")
+    lines.append(
+        f"  {'softmax':<12} {base:>12,}  (same encoder with softmax attention, ffn={model_cfg.ffn} as configured)"
+    )
     lines.append(f"  extra parameters vs softmax: {n - base:+,} ({100 * (n - base) / base:+.2f}%)")
-    if model_cfg.mixer == "softmax":
-        lines.append(f"  softmax attention on this machine: {softmax_attention_path(model_cfg, jax.default_backend())}")
+    path = softmax_attention_path(model_cfg, jax.default_backend())
+    lines.append(f"  softmax attention on this machine (the baseline's, and a softmax mixer's): {path}")
     return "\n".join(lines)
 
 

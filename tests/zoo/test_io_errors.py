@@ -201,6 +201,8 @@ def test_help_lists_the_commands_own_flags(module, own_flags):
         for section, fields in importlib.import_module(config_module).CONFIG_SECTIONS.items():
             for name, _ in config_fields.flat(fields, section):
                 assert f"  {name} (" in run.stdout.split(f"{path} only:")[1], (path, name)
+    if module not in _TRAINING_CONFIGS:  # a training command's flags are not offered where nothing trains
+        assert "--profile_steps" not in run.stdout and "--plan_memory" not in run.stdout
     usage = run.stdout.split("flags:")[0]
     assert "--helpfull" not in usage  # the usage text comes first, from the command's own docstring
     assert "--workdir" in usage or "--output" in usage, usage

@@ -96,6 +96,9 @@ def test_describe_counts_every_parameter_and_compares_with_softmax():
     assert counts["block_0"]["mixer"] == 4 * (32 * 32 + 32) + extra_per_layer
     text = describe.describe(cfg)
     assert "extra parameters vs softmax: +1,024" in text
+    assert f"(same encoder with softmax attention, ffn={cfg.ffn} as configured)" in text
+    # The baseline's softmax path is said for every mixer, not only for a softmax config.
+    assert "softmax attention on this machine (the baseline's, and a softmax mixer's): XLA blocked softmax" in text
 
 
 def test_a_stored_model_config_from_before_a_new_field_still_builds():

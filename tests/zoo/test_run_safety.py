@@ -168,7 +168,7 @@ def test_a_signal_outside_the_loop_stops_at_once_with_128_plus_its_number(signum
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + signum and time.monotonic() - start < 5, err
-    assert f"stopped by {signal.Signals(signum).name} before training finished" in out
+    assert f"stopped by {signal.Signals(signum).name} before the command finished" in out
 
 
 def test_a_loop_that_never_reaches_a_step_boundary_is_ended_by_the_deadline():
@@ -191,3 +191,34 @@ def test_a_second_signal_in_the_loop_exits_at_once_and_says_so():
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + signal.SIGINT and time.monotonic() - start < 10, err  # not the 30 s deadline
     assert "SIGINT again: exiting now without waiting; the last complete checkpoint stands" in err
+
+
+def test_a_signal_during_a_long_xla_computation_exits_at_once():
+    # Outside the loop (a final evaluation's decoding batch): the command must not wait for the computation, which
+    # a normal interpreter exit does, with the deadline's thread unable to run.
+    script = textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        from zoo.training import signals
+        signals.STOP.install()
+
+        @jax.jit
+        def slow(x):  # tens of seconds on two cores
+            return jax.lax.fori_loop(0, 3000, lambda i, x: jnp.tanh(x @ x), x)
+
+        x = jnp.full((1024, 1024), 1e-3)
+        slow(jnp.ones((8, 8))).block_until_ready()  # compiled
+        print("ready", flush=True)
+        try:
+            slow(x).block_until_ready()
+        except signals.Interrupted as e:
+            signals.exit_interrupted("test", e)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and time.monotonic() - start < 5, (time.monotonic() - start, err)
+    assert "test: stopped by SIGTERM before the command finished; nothing was lost" in err

@@ -6,6 +6,7 @@ Flags added to every task CLI:
   --fake_cpu_devices=N    run on N simulated CPU devices (memory planning, sharding tests)
   --debug                 show an error's full traceback instead of one line
   --stop_grace_s          after SIGTERM/SIGINT, how long the step under way may take (zoo/training/signals.py)
+The training commands (`train_command`) add --config, --workdir, --plan_memory and
   --profile_steps=F,L     a jax.profiler trace of train steps F..L in WORKDIR/profile
 """
 
@@ -42,12 +43,9 @@ _DEBUG = flags.DEFINE_bool("debug", False, "Show an error's full traceback inste
 _STOP_GRACE = flags.DEFINE_float(
     "stop_grace_s",
     signals.DEFAULT_GRACE_S,
-    "After SIGTERM/SIGINT, seconds to wait for the step under way (and its "
-    "checkpoint) or a native call to return before exiting at once.",
+    "After SIGTERM/SIGINT, seconds to wait for what is under way (a train step and its checkpoint, a native "
+    "call) before exiting at once.",
     lower_bound=0,
-)
-_PROFILE_STEPS = flags.DEFINE_string(
-    "profile_steps", None, "FIRST,LAST: write a jax.profiler trace of these train steps (1-based) to WORKDIR/profile."
 )
 
 
@@ -224,8 +222,7 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
             print(f"{prog}: error: {e}", file=sys.stderr)
             sys.exit(2)
         except signals.Interrupted as e:
-            print(f"{prog}: {e}", file=sys.stderr)
-            sys.exit(e.exit_code)
+            signals.exit_interrupted(prog, e)
         except USER_ERRORS as e:
             if _DEBUG.value:
                 raise
@@ -291,8 +288,17 @@ def task_main(
     config_flag = define_config_flag("Config file with a preset after ':'.")
     workdir_flag = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
     plan_flag = flags.DEFINE_bool(
-        "plan_memory", False, "Compile the train step for the configured mesh, print per-device memory, and exit."
+        "plan_memory",
+        False,
+        "Compile the train step for the configured mesh, print per-device memory, and exit (no workdir; lra-train "
+        "reads no data, while mt-train and mlm-train first prepare the data their tokenizer, which sizes the "
+        "model, is built from).",
     )
+    profile_flag = flags.DEFINE_string(
+        "profile_steps",
+        None,
+        "FIRST,LAST: write a jax.profiler trace of these train steps (1-based) to WORKDIR/profile.",
+    )  # a training command's flag only: the other commands have no train steps
     flags.mark_flags_as_required(["config"])
 
     def main(argv: list[str]) -> None:
@@ -308,7 +314,7 @@ def task_main(
             return
         if not workdir_flag.value:
             raise app.UsageError("--workdir is required")
-        profile = parse_profile_steps(_PROFILE_STEPS.value)
+        profile = parse_profile_steps(profile_flag.value)
         results = train_and_evaluate(config, workdir_flag.value, task, profile_steps=profile)
         print(json.dumps(results, indent=2, sort_keys=True))
 

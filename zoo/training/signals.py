@@ -36,8 +36,17 @@ class Interrupted(Exception):
     def __init__(self, signum: int):
         self.signum = signum
         self.exit_code = 128 + signum
-        super().__init__(f"stopped by {signal.Signals(signum).name} before training finished; nothing was lost "
+        super().__init__(f"stopped by {signal.Signals(signum).name} before the command finished; nothing was lost "
                          "(the last checkpoint stands): run the same command to go on")  # fmt: skip
+
+
+def exit_interrupted(prog: str, error: Interrupted) -> None:
+    """Says why the command stops and exits with 128 + the signal's number at once: a normal exit would first wait
+    for the XLA computation under way (a decoding batch can take minutes), and the deadline's thread cannot run
+    while the interpreter shuts down. Nothing is lost: checkpoints are complete or not there."""
+    print(f"{prog}: {error}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(error.exit_code)
 
 
 class StopSignals:
