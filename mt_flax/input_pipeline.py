@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import tempfile
 from pathlib import Path
@@ -178,9 +177,7 @@ def cache_split(config: ml_collections.ConfigDict, split: str, tokenizer, tokeni
 
     data_lib.write_records(path, examples(), progress=f"caching {split}")
     if stats["filtered"]:
-        msg = f"{split}: dropped {stats['filtered']} of {len(corpus)} sentence pairs longer than allowed"
-        logging.warning(msg)
-        print(msg, flush=True)
+        print(f"{split}: dropped {stats['filtered']} of {len(corpus)} sentence pairs longer than allowed", flush=True)
     if not lengths:
         path.unlink()
         raise DataFormatError(f"{corpus.origin}: the {split} split has no usable examples after filtering")

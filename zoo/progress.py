@@ -24,6 +24,7 @@ class WorkProgress:
         self.desc, self.total, self.unit, self.every_s = desc, total, unit, every_s
         self.stream = stream or sys.stderr
         self.count = 0
+        self.printed: int | None = None  # the count of the last line printed
         self.start = self.last = time.perf_counter()
         self.bar = _bar(self.stream, total=total, desc=desc, unit=unit)
 
@@ -40,11 +41,16 @@ class WorkProgress:
             self.bar.update(n)
         elif time.perf_counter() - self.last >= self.every_s:
             self.last = time.perf_counter()
-            print(self._line(), file=self.stream, flush=True)
+            self._print()
+
+    def _print(self) -> None:
+        self.printed = self.count
+        print(self._line(), file=self.stream, flush=True)
 
     def close(self) -> None:
         self.bar.close()
-        print(self._line(), file=self.stream, flush=True)
+        if self.printed != self.count:  # the last interval's line may already say it all
+            self._print()
 
     def __enter__(self) -> WorkProgress:
         return self

@@ -195,6 +195,9 @@ def test_kernel_convergence_trains_every_seed_of_both_kernels_and_resumes(tmp_pa
     again = kernel_convergence.run("tiny", tmp_path)
     assert _files_state(tmp_path / "runs") == every_run
     assert again["train_loss"] == result["train_loss"] and again["test_accuracy"] == result["test_accuracy"]
+    # And the crashed-and-resumed study equals one that never crashed.
+    clean = kernel_convergence.run("tiny", tmp_path / "uninterrupted")
+    assert clean["train_loss"] == result["train_loss"] and clean["test_accuracy"] == result["test_accuracy"]
     assert "| OGLU |" in readme and 0 < result["majority_rate"] < 1 and "| majority class |" in readme
 
 

@@ -16,9 +16,13 @@ def test_log_lines_carry_count_total_and_rate_when_not_a_terminal():
         for _ in range(4):
             bar.update()
     lines = stream.getvalue().splitlines()
-    assert len(lines) == 5  # one per update (every 0 s) and the closing line
+    assert len(lines) == 4  # one per update (every 0 s); the closing line would repeat the last
     assert lines[-1].startswith("caching test: 4/4 examples in ") and "examples/s" in lines[-1]
     assert lines[0].startswith("caching test: 1/4 examples") and "s left" in lines[0]
+    stream = io.StringIO()
+    with WorkProgress("caching test", total=4, unit="examples", every_s=3600.0, stream=stream) as bar:
+        bar.update(4)
+    assert [line.split(" in ")[0] for line in stream.getvalue().splitlines()] == ["caching test: 4/4 examples"]
 
 
 def test_the_train_loop_s_progress_logs_a_line_per_interval_with_its_rates_when_not_a_terminal(capsys):
