@@ -176,3 +176,28 @@ def test_the_listops_preset_generates_the_lra_codes_data():
     generator = _config("listops").data.generator
     assert (generator.num_train, generator.num_valid, generator.num_test) == (96000, 2000, 2000)
     assert (generator.min_length, generator.max_length, generator.max_depth, generator.max_args) == (500, 2000, 10, 10)
+
+
+def test_the_published_rows_are_the_tables_they_cite():
+    """The accuracies beside every results table, as the sources print them (None: FAIL)."""
+    from lra_flax.tasks import published_rows
+
+    # google-research/long-range-arena README.md at cd31e5c, "Our experiments" (the LRA paper's Table 1), lines
+    # 38, 43, 46: ListOps | Text | Retrieval | Image | Path | Path-X.
+    lra = {
+        "LRA paper: Linear Trans.": (16.13, 65.90, 53.09, 42.34, 75.30),
+        "LRA paper: Performer": (18.01, 65.40, 53.82, 42.77, 77.05),
+        "LRA paper: Transformer": (36.37, 64.27, 57.46, 42.44, 71.40, None),
+    }
+    # "Linear Self-Attention Approximation via Trainable Feedforward Kernel", Table 1 (mean of five runs): Text |
+    # Matching | ListOps, rows "Linear kernel", "2× GLU", "3× AOGLU".
+    kernel = {
+        "kernel paper: linear kernel": (65.77, 73.51, 18.54),
+        "kernel paper: 2×GLU": (65.99, 73.36, 18.42),
+        "kernel paper: 3×AOGLU": (66.06, 72.57, 18.45),
+    }
+    expected = {row: dict(zip(TASKS, values, strict=False)) for row, values in lra.items()}
+    expected |= {
+        row: dict(zip(("text", "retrieval", "listops"), values, strict=True)) for row, values in kernel.items()
+    }
+    assert published_rows() == expected
