@@ -48,7 +48,7 @@ from kernels.linear_attention_mgpu import MgpuChunkSizes, linear_attention_mgpu,
 from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
 from kernels.linear_attention_tpu import linear_attention_tpu
 from kernels.masking import zero_masked_rows
-from kernels.numerics import EPS_MODES, stabilise_denominator
+from kernels.numerics import check_eps_mode, stabilise_denominator
 from kernels.options import LinearAttentionOptions
 from kernels.platforms import largest_head_dim
 
@@ -210,8 +210,7 @@ def linear_attention(
     """
     options = check_options(options, LinearAttentionOptions, "linear_attention")
     _check(phi_q, phi_k, v, key_mask, causal)
-    if eps_mode not in EPS_MODES:
-        raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
+    check_eps_mode(eps_mode)
     if isinstance(eps, numbers.Real) and not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"linear_attention eps={eps!r} must be a finite number > 0 (it keeps the denominator off 0)")
     impl, backend = options.plan(

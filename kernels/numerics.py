@@ -20,13 +20,17 @@ from jax import lax
 EPS_MODES = ("add", "guard")
 
 
+def check_eps_mode(eps_mode: str) -> None:
+    if eps_mode not in EPS_MODES:
+        raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
+
+
 def stabilise_denominator(den: jax.Array, eps: float, eps_mode: str) -> jax.Array:
     """The normaliser with ε applied by `eps_mode` (kernels/linear_attention.py); its derivative is 1 either way.
 
     "add": den + ε everywhere (fast-transformers). "guard": den + 2ε only where |den| ≤ ε (FAVOR+).
     """
-    if eps_mode not in EPS_MODES:  # checked here too: the decoding step reaches it without the op's checks
-        raise ValueError(f"unknown linear_attention eps_mode {eps_mode!r}; valid: {', '.join(EPS_MODES)}")
+    check_eps_mode(eps_mode)  # here too: the decoding step reaches it without the op's checks
     if eps_mode == "add":
         return den + eps
     return den + jnp.where(jnp.abs(den) <= eps, 2 * eps, 0.0).astype(den.dtype)

@@ -150,10 +150,11 @@ def state(cell: Cell, root: Path) -> str:
 _RESULT_NEUTRAL_FIELDS = RESUMABLE_FIELDS - {"train.steps"}
 
 
-def changed_cells(config: ml_collections.ConfigDict, root: Path) -> list[str]:
-    """A line per cell that trained (results.json or a checkpoint) with another config than the sweep gives it now:
-    an edited sweep (another width, a variant's option, more steps) would otherwise report the old cells as its."""
-    lines = []
+def changed_cells(config: ml_collections.ConfigDict, root: Path) -> dict[str, str]:
+    """{cell name: its changed fields} of the cells that trained (results.json or a checkpoint) with another config
+    than the sweep gives them now: an edited sweep (another width, a variant's option, more steps) would otherwise
+    report the old cells as its."""
+    changed = {}
     for cell in cells(config):
         workdir = cell.workdir(root)
         if not (workdir / "config.json").exists() or not has_run_output(workdir):
@@ -166,14 +167,13 @@ def changed_cells(config: ml_collections.ConfigDict, root: Path) -> list[str]:
             k: v for k, v in config_changes(now, workdir / "config.json").items() if k not in _RESULT_NEUTRAL_FIELDS
         }
         if changes:
-            shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
-            lines.append(f"{cell.name}: {shown}")
-    return lines
+            changed[cell.name] = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+    return changed
 
 
 def check_cells_unchanged(config: ml_collections.ConfigDict, root: Path) -> None:
     """Refuses a sweep whose workdir holds cells trained with other settings than the sweep's now."""
-    lines = changed_cells(config, root)
+    lines = [f"{name}: {fields}" for name, fields in changed_cells(config, root).items()]
     if lines:
         more = f"; and {len(lines) - 5} more" if len(lines) > 5 else ""
         raise ValueError(

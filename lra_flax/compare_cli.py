@@ -37,17 +37,14 @@ def main(argv: list[str]) -> None:
         all_cells = compare.cells(config)
         if _CELLS.value:
             i, n = compare.parse_shard(_SHARD.value)
-            changed = dict(line.split(": ", 1) for line in compare.changed_cells(config, root))
+            changed = compare.changed_cells(config, root)
             for cell in compare.shard(all_cells, i, n):
-                state = "changed" if cell.name in changed else compare.state(cell, root)
-                problem = compare.config_problem(cell) if state not in ("done", "changed") else None
-                note = (
-                    f"  will fail: {problem}"
-                    if problem
-                    else f"  trained with: {changed[cell.name]}"
-                    if state == "changed"
-                    else ""
-                )
+                if cell.name in changed:
+                    state, note = "changed", f"  trained with: {changed[cell.name]}"
+                else:
+                    state = compare.state(cell, root)
+                    problem = compare.config_problem(cell) if state != "done" else None
+                    note = f"  will fail: {problem}" if problem else ""
                 print(f"{state:8}  {cell.name}  ({cell.config_spec}){note}")
             return
         compare.check_cells_unchanged(config, root)

@@ -130,12 +130,13 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     directory = dataset_dir(data.dir, resolution, data.difficulty)
 
     record = generator_record.read(directory)  # None for LRA's release, or any data not generated here
-    if not metadata_files(directory) and not data.generate:
+    batches_there = len(metadata_files(directory))  # before any generation (read again after it, below)
+    if not batches_there and not data.generate:
         raise FileNotFoundError(
             f"{directory} has no metadata/*.npy: point data.dir at LRA's release (lra_release) or set "
             "data.generate=True"
         )
-    if data.generate and (record is not None or not metadata_files(directory)):
+    if data.generate and (record is not None or not batches_there):
         # Generated here before: the same settings are required, and batches a stopped run left out are written.
         # Never into a folder of images this project did not generate (a release whose metadata went missing).
         if record is None and next((directory / "imgs").rglob("*.png"), None) is not None:
@@ -152,10 +153,10 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
         )  # fmt: skip
         if stats["images"]:
             print(f"generated {stats['images']} images at {stats['images_per_s']:.1f} images/s", flush=True)
-    elif record is not None and len(metadata_files(directory)) < (batches := _generated_batches(record)):
+    elif record is not None and batches_there < (batches := _generated_batches(record)):
         raise ValueError(
-            f"{directory} holds {len(metadata_files(directory))} of the {batches} batches its generation was asked "
-            "for (stopped before the end?): set data.generate=True to finish it"
+            f"{directory} holds {batches_there} of the {batches} batches its generation was asked for (stopped "
+            "before the end?): set data.generate=True to finish it"
         )
     splits = split_examples(read_metadata(directory))
     key = (str(directory.resolve()), *metadata_files(directory), resolution, "pixels-v1")

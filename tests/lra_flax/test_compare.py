@@ -91,17 +91,16 @@ def test_cells_trained_with_other_settings_than_the_edited_sweep_are_refused(tmp
         cell.workdir(root).mkdir(parents=True)
         write_config(compare.cell_config(cell), cell.workdir(root))
         (cell.workdir(root) / "results.json").write_text('{"test_accuracy": 0.5}')
-    assert compare.changed_cells(config, root) == []
+    assert compare.changed_cells(config, root) == {}
     compare.check_cells_unchanged(config, root)
     edited = _sweep(tmp_path / "data", {"relu": {"mixer": "relu", "options": {"gamma_init": 5.0}}})
     edited.overrides.train.log_every = 1  # results do not depend on it: not a change of the cells
-    assert compare.changed_cells(edited, root) == [
-        f"listops/relu/seed{s}: model.mixer_options.relu.gamma_init 1.0 -> 5.0" for s in (0, 1)
-    ]
+    assert compare.changed_cells(edited, root) == {
+        f"listops/relu/seed{s}": "model.mixer_options.relu.gamma_init 1.0 -> 5.0" for s in (0, 1)
+    }
     edited.overrides.model.d_model = 32
-    assert compare.changed_cells(edited, root) == [
-        f"listops/relu/seed{s}: model.d_model 16 -> 32, model.mixer_options.relu.gamma_init 1.0 -> 5.0" for s in (0, 1)
-    ]
+    both = "model.d_model 16 -> 32, model.mixer_options.relu.gamma_init 1.0 -> 5.0"
+    assert compare.changed_cells(edited, root) == {f"listops/relu/seed{s}": both for s in (0, 1)}
     with pytest.raises(ValueError, match=r"holds 2 cell\(s\) trained with other settings than this sweep gives them: "
                        r"listops/relu/seed0: model.d_model 16 -> 32.*Use a new --workdir"):  # fmt: skip
         compare.check_cells_unchanged(edited, root)
@@ -213,8 +212,8 @@ def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path, monkey
     assert b["resumed_at_step"] == 2  # the checkpoint before the kill, not a fresh start
     # What a cell's run records is the config the sweep gives it: an unchanged sweep finds no changed cell.
     assert (
-        compare.changed_cells(full, tmp_path / "full") == []
-        and compare.changed_cells(resumed, tmp_path / "resumed") == []
+        compare.changed_cells(full, tmp_path / "full") == {}
+        and compare.changed_cells(resumed, tmp_path / "resumed") == {}
     )
 
 
