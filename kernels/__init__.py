@@ -6,23 +6,23 @@ options dataclass (`kernels.options`). kernels/README.md: which module holds wha
 This package imports only jax (and numpy), so its tests and benchmarks run on any machine with jax installed.
 """
 
-from kernels.linear_attention import linear_attention, linear_attention_init_state, linear_attention_step
-from kernels.linear_attention_mgpu import MgpuChunkSizes
-from kernels.linear_attention_pallas import LinearBlockSizes
-from kernels.linear_attention_tpu import TpuChunkSizes
+from kernels.linear_attention.api import linear_attention, linear_attention_init_state, linear_attention_step
+from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes
+from kernels.linear_attention.mosaic_tpu import TpuChunkSizes
+from kernels.linear_attention.triton import LinearBlockSizes
 from kernels.numerics import EPS_MODES
 from kernels.options import IMPLS, LinearAttentionOptions, ReluAttentionOptions
-from kernels.relu_attention import (
+from kernels.relu_attention.api import (
     relu_attention,
     relu_attention_and_row_stats,
     relu_attention_row_stats,
-    visible_key_counts,
 )
-from kernels.relu_attention_mgpu import MgpuBlockSizes
-from kernels.relu_attention_pallas import PallasBlockSizes
-from kernels.relu_attention_tpu import TpuBlockSizes
-from kernels.softmax_attention import SOFTMAX_IMPLS, SoftmaxAttentionOptions, softmax_attention
-from kernels.softmax_attention_tpu import SplashBlockSizes
+from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes
+from kernels.relu_attention.mosaic_tpu import TpuBlockSizes
+from kernels.relu_attention.reference import visible_key_counts
+from kernels.relu_attention.triton import PallasBlockSizes
+from kernels.softmax_attention.api import SOFTMAX_IMPLS, SoftmaxAttentionOptions, softmax_attention
+from kernels.softmax_attention.mosaic_tpu import SplashBlockSizes
 
 __all__ = [
     "EPS_MODES",

@@ -25,17 +25,17 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from kernels.linear_attention import linear_attention
-from kernels.linear_attention_mgpu import MgpuChunkSizes
-from kernels.linear_attention_mgpu import supported as linear_mgpu_supported
-from kernels.linear_attention_pallas import LinearBlockSizes
+from kernels.linear_attention.api import linear_attention
+from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes
+from kernels.linear_attention.mosaic_gpu import supported as linear_mgpu_supported
+from kernels.linear_attention.triton import LinearBlockSizes
 from kernels.options import LinearAttentionOptions, ReluAttentionOptions
 from kernels.platforms import gpu_compute_capability
-from kernels.relu_attention import relu_attention
-from kernels.relu_attention_mgpu import MgpuBlockSizes
-from kernels.relu_attention_mgpu import supported as relu_mgpu_supported
-from kernels.relu_attention_pallas import PallasBlockSizes
-from kernels.softmax_attention import SoftmaxAttentionOptions, softmax_attention
+from kernels.relu_attention.api import relu_attention
+from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes
+from kernels.relu_attention.mosaic_gpu import supported as relu_mgpu_supported
+from kernels.relu_attention.triton import PallasBlockSizes
+from kernels.softmax_attention.api import SoftmaxAttentionOptions, softmax_attention
 
 # Dense peak (TFLOP/s) per dtype and HBM bandwidth (TB/s), by device kind substring.
 PEAKS = {

@@ -84,9 +84,7 @@ def triton_compiler_params(platform: str, num_warps: int | None, num_stages: int
         warps = num_warps or (4 if head_dim <= 64 else 8)
         return plgpu.CompilerParams(num_warps=warps, num_stages=num_stages)
     if platform == "tpu":
-        raise ValueError(
-            "these are the GPU (Triton) kernels; TPU has its own in relu_attention_tpu / linear_attention_tpu"
-        )
+        raise ValueError("these are the GPU (Triton) kernels; TPU has its own (impl mosaic_tpu)")
     return None
 
 

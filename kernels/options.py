@@ -21,13 +21,13 @@ from typing import ClassVar
 import jax
 
 from kernels.blocking import default_block_k
-from kernels.linear_attention_mgpu import MgpuChunkSizes
-from kernels.linear_attention_pallas import LinearBlockSizes
-from kernels.linear_attention_tpu import TpuChunkSizes
+from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes
+from kernels.linear_attention.mosaic_tpu import TpuChunkSizes
+from kernels.linear_attention.triton import LinearBlockSizes
 from kernels.platforms import PALLAS_BACKENDS, auto_pallas_backend, resolve_pallas_backend
-from kernels.relu_attention_mgpu import MgpuBlockSizes
-from kernels.relu_attention_pallas import PallasBlockSizes
-from kernels.relu_attention_tpu import TpuBlockSizes
+from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes
+from kernels.relu_attention.mosaic_tpu import TpuBlockSizes
+from kernels.relu_attention.triton import PallasBlockSizes
 
 IMPLS = ("auto", "reference", "xla", "pallas")
 # Each kernel build's tile sizes, per op: sizes of another build, or of the other op, are refused.

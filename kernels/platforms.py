@@ -49,13 +49,13 @@ ATTENTION_MODES = ("causal", "full")
 PASSES_PATH = Path(__file__).with_name("kernel_passes.json")
 # The test files that exercise each (op, backend) build on the hardware it is built for.
 TEST_FILES = {
-    ("relu_attention", "triton"): "tests/kernels/test_relu_attention_pallas.py",
-    ("linear_attention", "triton"): "tests/kernels/test_linear_attention_pallas.py",
-    ("relu_attention", "mosaic_gpu"): "tests/kernels/test_relu_attention_mgpu.py",
-    ("linear_attention", "mosaic_gpu"): "tests/kernels/test_linear_attention_mgpu.py",
-    ("relu_attention", "tpu"): "tests/kernels/test_relu_attention_tpu.py",
-    ("linear_attention", "tpu"): "tests/kernels/test_linear_attention_tpu.py",
-    ("softmax_attention", "tpu"): "tests/kernels/test_softmax_attention_tpu.py",  # JAX's splash attention
+    ("relu_attention", "triton"): "tests/kernels/test_relu_attention_triton.py",
+    ("linear_attention", "triton"): "tests/kernels/test_linear_attention_triton.py",
+    ("relu_attention", "mosaic_gpu"): "tests/kernels/test_relu_attention_mosaic_gpu.py",
+    ("linear_attention", "mosaic_gpu"): "tests/kernels/test_linear_attention_mosaic_gpu.py",
+    ("relu_attention", "tpu"): "tests/kernels/test_relu_attention_mosaic_tpu.py",
+    ("linear_attention", "tpu"): "tests/kernels/test_linear_attention_mosaic_tpu.py",
+    ("softmax_attention", "tpu"): "tests/kernels/test_softmax_attention_mosaic_tpu.py",  # JAX's splash attention
 }
 
 

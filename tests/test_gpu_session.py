@@ -44,10 +44,10 @@ def test_dry_run_of_every_step_then_a_second_call_resumes_the_training(tmp_path)
     # kernel tests: one process and one JUnit report per file, the record of this run, no failures
     reports = sorted(p.name for p in (out / "junit").glob("*.xml"))
     names = [
-        "relu_attention_pallas",
-        "linear_attention_pallas",
-        "relu_attention_mgpu",
-        "linear_attention_mgpu",
+        "relu_attention_triton",
+        "linear_attention_triton",
+        "relu_attention_mosaic_gpu",
+        "linear_attention_mosaic_gpu",
         "platforms",
     ]
     assert reports == sorted(f"test_{name}.xml" for name in names)

@@ -83,8 +83,8 @@ if [ $DRY_RUN = 1 ]; then
     --config.train.checkpoint_every=3)
   KERNEL_SELECT=()
   if [ -z "${KERNEL_TESTS:-}" ]; then # one cheap test a file: the harness is what a dry run checks
-    KERNEL_TESTS="tests/kernels/test_relu_attention_pallas.py tests/kernels/test_linear_attention_pallas.py
-      tests/kernels/test_relu_attention_mgpu.py tests/kernels/test_linear_attention_mgpu.py
+    KERNEL_TESTS="tests/kernels/test_relu_attention_triton.py tests/kernels/test_linear_attention_triton.py
+      tests/kernels/test_relu_attention_mosaic_gpu.py tests/kernels/test_linear_attention_mosaic_gpu.py
       tests/kernels/test_platforms.py"
     KERNEL_SELECT=(-k "default_block_sizes or block_dv_must or refuses or records_from")
   fi
@@ -99,8 +99,8 @@ else
   LISTOPS_TOY=()
   # The Triton and Mosaic GPU kernels, then what every GPU run of the ops goes through. Not the *_tpu.py files:
   # their kernels run on a TPU only.
-  KERNEL_TESTS=${KERNEL_TESTS:-tests/kernels/test_relu_attention_pallas.py tests/kernels/test_linear_attention_pallas.py
-    tests/kernels/test_relu_attention_mgpu.py tests/kernels/test_linear_attention_mgpu.py tests/kernels/test_platforms.py
+  KERNEL_TESTS=${KERNEL_TESTS:-tests/kernels/test_relu_attention_triton.py tests/kernels/test_linear_attention_triton.py
+    tests/kernels/test_relu_attention_mosaic_gpu.py tests/kernels/test_linear_attention_mosaic_gpu.py tests/kernels/test_platforms.py
     tests/kernels/test_relu_attention.py tests/kernels/test_linear_attention.py tests/kernels/test_input_checks.py
     tests/kernels/test_softmax_attention.py tests/kernels/test_dropout_bits.py tests/kernels/test_bench.py}
   KERNEL_SELECT=()
@@ -115,7 +115,7 @@ else
   WORKERS=2
   # The files that ran longest on the H200 (2026-11-28: killed at 170 s with 2 workers; the linear Mosaic GPU file
   # took 101 s alone with 4) get 4 workers; the machine has 16 cores for 13 files.
-  WIDE_FILES=${WIDE_FILES:-test_linear_attention_mgpu.py test_softmax_attention.py test_relu_attention.py}
+  WIDE_FILES=${WIDE_FILES:-test_linear_attention_mosaic_gpu.py test_softmax_attention.py test_relu_attention.py}
 fi
 TEST_LIMIT=${TEST_LIMIT:-180}
 KILL_GRACE=${KILL_GRACE:-60} # the kernel tests, probe and bench; a training gets 90 s to save its checkpoint

@@ -1,5 +1,6 @@
-"""The `kernels` package's imports, read from its source with `ast` (module-level and function-level statements):
-no circle, no kernel backend that reaches a dispatcher, no module that takes another's private names, and
+"""The `kernels` package's layout and imports, read from its source with `ast` (module-level and function-level
+statements): one folder per op with its public op (api.py), reference, XLA impl and one file per backend; no
+circle, no implementation that reaches its op's dispatcher, no module that takes another's private names, and
 nothing imported from outside jax, numpy and the standard library."""
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ import pytest
 
 PACKAGE = "kernels"
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / PACKAGE
-# The ops' public modules; every module named after one of them plus a suffix is one of its backends.
-DISPATCHERS = {"kernels.relu_attention", "kernels.linear_attention", "kernels.softmax_attention"}
+OPS = ("relu_attention", "linear_attention", "softmax_attention")
+# Each op's public module (its dispatch); every other module of the op's folder is one of its implementations.
+DISPATCHERS = {f"kernels.{op}.api" for op in OPS}
+# What an op's folder may hold besides api.py and __init__.py: the definition, the XLA impl, one file per backend.
+IMPLEMENTATION_FILES = {"reference", "xla", "triton", "mosaic_gpu", "mosaic_tpu"}
 ALLOWED_OUTSIDE = {"jax", "jaxlib", "numpy"}  # and the standard library
 
 
 def module_name(path: Path) -> str:
-    return PACKAGE if path.stem == "__init__" else f"{PACKAGE}.{path.stem}"
+    parts = path.relative_to(PACKAGE_DIR).with_suffix("").parts
+    return ".".join((PACKAGE, *parts[:-1]) if parts[-1] == "__init__" else (PACKAGE, *parts))
 
 
 def imports(path: Path, modules: set[str]) -> list[tuple[int, str, tuple[str, ...]]]:
@@ -44,7 +49,7 @@ def imports(path: Path, modules: set[str]) -> list[tuple[int, str, tuple[str, ..
 
 
 def package_imports() -> dict[str, list[tuple[int, str, tuple[str, ...]]]]:
-    paths = sorted(PACKAGE_DIR.glob("*.py"))
+    paths = sorted(PACKAGE_DIR.rglob("*.py"))
     modules = {module_name(p) for p in paths}
     return {module_name(p): imports(p, modules) for p in paths}
 
@@ -90,17 +95,28 @@ def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
 
 STATEMENTS = package_imports()
 EDGES = graph(STATEMENTS)
-BACKENDS = sorted(m for m in EDGES if any(m.startswith(op + "_") for op in DISPATCHERS))
+BACKENDS = sorted(m for m in EDGES if m.count(".") == 2 and m.split(".")[2] in IMPLEMENTATION_FILES)
+
+
+def test_each_op_is_one_folder_of_its_api_reference_xla_and_backends():
+    for op in OPS:
+        files = {p.stem for p in (PACKAGE_DIR / op).glob("*.py")} - {"__init__", "api"}
+        assert {"reference", "xla"} <= files <= IMPLEMENTATION_FILES, (op, sorted(files))
+    assert not [p for p in PACKAGE_DIR.glob("*_attention*.py")], "an op's module outside its folder"
 
 
 def test_the_walk_sees_the_package_and_its_lazy_imports():
     known = {
-        f"kernels.{op}_{build}" for op in ("relu_attention", "linear_attention") for build in ("pallas", "mgpu", "tpu")
+        f"kernels.{op}.{build}"
+        for op in OPS[:2]
+        for build in ("reference", "xla", "triton", "mosaic_gpu", "mosaic_tpu")
     }
-    assert DISPATCHERS <= set(EDGES) and known | {"kernels.softmax_attention_tpu"} <= set(BACKENDS), sorted(EDGES)
+    assert DISPATCHERS <= set(EDGES) and known | {"kernels.softmax_attention.mosaic_tpu"} <= set(BACKENDS), sorted(
+        EDGES
+    )
     # Function-level imports count: the Mosaic GPU builders import plgpu inside functions.
-    assert any(target == "jax.experimental.pallas" for _, target, _ in STATEMENTS["kernels.mgpu_tiles"])
-    assert "kernels.numerics" in EDGES["kernels.relu_attention_pallas"]
+    assert any(target == "jax.experimental.pallas" for _, target, _ in STATEMENTS["kernels.mosaic_gpu_tiles"])
+    assert "kernels.numerics" in EDGES["kernels.relu_attention.triton"]
 
 
 def test_the_package_has_no_import_circle():
@@ -110,8 +126,8 @@ def test_the_package_has_no_import_circle():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_backend_never_reaches_a_dispatcher(backend):
-    """A backend takes shared helpers from `kernels.numerics` (or `tiles`, `mgpu_tiles`), never from the ops
-    that dispatch to it, directly or through another module."""
+    """An implementation takes shared helpers from `kernels.numerics` (or `triton_tiles`, `mosaic_gpu_tiles`, its
+    op's reference), never from the ops that dispatch to it, directly or through another module."""
     reached = reachable(EDGES, backend) & (DISPATCHERS | {PACKAGE})
     assert not reached, f"{backend} imports {', '.join(sorted(reached))}, directly or through another module"
 
@@ -146,17 +162,17 @@ def test_the_cycle_finder_reports_a_circle_and_the_walk_resolves_imports(tmp_pat
     source = tmp_path / "x.py"
     source.write_text(
         "import kernels.numerics as n\n"
-        "from kernels import tiles, EPS_MODES\n"
+        "from kernels import triton_tiles, EPS_MODES\n"
         "def f():\n"
-        "    from kernels.relu_attention import _prepare\n"
+        "    from kernels.relu_attention.api import _prepare\n"
         "    from .checks import check_causal\n"
     )
-    modules = {"kernels", "kernels.numerics", "kernels.tiles", "kernels.relu_attention", "kernels.checks"}
+    modules = {"kernels", "kernels.numerics", "kernels.triton_tiles", "kernels.relu_attention.api", "kernels.checks"}
     assert imports(source, modules) == [
         (1, "kernels.numerics", ()),
-        (2, "kernels.tiles", ()),
+        (2, "kernels.triton_tiles", ()),
         (2, "kernels", ("EPS_MODES",)),
-        (4, "kernels.relu_attention", ("_prepare",)),
+        (4, "kernels.relu_attention.api", ("_prepare",)),
         (5, "kernels.checks", ("check_causal",)),
     ]
 
@@ -182,7 +198,7 @@ def test_the_platform_modules_are_imported_where_a_kernel_is_built():
     """The other half: the functions that use them import them, so a TPU or Triton kernel still builds."""
     aliases = ("pltpu", "pl_triton", "plgpu", "splash")  # the names the package imports PLATFORM_MODULES as
     missing = []
-    for path in sorted(PACKAGE_DIR.glob("*.py")):
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
         tree = ast.parse(path.read_text())
         outermost = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
         outermost += [

@@ -408,22 +408,22 @@ def _junit(path, tests, failures=0, errors=0, skipped=0):
 
 
 def test_records_from_a_gpu_run_pass_only_whole_files_with_no_failure(tmp_path):
-    _junit(tmp_path / "test_relu_attention_pallas.xml", tests=40, skipped=8)
-    _junit(tmp_path / "test_linear_attention_pallas.xml", tests=30, failures=1)
-    _junit(tmp_path / "test_relu_attention_mgpu.xml", tests=12, skipped=12)  # nothing ran: not a pass
-    (tmp_path / "test_linear_attention_mgpu.timeout").write_text("killed after 300 s")
+    _junit(tmp_path / "test_relu_attention_triton.xml", tests=40, skipped=8)
+    _junit(tmp_path / "test_linear_attention_triton.xml", tests=30, failures=1)
+    _junit(tmp_path / "test_relu_attention_mosaic_gpu.xml", tests=12, skipped=12)  # nothing ran: not a pass
+    (tmp_path / "test_linear_attention_mosaic_gpu.timeout").write_text("killed after 300 s")
     records = platforms.records_from_junit(
         tmp_path, device_cls="cuda-sm90", device="NVIDIA H100 80GB HBM3", commit="abc1234", date="2026-11-25"
     )
     got = {(r.op, r.backend): (r.passed, r.tests) for r in records}
     assert got == {
-        ("relu_attention", "triton"): (True, "tests/kernels/test_relu_attention_pallas.py: 32 passed, 0 failed, "
+        ("relu_attention", "triton"): (True, "tests/kernels/test_relu_attention_triton.py: 32 passed, 0 failed, "
                                              "0 errors, 8 skipped"),
-        ("linear_attention", "triton"): (False, "tests/kernels/test_linear_attention_pallas.py: 29 passed, "
+        ("linear_attention", "triton"): (False, "tests/kernels/test_linear_attention_triton.py: 29 passed, "
                                                 "1 failed, 0 errors, 0 skipped"),
-        ("relu_attention", "mosaic_gpu"): (False, "tests/kernels/test_relu_attention_mgpu.py: 0 passed, 0 failed, "
+        ("relu_attention", "mosaic_gpu"): (False, "tests/kernels/test_relu_attention_mosaic_gpu.py: 0 passed, 0 failed, "
                                                   "0 errors, 12 skipped"),
-        ("linear_attention", "mosaic_gpu"): (False, "tests/kernels/test_linear_attention_mgpu.py: stopped at its "
+        ("linear_attention", "mosaic_gpu"): (False, "tests/kernels/test_linear_attention_mosaic_gpu.py: stopped at its "
                                                     "time limit (killed after 300 s)"),
     }  # fmt: skip
     assert all(r.auto_from_length is None for r in records)  # auto needs a measured crossover, set by hand
@@ -432,7 +432,7 @@ def test_records_from_a_gpu_run_pass_only_whole_files_with_no_failure(tmp_path):
 def test_record_command_merges_the_run_into_the_committed_table(tmp_path):
     junit = tmp_path / "junit"
     junit.mkdir()
-    _junit(junit / "test_relu_attention_pallas.xml", tests=3)
+    _junit(junit / "test_relu_attention_triton.xml", tests=3)
     out = tmp_path / "kernel_passes.json"
     args = ["record", f"--junit={junit}", "--commit=abc1234", f"--out={out}", "--device_class=cuda-sm90"]
     assert platforms.main([*args, "--device=NVIDIA H100 80GB HBM3"]) == 0

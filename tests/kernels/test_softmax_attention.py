@@ -13,10 +13,10 @@ from absl.testing import parameterized
 
 import kernels
 from kernels import SoftmaxAttentionOptions
-from kernels.numerics import unpack_keep_bits
+from kernels.numerics import dropout_seed, unpack_keep_bits
 from tests.kernels.tolerances import assert_bf16_matches_reference, bound, fp32
 
-OP = importlib.import_module("kernels.softmax_attention")  # the module (`kernels.softmax_attention` is the op)
+OP = importlib.import_module("kernels.softmax_attention.reference")  # dropout's keep masks
 
 
 def _inputs(b=2, t=37, h=3, d=16, dtype=jnp.float32, seed=0):
@@ -235,13 +235,13 @@ class DropoutTest(parameterized.TestCase):
         assert float(jnp.max(jnp.abs(out - plain))) > 0.1  # weights really dropped
 
     def test_the_mask_keeps_one_minus_the_rate_and_does_not_depend_on_the_blocks(self):
-        seed = OP.dropout_seed(jax.random.key(3))
+        seed = dropout_seed(jax.random.key(3))
         keep_mask = OP.keep_mask
         full = keep_mask(seed, 0.1, 8, 512, 4, jnp.arange(512), 0, 512)
         assert abs(float(full.mean()) - 0.9) < 0.002  # 8.4M weights
         tile = keep_mask(seed, 0.1, 8, 512, 4, 128 + jnp.arange(64), 256, 32)
         assert bool(jnp.all(tile == full[:, :, 128:192, 256:288]))
-        other = keep_mask(OP.dropout_seed(jax.random.key(4)), 0.1, 8, 512, 4,
+        other = keep_mask(dropout_seed(jax.random.key(4)), 0.1, 8, 512, 4,
                           jnp.arange(512), 0, 512)  # fmt: skip
         assert 0.15 < float(jnp.mean(full != other)) < 0.2  # another key: another mask (2·0.1·0.9 = 0.18 differ)
         # The key loop's packed decisions, carried from the iteration before: the same weights.

@@ -77,7 +77,7 @@ def test_describe_says_which_path_and_why():
 def test_on_gpu_the_mixer_takes_the_key_length_path_except_for_single_query_steps(monkeypatch):
     """Routing as it would be on a GPU (backend reported as "gpu", cuDNN replaced by XLA's key-length path):
     same outputs as the blocked XLA softmax; decoding steps (one query) stay on XLA."""
-    op = importlib.import_module("kernels.softmax_attention")  # the module; `kernels.softmax_attention` is the op
+    op = importlib.import_module("kernels.softmax_attention.api")
 
     calls = []
     dense = op._dense

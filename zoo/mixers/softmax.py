@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 import kernels
-from kernels.softmax_attention import cudnn_refusal
+from kernels.softmax_attention.api import cudnn_refusal
 from zoo.config_fields import Field, integer, one_of
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.mixers.registry import register

@@ -11,9 +11,9 @@ Padded keys are made invisible by zeroing their value rows in XLA (ReLU attentio
 no score mask). Backward (`MgpuBlockSizes.backward`): a Mosaic
 dq kernel (with the per-row Σ p·dP that gives d factor) and a dk/dv kernel, each streaming the other side's
 tiles through `stages` TMA slots and, when causal, visiting only the tiles that touch the diagonal or lie
-below it — or the Triton kernels of `relu_attention_pallas` (same residuals).
+below it — or the Triton kernels of `relu_attention_triton` (same residuals).
 
-Status: lowers for CUDA on a CPU (tests/kernels/test_relu_attention_mgpu.py, `jax.export`); JAX's GPU
+Status: lowers for CUDA on a CPU (tests/kernels/test_relu_attention_mosaic_gpu.py, `jax.export`); JAX's GPU
 interpret mode (jax 0.10) cannot run wgmma on transposed shared-memory refs, so its numbers are checked only
 on a GPU (benchmarks/gpu/session.sh, step `kernel-tests`). Neither `impl="auto"` nor `pallas_backend="gpu"`
 selects it until `kernels/kernel_passes.json` records its tests passing on a Hopper GPU (`kernels.platforms`);
@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.mgpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
+from kernels.mosaic_gpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ class MgpuBlockSizes:
     block_q: int = 64
     block_k: int = 64
     stages: int = 2  # key/value (backward: query/dO or key/value) shared-memory slots in flight
-    backward: str = "mosaic"  # "mosaic": the dq and dk/dv kernels here; "triton": relu_attention_pallas's
+    backward: str = "mosaic"  # "mosaic": the dq and dk/dv kernels here; "triton": relu_attention_triton's
     # Forward: two compute warpgroups (a query tile each) and a memory warpgroup that keeps the key/value
     # slots filled, as FlashAttention-3 / JAX's attention_mgpu; False: one warpgroup issuing its own copies.
     warp_specialized: bool = True
@@ -510,10 +510,10 @@ def _attend_bwd(causal, sizes, triton_sizes, residuals, d_out):
         dq, dk, dv, dfactor = _backward(q, k, v_visible, factor, d_out, causal=causal, scale=scale, sizes=sizes)
         dv = jnp.where(key_mask[:, :, None, None], dv, jnp.zeros((), dv.dtype))  # through the zeroing of v
         return dq, dk, dv, None, dfactor
-    from kernels.relu_attention_pallas import relu_attention_pallas
+    from kernels.relu_attention.triton import relu_attention_triton
 
     def triton(q, k, v, factor):
-        return relu_attention_pallas(
+        return relu_attention_triton(
             q, k, v, key_mask, factor, causal=causal, block_sizes=triton_sizes, backend="gpu", interpret=False
         )
 
@@ -525,7 +525,7 @@ def _attend_bwd(causal, sizes, triton_sizes, residuals, d_out):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def relu_attention_mgpu(
+def relu_attention_mosaic_gpu(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,

@@ -1,5 +1,5 @@
 """Pallas TPU (Mosaic) kernels for linear attention: a chunked forward scan, a forward scan for dφ(q) and a
-reverse-order scan for dφ(k), dv, under a custom VJP. The mathematics is `linear_attention_pallas`'s:
+reverse-order scan for dφ(k), dv, under a custom VJP. The mathematics is `linear_attention_triton`'s:
 
     causal chunk c:  acc = φq_c S + tril(φq_c φk_cᵀ) v_c,   den = φq_c·z + rowsum(tril(φq_c φk_cᵀ)),
                      then S += φk_cᵀ v_c, z += Σ φk_c;      out = acc / stab(den)
@@ -28,8 +28,8 @@ from jax.experimental import pallas as pl
 from kernels.numerics import LANES, TRANS_B, lower_triangle, round_up, stabilise_denominator
 
 # `jax.experimental.pallas.tpu` is imported by the functions that build the kernels, not here: with the Triton and
-# splash imports (kernels/tiles.py, softmax_attention_tpu.py) it took 0.17 s of the start-up of every process that
-# imports `kernels` (0.90 → 0.73 s on a 2-core CPU), and CPU and GPU runs never use it.
+# splash imports (kernels/triton_tiles.py, softmax_attention/mosaic_tpu.py) it took 0.17 s of the start-up of
+# every process that imports `kernels` (0.90 → 0.73 s on a 2-core CPU), and CPU and GPU runs never use it.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +243,7 @@ def _attend_bwd(causal, eps, eps_mode, sizes, interpret, residuals, d_out):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def linear_attention_tpu(
+def linear_attention_mosaic_tpu(
     phi_q: jax.Array,
     phi_k: jax.Array,
     v: jax.Array,

@@ -9,7 +9,7 @@ import pytest
 
 import kernels
 from kernels import PallasBlockSizes, ReluAttentionOptions
-from kernels.relu_attention_pallas import _num_k_blocks
+from kernels.relu_attention.triton import _num_k_blocks
 from tests.kernels.tolerances import bound, fp32, pallas_against_reference
 
 F32_TOL = fp32(2e-5)  # tests/kernels/tolerances.py: exact fp32 on the CPU, TF32 / bf16 passes elsewhere

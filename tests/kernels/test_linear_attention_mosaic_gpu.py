@@ -9,7 +9,7 @@ import pytest
 
 import kernels
 from kernels import LinearAttentionOptions
-from kernels.linear_attention_mgpu import MgpuChunkSizes, chunked_product, linear_attention_mgpu, supported
+from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes, chunked_product, linear_attention_mosaic_gpu, supported
 from tests.kernels.lowering import exported_text, layout_copies
 from tests.kernels.tolerances import bound, fp32, relative_errors
 
@@ -42,7 +42,7 @@ def test_chunk_algorithm_matches_reference_fp32(m, dv, chunk, causal, eps_mode):
     phi_q, phi_k, v = _features((2, 256, 3, m), dv, jnp.float32)
     opts = dict(causal=causal, eps=1e-6, eps_mode=eps_mode)
     sizes = MgpuChunkSizes(chunk)
-    grad = _loss(lambda q, k, v: linear_attention_mgpu(q, k, v, block_sizes=sizes, kernels="xla", **opts))
+    grad = _loss(lambda q, k, v: linear_attention_mosaic_gpu(q, k, v, block_sizes=sizes, kernels="xla", **opts))
     (_, out), grads = jax.jit(grad)(phi_q, phi_k, v)
     (_, ref), ref_grads = _loss(lambda q, k, v: kernels.linear_attention(q, k, v, options=REFERENCE, **opts))(
         phi_q, phi_k, v
@@ -56,7 +56,7 @@ def test_chunk_algorithm_in_bf16_stays_within_bf16_error(causal):
     """bf16 inputs: the within-chunk scores and the state go in as bf16 (the state as hi + lo), as in the
     kernels; outputs and gradients stay within the Triton kernels' bf16 bound of the fp32 reference."""
     phi_q, phi_k, v = _features((2, 512, 2, 64), 64, jnp.bfloat16, seed=1)
-    (_, out), grads = _loss(lambda q, k, v: linear_attention_mgpu(q, k, v, causal=causal, eps=1e-6, kernels="xla"))(
+    (_, out), grads = _loss(lambda q, k, v: linear_attention_mosaic_gpu(q, k, v, causal=causal, eps=1e-6, kernels="xla"))(
         phi_q, phi_k, v
     )
     f32 = [x.astype(jnp.float32) for x in (phi_q, phi_k, v)]
@@ -75,7 +75,7 @@ def test_state_split_keeps_the_forward_as_accurate_as_an_fp32_state(causal):
     ref = kernels.linear_attention(
         *(x.astype(jnp.float32) for x in (phi_q, phi_k, v)), causal=causal, options=REFERENCE
     )
-    split = linear_attention_mgpu(phi_q, phi_k, v, causal=causal, eps=1e-6, kernels="xla")
+    split = linear_attention_mosaic_gpu(phi_q, phi_k, v, causal=causal, eps=1e-6, kernels="xla")
     triton = LinearAttentionOptions(impl="pallas")  # Triton, interpreted on a CPU
     fp32_state = kernels.linear_attention(phi_q, phi_k, v, causal=causal, options=triton)
     (split_err,), (fp32_err,) = relative_errors([split], [ref]), relative_errors([fp32_state], [ref])
@@ -123,29 +123,29 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
     ok = jnp.ones((1, 128, 2, 64), jnp.bfloat16)
     opts = dict(causal=True, eps=1e-6)
     with pytest.raises(ValueError, match="takes bf16 inputs, got float32"):
-        linear_attention_mgpu(ok.astype(jnp.float32), ok, ok, **opts)
+        linear_attention_mosaic_gpu(ok.astype(jnp.float32), ok, ok, **opts)
     half = ok.astype(jnp.float16)  # the rounded prefix state would pass fp16's range at long lengths
     with pytest.raises(ValueError, match="takes bf16 inputs, got float16"):
-        linear_attention_mgpu(half, half, half, **opts)
+        linear_attention_mosaic_gpu(half, half, half, **opts)
     with pytest.raises(ValueError, match="of one dtype"):
-        linear_attention_mgpu(ok, ok, half, **opts)
+        linear_attention_mosaic_gpu(ok, ok, half, **opts)
     with pytest.raises(ValueError, match="of one dtype, got φ\\(k\\) float16"):
-        linear_attention_mgpu(ok, half, ok, **opts)
+        linear_attention_mosaic_gpu(ok, half, ok, **opts)
     with pytest.raises(ValueError, match="multiples of 64, got 64, 48"):
-        linear_attention_mgpu(ok, ok, ok[..., :48], **opts)
+        linear_attention_mosaic_gpu(ok, ok, ok[..., :48], **opts)
     wide = jnp.ones((1, 128, 2, 256), jnp.bfloat16)
     with pytest.raises(ValueError, match="256 × 256 is over 16384 entries"):
-        linear_attention_mgpu(wide, wide, wide, **opts)
+        linear_attention_mosaic_gpu(wide, wide, wide, **opts)
     assert supported(wide, ok, MgpuChunkSizes()) is None  # FAVOR+'s m 256 with d_v 64: 256 × 64
     with pytest.raises(ValueError, match="chunk 128 with dims 64, 64 is over 25600 entries"):
-        linear_attention_mgpu(ok, ok, ok, block_sizes=MgpuChunkSizes(128), **opts)
+        linear_attention_mosaic_gpu(ok, ok, ok, block_sizes=MgpuChunkSizes(128), **opts)
     assert supported(wide, wide[..., :64], MgpuChunkSizes(64)) is None  # chunk 64 at dims 256: 22,528 entries
     with pytest.raises(ValueError, match="whole chunks: 100"):
-        linear_attention_mgpu(ok[:, :100], ok[:, :100], ok[:, :100], **opts)
+        linear_attention_mosaic_gpu(ok[:, :100], ok[:, :100], ok[:, :100], **opts)
     with pytest.raises(ValueError, match="multiple of 64, got 32"):
         MgpuChunkSizes(chunk=32)
     with pytest.raises(ValueError, match="unknown kernels 'cuda'"):
-        linear_attention_mgpu(ok, ok, ok, kernels="cuda", **opts)
+        linear_attention_mosaic_gpu(ok, ok, ok, kernels="cuda", **opts)
     assert supported(ok.astype(jnp.float32), ok, MgpuChunkSizes(), kernels="xla") is None
 
 
@@ -155,13 +155,13 @@ def test_kernels_match_their_stand_ins_and_the_reference_where_they_run(causal):
     fp32 reference. Anywhere else they cannot run (JAX's GPU interpret mode cannot execute their wgmma), and
     saying so is what is checked."""
     phi_q, phi_k, v = _features((2, 1024, 4, 128), 128, jnp.bfloat16, seed=4)
-    mosaic = jax.jit(_loss(lambda q, k, v: linear_attention_mgpu(q, k, v, causal=causal, eps=1e-6)))
+    mosaic = jax.jit(_loss(lambda q, k, v: linear_attention_mosaic_gpu(q, k, v, causal=causal, eps=1e-6)))
     if jax.default_backend() != "gpu":
         with pytest.raises(ValueError, match="interpret mode"):
             mosaic(phi_q, phi_k, v)
         return
     (_, out), grads = mosaic(phi_q, phi_k, v)
-    stand_in = _loss(lambda q, k, v: linear_attention_mgpu(q, k, v, causal=causal, eps=1e-6, kernels="xla"))
+    stand_in = _loss(lambda q, k, v: linear_attention_mosaic_gpu(q, k, v, causal=causal, eps=1e-6, kernels="xla"))
     (_, want), want_grads = jax.jit(stand_in)(phi_q, phi_k, v)
     # Same algorithm and the same bf16 roundings: closer to each other than either is to the fp32 reference.
     assert max(relative_errors([out, *grads], [want.astype(jnp.float32), *want_grads])) < 1e-2
@@ -174,9 +174,9 @@ def test_kernels_match_their_stand_ins_and_the_reference_where_they_run(causal):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_causal_masks_are_refused_with_the_cuda_versions_whose_ptxas_miscompiles_them(causal, monkeypatch):
-    import kernels.mgpu_tiles
+    import kernels.mosaic_gpu_tiles
 
     ok = jnp.ones((1, 128, 2, 64), jnp.bfloat16)
-    monkeypatch.setattr(kernels.mgpu_tiles, "cuda_runtime_version", lambda: 12085)
+    monkeypatch.setattr(kernels.mosaic_gpu_tiles, "cuda_runtime_version", lambda: 12085)
     reason = supported(ok, ok, MgpuChunkSizes(), causal=causal)
     assert (reason is not None and "ptxas miscompiles causal masks" in reason) == causal, reason

@@ -11,18 +11,14 @@ The denominator's ε, two conventions (`eps_mode`):
   "guard"  stab(x) = x + 2ε only where |x| ≤ ε (Performer's FAVOR+ code). FAVOR+'s stabilisers scale φ by
            exp(−max), so its denominators can be ~ε: adding ε there pulls outputs towards 0.
 
-Implementations (`LinearAttentionOptions.impl`, kernels/options.py):
-  "reference"  dense fp32 definition through the T×T matrix φ(Q)φ(K)ᵀ (for tests).
-  "xla"        non-causal: two einsums. Causal: chunkwise — an fp32 state (S | z) carried across chunks
-               by `lax.scan`, the intra-chunk part a masked C×C product; a ones column appended to v
-               gives S and z from one matmul. Memory O(T·C) forward and backward.
-  "pallas"     one program per (batch, head) scanning chunks, custom VJP with a forward scan for dφ(q)
-               and a reverse scan for dφ(k), dv: `linear_attention_tpu` (Mosaic) for TPU,
-               `linear_attention_pallas` (Triton) for GPU; interpret mode on CPU. `linear_attention_mgpu`
-               (Mosaic GPU, Hopper) is chunk-parallel instead.
-  "auto"       "pallas" where `kernels/kernel_passes.json` records that these kernels passed their tests on
-               this device class (and jax minor) and beat "xla" from this length on; "xla" everywhere else
-               (`kernels.platforms`).
+Implementations (`impl`; docs/kernels.md):
+  "reference"   the dense fp32 definition through φ(Q)φ(K)ᵀ (reference.py; for tests).
+  "xla"         non-causal two einsums; causal chunkwise with an fp32 (S | z) state (xla.py).
+  "triton"      Pallas Triton kernels, any CUDA GPU; deprecated upstream from jax 0.11 (triton.py).
+  "mosaic_gpu"  Pallas Mosaic GPU kernels, Hopper, chunk-parallel (mosaic_gpu.py).
+  "mosaic_tpu"  Pallas Mosaic TPU kernels (mosaic_tpu.py).
+  "auto"        what `kernels.auto`'s table picks on this device generation, else "xla".
+The Pallas kernels run in interpret mode on a CPU.
 
 `linear_attention_step` advances the causal state by one token: O(1) memory per generated token.
 """
@@ -34,7 +30,6 @@ import numbers
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from kernels.checks import (
     check_causal,
@@ -44,9 +39,11 @@ from kernels.checks import (
     check_non_negative,
     check_options,
 )
-from kernels.linear_attention_mgpu import MgpuChunkSizes, linear_attention_mgpu, supported
-from kernels.linear_attention_pallas import LinearBlockSizes, linear_attention_pallas
-from kernels.linear_attention_tpu import linear_attention_tpu
+from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes, linear_attention_mosaic_gpu, supported
+from kernels.linear_attention.mosaic_tpu import linear_attention_mosaic_tpu
+from kernels.linear_attention.reference import reference
+from kernels.linear_attention.triton import LinearBlockSizes, linear_attention_triton
+from kernels.linear_attention.xla import linear_attention_xla_causal, linear_attention_xla_full
 from kernels.masking import zero_masked_rows
 from kernels.numerics import check_eps_mode, stabilise_denominator
 from kernels.options import LinearAttentionOptions
@@ -74,65 +71,6 @@ def _check(phi_q, phi_k, v, key_mask, causal):
         raise ValueError(
             f"causal linear attention needs equal query and key lengths, got {phi_q.shape[1]}, {phi_k.shape[1]}"
         )
-
-
-def _reference(phi_q, phi_k, v, causal, eps, eps_mode):
-    f32 = jnp.float32
-    a = jnp.einsum("bqhm,bkhm->bhqk", phi_q.astype(f32), phi_k.astype(f32), precision=lax.Precision.HIGHEST)
-    if causal:
-        t = phi_q.shape[1]
-        a = jnp.where(jnp.tril(jnp.ones((t, t), bool)), a, 0.0)
-    num = jnp.einsum("bhqk,bkhd->bqhd", a, v.astype(f32), precision=lax.Precision.HIGHEST)
-    den = a.sum(-1).transpose(0, 2, 1)[..., None]
-    return (num / stabilise_denominator(den, eps, eps_mode)).astype(v.dtype)
-
-
-def _with_ones(v):
-    """[v | 1]: one matmul then yields both S (numerator) and z (normaliser)."""
-    return jnp.concatenate([v, jnp.ones((*v.shape[:-1], 1), v.dtype)], axis=-1)
-
-
-def _split_num_den(acc, eps, eps_mode, dtype):
-    return (acc[..., :-1] / stabilise_denominator(acc[..., -1:], eps, eps_mode)).astype(dtype)
-
-
-def _xla_noncausal(phi_q, phi_k, v, eps, eps_mode):
-    va = _with_ones(v)
-    if jax.default_backend() == "cpu":  # XLA:CPU has no bf16 x bf16 -> f32 dot for this contraction
-        phi_k, va = phi_k.astype(jnp.float32), va.astype(jnp.float32)
-    state = jnp.einsum("bkhm,bkhd->bhmd", phi_k, va, preferred_element_type=jnp.float32)
-    acc = jnp.einsum("bqhm,bhmd->bqhd", phi_q.astype(jnp.float32), state)
-    return _split_num_den(acc, eps, eps_mode, v.dtype)
-
-
-def _xla_causal(phi_q, phi_k, v, eps, eps_mode, chunk):
-    b, t, h, m = phi_q.shape
-    c = min(chunk, t)
-    n = -(-t // c)
-    pad = n * c - t
-    va = _with_ones(v)
-    if pad:  # padded positions have φ = 0: they add nothing and their outputs are dropped
-        padding = ((0, 0), (0, pad), (0, 0), (0, 0))
-        phi_q, phi_k, va = jnp.pad(phi_q, padding), jnp.pad(phi_k, padding), jnp.pad(va, padding)
-
-    def chunks(x):  # [B, n·C, H, X] → [n, B, H, C, X]
-        return x.reshape(b, n, c, h, x.shape[-1]).transpose(1, 0, 3, 2, 4)
-
-    causal_mask = jnp.tril(jnp.ones((c, c), bool))
-
-    def body(state, xs):
-        q_c, k_c, v_c = xs
-        inter = jnp.einsum("bhcm,bhmd->bhcd", q_c.astype(jnp.float32), state)
-        scores = jnp.einsum("bhcm,bhkm->bhck", q_c, k_c, preferred_element_type=jnp.float32)
-        scores = jnp.where(causal_mask, scores, 0.0)
-        intra = jnp.einsum("bhck,bhkd->bhcd", scores.astype(v_c.dtype), v_c, preferred_element_type=jnp.float32)
-        state = state + jnp.einsum("bhkm,bhkd->bhmd", k_c, v_c, preferred_element_type=jnp.float32)
-        return state, inter + intra
-
-    state0 = jnp.zeros((b, h, m, va.shape[-1]), jnp.float32)
-    _, acc = lax.scan(body, state0, (chunks(phi_q), chunks(phi_k), chunks(va)))
-    acc = acc.transpose(1, 0, 3, 2, 4).reshape(b, n * c, h, va.shape[-1])[:, :t]
-    return _split_num_den(acc, eps, eps_mode, v.dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,16 +107,18 @@ def _kernels(backend: str, options: LinearAttentionOptions, phi_q, phi_k, v, cau
     own block-size dataclass; it returns the output `[..., d_v]` in v's dtype."""
     if backend == "mosaic_gpu":
         sizes = _mgpu_sizes(options)
-        return linear_attention_mgpu(phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes)
+        return linear_attention_mosaic_gpu(
+            phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes
+        )
     sizes = options.block_sizes_for(backend)
     interpret = options.interpret()
     if backend == "tpu":
-        return linear_attention_tpu(
+        return linear_attention_mosaic_tpu(
             phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, interpret=interpret
         )
     if sizes is None and options.chunk_size:
         sizes = LinearBlockSizes(chunk=options.chunk_size)
-    return linear_attention_pallas(
+    return linear_attention_triton(
         phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, backend=backend,
         interpret=interpret,
     )  # fmt: skip
@@ -226,12 +166,12 @@ def linear_attention(
     check_non_negative("phi_q", phi_q, nan_passes=impl != "reference")
     check_non_negative("phi_k", phi_k, nan_passes=impl != "reference")
     if impl == "reference":
-        return _reference(phi_q, phi_k, v, causal, eps, eps_mode)
+        return reference(phi_q, phi_k, v, causal, eps, eps_mode)
     if impl == "pallas":
         return _kernels(backend, options, phi_q, phi_k, v, causal, eps, eps_mode)
     if not causal:
-        return _xla_noncausal(phi_q, phi_k, v, eps, eps_mode)
-    return _xla_causal(phi_q, phi_k, v, eps, eps_mode, options.chunk_size or DEFAULT_CHUNK)
+        return linear_attention_xla_full(phi_q, phi_k, v, eps, eps_mode)
+    return linear_attention_xla_causal(phi_q, phi_k, v, eps, eps_mode, options.chunk_size or DEFAULT_CHUNK)
 
 
 def linear_attention_init_state(

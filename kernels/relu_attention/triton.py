@@ -12,9 +12,9 @@ and dγ = −Σ_i factor_i Σ_j p_ij dP_ij / γ from a per-row sum the dq kernel
 
 The kernels read q, k, v and write their outputs in the caller's `[B, T, H, D]` layout (no transposed or
 padded copies): lengths that are not whole tiles and head dims that are not powers of two are masked inside
-(`kernels.tiles`); only the O(B·H·T) key mask and row factor are padded. These
+(`kernels.triton_tiles`); only the O(B·H·T) key mask and row factor are padded. These
 are the GPU kernels (Triton through `pl.pallas_call`; `interpret=True` on CPU for tests); TPU has its own
-Mosaic kernels in `relu_attention_tpu`, laid out for its (8, 128) tiles.
+Mosaic kernels in `relu_attention_mosaic_tpu`, laid out for its (8, 128) tiles.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from kernels.numerics import padded_lengths, triton_compiler_params, xlogx
-from kernels.tiles import Extent, load_tile, store_tile
+from kernels.triton_tiles import Extent, load_tile, store_tile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _num_k_blocks(i, block_q, block_k, num_k, causal):
 
 @dataclasses.dataclass(frozen=True)
 class _Dims:
-    """The axes the tiles cover (for the masks of `kernels.tiles`) and the score scale 1/√d."""
+    """The axes the tiles cover (for the masks of `kernels.triton_tiles`) and the score scale 1/√d."""
 
     q_rows: Extent
     k_rows: Extent
@@ -116,7 +116,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, *stats_refs, 
 
 
 # BlockSpecs over the `[B, T, H, D]` arrays themselves (grid: row block, batch, head), padded to whole tiles
-# only in the block shape: `kernels.tiles` masks what lies past the end.
+# only in the block shape: `kernels.triton_tiles` masks what lies past the end.
 def _rows_of(block, d):
     return pl.BlockSpec((None, block, None, d), lambda i, b, h: (b, i, h, 0))
 
@@ -329,7 +329,7 @@ def _attend_with_row_stats_bwd(dims, sizes, backend, interpret, residuals, cotan
 _attend_with_row_stats.defvjp(_attend_with_row_stats_fwd, _attend_with_row_stats_bwd)
 
 
-def relu_attention_pallas(
+def relu_attention_triton(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
@@ -353,7 +353,7 @@ def relu_attention_pallas(
     _, tq, _, d = q.shape
     tk, dv_dim = k.shape[1], v.shape[-1]
     sizes = block_sizes or PallasBlockSizes.for_backend(backend, d)
-    # Whole tiles for every kernel's grid; the arrays themselves stay as they are (kernels.tiles).
+    # Whole tiles for every kernel's grid; the arrays themselves stay as they are (kernels.triton_tiles).
     tq_pad, tk_pad = padded_lengths(
         tq, tk, causal, (sizes.block_q, sizes.block_q_bwd), (sizes.block_k, sizes.block_k_bwd)
     )

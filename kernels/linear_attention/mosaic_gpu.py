@@ -17,7 +17,7 @@ Triton kernels keep theirs in fp32, so dφq's error is about twice theirs (1.1% 
 entry at T 2K, bf16; forward and the other gradients within 10% of theirs).
 
 Every block owns one chunk, so the grid is B·H·T/C blocks: a small batch · heads still fills the SMs (the
-Triton kernels of `linear_attention_pallas` scan chunks in one program per (batch, head, column block)).
+Triton kernels of `linear_attention_triton` scan chunks in one program per (batch, head, column block)).
 
 The denominator den_i = φq_i · Σ_{j ≤ i} φk_j is a cumulative sum of φk (m values per row) and a row dot,
 left to XLA (one `reduce_window` and elementwise passes over `[B, T, H, m]`; its gradients too).
@@ -28,7 +28,7 @@ da = product(dO, c, b; r), db = product(c, G, a) and dc = product(b, a, G) with 
 
 `kernels="xla"` runs the same chunk algorithm with XLA einsums in place of the two kernels: the algebra
 (prefixes, hi/lo split, masks, the custom VJP) is tested against the reference on any machine; the kernels
-themselves lower for CUDA on a CPU (tests/kernels/test_linear_attention_mgpu.py) and run only on a GPU —
+themselves lower for CUDA on a CPU (tests/kernels/test_linear_attention_mosaic_gpu.py) and run only on a GPU —
 JAX 0.10's GPU interpret mode cannot execute wgmma on transposed shared-memory refs.
 Limits (`supported` says why not; reviewed against JAX's attention_mgpu: kernels/README.md): bf16 inputs of one
 dtype (fp16's range is too small for the rounded prefix state), m and d_v multiples of 64 with m·d_v ≤ 128²,
@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.mgpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
+from kernels.mosaic_gpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
 from kernels.numerics import stabilise_denominator
 
 MODES = ("causal", "anticausal", "full")
@@ -307,7 +307,7 @@ def _product_bwd(mode, chunk, kernels, residuals, d_out):
 chunked_product.defvjp(_product_fwd, _product_bwd)
 
 
-def linear_attention_mgpu(
+def linear_attention_mosaic_gpu(
     phi_q: jax.Array,
     phi_k: jax.Array,
     v: jax.Array,

@@ -26,7 +26,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from kernels.numerics import lower_triangle, round_up, stabilise_denominator, triton_compiler_params
-from kernels.tiles import Extent, load_tile, store_tile
+from kernels.triton_tiles import Extent, load_tile, store_tile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,7 @@ def _advance(s, z, k, v):
 
 @dataclasses.dataclass(frozen=True)
 class _Dims:
-    """The axes the tiles cover (for the masks of `kernels.tiles`) and the value columns per program."""
+    """The axes the tiles cover (for the masks of `kernels.triton_tiles`) and the value columns per program."""
 
     rows: Extent
     features: Extent
@@ -203,7 +203,7 @@ def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, ca
 
 
 # BlockSpecs over the caller's `[B, T, H, ·]` arrays (grid: batch, head, value-column block), padded to whole
-# tiles only in the block shape (`kernels.tiles` masks the rest).
+# tiles only in the block shape (`kernels.triton_tiles` masks the rest).
 def _full(t, d):
     return pl.BlockSpec((None, t, None, d), lambda b, h, j: (b, 0, h, 0))
 
@@ -324,7 +324,7 @@ def _attend_bwd(t_pad, causal, eps, eps_mode, sizes, backend, interpret, residua
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def linear_attention_pallas(
+def linear_attention_triton(
     phi_q: jax.Array,
     phi_k: jax.Array,
     v: jax.Array,

@@ -8,7 +8,7 @@ import pytest
 
 import kernels
 from kernels import ReluAttentionOptions
-from kernels.relu_attention_mgpu import MgpuBlockSizes, relu_attention_mgpu, supported
+from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes, relu_attention_mosaic_gpu, supported
 from tests.kernels.lowering import exported_text, layout_copies
 from tests.kernels.tolerances import assert_bf16_matches_reference
 
@@ -51,13 +51,13 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
     ok = jnp.zeros((1, 128, 2, 64), jnp.bfloat16)
     mask, factor = jnp.ones((1, 128), bool), jnp.ones((1, 2, 128), jnp.float32)
     with pytest.raises(ValueError, match="bf16/fp16"):
-        relu_attention_mgpu(ok.astype(jnp.float32), ok, ok, mask, factor, causal=False)
+        relu_attention_mosaic_gpu(ok.astype(jnp.float32), ok, ok, mask, factor, causal=False)
     with pytest.raises(ValueError, match="multiples of 64, got 48"):
         odd = jnp.zeros((1, 128, 2, 48), jnp.bfloat16)
-        relu_attention_mgpu(odd, odd, odd, mask, factor, causal=False)
+        relu_attention_mosaic_gpu(odd, odd, odd, mask, factor, causal=False)
     with pytest.raises(ValueError, match="whole tiles: 100"):
         short = ok[:, :100]
-        relu_attention_mgpu(short, short, short, mask[:, :100], factor[..., :100], causal=False)
+        relu_attention_mosaic_gpu(short, short, short, mask[:, :100], factor[..., :100], causal=False)
     wide = jnp.zeros((1, 128, 2, 320), jnp.bfloat16)
     assert "head dims up to 256, got 320" in supported(wide, wide, wide, MgpuBlockSizes())
     d256 = jnp.zeros((1, 128, 2, 256), jnp.bfloat16)
@@ -85,11 +85,11 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
 def test_causal_masks_are_refused_with_the_cuda_versions_whose_ptxas_miscompiles_them(version, refused, monkeypatch):
     """CUDA 12.8.0 up to 12.9.1: as JAX's own attention_mgpu, causal inputs go to Triton (by "gpu"), non-causal
     ones still run; without a CUDA plugin (lowering on a CPU) nothing is refused."""
-    import kernels.mgpu_tiles
+    import kernels.mosaic_gpu_tiles
 
     ok = jnp.zeros((1, 128, 2, 64), jnp.bfloat16)
-    assert kernels.mgpu_tiles.cuda_runtime_version() is None or jax.default_backend() == "gpu"
-    monkeypatch.setattr(kernels.mgpu_tiles, "cuda_runtime_version", lambda: version)
+    assert kernels.mosaic_gpu_tiles.cuda_runtime_version() is None or jax.default_backend() == "gpu"
+    monkeypatch.setattr(kernels.mosaic_gpu_tiles, "cuda_runtime_version", lambda: version)
     reason = supported(ok, ok, ok, MgpuBlockSizes(), causal=True)
     assert (reason is not None and "ptxas miscompiles causal masks" in reason) == refused, reason
     assert supported(ok, ok, ok, MgpuBlockSizes(), causal=False) is None

@@ -1,6 +1,6 @@
 """Pallas TPU (Mosaic) kernels for ReLU attention: forward, dq (+ per-row Σ p·dP) and dk/dv, custom VJP.
 
-The same mathematics as `relu_attention_pallas` (see its docstring), laid out the way JAX's TPU flash
+The same mathematics as `relu_attention_triton` (see its docstring), laid out the way JAX's TPU flash
 attention is, because Mosaic's rules differ from Triton's:
 
 - head-major `[B, H, T, D]` inputs; every block's last two dims are (multiple of 8, multiple of 128) or the
@@ -31,7 +31,8 @@ from jax.experimental import pallas as pl
 from kernels.numerics import LANES, TRANS_B, padded_lengths
 
 # `jax.experimental.pallas.tpu` is imported by the functions that build the kernels, not here, as in
-# linear_attention_tpu.py: CPU and GPU runs never use it, and every process that imports `kernels` would pay for it.
+# linear_attention/mosaic_tpu.py: CPU and GPU runs never use it, and every process that imports `kernels` would
+# pay for it.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,7 +296,7 @@ def _attend_bwd(causal, scale, sizes, interpret, residuals, do):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def relu_attention_tpu(
+def relu_attention_mosaic_tpu(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
