@@ -6,6 +6,8 @@ the model computes, and checking them would need a host round trip.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,13 +19,14 @@ def check_floating(**arrays: jax.Array) -> None:
             raise ValueError(f"{name} must be a floating-point array, got dtype {x.dtype}")
 
 
-def check_options(options, cls: type, op: str):
-    """`options`, or `cls()`'s defaults for None; another op's options class is an error naming both."""
+def check_options(options, cls: type, op: str, impl: str | None = None):
+    """`options`, or `cls()`'s defaults for None, with `impl` in place of its own where given (an op's `impl=`
+    keyword, as `jax.nn.dot_product_attention`'s `implementation=`); another op's options class is an error."""
     if options is None:
-        return cls()
+        options = cls()
     if not isinstance(options, cls):
         raise ValueError(f"{op}: options must be a {cls.__name__}, got {type(options).__name__}")
-    return options
+    return options if impl is None else dataclasses.replace(options, impl=impl)
 
 
 def check_key_mask(key_mask: jax.Array | None) -> None:

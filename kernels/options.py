@@ -5,7 +5,7 @@ they never change what is computed (up to rounding). That — causal or not, the
 ReLU attention, ε and its mode of linear attention — is given by the ops' own arguments. A model builds its
 options once (the zoo's mixers from their `impl` and `chunk_size` settings) and passes them to every call:
 
-    opts = ReluAttentionOptions(impl="pallas", pallas_backend="tpu", pallas_block_sizes=TpuBlockSizes(block_q=256))
+    opts = ReluAttentionOptions(impl="mosaic_tpu", pallas_block_sizes=TpuBlockSizes(block_q=256))
     out = relu_attention(q, k, v, causal=True, options=opts)
 
 Each kernel build's tile sizes are its own dataclass, defined beside its kernels and listed here per op
@@ -20,16 +20,19 @@ from typing import ClassVar
 
 import jax
 
+from kernels.auto import PALLAS_BACKENDS, pick, resolve_pallas_backend
 from kernels.blocking import default_block_k
 from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes
 from kernels.linear_attention.mosaic_tpu import TpuChunkSizes
 from kernels.linear_attention.triton import LinearBlockSizes
-from kernels.platforms import PALLAS_BACKENDS, auto_pallas_backend, resolve_pallas_backend
 from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes
 from kernels.relu_attention.mosaic_tpu import TpuBlockSizes
 from kernels.relu_attention.triton import PallasBlockSizes
 
-IMPLS = ("auto", "reference", "xla", "pallas")
+IMPLS = ("auto", "reference", "xla", "triton", "mosaic_gpu", "mosaic_tpu", "pallas")
+# The Pallas build each backend-named impl runs, as `pallas_backend` names it ("pallas" with `pallas_backend` is
+# the older spelling of the same choice, kept working).
+PALLAS_BUILDS = {"triton": "triton", "mosaic_gpu": "mosaic_gpu", "mosaic_tpu": "tpu"}
 # Each kernel build's tile sizes, per op: sizes of another build, or of the other op, are refused.
 RELU_BLOCK_SIZES = {"triton": PallasBlockSizes, "tpu": TpuBlockSizes, "mosaic_gpu": MgpuBlockSizes}
 LINEAR_BLOCK_SIZES = {"triton": LinearBlockSizes, "tpu": TpuChunkSizes, "mosaic_gpu": MgpuChunkSizes}
@@ -39,11 +42,11 @@ LINEAR_BLOCK_SIZES = {"triton": LinearBlockSizes, "tpu": TpuChunkSizes, "mosaic_
 class KernelOptions:
     """The options both ops share (use `ReluAttentionOptions` or `LinearAttentionOptions`).
 
-    impl: "reference" (dense fp32 definition), "xla" (blocked or chunked jnp), "pallas" (kernels) or "auto"
-      ("pallas" only where `kernels/kernel_passes.json` records the kernels passing on this device class, else
-      "xla"; `kernels.platforms`).
-    pallas_backend: the kernels "pallas" runs: "tpu", "triton", "mosaic_gpu", "gpu" (Mosaic GPU or Triton by the
-      GPU's compute capability) or None (the running platform's; `kernels.platforms`).
+    impl: "reference" (dense fp32 definition), "xla" (blocked or chunked jnp), a Pallas build by name
+      ("triton", "mosaic_gpu", "mosaic_tpu"), "auto" (what `kernels.auto`'s table picks on this device generation,
+      else "xla"), or "pallas" (the older spelling: the build `pallas_backend` names).
+    pallas_backend: with impl "pallas" only: "tpu", "triton", "mosaic_gpu", "gpu" (Mosaic GPU on Hopper once it
+      has an entry in `kernels.auto.TABLE` there, else Triton) or None (the running platform's).
     pallas_block_sizes: tile sizes of the kernels that run, as their build's dataclass (`BLOCK_SIZES`); None:
       that build's defaults.
     pallas_interpret: run the kernels in Pallas interpret mode; None: on a CPU backend only.
@@ -63,6 +66,8 @@ class KernelOptions:
     def __post_init__(self):
         if self.impl not in IMPLS:
             raise self._error("impl", f"unknown {self.OP} impl {self.impl!r}; valid: {', '.join(IMPLS)}")
+        if self.pallas_backend is not None and self.impl in PALLAS_BUILDS:
+            raise self._error("pallas_backend", f"goes with impl 'pallas' only; impl {self.impl!r} names its build")
         if self.pallas_backend is not None and self.pallas_backend not in PALLAS_BACKENDS:
             valid = ", ".join(PALLAS_BACKENDS)
             raise self._error("pallas_backend", f"unknown pallas_backend {self.pallas_backend!r}; valid: {valid}")
@@ -74,11 +79,11 @@ class KernelOptions:
         if not isinstance(sizes, tuple(self.BLOCK_SIZES.values())):
             valid = ", ".join(f"{t.__name__} ({build})" for build, t in self.BLOCK_SIZES.items())
             raise self._error("pallas_block_sizes", f"{type(sizes).__name__} are not {self.OP}'s; valid: {valid}")
-        named = self.BLOCK_SIZES.get(self.pallas_backend)
+        build = PALLAS_BUILDS.get(self.impl, self.pallas_backend)
+        named = self.BLOCK_SIZES.get(build)
         if named is not None and not isinstance(sizes, named):
             raise self._error(
-                "pallas_block_sizes",
-                f"{type(sizes).__name__} are not the {self.pallas_backend} kernels' ({named.__name__})",
+                "pallas_block_sizes", f"{type(sizes).__name__} are not the {build} kernels' ({named.__name__})"
             )
 
     def _check_length(self, field: str, optional: bool) -> None:
@@ -98,19 +103,21 @@ class KernelOptions:
         dtype,
         head_dim: int,
     ) -> tuple[str, str | None]:
-        """(impl, kernels) to run at sequence (key) `length`. "auto" is "pallas" with the kernels
-        `kernels.platforms` records as passed and faster on this device class from this length on in this
-        attention mode (`causal` or not), measured at inputs of this `dtype` and largest head dim `head_dim`,
-        else "xla".
-        For "pallas" the kernels are those `pallas_backend` means here (`resolve_pallas_backend`: "tpu",
-        "mosaic_gpu", "gpu" for Triton, or the platform's name for Triton in interpret mode), else None.
-        `mosaic_refusal()`: why the Mosaic GPU kernels cannot take the inputs (None: they can)."""
+        """(impl, kernels) to run at key `length`: ("reference" or "xla", None), or ("pallas", the build
+        `resolve_pallas_backend` names: "tpu", "mosaic_gpu", "gpu" for Triton, or the platform's name for Triton in
+        interpret mode). "auto" follows `kernels.auto.pick` for inputs of this `dtype` and largest head dim
+        `head_dim` in this attention mode. `mosaic_refusal()`: why the Mosaic GPU kernels cannot take the inputs
+        (None: they can)."""
         impl, requested = self.impl, self.pallas_backend
         if impl == "auto":
-            requested = auto_pallas_backend(
-                self.OP, length, {"mosaic_gpu": mosaic_refusal}, causal=causal, dtype=dtype, head_dim=head_dim
-            )
-            impl = "pallas" if requested else "xla"
+            impl = pick(
+                self.OP, causal=causal, length=length, dtype=dtype, head_dim=head_dim,
+                refusals={"mosaic_gpu": mosaic_refusal},
+            )  # fmt: skip
+        if impl in PALLAS_BUILDS:
+            # Triton by name runs interpreted where the options say so (a CPU), built for a GPU otherwise.
+            requested = None if impl == "triton" and self.interpret() else PALLAS_BUILDS[impl]
+            impl = "pallas"
         if impl != "pallas":
             return impl, None
         return impl, resolve_pallas_backend(requested, mosaic_refusal, op=self.OP)

@@ -21,6 +21,7 @@ import ml_collections
 from absl import app, flags
 from flax import nnx
 
+from kernels.platforms import device_class
 from zoo.mixers.softmax import softmax_attention_path
 from zoo.models import Encoder
 from zoo.training import cli
@@ -62,7 +63,7 @@ def describe(model_cfg: ml_collections.ConfigDict) -> str:
         f"  {'softmax':<12} {base:>12,}  (same encoder with softmax attention, ffn={model_cfg.ffn} as configured)"
     )
     lines.append(f"  extra parameters vs softmax: {n - base:+,} ({100 * (n - base) / base:+.2f}%)")
-    path = softmax_attention_path(model_cfg, jax.default_backend())
+    path = softmax_attention_path(model_cfg, device_class())
     lines.append(f"  softmax attention on this machine (the baseline's, and a softmax mixer's): {path}")
     return "\n".join(lines)
 

@@ -3,14 +3,14 @@
 #
 #   benchmarks/gpu/session.sh [--dry-run] STEP...
 #
-#   info          GPU, driver, CUDA and Python package versions; the kernel record's view of this machine
+#   info          GPU, driver, CUDA and Python package versions; what kernels.auto's table picks on this machine
 #   data          generate the lra_code ListOps splits on the CPU, in the background and in a process session
 #                 of its own, so it goes on after the call (started first whenever a later step needs them);
 #                 `train` waits for it
 #   kernel-tests  every kernel test file in its own pytest process under `timeout -k` (a hang or an abort
 #                 costs that file only), all files side by side; each failure's full report in
-#                 $OUT/failures.txt as it happens, JUnit reports in $OUT/junit/, and the kernel record
-#                 (kernels/kernel_passes.json merged with this run) in $OUT/kernel_passes.json
+#                 $OUT/failures.txt as it happens, JUnit reports in $OUT/junit/, and each file's result in
+#                 $OUT/kernel_tests.json (benchmarks/gpu/summarise_tests.py)
 #   probe         steps/s and memory of the lra_code ListOps model per mixer (synthetic batches)
 #   train         lra_code ListOps per mixer, side by side, each resumed from runs/gpu/listops-MIXER; at
 #                 TRAIN_LIMIT it gets SIGTERM, saves a checkpoint and stops (exit 75): the next call goes on
@@ -85,8 +85,8 @@ if [ $DRY_RUN = 1 ]; then
   if [ -z "${KERNEL_TESTS:-}" ]; then # one cheap test a file: the harness is what a dry run checks
     KERNEL_TESTS="tests/kernels/test_relu_attention_triton.py tests/kernels/test_linear_attention_triton.py
       tests/kernels/test_relu_attention_mosaic_gpu.py tests/kernels/test_linear_attention_mosaic_gpu.py
-      tests/kernels/test_platforms.py"
-    KERNEL_SELECT=(-k "default_block_sizes or block_dv_must or refuses or records_from")
+      tests/kernels/test_auto.py"
+    KERNEL_SELECT=(-k "default_block_sizes or block_dv_must or refuses or malformed_entry")
   fi
   BENCH_SIZES=(--lengths=64 --tokens=64 --heads=2 --head_dims=32 --dtypes=float32 --repeats=1 --check_max_length=64)
   FILE_LIMIT=${FILE_LIMIT:-240} TRAIN_LIMIT=${TRAIN_LIMIT:-240} BENCH_LIMIT=${BENCH_LIMIT:-120}
@@ -100,7 +100,7 @@ else
   # The Triton and Mosaic GPU kernels, then what every GPU run of the ops goes through. Not the *_tpu.py files:
   # their kernels run on a TPU only.
   KERNEL_TESTS=${KERNEL_TESTS:-tests/kernels/test_relu_attention_triton.py tests/kernels/test_linear_attention_triton.py
-    tests/kernels/test_relu_attention_mosaic_gpu.py tests/kernels/test_linear_attention_mosaic_gpu.py tests/kernels/test_platforms.py
+    tests/kernels/test_relu_attention_mosaic_gpu.py tests/kernels/test_linear_attention_mosaic_gpu.py tests/kernels/test_auto.py
     tests/kernels/test_relu_attention.py tests/kernels/test_linear_attention.py tests/kernels/test_input_checks.py
     tests/kernels/test_softmax_attention.py tests/kernels/test_dropout_bits.py tests/kernels/test_bench.py}
   KERNEL_SELECT=()
@@ -178,7 +178,7 @@ step_info() {
     command -v ptxas >/dev/null && ptxas --version | tail -1
     "$PY" -c "import sys, jax, jaxlib, flax, optax; print('python', sys.version.split()[0], 'jax', jax.__version__,
 'jaxlib', jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__); print(jax.devices())"
-    "$PY" -m kernels.platforms show
+    "$PY" -m kernels
   } 2>&1 | tee "$OUT/info.txt"
 }
 
@@ -226,7 +226,7 @@ step_kernel_tests() {
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
-  "$PY" -m kernels.platforms record --junit="$OUT/junit" --commit="$COMMIT" --out="$OUT/kernel_passes.json"
+  "$PY" benchmarks/gpu/summarise_tests.py "$OUT/junit" "$OUT/kernel_tests.json"
   echo "failures: $(grep -c '^=== ' "$PYTEST_FAILURES_FILE") (full reports in $OUT/failures.txt); first lines:"
   grep -E '^(=== |E  )' "$PYTEST_FAILURES_FILE" | head -30 | cut -c1-240
 }
@@ -323,7 +323,7 @@ step_pack() {
   tar -czf "$STATE/session.tar.gz" -C "$OUT" . && mv "$STATE/session.tar.gz" "$OUT/" || return 1
   mv "$OUT"/bench/kernels-*.json "$OUT"/ 2>/dev/null
   find "$OUT" -mindepth 1 -maxdepth 1 ! -name session.tar.gz ! -name info.txt ! -name failures.txt \
-    ! -name kernel_passes.json ! -name 'kernels-*.json' -exec rm -rf {} +
+    ! -name kernel_tests.json ! -name 'kernels-*.json' -exec rm -rf {} +
   [ "$(find "$OUT" -type f | wc -l)" -le 8 ] || echo "pack: more than 8 files under $OUT; some will not come back"
   ls -la "$OUT"
 }

@@ -138,6 +138,7 @@ def linear_attention(
     key_mask: jax.Array | None = None,
     eps: float = 1e-6,
     eps_mode: str = "add",
+    impl: str | None = None,
     options: LinearAttentionOptions | None = None,
 ) -> jax.Array:
     """Linear attention over non-negative features. phi_q, phi_k: `[batch, length, heads, m]`; v: `[..., d_v]`.
@@ -147,8 +148,9 @@ def linear_attention(
 
     Returns v's shape and dtype. `eps_mode`: how ε enters the denominator (module docstring). `options`: which
     implementation runs and how it is chunked and tiled (`kernels.options`); None: the defaults (impl "auto").
+    `impl`: the implementation (module docstring), in place of `options.impl`; None: `options.impl`.
     """
-    options = check_options(options, LinearAttentionOptions, "linear_attention")
+    options = check_options(options, LinearAttentionOptions, "linear_attention", impl)
     _check(phi_q, phi_k, v, key_mask, causal)
     check_eps_mode(eps_mode)
     if isinstance(eps, numbers.Real) and not (math.isfinite(eps) and eps > 0):

@@ -124,6 +124,7 @@ def relu_attention(
     key_mask: jax.Array | None = None,
     gamma: jax.Array | float = 1.0,
     row_scale: str = "sqrt_half",
+    impl: str | None = None,
     options: ReluAttentionOptions | None = None,
 ) -> jax.Array:
     """ReLU attention (docs/mixers.md). q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
@@ -133,9 +134,10 @@ def relu_attention(
       gamma: scalar or `[heads]`, the per-head temperature γ_h (positive).
       row_scale: "sqrt_half" divides row i by √(n_i/2) (ReLUFormer); "count" by n_i (ReLU/L);
         "none" by 1 (ReLA, and ReLUFormer's non-converging ablation).
+      impl: the implementation (module docstring), in place of `options.impl`; None: `options.impl`.
       options: which implementation runs and how it is tiled (`kernels.options`); None: the defaults (impl "auto").
     """
-    options = check_options(options, ReluAttentionOptions, "relu_attention")
+    options = check_options(options, ReluAttentionOptions, "relu_attention", impl)
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     refusal = _mosaic_refusal(q, k, v, options, causal)
     impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
@@ -152,6 +154,7 @@ def relu_attention_row_stats(
     key_mask: jax.Array | None = None,
     gamma: jax.Array | float = 1.0,
     row_scale: str = "sqrt_half",
+    impl: str | None = None,
     options: ReluAttentionOptions | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Row sums S_i = Σ_j a_ij and E_i = Σ_j a_ij log a_ij, each `[batch, q_length, heads]` float32.
@@ -161,7 +164,7 @@ def relu_attention_row_stats(
     the XLA impl under `jax.checkpoint`, so neither forward nor backward holds the T×T matrix. Arguments as
     `relu_attention`.
     """
-    options = check_options(options, ReluAttentionOptions, "relu_attention")
+    options = check_options(options, ReluAttentionOptions, "relu_attention", impl)
     _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
     k = zero_masked_rows(k, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
@@ -177,6 +180,7 @@ def relu_attention_and_row_stats(
     key_mask: jax.Array | None = None,
     gamma: jax.Array | float = 1.0,
     row_scale: str = "sqrt_half",
+    impl: str | None = None,
     options: ReluAttentionOptions | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`relu_attention`'s output and `relu_attention_row_stats`' (S_i, E_i), `[batch, q_length, heads]`.
@@ -188,7 +192,7 @@ def relu_attention_and_row_stats(
     S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p). Other impls (and the TPU and
     Mosaic GPU kernels) compute the two separately. Arguments as `relu_attention`.
     """
-    options = check_options(options, ReluAttentionOptions, "relu_attention")
+    options = check_options(options, ReluAttentionOptions, "relu_attention", impl)
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     refusal = _mosaic_refusal(q, k, v, options, causal, fused_row_stats=True)
     impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))

@@ -38,6 +38,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
+from kernels.auto import pick
 from kernels.blocking import (
     causal_block_k,
     default_block_k,
@@ -47,7 +48,7 @@ from kernels.masking import zero_masked_rows
 from kernels.numerics import (
     dropout_seed,
 )
-from kernels.platforms import auto_pallas_backend, largest_head_dim
+from kernels.platforms import largest_head_dim
 from kernels.softmax_attention.mosaic_tpu import SplashBlockSizes, softmax_attention_splash, splash_refusal
 from kernels.softmax_attention.reference import reference
 from kernels.softmax_attention.xla import softmax_attention_xla
@@ -85,19 +86,18 @@ class SoftmaxAttentionOptions:
         if self.pallas_interpret is not None and not isinstance(self.pallas_interpret, bool):
             raise ValueError(f"{name}.pallas_interpret: must be True, False or None, got {self.pallas_interpret!r}")
 
-    def plan(self, q: jax.Array, k: jax.Array, backend: str | None = None, *, causal: bool) -> str:
-        """The impl that runs for these inputs on `backend` (default: the running one's), in causal or full
-        attention."""
+    def plan(self, q: jax.Array, k: jax.Array, device: str | None = None, *, causal: bool) -> str:
+        """The impl that runs for these inputs, in causal or full attention: `impl`, or for "auto" what
+        `kernels.auto`'s table picks on `device` (a generation such as "cuda-sm90"; default: this machine's)."""
         if self.impl != "auto":
             return self.impl
-        backend = backend or jax.default_backend()
-        if backend == "gpu" and q.shape[1] > 1 and cudnn_refusal(q) is None:
-            return "cudnn"
-        if backend == "tpu":
-            head_dim = largest_head_dim(q, k)
-            if auto_pallas_backend(self.OP, k.shape[1], {}, causal=causal, dtype=q.dtype, head_dim=head_dim) == "tpu":
-                return "splash"
-        return "xla"
+        refusals = {"cudnn": lambda: cudnn_refusal(q) or ("one query" if q.shape[1] == 1 else None),
+                    "splash": lambda: splash_refusal(q, k, q)}  # fmt: skip
+        head_dim = largest_head_dim(q, k)
+        length = k.shape[1]
+        return pick(
+            self.OP, causal=causal, length=length, dtype=q.dtype, head_dim=head_dim, refusals=refusals, device=device
+        )
 
     def interpret(self) -> bool:
         return jax.default_backend() == "cpu" if self.pallas_interpret is None else self.pallas_interpret
@@ -152,6 +152,7 @@ def softmax_attention(
     key_mask: jax.Array | None = None,
     dropout_rate: float = 0.0,
     dropout_key: jax.Array | None = None,
+    impl: str | None = None,
     options: SoftmaxAttentionOptions | None = None,
 ) -> jax.Array:
     """Softmax attention. q, k, v: `[batch, length, heads, head_dim]`; returns v's shape and dtype.
@@ -161,9 +162,10 @@ def softmax_attention(
         it as key lengths (exact for trailing padding); a row that sees no key outputs 0 in every impl.
       dropout_rate, dropout_key: dropout on the attention weights (module docstring), with a JAX PRNG key;
         impls "xla" (which "auto" then is) and "reference" only.
+      impl: the implementation (module docstring), in place of `options.impl`; None: `options.impl`.
       options: which implementation runs and how it is tiled; None: the defaults (impl "auto").
     """
-    options = check_options(options, SoftmaxAttentionOptions, "softmax_attention")
+    options = check_options(options, SoftmaxAttentionOptions, "softmax_attention", impl)
     check_attention_inputs(q, k, v, key_mask, causal)
     rate = _check_dropout(dropout_rate, dropout_key)
     impl = "xla" if rate and options.impl == "auto" else options.plan(q, k, causal=causal)

@@ -56,9 +56,9 @@ def test_chunk_algorithm_in_bf16_stays_within_bf16_error(causal):
     """bf16 inputs: the within-chunk scores and the state go in as bf16 (the state as hi + lo), as in the
     kernels; outputs and gradients stay within the Triton kernels' bf16 bound of the fp32 reference."""
     phi_q, phi_k, v = _features((2, 512, 2, 64), 64, jnp.bfloat16, seed=1)
-    (_, out), grads = _loss(lambda q, k, v: linear_attention_mosaic_gpu(q, k, v, causal=causal, eps=1e-6, kernels="xla"))(
-        phi_q, phi_k, v
-    )
+    (_, out), grads = _loss(
+        lambda q, k, v: linear_attention_mosaic_gpu(q, k, v, causal=causal, eps=1e-6, kernels="xla")
+    )(phi_q, phi_k, v)
     f32 = [x.astype(jnp.float32) for x in (phi_q, phi_k, v)]
     (_, ref), ref_grads = _loss(lambda q, k, v: kernels.linear_attention(q, k, v, causal=causal, options=REFERENCE))(
         *f32

@@ -22,7 +22,11 @@ from kernels import (
 from tests.kernels.tolerances import fp32
 
 BAD = [
-    (dict(impl="cuda"), r"\.impl: unknown {op} impl 'cuda'; valid: auto, reference, xla, pallas"),
+    (
+        dict(impl="cuda"),
+        r"\.impl: unknown {op} impl 'cuda'; valid: auto, reference, xla, triton, mosaic_gpu, mosaic_tpu",
+    ),
+    (dict(impl="triton", pallas_backend="tpu"), r"\.pallas_backend: goes with impl 'pallas' only; impl 'triton' names"),
     (dict(pallas_backend="cuda"), r"\.pallas_backend: unknown pallas_backend 'cuda'; valid: tpu, gpu, triton"),
     (dict(pallas_interpret="yes"), r"\.pallas_interpret: must be True, False or None, got 'yes'"),
 ]

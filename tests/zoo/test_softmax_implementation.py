@@ -1,6 +1,7 @@
-"""The softmax mixer's implementation choice (cuDNN on GPU where it applies, splash on TPU once recorded passing,
+"""The softmax mixer's implementation choice (what `kernels.auto`'s table picks: cuDNN on Hopper where it applies,
 the blocked XLA softmax otherwise), what `zoo.describe` says about it, and the routing it makes."""
 
+import dataclasses
 import importlib
 
 import chex
@@ -9,8 +10,16 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+from kernels import auto, platforms
 from zoo import mixers, models
 from zoo.mixers.softmax import softmax_attention_path, softmax_implementation
+
+
+@pytest.fixture(autouse=True)
+def committed_table_under_this_jax(monkeypatch):
+    """The committed table as if its runs had passed under the running jax (they ran under 0.11)."""
+    minor = ".".join(jax.__version__.split(".")[:2])
+    monkeypatch.setattr(auto, "TABLE", tuple(dataclasses.replace(e, jax_minor=minor) for e in auto.TABLE))
 
 
 def _queries(dtype, head_dim, length=16):
@@ -19,27 +28,28 @@ def _queries(dtype, head_dim, length=16):
 
 @pytest.mark.every_case
 @pytest.mark.parametrize(
-    "option, backend, dtype, head_dim, length, bias, expected",
+    "option, device, dtype, head_dim, length, bias, expected",
     [
-        ("auto", "gpu", jnp.bfloat16, 64, 16, False, "cudnn"),
-        ("auto", "gpu", jnp.float16, 128, 16, False, "cudnn"),
-        ("auto", "gpu", jnp.float32, 64, 16, False, "xla"),  # cuDNN flash attention is half precision only
-        ("auto", "gpu", jnp.bfloat16, 256, 16, False, "xla"),
-        ("auto", "gpu", jnp.bfloat16, 60, 16, False, "xla"),
-        ("auto", "gpu", jnp.bfloat16, 64, 1, False, "xla"),  # a decoding step: one query
-        ("auto", "gpu", jnp.bfloat16, 64, 16, True, "dense"),  # a learned position bias: JAX's dense attention
+        ("auto", "cuda-sm90", jnp.bfloat16, 64, 16, False, "cudnn"),
+        ("auto", "cuda-sm90", jnp.float16, 128, 16, False, "cudnn"),
+        ("auto", "cuda-sm90", jnp.float32, 64, 16, False, "xla"),  # cuDNN flash attention is half precision only
+        ("auto", "cuda-sm90", jnp.bfloat16, 256, 16, False, "xla"),
+        ("auto", "cuda-sm90", jnp.bfloat16, 60, 16, False, "xla"),
+        ("auto", "cuda-sm90", jnp.bfloat16, 64, 1, False, "xla"),  # a decoding step: one query
+        ("auto", "cuda-sm90", jnp.bfloat16, 64, 16, True, "dense"),  # a learned position bias: JAX's dense attention
         ("auto", "cpu", jnp.bfloat16, 64, 16, False, "xla"),
-        ("auto", "tpu", jnp.bfloat16, 64, 16, False, "xla"),  # splash has no passing TPU record yet
-        ("dense", "gpu", jnp.bfloat16, 64, 16, False, "dense"),
-        ("xla", "gpu", jnp.bfloat16, 64, 16, False, "xla"),
+        ("auto", "tpu-v5e", jnp.bfloat16, 64, 16, False, "xla"),  # splash has no entry yet
+        ("auto", "cuda-sm80", jnp.bfloat16, 64, 16, False, "xla"),  # cuDNN has not run under test on an A100
+        ("dense", "cuda-sm90", jnp.bfloat16, 64, 16, False, "dense"),
+        ("xla", "cuda-sm90", jnp.bfloat16, 64, 16, False, "xla"),
         ("splash", "cpu", jnp.float32, 64, 16, False, "splash"),  # asked for: interpret mode on a CPU
         ("cudnn", "cpu", jnp.float32, 64, 16, False, "cudnn"),  # asked for: the op names why it cannot run
     ],
 )
-def test_implementation_choice(option, backend, dtype, head_dim, length, bias, expected):
+def test_implementation_choice(option, device, dtype, head_dim, length, bias, expected):
     q = _queries(dtype, head_dim, length)
-    assert softmax_implementation(option, backend, q, q, bias, causal=False) == expected
-    assert softmax_implementation(option, backend, q, q, bias, causal=True) == expected  # no record by mode yet
+    assert softmax_implementation(option, device, q, q, bias, causal=False) == expected
+    assert softmax_implementation(option, device, q, q, bias, causal=True) == expected  # one entry for both modes
 
 
 def test_unknown_implementation_is_an_error_naming_the_option():
@@ -64,18 +74,19 @@ def _model_cfg(dtype="bfloat16", **options):
 
 
 def test_describe_says_which_path_and_why():
-    assert softmax_attention_path(_model_cfg(), "gpu").startswith("cuDNN flash attention (gpu, bfloat16, head dim 16")
-    why = softmax_attention_path(_model_cfg("float32"), "gpu")
+    path = softmax_attention_path(_model_cfg(), "cuda-sm90")
+    assert path.startswith("cuDNN flash attention (cuda-sm90, bfloat16, head dim 16")
+    why = softmax_attention_path(_model_cfg("float32"), "cuda-sm90")
     assert why.startswith("XLA blocked softmax: cuDNN flash attention is bfloat16/float16 only, not float32")
-    assert "no passing record" in softmax_attention_path(_model_cfg(), "tpu")
-    assert softmax_attention_path(_model_cfg(), "cpu").startswith("XLA blocked softmax: no attention kernel")
-    dense = softmax_attention_path(_model_cfg(implementation="dense"), "gpu")
+    assert "no entry for tpu-v5e under jax" in softmax_attention_path(_model_cfg(), "tpu-v5e")
+    assert "no entry for cpu under jax" in softmax_attention_path(_model_cfg(), "cpu")
+    dense = softmax_attention_path(_model_cfg(implementation="dense"), "cuda-sm90")
     assert dense == "XLA dense softmax (implementation=dense)"
-    assert "relative_buckets=32" in softmax_attention_path(_model_cfg(relative_buckets=32), "gpu")
+    assert "relative_buckets=32" in softmax_attention_path(_model_cfg(relative_buckets=32), "cuda-sm90")
 
 
 def test_on_gpu_the_mixer_takes_the_key_length_path_except_for_single_query_steps(monkeypatch):
-    """Routing as it would be on a GPU (backend reported as "gpu", cuDNN replaced by XLA's key-length path):
+    """Routing as it would be on an H100 (device "cuda-sm90", cuDNN replaced by XLA's key-length path):
     same outputs as the blocked XLA softmax; decoding steps (one query) stay on XLA."""
     op = importlib.import_module("kernels.softmax_attention.api")
 
@@ -98,7 +109,7 @@ def test_on_gpu_the_mixer_takes_the_key_length_path_except_for_single_query_step
     mask = jnp.arange(16)[None] < jnp.array([[16], [9]])
     reference = build("xla")(x, mask=mask, causal=True)
     monkeypatch.setattr(op, "_dense", fake_dense)
-    monkeypatch.setattr(op.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(platforms, "device_class", lambda device=None: "cuda-sm90")
     routed = build("auto")
     out = routed(x, mask=mask, causal=True)
     assert calls == [(16, "cudnn")]

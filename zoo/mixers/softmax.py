@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 import kernels
+from kernels.platforms import device_class
 from kernels.softmax_attention.api import cudnn_refusal
 from zoo.config_fields import Field, integer, one_of
 from zoo.mixers.attention import MultiHeadMixer
@@ -66,27 +67,28 @@ def check_implementation(option: str, relative_buckets: int = 0) -> None:
 
 
 def softmax_implementation(
-    option: str, backend: str, q: jax.Array, k: jax.Array, has_bias: bool, *, causal: bool
+    option: str, device: str, q: jax.Array, k: jax.Array, has_bias: bool, *, causal: bool
 ) -> str:
-    """What `implementation=option` runs on `backend` for queries and keys like `q`, `k` (arrays or
-    `jax.ShapeDtypeStruct`s) in causal or full attention: one of `kernels.SOFTMAX_IMPLS` other than "auto"."""
+    """What `implementation=option` runs on `device` (a generation, `kernels.platforms.device_class`) for queries
+    and keys like `q`, `k` (arrays or `jax.ShapeDtypeStruct`s) in causal or full attention: one of
+    `kernels.SOFTMAX_IMPLS` other than "auto"."""
     check_implementation(option)
     if has_bias:
         return "dense"
-    return kernels.SoftmaxAttentionOptions(impl=option).plan(q, k, backend, causal=causal)
+    return kernels.SoftmaxAttentionOptions(impl=option).plan(q, k, device, causal=causal)
 
 
-def softmax_attention_path(model_cfg, backend: str) -> str:
-    """Which implementation the softmax mixer of `model_cfg` uses on `backend` for training-length inputs, and
-    why."""
+def softmax_attention_path(model_cfg, device: str) -> str:
+    """Which implementation the softmax mixer of `model_cfg` uses on `device` (a generation) for training-length
+    inputs, and why."""
     options = model_cfg.mixer_options.softmax
     head_dim = model_cfg.d_model // model_cfg.num_heads
     dtype = jnp.dtype(model_cfg.dtype)
     q = jax.ShapeDtypeStruct((1, model_cfg.max_length, model_cfg.num_heads, head_dim), dtype)
     has_bias = options.relative_buckets > 0
     # The encoders' full attention, which every task's model has (a decoder's causal layers plan their own).
-    impl = softmax_implementation(options.implementation, backend, q, q, has_bias, causal=False)
-    here = f"{backend}, {dtype.name}, head dim {head_dim}"
+    impl = softmax_implementation(options.implementation, device, q, q, has_bias, causal=False)
+    here = f"{device}, {dtype.name}, head dim {head_dim}"
     if has_bias:
         return f"XLA dense (relative_buckets={options.relative_buckets}: the position bias needs the T×T scores)"
     if model_cfg.get("attention_dropout", 0.0) and options.implementation not in ("auto", "xla"):
@@ -102,12 +104,9 @@ def softmax_attention_path(model_cfg, backend: str) -> str:
         return f"{SOFTMAX_PATHS[impl]} (implementation={impl})"
     if impl != "xla":
         return f"{SOFTMAX_PATHS[impl]} ({here}; decoding steps: blocked XLA)"
-    if backend == "gpu":
+    why = f"no entry for {device} under jax {jax.__version__} in kernels.auto's table"
+    if device.startswith("cuda") and cudnn_refusal(q) is not None:
         why = cudnn_refusal(q)
-    elif backend == "tpu":
-        why = "splash attention has no passing record for this TPU class and jax version (kernels/kernel_passes.json)"
-    else:
-        why = "no attention kernel for this platform"
     return f"{SOFTMAX_PATHS['xla']}: {why} (here: {here})"
 
 
@@ -117,7 +116,7 @@ def run_softmax_path(config) -> str | None:
     model = config.get("model")
     if model is None or model.get("mixer") != "softmax" or "softmax" not in model.get("mixer_options", {}):
         return None
-    return softmax_attention_path(model, jax.default_backend())
+    return softmax_attention_path(model, device_class())
 
 
 SOFTMAX_PATHS = {
