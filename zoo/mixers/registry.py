@@ -34,7 +34,7 @@ IMPL_OPTION = Field(
     "impl",
     "auto",
     one_of(*IMPLS),
-    "kernel implementation: auto (kernels.auto's table), reference, xla, or a Pallas build (triton, mosaic_gpu, mosaic_tpu)",
+    "kernel implementation: auto (kernels.auto's table), reference, xla, triton, mosaic_gpu, mosaic_tpu",
 )
 
 
