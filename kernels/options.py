@@ -29,13 +29,14 @@ from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes
 from kernels.relu_attention.mosaic_tpu import TpuBlockSizes
 from kernels.relu_attention.triton import PallasBlockSizes
 
-IMPLS = ("auto", "reference", "xla", "triton", "mosaic_gpu", "mosaic_tpu", "pallas")
-# The Pallas build each backend-named impl runs, as `pallas_backend` names it ("pallas" with `pallas_backend` is
-# the older spelling of the same choice, kept working).
-PALLAS_BUILDS = {"triton": "triton", "mosaic_gpu": "mosaic_gpu", "mosaic_tpu": "tpu"}
-# Each kernel build's tile sizes, per op: sizes of another build, or of the other op, are refused.
-RELU_BLOCK_SIZES = {"triton": PallasBlockSizes, "tpu": TpuBlockSizes, "mosaic_gpu": MgpuBlockSizes}
-LINEAR_BLOCK_SIZES = {"triton": LinearBlockSizes, "tpu": TpuChunkSizes, "mosaic_gpu": MgpuChunkSizes}
+# Each op's Pallas builds, by impl name, with their tile sizes: sizes of another build, or of the other op, are
+# refused. A new build is one line here (and its branch in the op's `_kernels`).
+RELU_BLOCK_SIZES = {"triton": PallasBlockSizes, "mosaic_gpu": MgpuBlockSizes, "mosaic_tpu": TpuBlockSizes}
+LINEAR_BLOCK_SIZES = {"triton": LinearBlockSizes, "mosaic_gpu": MgpuChunkSizes, "mosaic_tpu": TpuChunkSizes}
+IMPLS = ("auto", "reference", "xla", *RELU_BLOCK_SIZES, "pallas")
+# `pallas_backend`'s names (impl "pallas", the older spelling of a build) → the build; "gpu" and None are resolved
+# by `kernels.auto.resolve_pallas_backend` first.
+LEGACY_BUILDS = {"tpu": "mosaic_tpu", "triton": "triton", "mosaic_gpu": "mosaic_gpu"}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -53,7 +54,7 @@ class KernelOptions:
     """
 
     OP: ClassVar[str]
-    BLOCK_SIZES: ClassVar[dict[str, type]]  # kernel build ("triton", "tpu", "mosaic_gpu") → its tile sizes
+    BLOCK_SIZES: ClassVar[dict[str, type]]  # Pallas build ("triton", "mosaic_gpu", "mosaic_tpu") → its tile sizes
 
     impl: str = "auto"
     pallas_backend: str | None = None
@@ -66,7 +67,7 @@ class KernelOptions:
     def __post_init__(self):
         if self.impl not in IMPLS:
             raise self._error("impl", f"unknown {self.OP} impl {self.impl!r}; valid: {', '.join(IMPLS)}")
-        if self.pallas_backend is not None and self.impl in PALLAS_BUILDS:
+        if self.pallas_backend is not None and self.impl in self.BLOCK_SIZES:
             raise self._error("pallas_backend", f"goes with impl 'pallas' only; impl {self.impl!r} names its build")
         if self.pallas_backend is not None and self.pallas_backend not in PALLAS_BACKENDS:
             valid = ", ".join(PALLAS_BACKENDS)
@@ -79,7 +80,7 @@ class KernelOptions:
         if not isinstance(sizes, tuple(self.BLOCK_SIZES.values())):
             valid = ", ".join(f"{t.__name__} ({build})" for build, t in self.BLOCK_SIZES.items())
             raise self._error("pallas_block_sizes", f"{type(sizes).__name__} are not {self.OP}'s; valid: {valid}")
-        build = PALLAS_BUILDS.get(self.impl, self.pallas_backend)
+        build = self.impl if self.impl in self.BLOCK_SIZES else LEGACY_BUILDS.get(self.pallas_backend)
         named = self.BLOCK_SIZES.get(build)
         if named is not None and not isinstance(sizes, named):
             raise self._error(
@@ -102,36 +103,33 @@ class KernelOptions:
         causal: bool,
         dtype,
         head_dim: int,
-    ) -> tuple[str, str | None]:
-        """(impl, kernels) to run at key `length`: ("reference" or "xla", None), or ("pallas", the build
-        `resolve_pallas_backend` names: "tpu", "mosaic_gpu", "gpu" for Triton, or the platform's name for Triton in
-        interpret mode). "auto" follows `kernels.auto.pick` for inputs of this `dtype` and largest head dim
-        `head_dim` in this attention mode. `mosaic_refusal()`: why the Mosaic GPU kernels cannot take the inputs
-        (None: they can)."""
-        impl, requested = self.impl, self.pallas_backend
+    ) -> str:
+        """What runs at key `length`: "reference", "xla" or a Pallas build ("triton", "mosaic_gpu", "mosaic_tpu").
+        "auto" follows `kernels.auto.pick` for inputs of this `dtype` and largest head dim `head_dim` in this
+        attention mode; "pallas" the build `pallas_backend` names (`kernels.auto.resolve_pallas_backend`).
+        `mosaic_refusal()`: why the Mosaic GPU kernels cannot take the inputs (None: they can)."""
+        impl = self.impl
         if impl == "auto":
             impl = pick(
                 self.OP, causal=causal, length=length, dtype=dtype, head_dim=head_dim,
                 refusals={"mosaic_gpu": mosaic_refusal},
             )  # fmt: skip
-        if impl in PALLAS_BUILDS:
-            # Triton by name runs interpreted where the options say so (a CPU), built for a GPU otherwise.
-            requested = None if impl == "triton" and self.interpret() else PALLAS_BUILDS[impl]
-            impl = "pallas"
-        if impl != "pallas":
-            return impl, None
-        return impl, resolve_pallas_backend(requested, mosaic_refusal, op=self.OP)
+        if impl == "pallas":
+            backend = resolve_pallas_backend(self.pallas_backend, mosaic_refusal, op=self.OP)
+            return LEGACY_BUILDS.get(backend, "triton")  # "gpu", or a CPU's name: Triton (interpreted there)
+        return impl
 
     def interpret(self) -> bool:
         """Whether the kernels run in interpret mode: `pallas_interpret`, by default on a CPU backend."""
         return jax.default_backend() == "cpu" if self.pallas_interpret is None else self.pallas_interpret
 
-    def block_sizes_for(self, backend: str):
-        """`pallas_block_sizes` for the kernels `backend` names (as `resolve_pallas_backend` returns it), None
-        when unset; ValueError when they are another build's (`pallas_backend` "gpu" that ran Triton with Mosaic
-        GPU tile sizes)."""
-        # `resolve_pallas_backend` names the Triton kernels "gpu", or the platform's name in interpret mode.
-        build = backend if backend in self.BLOCK_SIZES else "triton"
+    def triton_platform(self) -> str:
+        """What the Triton kernels are built for: "gpu", or in interpret mode the running platform's name."""
+        return jax.default_backend() if self.interpret() else "gpu"
+
+    def block_sizes_for(self, build: str):
+        """`pallas_block_sizes` for `build`, None when unset; ValueError when they are another build's (impl
+        "pallas" with `pallas_backend` "gpu" that ran Triton with Mosaic GPU tile sizes)."""
         sizes = self.pallas_block_sizes
         if sizes is not None and not isinstance(sizes, self.BLOCK_SIZES[build]):
             raise self._error(

@@ -101,26 +101,26 @@ def _mosaic_refusal(phi_q, v, options: LinearAttentionOptions, causal: bool):
     return refusal
 
 
-def _kernels(backend: str, options: LinearAttentionOptions, phi_q, phi_k, v, causal: bool, eps, eps_mode):
-    """Runs the kernels `backend` names (`LinearAttentionOptions.plan`). What every linear backend takes: φ(q), φ(k)
+def _kernels(build: str, options: LinearAttentionOptions, phi_q, phi_k, v, causal: bool, eps, eps_mode):
+    """Runs the Pallas `build` (`LinearAttentionOptions.plan`). What every linear build takes: φ(q), φ(k)
     `[batch, length, heads, m]` with padded keys' rows zeroed, v `[..., d_v]`, `causal`, ε and its mode, and its
     own block-size dataclass; it returns the output `[..., d_v]` in v's dtype."""
-    if backend == "mosaic_gpu":
+    if build == "mosaic_gpu":
         sizes = _mgpu_sizes(options)
         return linear_attention_mosaic_gpu(
             phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes
         )
-    sizes = options.block_sizes_for(backend)
+    sizes = options.block_sizes_for(build)
     interpret = options.interpret()
-    if backend == "tpu":
+    if build == "mosaic_tpu":
         return linear_attention_mosaic_tpu(
             phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, interpret=interpret
         )
     if sizes is None and options.chunk_size:
         sizes = LinearBlockSizes(chunk=options.chunk_size)
     return linear_attention_triton(
-        phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, backend=backend,
-        interpret=interpret,
+        phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes,
+        backend=options.triton_platform(), interpret=interpret,
     )  # fmt: skip
 
 
@@ -155,7 +155,7 @@ def linear_attention(
     check_eps_mode(eps_mode)
     if isinstance(eps, numbers.Real) and not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"linear_attention eps={eps!r} must be a finite number > 0 (it keeps the denominator off 0)")
-    impl, backend = options.plan(
+    impl = options.plan(
         phi_k.shape[1],
         _mosaic_refusal(phi_q, v, options, causal),
         causal=causal,
@@ -169,8 +169,8 @@ def linear_attention(
     check_non_negative("phi_k", phi_k, nan_passes=impl != "reference")
     if impl == "reference":
         return reference(phi_q, phi_k, v, causal, eps, eps_mode)
-    if impl == "pallas":
-        return _kernels(backend, options, phi_q, phi_k, v, causal, eps, eps_mode)
+    if impl != "xla":
+        return _kernels(impl, options, phi_q, phi_k, v, causal, eps, eps_mode)
     if not causal:
         return linear_attention_xla_full(phi_q, phi_k, v, eps, eps_mode)
     return linear_attention_xla_causal(phi_q, phi_k, v, eps, eps_mode, options.chunk_size or DEFAULT_CHUNK)

@@ -72,35 +72,35 @@ def _mosaic_refusal(q, k, v, options: ReluAttentionOptions, causal: bool, fused_
     return refusal
 
 
-def _kernels(backend: str, options: ReluAttentionOptions, q, k, v, key_mask, factor, causal: bool, row_stats=False):
-    """Runs the kernels `backend` names (`ReluAttentionOptions.plan`). What every ReLU backend takes: q, k, v
+def _kernels(build: str, options: ReluAttentionOptions, q, k, v, key_mask, factor, causal: bool, row_stats=False):
+    """Runs the Pallas `build` (`ReluAttentionOptions.plan`). What every ReLU build takes: q, k, v
     `[batch, length, heads, dim]` with padded keys' rows zeroed, key_mask `[batch, key_length]` bool, the row
     factor 1/(γ_h r(n_i)) `[batch, heads, q_length]` float32 (differentiable: dγ flows through it), `causal`, and
     its own block-size dataclass; it returns Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j in v's dtype. With
     `row_stats` (Triton only) also Σ_j p_ij and Σ_j p_ij log p_ij of the unscaled p, `[batch, heads, q_length]`."""
-    sizes = options.block_sizes_for(backend)
-    if backend == "mosaic_gpu":  # Hopper kernels (MgpuBlockSizes.backward picks the backward)
+    sizes = options.block_sizes_for(build)
+    if build == "mosaic_gpu":  # Hopper kernels (MgpuBlockSizes.backward picks the backward)
         return relu_attention_mosaic_gpu(q, k, v, key_mask, factor, causal=causal, block_sizes=sizes)
     interpret = options.interpret()
-    if backend == "tpu":
+    if build == "mosaic_tpu":
         return relu_attention_mosaic_tpu(
             q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, interpret=interpret
         )
     return relu_attention_triton(
-        q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, backend=backend, interpret=interpret,
-        row_stats=row_stats,
+        q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, backend=options.triton_platform(),
+        interpret=interpret, row_stats=row_stats,
     )  # fmt: skip
 
 
-def _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options: ReluAttentionOptions, impl, backend):
-    """The output by `impl` (and `backend` for "pallas"), on prepared inputs (`_prepare`)."""
+def _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options: ReluAttentionOptions, impl):
+    """The output by `impl` ("reference", "xla" or a Pallas build), on prepared inputs (`_prepare`)."""
     if impl == "reference":
         return reference(q, k, v, key_mask, gamma_h, causal, row_scale)
     if impl == "xla":
         block_k = causal_block_k(q, k, causal, options.block_k(causal=causal))
         return relu_attention_xla(q, k, v, key_mask, gamma_h, causal, row_scale, block_k)
     factor = mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])  # differentiable: dγ flows through it
-    return _kernels(backend, options, q, k, v, key_mask, factor, causal)
+    return _kernels(impl, options, q, k, v, key_mask, factor, causal)
 
 
 def _row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, block_k):
@@ -140,10 +140,10 @@ def relu_attention(
     options = check_options(options, ReluAttentionOptions, "relu_attention", impl)
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     refusal = _mosaic_refusal(q, k, v, options, causal)
-    impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
+    impl = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-    return _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl, backend)
+    return _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl)
 
 
 def relu_attention_row_stats(
@@ -185,8 +185,8 @@ def relu_attention_and_row_stats(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`relu_attention`'s output and `relu_attention_row_stats`' (S_i, E_i), `[batch, q_length, heads]`.
 
-    With impl="pallas" on a GPU (the Triton kernels, which pallas_backend "gpu" picks here on Hopper too;
-    interpret mode on a CPU) the forward kernel accumulates
+    With the Triton kernels (impl "triton", or "pallas" with pallas_backend "gpu", which picks them here on Hopper
+    too; interpret mode on a CPU) the forward kernel accumulates
     Σ_j p_ij and Σ_j p_ij log p_ij of the unscaled p = ReLU(s)·m in the pass that computes the output, and
     the backward kernels take their cotangents: no second T² pass. With a row factor f_i > 0,
     S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p). Other impls (and the TPU and
@@ -195,14 +195,14 @@ def relu_attention_and_row_stats(
     options = check_options(options, ReluAttentionOptions, "relu_attention", impl)
     _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
     refusal = _mosaic_refusal(q, k, v, options, causal, fused_row_stats=True)
-    impl, backend = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
+    impl = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
     k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
     key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-    if impl != "pallas" or backend in ("tpu", "mosaic_gpu"):
-        out = _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl, backend)
+    if impl != "triton":
+        out = _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl)
         return out, *_row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, options.block_k(causal=causal))
     factor = mask_factor(key_mask, gamma_h, causal, row_scale, q.shape[1])
-    out, p_sum, p_xlogx = _kernels(backend, options, q, k, v, key_mask, factor, causal, row_stats=True)
+    out, p_sum, p_xlogx = _kernels(impl, options, q, k, v, key_mask, factor, causal, row_stats=True)
     row_sum = factor * p_sum
     row_xlogx = factor * (jnp.log(factor) * p_sum + p_xlogx)
     return out, row_sum.transpose(0, 2, 1), row_xlogx.transpose(0, 2, 1)
