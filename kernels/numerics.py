@@ -88,6 +88,18 @@ def triton_compiler_params(platform: str, num_warps: int | None, num_stages: int
     return None
 
 
+def tpu_interpret(interpret: bool | str):
+    """What a Mosaic TPU kernel's `pl.pallas_call(interpret=...)` takes for an options' `pallas_interpret`: "tpu" is
+    Pallas's TPU interpret mode — memory spaces, DMAs and semaphores simulated, two cores running the "parallel"
+    grid axes, uninitialised memory read as NaN, races printed as "RACE DETECTED" — else the plain HLO interpreter
+    (True) or the compiled kernel (False)."""
+    if interpret != "tpu":
+        return bool(interpret)
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.InterpretParams(detect_races=True, num_cores_or_threads=2)
+
+
 # ----------------------------------------------------------------------------------------------
 # Dropout's random bits
 # ----------------------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ class KernelOptions:
       has an entry in `kernels.auto.TABLE` there, else Triton) or None (the running platform's).
     pallas_block_sizes: tile sizes of the kernels that run, as their build's dataclass (`BLOCK_SIZES`); None:
       that build's defaults.
-    pallas_interpret: run the kernels in Pallas interpret mode; None: on a CPU backend only.
+    pallas_interpret: run the kernels in Pallas interpret mode (True); "tpu": the Mosaic TPU kernels in Pallas's TPU
+      interpret mode (`kernels.numerics.tpu_interpret`), the others as True; None: on a CPU backend only.
     """
 
     OP: ClassVar[str]
@@ -59,7 +60,7 @@ class KernelOptions:
     impl: str = "auto"
     pallas_backend: str | None = None
     pallas_block_sizes: object = None
-    pallas_interpret: bool | None = None
+    pallas_interpret: bool | str | None = None
 
     def _error(self, field: str, message: str) -> ValueError:
         return ValueError(f"{type(self).__name__}.{field}: {message}")
@@ -72,8 +73,9 @@ class KernelOptions:
         if self.pallas_backend is not None and self.pallas_backend not in PALLAS_BACKENDS:
             valid = ", ".join(PALLAS_BACKENDS)
             raise self._error("pallas_backend", f"unknown pallas_backend {self.pallas_backend!r}; valid: {valid}")
-        if self.pallas_interpret is not None and not isinstance(self.pallas_interpret, bool):
-            raise self._error("pallas_interpret", f"must be True, False or None, got {self.pallas_interpret!r}")
+        mode = self.pallas_interpret
+        if not (mode is None or isinstance(mode, bool) or mode == "tpu"):
+            raise self._error("pallas_interpret", f"must be True, False, 'tpu' or None, got {self.pallas_interpret!r}")
         sizes = self.pallas_block_sizes
         if sizes is None:
             return
@@ -120,8 +122,12 @@ class KernelOptions:
         return impl
 
     def interpret(self) -> bool:
-        """Whether the kernels run in interpret mode: `pallas_interpret`, by default on a CPU backend."""
-        return jax.default_backend() == "cpu" if self.pallas_interpret is None else self.pallas_interpret
+        """Whether the kernels run in interpret mode: `pallas_interpret` ("tpu" counts), by default on a CPU."""
+        return jax.default_backend() == "cpu" if self.pallas_interpret is None else bool(self.pallas_interpret)
+
+    def tpu_interpret(self) -> bool | str:
+        """`pallas_interpret` for the Mosaic TPU kernels: "tpu" as it is, else `interpret()`."""
+        return "tpu" if self.pallas_interpret == "tpu" else self.interpret()
 
     def triton_platform(self) -> str:
         """What the Triton kernels are built for: "gpu", or in interpret mode the running platform's name."""

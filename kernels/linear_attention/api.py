@@ -111,8 +111,8 @@ def _kernels(build: str, options: LinearAttentionOptions, phi_q, phi_k, v, causa
             phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes
         )
     sizes = options.block_sizes_for(build)
-    interpret = options.interpret()
     if build == "mosaic_tpu":
+        interpret = options.tpu_interpret()
         return linear_attention_mosaic_tpu(
             phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes, interpret=interpret
         )
@@ -120,7 +120,7 @@ def _kernels(build: str, options: LinearAttentionOptions, phi_q, phi_k, v, causa
         sizes = LinearBlockSizes(chunk=options.chunk_size)
     return linear_attention_triton(
         phi_q, phi_k, v, causal=causal, eps=eps, eps_mode=eps_mode, block_sizes=sizes,
-        backend=options.triton_platform(), interpret=interpret,
+        backend=options.triton_platform(), interpret=options.interpret(),
     )  # fmt: skip
 
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.numerics import LANES, TRANS_B, lower_triangle, round_up, stabilise_denominator
+from kernels.numerics import LANES, TRANS_B, lower_triangle, round_up, stabilise_denominator, tpu_interpret
 
 # `jax.experimental.pallas.tpu` is imported by the functions that build the kernels, not here: with the Triton and
 # splash imports (kernels/triton_tiles.py, softmax_attention/mosaic_tpu.py) it took 0.17 s of the start-up of
@@ -252,10 +252,10 @@ def linear_attention_mosaic_tpu(
     eps: float,
     eps_mode: str = "add",
     block_sizes: TpuChunkSizes | None = None,
-    interpret: bool = False,
+    interpret: bool | str = False,
 ) -> jax.Array:
     """The Mosaic TPU kernels, from what every linear backend takes (kernels/README.md); `interpret` runs them
-    on any platform."""
+    on any platform ("tpu": in TPU interpret mode, `kernels.numerics.tpu_interpret`)."""
     sizes = block_sizes or TpuChunkSizes()
     t = phi_q.shape[1]
     t_pad = round_up(t, sizes.chunk)
@@ -263,5 +263,6 @@ def linear_attention_mosaic_tpu(
     def head_major(x):  # zero rows add nothing to the state and their outputs are dropped
         return jnp.pad(x, ((0, 0), (0, t_pad - t), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
 
+    interpret = tpu_interpret(interpret)
     out = _attend(head_major(phi_q), head_major(phi_k), head_major(v), causal, eps, eps_mode, sizes, interpret)
     return out.transpose(0, 2, 1, 3)[:, :t]

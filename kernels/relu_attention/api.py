@@ -84,7 +84,7 @@ def _kernels(build: str, options: ReluAttentionOptions, q, k, v, key_mask, facto
     interpret = options.interpret()
     if build == "mosaic_tpu":
         return relu_attention_mosaic_tpu(
-            q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, interpret=interpret
+            q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, interpret=options.tpu_interpret()
         )
     return relu_attention_triton(
         q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, backend=options.triton_platform(),

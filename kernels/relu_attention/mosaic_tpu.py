@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.numerics import LANES, TRANS_B, padded_lengths
+from kernels.numerics import LANES, TRANS_B, padded_lengths, tpu_interpret
 
 # `jax.experimental.pallas.tpu` is imported by the functions that build the kernels, not here, as in
 # linear_attention/mosaic_tpu.py: CPU and GPU runs never use it, and every process that imports `kernels` would
@@ -305,10 +305,10 @@ def relu_attention_mosaic_tpu(
     *,
     causal: bool,
     block_sizes: TpuBlockSizes | None = None,
-    interpret: bool = False,
+    interpret: bool | str = False,
 ) -> jax.Array:
     """The Mosaic TPU kernels, from the arrays every ReLU backend takes (kernels/README.md); `interpret` runs
-    them on any platform."""
+    them on any platform ("tpu": in TPU interpret mode, `kernels.numerics.tpu_interpret`)."""
     sizes = block_sizes or TpuBlockSizes()
     tq, d = q.shape[1], q.shape[-1]
     tk = k.shape[1]
@@ -323,6 +323,6 @@ def relu_attention_mosaic_tpu(
     factor = jnp.pad(factor.astype(jnp.float32), ((0, 0), (0, 0), (0, tq_pad - tq)))
     out = _attend(
         head_major(q, tq_pad), head_major(k, tk_pad), head_major(v, tk_pad), valid, factor, causal,
-        1.0 / math.sqrt(d), sizes, interpret,
+        1.0 / math.sqrt(d), sizes, tpu_interpret(interpret),
     )  # fmt: skip
     return out.transpose(0, 2, 1, 3)[:, :tq]

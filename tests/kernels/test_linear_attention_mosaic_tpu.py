@@ -1,5 +1,6 @@
 """The Mosaic TPU linear-attention kernels: equal to "reference" in interpret mode (outputs and every gradient,
-the normaliser's path into dφ(k) included), and lowered for TPU by cross-platform export on this CPU; the
+the normaliser's path into dφ(k) included) and in Pallas's TPU interpret mode (simulated memory spaces, DMAs and
+two cores, with no race), and lowered for TPU by cross-platform export on this CPU; the
 Triton kernels' CUDA lowering is checked the same way."""
 
 import chex
@@ -13,9 +14,10 @@ from tests.kernels.lowering import BACKEND, every_lowering_case, layout_copies, 
 from tests.kernels.tolerances import bound, fp32, pallas_against_reference
 
 
-def _options(impl: str, **sizes) -> LinearAttentionOptions:
+def _options(impl: str, interpret: bool | str = True, **sizes) -> LinearAttentionOptions:
     """`impl`, where "pallas" is the Mosaic TPU kernels in interpret mode on this machine."""
-    return LinearAttentionOptions(impl=impl, pallas_backend="tpu", pallas_interpret=True, **sizes)
+    impl = "mosaic_tpu" if impl == "pallas" else impl
+    return LinearAttentionOptions(impl=impl, pallas_interpret=interpret, **sizes)
 
 
 CASES = [
@@ -31,6 +33,16 @@ CASES = [
 
 @pytest.mark.parametrize("causal, dtype, t, m, d, chunk, eps_mode", CASES)
 def test_interpret_mode_matches_reference(causal, dtype, t, m, d, chunk, eps_mode):
+    _matches_reference(causal, dtype, t, m, d, chunk, eps_mode, interpret=True)
+
+
+@pytest.mark.parametrize("causal, dtype, t, m, d, chunk, eps_mode", [CASES[1], CASES[3], CASES[5]])
+def test_tpu_interpret_mode_matches_reference_without_races(causal, dtype, t, m, d, chunk, eps_mode, capfd):
+    _matches_reference(causal, dtype, t, m, d, chunk, eps_mode, interpret="tpu")
+    assert "RACE DETECTED" not in capfd.readouterr().out
+
+
+def _matches_reference(causal, dtype, t, m, d, chunk, eps_mode, interpret):
     k0, k1, k2, k3 = jax.random.split(jax.random.key(t + m), 4)
     phi_q = jax.nn.softplus(jax.random.normal(k0, (2, t, 2, m))).astype(dtype)
     phi_k = jax.nn.softplus(jax.random.normal(k1, (2, t, 2, m))).astype(dtype)
@@ -40,7 +52,7 @@ def test_interpret_mode_matches_reference(causal, dtype, t, m, d, chunk, eps_mod
     f32 = lambda x: x.astype(jnp.float32)
 
     def loss(a, b, c, impl):
-        options = _options(impl, pallas_block_sizes=TpuChunkSizes(chunk))
+        options = _options(impl, interpret, pallas_block_sizes=TpuChunkSizes(chunk))
         out = kernels.linear_attention(a, b, c, causal=causal, key_mask=mask, eps_mode=eps_mode, options=options)
         return jnp.sum(f32(out) * w), out
 

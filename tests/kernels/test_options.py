@@ -28,7 +28,8 @@ BAD = [
     ),
     (dict(impl="triton", pallas_backend="tpu"), r"\.pallas_backend: goes with impl 'pallas' only; impl 'triton' names"),
     (dict(pallas_backend="cuda"), r"\.pallas_backend: unknown pallas_backend 'cuda'; valid: tpu, gpu, triton"),
-    (dict(pallas_interpret="yes"), r"\.pallas_interpret: must be True, False or None, got 'yes'"),
+    (dict(pallas_interpret="yes"), r"\.pallas_interpret: must be True, False, 'tpu' or None, got 'yes'"),
+    (dict(pallas_interpret=1), r"\.pallas_interpret: must be True, False, 'tpu' or None, got 1"),
 ]
 
 

@@ -1,6 +1,7 @@
 """The Mosaic TPU ReLU-attention kernels: equal to "reference" in interpret mode (outputs and every gradient,
-γ included), and lowered for TPU by cross-platform export on this CPU — kernels, not an XLA fallback. The
-Triton kernels' CUDA lowering is checked the same way."""
+γ included) and in Pallas's TPU interpret mode (simulated memory spaces, DMAs and two cores, with no race), and
+lowered for TPU by cross-platform export on this CPU — kernels, not an XLA fallback. The Triton kernels' CUDA
+lowering is checked the same way."""
 
 import chex
 import jax
@@ -25,6 +26,37 @@ CASES = [
 
 @pytest.mark.parametrize("causal, dtype, t, d, row_scale, sizes", CASES)
 def test_interpret_mode_matches_reference(causal, dtype, t, d, row_scale, sizes):
+    _matches_reference(causal, dtype, t, d, row_scale, sizes, interpret=True)
+
+
+@pytest.mark.parametrize("causal, dtype, t, d, row_scale, sizes", [CASES[1], CASES[2], CASES[5]])
+def test_tpu_interpret_mode_matches_reference_without_races(causal, dtype, t, d, row_scale, sizes, capfd):
+    _matches_reference(causal, dtype, t, d, row_scale, sizes, interpret="tpu")
+    assert "RACE DETECTED" not in capfd.readouterr().out
+
+
+def test_the_tpu_interpreter_reports_a_race_where_there_is_one(capfd):
+    """The check above is only as good as this: two cores adding into one output block along a "parallel" axis."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    from kernels.numerics import tpu_interpret
+
+    def add_into(x_ref, o_ref):
+        o_ref[...] = o_ref[...] + x_ref[...]
+
+    for semantics, races in (("parallel", True), ("arbitrary", False)):
+        racy = pl.pallas_call(
+            add_into, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(4,),
+            in_specs=[pl.BlockSpec((None, 8, 128), lambda i: (i, 0, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=(semantics,)), interpret=tpu_interpret("tpu"),
+        )  # fmt: skip
+        jax.block_until_ready(racy(jnp.ones((4, 8, 128))))
+        assert ("RACE DETECTED" in capfd.readouterr().out) == races, semantics
+
+
+def _matches_reference(causal, dtype, t, d, row_scale, sizes, interpret):
     kq, kk, kv, kw = jax.random.split(jax.random.key(t + d), 4)
     q, k, v = (jax.random.normal(key, (2, t, 2, d)).astype(dtype) for key in (kq, kk, kv))
     mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2 + 1]])
@@ -33,7 +65,8 @@ def test_interpret_mode_matches_reference(causal, dtype, t, d, row_scale, sizes)
 
     def loss(q, k, v, gamma, impl):
         # "pallas": the Mosaic TPU kernels in interpret mode on this machine
-        options = ReluAttentionOptions(impl=impl, pallas_backend="tpu", pallas_interpret=True, pallas_block_sizes=sizes)
+        impl = "mosaic_tpu" if impl == "pallas" else impl
+        options = ReluAttentionOptions(impl=impl, pallas_interpret=interpret, pallas_block_sizes=sizes)
         out = kernels.relu_attention(
             q, k, v, causal=causal, key_mask=mask, gamma=gamma, row_scale=row_scale, options=options
         )
