@@ -62,19 +62,21 @@ def test_block_sizes_of_the_other_op_are_refused(cls, other_ops_sizes):
 
 
 @pytest.mark.parametrize(
-    "cls, backend, sizes, wanted",
+    "cls, build, sizes, wanted",
     [
-        (ReluAttentionOptions, "tpu", PallasBlockSizes(), "TpuBlockSizes"),
+        (ReluAttentionOptions, "mosaic_tpu", PallasBlockSizes(), "TpuBlockSizes"),
         (ReluAttentionOptions, "triton", MgpuBlockSizes(), "PallasBlockSizes"),
         (ReluAttentionOptions, "mosaic_gpu", TpuBlockSizes(), "MgpuBlockSizes"),
-        (LinearAttentionOptions, "tpu", LinearBlockSizes(), "TpuChunkSizes"),
+        (LinearAttentionOptions, "mosaic_tpu", LinearBlockSizes(), "TpuChunkSizes"),
         (LinearAttentionOptions, "triton", TpuChunkSizes(), "LinearBlockSizes"),
         (LinearAttentionOptions, "mosaic_gpu", LinearBlockSizes(), "MgpuChunkSizes"),
     ],
 )
-def test_block_sizes_must_be_those_of_the_kernels_named(cls, backend, sizes, wanted):
-    with pytest.raises(ValueError, match=rf"are not the {backend} kernels' \({wanted}\)"):
-        cls(pallas_backend=backend, pallas_block_sizes=sizes)
+def test_block_sizes_must_be_those_of_the_kernels_named(cls, build, sizes, wanted):
+    with pytest.raises(ValueError, match=rf"are not the {build} kernels' \({wanted}\)"):
+        cls(impl=build, pallas_block_sizes=sizes)
+    with pytest.raises(ValueError, match=rf"are not the {build} kernels' \({wanted}\)"):  # the older spelling
+        cls(impl="pallas", pallas_backend={"mosaic_tpu": "tpu"}.get(build, build), pallas_block_sizes=sizes)
     # "gpu" picks Mosaic GPU or Triton by the device: either build's sizes are taken when the options are built.
     assert cls(pallas_backend="gpu", pallas_block_sizes=cls.BLOCK_SIZES["mosaic_gpu"]()).pallas_backend == "gpu"
 
