@@ -1,15 +1,19 @@
-"""Kernel benchmark: every impl of ReLU and linear attention against every impl of the softmax baseline.
+"""Kernel benchmark: every impl of ReLU and linear attention beside the softmax baseline.
 
     python -m kernels.bench                        # the default sweep for this backend
     python -m kernels.bench --lengths=1024,4096,16384 --head_dims=128 --dtypes=bfloat16 --causal=true
+    python -m kernels.bench --dry_run              # a GPU's default sweep, every case at toy sizes, here
     make bench
 
-For each (op, impl, B, H, T, D, dtype, causal) it times the jitted forward and forward+backward (median of
-`--repeats` after a warm-up), reports TFLOP/s (attention forward = 4·B·H·T²·D, causal 2·B·H·T²·D;
-backward 2.5× forward; linear attention forward = 4·B·H·T·m·d_v), the share of the device's dense peak,
-the time against the HBM-bandwidth bound for linear attention, and XLA's temporary memory of the compiled
-function. Results go to `benchmarks/kernels-<device>.json` with the device named, and a plot of time
-against length to `benchmarks/kernels-<device>.svg`. Imports only jax.
+On an accelerator the default sweep is the kernels' targets (docs/kernels.md): T 4K and 16K, causal and not,
+D 128 and 64, bf16, B·T = 65,536 tokens, H 16. For each (op, impl, B, H, T, D, dtype, causal) it times the jitted
+forward and forward+backward (median of `--repeats` after a warm-up) and reports TFLOP/s (attention forward =
+4·B·H·T²·D, causal 2·B·H·T²·D; backward 2.5× forward; linear attention forward = 4·B·H·T·m·d_v), the time as a
+multiple of the softmax baseline's at the same shape (`x_baseline`: cuDNN on a GPU, splash on a TPU, else the
+blocked XLA softmax), the share of the device's dense peak, the time against the HBM-bandwidth bound for linear
+attention with flash-linear-attention's published H100 figures beside it, and XLA's temporary memory. Results go
+to `benchmarks/kernels-<device>.json` with the device named, and a plot of time against length to
+`benchmarks/kernels-<device>.svg`. Imports only jax.
 """
 
 from __future__ import annotations
@@ -47,18 +51,25 @@ PEAKS = {
 }
 
 
+# flash-linear-attention's `chunk` linear attention on an H100, B 8, H 32, D 128, causal (its README, 2025):
+# T → (forward ms, forward+backward ms). Linear in B·H, so set beside a case scaled by its B·H / 256.
+FLA_H100 = {2048: (0.45, 2.28), 4096: (0.64, 3.37), 8192: (1.01, 5.58), 16384: (1.75, 10.19)}
+# The softmax impls a shape's baseline is, in order of preference.
+BASELINES = ("cudnn", "splash", "xla")
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     op: str  # "relu" | "linear" | "softmax"
-    impl: str  # "reference" | "xla" | "pallas" | "mosaic" (Hopper); softmax: `kernels.SOFTMAX_IMPLS`
+    impl: str  # "reference" | "xla" | "triton" | "mosaic_gpu" | "mosaic_tpu"; softmax: `kernels.SOFTMAX_IMPLS`
     batch: int
     heads: int
     length: int
     head_dim: int
     dtype: str
     causal: bool
-    # Pallas block sizes: "bq,bk,bq_bwd,bk_bwd,warps,stages" (relu) or "chunk,warps,stages,block_dv" (linear;
-    # warps 0 = the default).
+    # Block sizes of the build: Triton "bq,bk,bq_bwd,bk_bwd,warps,stages" (relu) or "chunk,warps,stages,block_dv"
+    # (linear; warps 0 = the default); Mosaic GPU "bq,bk,stages" (relu).
     blocks: str = ""
 
 
@@ -87,6 +98,8 @@ def block_sizes(case: Case):
     if not case.blocks:
         return None
     n = [int(x) for x in case.blocks.split(",")]
+    if case.impl == "mosaic_gpu":
+        return MgpuBlockSizes(*n[:3])
     if case.op == "relu":
         return PallasBlockSizes(*n[:4], num_warps=n[4] if len(n) > 4 else None, num_stages=n[5] if len(n) > 5 else 2)
     return LinearBlockSizes(
@@ -99,17 +112,11 @@ def block_sizes(case: Case):
 
 def _fn(case: Case):
     sizes = block_sizes(case)
-    # "pallas" names the Triton kernels on a GPU (whatever `pallas_backend="gpu"` would pick by compute
-    # capability) and "mosaic" the Hopper ones; on a TPU "pallas" is the Mosaic TPU kernels.
-    if case.impl == "mosaic":
-        impl, backend = "pallas", "mosaic_gpu"
-    else:
-        impl, backend = case.impl, "triton" if jax.default_backend() == "gpu" else None
     if case.op == "relu":
-        relu = ReluAttentionOptions(impl=impl, pallas_backend=backend, pallas_block_sizes=sizes)
+        relu = ReluAttentionOptions(impl=case.impl, pallas_block_sizes=sizes)
         return lambda q, k, v: relu_attention(q, k, v, causal=case.causal, options=relu)
     if case.op == "linear":
-        linear = LinearAttentionOptions(impl=impl, pallas_backend=backend, pallas_block_sizes=sizes, chunk_size=64)
+        linear = LinearAttentionOptions(impl=case.impl, pallas_block_sizes=sizes, chunk_size=64)
         return lambda q, k, v: linear_attention(
             jax.nn.elu(q) + 1, jax.nn.elu(k) + 1, v, causal=case.causal, options=linear
         )
@@ -146,11 +153,15 @@ def refusal(case: Case) -> str | None:
     Such a case is recorded as skipped, with the reason, instead of failing inside the timed function."""
     if case.impl == "cudnn" and case.dtype not in ("bfloat16", "float16"):
         return "cuDNN flash attention takes half precision only"
-    if case.impl != "mosaic":
+    if case.impl == "cudnn" and jax.default_backend() != "gpu":
+        return "cuDNN needs a GPU"
+    if case.impl != "mosaic_gpu":
         return None
+    if jax.default_backend() != "gpu":
+        return "the Mosaic GPU kernels need a Hopper GPU (interpret mode cannot run wgmma)"
     x = jax.ShapeDtypeStruct((case.batch, case.length, case.heads, case.head_dim), jnp.dtype(case.dtype))
     if case.op == "relu":
-        return relu_mgpu_supported(x, x, x, MgpuBlockSizes(), case.causal)
+        return relu_mgpu_supported(x, x, x, block_sizes(case) or MgpuBlockSizes(), case.causal)
     return linear_mgpu_supported(x, x, MgpuChunkSizes(64), causal=case.causal)  # the chunk _fn asks for
 
 
@@ -195,7 +206,59 @@ def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0, check
             tensors = 4 if name == "forward" else 11  # q,k,v,out; backward re-reads and writes grads
             bound = tensors * case.batch * case.length * case.heads * case.head_dim * itemsize / (hbm * 1e12)
             result[f"{name}_x_hbm_bound"] = seconds / bound
+    fla = FLA_H100.get(case.length)
+    if case.op == "linear" and case.causal and case.head_dim == 128 and fla:
+        scale = case.batch * case.heads / 256
+        result["fla_h100_forward_ms"], result["fla_h100_forward_backward_ms"] = fla[0] * scale, fla[1] * scale
     return result
+
+
+def shape_key(r: dict) -> tuple:
+    return tuple(r[k] for k in ("batch", "heads", "length", "head_dim", "dtype", "causal"))
+
+
+def add_baseline_ratios(results: list[dict]) -> None:
+    """Each result's times as multiples of its shape's softmax baseline (`BASELINES`: the first that ran)."""
+    baselines = {}
+    for r in results:
+        if r["op"] == "softmax" and "forward_backward_ms" in r and r["impl"] in BASELINES:
+            current = baselines.get(shape_key(r))
+            if current is None or BASELINES.index(r["impl"]) < BASELINES.index(current["impl"]):
+                baselines[shape_key(r)] = r
+    for r in results:
+        base = baselines.get(shape_key(r))
+        if base is None:
+            continue
+        r["baseline"] = f"softmax/{base['impl']}"
+        for name in ("forward", "forward_backward"):
+            if f"{name}_ms" in r:
+                r[f"{name}_x_baseline"] = r[f"{name}_ms"] / base[f"{name}_ms"]
+
+
+def summary_table(results: list[dict]) -> str:
+    """The results as a markdown table: times, TFLOP/s, ×baseline, and fla's H100 figures beside linear rows."""
+    lines = [
+        "| op/impl | T | D | causal | fwd ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s | ×baseline fwd; fwd+bwd "
+        "| fla H100 fwd; fwd+bwd ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def num(r, key, fmt):
+        return format(r[key], fmt) if key in r else "—"
+
+    for r in results:
+        impl = f"{r['op']}/{r['impl']}" + (f"[{r['blocks']}]" if r["blocks"] else "")
+        if "skipped" in r:
+            lines.append(f"| {impl} | {r['length']} | {r['head_dim']} | {r['causal']} | skipped: {r['skipped']} |||||")
+            continue
+        fla = f"{num(r, 'fla_h100_forward_ms', '.2f')}; {num(r, 'fla_h100_forward_backward_ms', '.2f')}"
+        lines.append(
+            f"| {impl} | {r['length']} | {r['head_dim']} | {r['causal']} | {num(r, 'forward_ms', '.2f')} "
+            f"| {num(r, 'forward_backward_ms', '.2f')} | {num(r, 'forward_tflops', '.0f')} "
+            f"| {num(r, 'forward_backward_tflops', '.0f')} | {num(r, 'forward_x_baseline', '.2f')}; "
+            f"{num(r, 'forward_backward_x_baseline', '.2f')} | {fla if 'fla_h100_forward_ms' in r else '—'} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _check_case(case: Case, fn, args, cotangent) -> dict:
@@ -212,25 +275,31 @@ def _check_case(case: Case, fn, args, cotangent) -> dict:
 
 
 def default_cases(backend: str, args, capability: tuple[int, int] | None = None) -> list[Case]:
-    """The cases `args` asks for; by default every impl the backend has ("mosaic" on Hopper: capability 9.x)."""
+    """The cases `args` asks for; by default the backend's kernel builds ("mosaic_gpu" on Hopper: capability 9.x)
+    and its softmax baseline, with the XLA impls where `args.xla` (always on a CPU, which has no kernel build)."""
     cases = []
-    kernel_impls = ["xla", "pallas"] if backend != "cpu" else ["xla"]
+    kernel_impls = {"gpu": ["triton"], "tpu": ["mosaic_tpu"]}.get(backend, [])
     if backend == "gpu" and capability is not None and capability[0] == 9:
-        kernel_impls.append("mosaic")
+        kernel_impls = [*kernel_impls, "mosaic_gpu"]
+    softmax_impls = {"gpu": ["cudnn"], "tpu": ["splash"]}.get(backend, ["dense"])
+    if args.xla or not kernel_impls:
+        kernel_impls, softmax_impls = [*kernel_impls, "xla"], [*softmax_impls, "xla"]
     impls = {
         "relu": args.relu_impls or kernel_impls,
         "linear": args.linear_impls or kernel_impls,
-        "softmax": args.softmax_impls
-        or {"gpu": ["cudnn", "xla", "dense"], "tpu": ["splash", "xla", "dense"]}.get(backend, ["xla", "dense"]),
+        "softmax": args.softmax_impls or softmax_impls,
     }
-    blocks = {"relu": args.relu_blocks or [""], "linear": args.linear_blocks or [""], "softmax": [""]}
+    blocks = {
+        ("relu", "triton"): args.relu_blocks, ("linear", "triton"): args.linear_blocks,
+        ("relu", "mosaic_gpu"): args.mgpu_blocks,
+    }  # fmt: skip
     # Shapes outside, impls inside: a sweep cut off at a time limit keeps whole comparisons, in the order the
-    # lengths and head dims were given.
-    shapes = itertools.product(args.head_dims, args.lengths, args.dtypes, args.causal)
-    for d, t, dtype, causal in shapes:
+    # lengths were given; head dims inside lengths, so that every head dim is reached at the first length.
+    shapes = itertools.product(args.lengths, args.causal, args.head_dims, args.dtypes)
+    for t, causal, d, dtype in shapes:
         for op in args.ops:
-            for impl, block in ((i, b) for i in impls[op] for b in (blocks[op] if i == "pallas" else [""])):
-                if impl in ("cudnn", "mosaic") and dtype == "float32":
+            for impl, block in ((i, b) for i in impls[op] for b in (blocks.get((op, i)) or [""])):
+                if impl in ("cudnn", "mosaic_gpu") and dtype == "float32":
                     continue  # cuDNN flash attention and the Mosaic GPU kernels: half precision only
                 batch = max(1, args.tokens // t)
                 cases.append(Case(op, impl, batch, args.heads, t, d, dtype, causal, block))
@@ -320,16 +389,15 @@ def _choices(*valid: str):
     return parse
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """The sweep's settings; defaults by backend (a CPU gets a small sweep)."""
-    accel = jax.default_backend() != "cpu"
+def parse_args(argv=None, accelerator: bool | None = None) -> argparse.Namespace:
+    """The sweep's settings; defaults by backend (an accelerator gets the targets' sweep, a CPU a small one).
+    `accelerator`: take the accelerator's defaults whatever runs here (what `--dry_run` does)."""
+    accel = jax.default_backend() != "cpu" if accelerator is None else accelerator
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", type=_choices("relu", "linear", "softmax"), default=["relu", "linear", "softmax"])
-    p.add_argument(
-        "--lengths", type=_csv(int), default=[1024, 2048, 4096, 8192, 16384, 32768] if accel else [1024, 2048]
-    )
-    p.add_argument("--head_dims", type=_csv(int), default=[64, 128] if accel else [64])
-    p.add_argument("--dtypes", type=_csv(str), default=["bfloat16", "float32"] if accel else ["float32"])
+    p.add_argument("--lengths", type=_csv(int), default=[4096, 16384] if accel else [1024, 2048])
+    p.add_argument("--head_dims", type=_csv(int), default=[128, 64] if accel else [64])
+    p.add_argument("--dtypes", type=_csv(str), default=["bfloat16"] if accel else ["float32"])
     p.add_argument("--causal", type=_csv(_true_or_false), default=[True, False] if accel else [True])
     p.add_argument("--heads", type=int, default=16 if accel else 4)
     p.add_argument("--tokens", type=int, default=65536 if accel else 2048, help="batch = tokens // length")
@@ -340,15 +408,27 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--relu_blocks",
         type=lambda s: s.split(";"),
         default=None,
-        help='Pallas ReLU block sizes to compare, "bq,bk,bq_bwd,bk_bwd,warps,stages;..."',
+        help='Triton ReLU block sizes to compare, "bq,bk,bq_bwd,bk_bwd,warps,stages;..."',
     )
     p.add_argument(
         "--linear_blocks",
         type=lambda s: s.split(";"),
         default=None,
-        help='Pallas linear block sizes to compare, "chunk,warps,stages;..."',
+        help='Triton linear block sizes to compare, "chunk,warps,stages;..."',
     )
-    p.add_argument("--repeats", type=int, default=10 if accel else 3)
+    p.add_argument(
+        "--mgpu_blocks",
+        type=lambda s: s.split(";"),
+        default=None,
+        help='Mosaic GPU ReLU block sizes to compare, "block_q,block_k,stages;..."',
+    )
+    p.add_argument(
+        "--xla",
+        type=_true_or_false,
+        default=not accel,
+        help="also time the XLA impls (the crossovers `auto` rests on); default: on a CPU only",
+    )
+    p.add_argument("--repeats", type=int, default=5 if accel else 3)
     p.add_argument("--out", type=Path, default=Path("benchmarks"))
     p.add_argument(
         "--check",
@@ -356,28 +436,44 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=accel,
         help="also measure each case's relative error against the fp32 XLA impl at highest precision",
     )
-    p.add_argument("--check_max_length", type=int, default=8192, help="check only cases up to this length")
+    p.add_argument("--check_max_length", type=int, default=4096, help="check only cases up to this length")
+    p.add_argument(
+        "--dry_run",
+        action="store_true",
+        help="an H100's default sweep (or the flags'), every case at B 1, H 2, T 128 on this machine: checks the "
+        "sweep's plumbing without its timings",
+    )
     return p.parse_args(argv)
 
 
 def main(argv=None) -> Path:
     args = parse_args(argv)
-    cases = default_cases(jax.default_backend(), args, gpu_compute_capability())
+    if args.dry_run:
+        args = parse_args(argv, accelerator=True)
+        toy = {"batch": 1, "heads": 2, "length": 128}
+        cases = list(dict.fromkeys(dataclasses.replace(c, **toy) for c in default_cases("gpu", args, (9, 0))))
+        args.repeats, args.check_max_length = 1, 128
+    else:
+        cases = default_cases(jax.default_backend(), args, gpu_compute_capability())
     device = jax.devices()[0]
     args.out.mkdir(parents=True, exist_ok=True)
-    name = device_name()
+    name = "dry-run" if args.dry_run else device_name()
     path = args.out / f"kernels-{name}.json"
     payload = {
         "device": {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count()},
         "jax_version": jax.__version__,
         "flop_convention": "attention fwd 4BHT^2D (causal 2BHT^2D), bwd 2.5x fwd; linear fwd 4BHTmd",
         "accuracy": "rel_err = ||out - ref|| / ||ref||, ref = impl 'xla' on fp32 inputs at highest precision",
+        "baseline": "x_baseline = time / the same shape's softmax time, the first of cudnn, splash, xla that ran",
+        "fla_h100": "flash-linear-attention chunk, H100, B8 H32 D128 causal (its README), scaled by B*H/256",
+        "dry_run": args.dry_run,
         "results": [],
     }
     results = payload["results"]
     for i, case in enumerate(cases, 1):
         r = run_case(case, args.repeats, check=args.check, seed=i, check_max_length=args.check_max_length)
         results.append(r)
+        add_baseline_ratios(results)
         path.write_text(json.dumps(payload, indent=1))  # after every case: a cut-off sweep keeps what it measured
         fwd = f"{r['forward_ms']:.2f} ms" if "forward_ms" in r else r.get("forward_error", r.get("skipped", "?"))
         both = f"{r['forward_backward_ms']:.2f} ms" if "forward_backward_ms" in r else r.get("forward_backward_error")
@@ -386,6 +482,7 @@ def main(argv=None) -> Path:
               f"{case.dtype}{' causal' if case.causal else ''}: fwd {fwd}, fwd+bwd {both}{_err_text(r)}",
               flush=True)  # fmt: skip
     write_svg(results, args.out / f"kernels-{name}.svg", f"{device.device_kind}")
+    print(summary_table(results), end="")
     print(f"wrote {path}")
     return path
 

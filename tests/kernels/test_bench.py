@@ -1,5 +1,8 @@
-"""kernels.bench runs end to end and writes its JSON and plot (tiny shapes; timings are not asserted)."""
+"""kernels.bench runs end to end and writes its JSON and plot (tiny shapes; timings are not asserted), with each
+case's time beside its shape's softmax baseline and fla's published figures beside the linear rows; its dry run
+builds a GPU's whole sweep and runs it at toy sizes here."""
 
+import dataclasses
 import json
 
 import jax
@@ -50,9 +53,10 @@ def test_bench_writes_results_with_the_device_named(tmp_path):
 
 
 def test_a_case_outside_a_kernels_declared_limits_is_skipped_with_the_reason():
-    mosaic = bench.Case("relu", "mosaic", 1, 2, 100, 64, "bfloat16", True)  # not whole tiles
-    assert "whole tiles" in bench.refusal(mosaic)
-    assert "whole tiles" in bench.run_case(mosaic, repeats=1)["skipped"]
+    mosaic = bench.Case("relu", "mosaic_gpu", 1, 2, 100, 64, "bfloat16", True)
+    expected = "whole tiles" if jax.default_backend() == "gpu" else "need a Hopper GPU"
+    assert expected in bench.refusal(mosaic)
+    assert expected in bench.run_case(mosaic, repeats=1)["skipped"]
     assert "half precision" in bench.refusal(bench.Case("softmax", "cudnn", 1, 2, 128, 64, "float32", True))
     assert bench.refusal(bench.Case("relu", "xla", 1, 2, 100, 64, "float32", True)) is None
 
@@ -67,7 +71,7 @@ def test_flop_convention():
 def test_accuracy_check_compares_each_impl_with_the_fp32_xla_impl(tmp_path):
     args = ["--lengths=64", "--repeats=1", "--tokens=64", "--heads=2", "--ops=relu,linear", f"--out={tmp_path}"]
     args += ["--dtypes=float32", "--head_dims=64", "--causal=true"]  # one case an op on every backend
-    path = bench.main([*args, "--relu_impls=pallas", "--linear_impls=pallas", "--check=true"])
+    path = bench.main([*args, "--relu_impls=triton", "--linear_impls=triton", "--check=true"])
     results = json.loads(path.read_text())["results"]
     assert len(results) == 2
     for r in results:  # interpret-mode kernels in fp32: agreement to rounding
@@ -79,7 +83,7 @@ def test_block_size_variants_are_separate_cases_and_reach_the_kernels(tmp_path):
     args = ["--lengths=64", "--repeats=1", "--tokens=64", "--heads=2", "--ops=relu,linear", f"--out={tmp_path}"]
     args += ["--dtypes=float32", "--head_dims=64", "--causal=true"]  # one case an op on every backend
     blocks = ["--relu_blocks=16,16,16,16;32,16,16,32,4,3", "--linear_blocks=16;32,4"]
-    path = bench.main([*args, "--relu_impls=pallas", "--linear_impls=pallas", "--check=true", *blocks])
+    path = bench.main([*args, "--relu_impls=triton", "--linear_impls=triton", "--check=true", *blocks])
     results = json.loads(path.read_text())["results"]
     assert [(r["op"], r["blocks"]) for r in results] == [
         ("relu", "16,16,16,16"),
@@ -89,7 +93,7 @@ def test_block_size_variants_are_separate_cases_and_reach_the_kernels(tmp_path):
     ]
     for r in results:  # every variant computes the same function
         assert r["forward_rel_err"] < fp32(1e-5) and r["grad_rel_err"] < fp32(1e-5), r
-    relu = bench.block_sizes(bench.Case("relu", "pallas", 1, 1, 64, 64, "float32", True, "32,16,16,32,4,3"))
+    relu = bench.block_sizes(bench.Case("relu", "triton", 1, 1, 64, 64, "float32", True, "32,16,16,32,4,3"))
     assert (relu.block_q, relu.block_k, relu.block_q_bwd, relu.block_k_bwd, relu.num_warps, relu.num_stages) == (
         32,
         16,
@@ -98,26 +102,27 @@ def test_block_size_variants_are_separate_cases_and_reach_the_kernels(tmp_path):
         4,
         3,
     )
-    assert bench.block_sizes(bench.Case("linear", "pallas", 1, 1, 64, 64, "float32", True, "32,4")).chunk == 32
+    assert bench.block_sizes(bench.Case("linear", "triton", 1, 1, 64, 64, "float32", True, "32,4")).chunk == 32
+    mgpu = bench.block_sizes(bench.Case("relu", "mosaic_gpu", 1, 1, 64, 64, "bfloat16", True, "128,128,3"))
+    assert (mgpu.block_q, mgpu.block_k, mgpu.stages) == (128, 128, 3)
 
 
 @pytest.mark.lowering
 @pytest.mark.parametrize("op", ["relu", "linear"])
-def test_on_hopper_pallas_times_triton_and_mosaic_times_the_mosaic_kernels(op, monkeypatch):
-    """`pallas_backend="gpu"` picks Mosaic GPU on an H100 once it passed there; the bench keeps "pallas" = Triton
-    so that the two builds are timed side by side. Checked by lowering each case's function for CUDA as an H100
-    would."""
-    import kernels.platforms
+def test_on_hopper_each_build_times_its_own_kernels(op, monkeypatch):
+    """ "triton" and "mosaic_gpu" are timed side by side on an H100: checked by lowering each case's function for
+    CUDA as an H100 would."""
+    from kernels import platforms
 
-    monkeypatch.setattr(kernels.platforms.jax, "default_backend", lambda: "gpu")
-    monkeypatch.setattr(kernels.platforms, "gpu_compute_capability", lambda: (9, 0))
+    monkeypatch.setattr(platforms.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(platforms, "gpu_compute_capability", lambda: (9, 0))
     x = jax.ShapeDtypeStruct((1, 1024, 2, 128), jnp.bfloat16)
     calls = {}
-    for impl in ("pallas", "mosaic"):
+    for impl in ("triton", "mosaic_gpu"):
         case = bench.Case(op, impl, 1, 2, 1024, 128, "bfloat16", True)
         text = exported_text(bench._fn(case), "cuda", x, x, x)
         calls[impl] = (text.count("__gpu$xla.gpu.triton") > 0, text.count("mosaic_gpu_v2") > 0)
-    assert calls == {"pallas": (True, False), "mosaic": (False, True)}
+    assert calls == {"triton": (True, False), "mosaic_gpu": (False, True)}
 
 
 def test_default_cases_add_the_mosaic_kernels_on_hopper_in_half_precision_only():
@@ -126,18 +131,21 @@ def test_default_cases_add_the_mosaic_kernels_on_hopper_in_half_precision_only()
     args = argparse.Namespace(
         ops=["relu", "linear", "softmax"], lengths=[1024], head_dims=[128], dtypes=["bfloat16", "float32"],
         causal=[True], heads=2, tokens=1024, relu_impls=None, linear_impls=None, softmax_impls=None,
-        relu_blocks=None, linear_blocks=None,
+        relu_blocks=None, linear_blocks=None, mgpu_blocks=None, xla=True,
     )  # fmt: skip
 
     def impls(capability):
         return {(c.op, c.impl, c.dtype) for c in bench.default_cases("gpu", args, capability)}
 
     hopper, ampere = impls((9, 0)), impls((8, 0))
-    assert hopper - ampere == {("relu", "mosaic", "bfloat16"), ("linear", "mosaic", "bfloat16")}
-    assert ("linear", "pallas", "float32") in ampere and ("softmax", "cudnn", "bfloat16") in ampere
-    # the softmax baseline: cuDNN (half precision) beside the blocked and the dense XLA softmax
-    assert {("softmax", impl, "float32") for impl in ("xla", "dense")} <= ampere
-    assert not any(impl == "mosaic" for _, impl, _ in impls(None) | impls((10, 0)))
+    assert hopper - ampere == {("relu", "mosaic_gpu", "bfloat16"), ("linear", "mosaic_gpu", "bfloat16")}
+    assert ("linear", "triton", "float32") in ampere and ("softmax", "cudnn", "bfloat16") in ampere
+    # the softmax baseline: cuDNN (half precision) beside the blocked XLA softmax
+    assert ("softmax", "xla", "float32") in ampere
+    assert not any(impl == "mosaic_gpu" for _, impl, _ in impls(None) | impls((10, 0)))
+    assert {c.impl for c in bench.default_cases("tpu", args)} == {"xla", "mosaic_tpu", "splash"}
+    args.xla = False  # the accelerators' default: the kernel builds and the baseline only
+    assert {c.impl for c in bench.default_cases("gpu", args, (9, 0))} == {"triton", "mosaic_gpu", "cudnn"}
 
 
 @pytest.mark.slow  # starts a command
@@ -177,14 +185,75 @@ def test_a_bad_flag_is_refused_naming_it(flag, message, capsys):
 
 
 def test_cases_compare_every_impl_at_one_shape_before_the_next_shape():
-    """A sweep cut off at a time limit keeps whole comparisons: each shape's impls run together, the shapes in the
-    order given (head dims, then lengths)."""
+    """A sweep cut off at a time limit keeps whole comparisons: each shape's impls run together, the lengths in the
+    order given, and every head dim at the first length before the second."""
     args = bench.parse_args(["--lengths=4096,1024", "--head_dims=128,64", "--dtypes=bfloat16", "--causal=true,false"])
+    args.xla = True
     cases = bench.default_cases("gpu", args, (9, 0))
-    shapes = [(c.head_dim, c.length, c.causal) for c in cases]
+    shapes = [(c.length, c.causal, c.head_dim) for c in cases]
     runs = [shape for i, shape in enumerate(shapes) if i == 0 or shapes[i - 1] != shape]
-    assert runs == [(d, t, causal) for d in (128, 64) for t in (4096, 1024) for causal in (True, False)]
+    assert runs == [(t, causal, d) for t in (4096, 1024) for causal in (True, False) for d in (128, 64)]
     per_shape = len(cases) // len(runs)
     assert [(c.op, c.impl) for c in cases[:per_shape]] == [
-        (op, impl) for op in ("relu", "linear") for impl in ("xla", "pallas", "mosaic")
-    ] + [("softmax", impl) for impl in ("cudnn", "xla", "dense")]
+        (op, impl) for op in ("relu", "linear") for impl in ("triton", "mosaic_gpu", "xla")
+    ] + [("softmax", impl) for impl in ("cudnn", "xla")]
+
+
+def test_the_accelerator_default_is_the_targets_sweep():
+    args = bench.parse_args([], accelerator=True)
+    assert (args.lengths, args.head_dims, args.dtypes, args.causal) == (
+        [4096, 16384],
+        [128, 64],
+        ["bfloat16"],
+        [True, False],
+    )
+    assert (args.heads, args.tokens) == (16, 65536)  # B 16 at 4K: the shapes of docs/kernels.md's targets
+
+
+def _result(op, impl, fwd, both, **shape):
+    row = {"op": op, "impl": impl, "blocks": "", "batch": 16, "heads": 16, "length": 4096, "head_dim": 128,
+           "dtype": "bfloat16", "causal": True, **shape}  # fmt: skip
+    return {**row, "forward_ms": fwd, "forward_backward_ms": both}
+
+
+def test_times_are_set_beside_the_shapes_softmax_baseline():
+    results = [
+        _result("relu", "triton", 2.0, 9.0),
+        _result("softmax", "xla", 8.0, 30.0),
+        _result("softmax", "cudnn", 2.5, 8.0),
+        _result("relu", "triton", 1.0, 1.0, causal=False),  # no softmax at this shape: no ratio
+    ]
+    bench.add_baseline_ratios(results)
+    assert results[0]["baseline"] == "softmax/cudnn"  # preferred to the blocked XLA softmax that ran first
+    assert (results[0]["forward_x_baseline"], results[0]["forward_backward_x_baseline"]) == (0.8, 9.0 / 8.0)
+    assert results[1]["forward_x_baseline"] == 8.0 / 2.5
+    assert "baseline" not in results[3]
+    table = bench.summary_table(results)
+    assert "| relu/triton | 4096 | 128 | True | 2.00 | 9.00 |" in table and "0.80; 1.12" in table
+
+
+def test_linear_rows_carry_flas_h100_figures_scaled_to_their_work(monkeypatch):
+    monkeypatch.setattr(bench, "median_seconds", lambda fn, args, repeats: 1e-3)
+    case = bench.Case("linear", "xla", 4, 2, 2048, 128, "float32", True)  # B·H = 8 = 256 / 32
+    row = bench.run_case(case, repeats=1)
+    assert row["fla_h100_forward_ms"] == pytest.approx(0.45 / 32)
+    assert row["fla_h100_forward_backward_ms"] == pytest.approx(2.28 / 32)
+    assert "fla_h100_forward_ms" not in bench.run_case(dataclasses.replace(case, causal=False), repeats=1)
+
+
+def test_the_dry_run_runs_a_gpus_sweep_at_toy_sizes(tmp_path):
+    flags = ["--dry_run", "--lengths=4096", "--head_dims=64", "--causal=true", "--xla=true", f"--out={tmp_path}"]
+    path = bench.main(flags)
+    assert path.name == "kernels-dry-run.json"
+    payload = json.loads(path.read_text())
+    assert payload["dry_run"]
+    rows = {(r["op"], r["impl"]): r for r in payload["results"]}
+    assert set(rows) == {(op, impl) for op in ("relu", "linear") for impl in ("xla", "triton", "mosaic_gpu")} | {
+        ("softmax", impl) for impl in ("cudnn", "xla")
+    }
+    for (_, impl), r in rows.items():
+        assert (r["length"], r["batch"]) == (128, 1)
+        if impl in ("mosaic_gpu", "cudnn") and jax.default_backend() != "gpu":
+            assert "skipped" in r
+        else:
+            assert r["forward_ms"] > 0 and r["forward_x_baseline"] > 0, r
