@@ -4,7 +4,10 @@ Tiled like flash attention, with none of softmax's bookkeeping: no running max, 
 delta pre-pass. A query block accumulates Σ_blocks ReLU(q kᵀ/√d)·m @ v in fp32; the row factor
 1/(γ_h r(n_i)) depends only on the row and the mask, so it is computed outside (O(B·H·T)) and applied
 once at the end. Causal grids skip key blocks that lie wholly above the diagonal (and the dk/dv kernel
-skips query blocks wholly below it). Backward recomputes scores per tile:
+skips query blocks wholly below it), and only the tiles that cross the diagonal are masked: each loop runs in
+two parts, the tiles every query of the block sees whole, then the diagonal ones. Padded keys need no mask at
+all: their rows of k are zero (what every ReLU build takes), so their scores are 0 and ReLU(0) = 0, and their
+score gradient is cut by 1[s > 0]. Backward recomputes scores per tile:
 
     dP = dO Vᵀ,  dS = dP ⊙ 1[s>0] ⊙ m ⊙ factor / √d,  dQ = dS K,  dK = dSᵀ Q,  dV = (P ⊙ factor)ᵀ dO
 
@@ -52,21 +55,43 @@ class PallasBlockSizes:
         return cls(block_q=32, block_k=32, block_q_bwd=32, block_k_bwd=32)  # interpret mode: small is fast
 
 
-def _scores(q, k, key_valid, q_start, k_start, block_q, block_k, scale, causal):
-    """s `[block_q, block_k]` float32 and the visibility mask of one tile."""
+def _scores(q, k, q_start, k_start, block_q, block_k, scale, masked):
+    """s `[block_q, block_k]` float32 of one tile, and where it `masked` (a tile on the causal diagonal) whether
+    key j is at or before query i (None for a tile every query sees whole)."""
     s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
-    vis = key_valid[None, :] > 0
-    if causal:
-        q_pos = q_start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
-        k_pos = k_start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
-        vis = vis & (q_pos >= k_pos)
-    return s, vis
+    if not masked:
+        return s, None
+    q_pos = q_start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
+    k_pos = k_start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
+    return s, q_pos >= k_pos
 
 
-def _num_k_blocks(i, block_q, block_k, num_k, causal):
+def _relu(s, vis):
+    return jnp.maximum(s, 0.0) if vis is None else jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
+
+
+def causal_key_blocks(i, block_q: int, block_k: int, num_k):
+    """(whole, end): causal query block i sees key blocks [0, whole) entirely (their last key is at or before its
+    first query: (j + 1)·bk ≤ i·bq + 1) and [whole, end) in part; none from `end` on."""
+    end = jnp.minimum(lax.div(block_q * (i + 1) + block_k - 1, block_k), num_k)
+    return jnp.minimum(lax.div(block_q * i + 1, block_k), end), end
+
+
+def causal_query_blocks(j, block_q: int, block_k: int, num_q):
+    """(first, whole): causal key block j is seen in part by query blocks [first, whole) (those crossing the
+    diagonal) and entirely by [whole, num_q) (their first query is at or after its last key); not before."""
+    first = lax.div(j * block_k, block_q)
+    return first, jnp.maximum(jnp.minimum(lax.div((j + 1) * block_k + block_q - 2, block_q), num_q), first)
+
+
+def _key_loop(body, carry, i, block_q, block_k, num_k, causal):
+    """`body(j, carry, masked)` over the key blocks query block i sees: all of them, unmasked, when not causal;
+    when causal the whole ones unmasked, then the diagonal ones masked."""
     if not causal:
-        return num_k
-    return jnp.minimum(lax.div(block_q * (i + 1) + block_k - 1, block_k), num_k)
+        return lax.fori_loop(0, num_k, functools.partial(body, masked=False), carry)
+    whole, end = causal_key_blocks(i, block_q, block_k, num_k)
+    carry = lax.fori_loop(0, whole, functools.partial(body, masked=False), carry)
+    return lax.fori_loop(whole, end, functools.partial(body, masked=True), carry)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -86,21 +111,19 @@ class _Dims:
     causal: bool
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, *stats_refs, block_q, block_k, dims):
+def _fwd_kernel(q_ref, k_ref, v_ref, factor_ref, o_ref, *stats_refs, block_q, block_k, dims):
     """Output tile; with `stats_refs` (Σ_j p_ij, Σ_j p_ij log p_ij) of its rows too, p = ReLU(s)·m unscaled."""
     i = pl.program_id(0)
     q = load_tile(q_ref, rows=dims.q_rows, row0=i * block_q, cols=dims.head)
     num_k = k_ref.shape[0] // block_k
     row_stats = bool(stats_refs)
 
-    def body(j, carry):
+    def body(j, carry, masked):
         acc, stats = carry
         start = j * block_k
         k = load_tile(k_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.head)
         v = load_tile(v_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.value)
-        valid = valid_ref[pl.ds(start, block_k)]
-        s, vis = _scores(q, k, valid, i * block_q, start, block_q, block_k, dims.scale, dims.causal)
-        p = jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
+        p = _relu(*_scores(q, k, i * block_q, start, block_q, block_k, dims.scale, masked))
         acc = acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         if row_stats:
             stats = (stats[0] + jnp.sum(p, axis=1), stats[1] + jnp.sum(xlogx(p), axis=1))
@@ -108,7 +131,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, *stats_refs, 
 
     acc = jnp.zeros((block_q, v_ref.shape[-1]), jnp.float32)
     stats = (jnp.zeros((block_q,), jnp.float32),) * 2 if row_stats else ()
-    acc, stats = lax.fori_loop(0, _num_k_blocks(i, block_q, block_k, num_k, dims.causal), body, (acc, stats))
+    acc, stats = _key_loop(body, (acc, stats), i, block_q, block_k, num_k, dims.causal)
     out = acc * factor_ref[...][:, None]
     store_tile(o_ref, out, rows=dims.q_rows, row0=i * block_q, cols=dims.value)
     for ref, value in zip(stats_refs, stats, strict=True):
@@ -129,7 +152,7 @@ def _row_vector(block):
     return pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
 
 
-def _forward(q, k, v, valid, factor, dims, sizes, backend, interpret, row_stats=False):
+def _forward(q, k, v, factor, dims, sizes, backend, interpret, row_stats=False):
     """The output, and with `row_stats` the rows' (Σ p, Σ p log p) `[B, H, T_q padded]` from the same pass."""
     b, _, h, _ = q.shape
     tq_pad, tk_pad = dims.q_rows.padded, dims.k_rows.padded
@@ -147,7 +170,6 @@ def _forward(q, k, v, valid, factor, dims, sizes, backend, interpret, row_stats=
             _rows_of(bq, d_pad),
             _all_rows(tk_pad, d_pad),
             _all_rows(tk_pad, dv_pad),
-            pl.BlockSpec((None, tk_pad), lambda i, b_, h_: (b_, 0)),
             _row_vector(bq),
         ],
         out_specs=out_specs,
@@ -155,7 +177,7 @@ def _forward(q, k, v, valid, factor, dims, sizes, backend, interpret, row_stats=
         compiler_params=triton_compiler_params(backend, sizes.num_warps, sizes.num_stages, d_pad),
         interpret=interpret,
         name="relu_attention_fwd_row_stats" if row_stats else "relu_attention_fwd",
-    )(q, k, v, valid, factor)
+    )(q, k, v, factor)
     return tuple(outs) if row_stats else outs[0]
 
 
@@ -171,10 +193,10 @@ def _score_grad(s, vis, dp, factor, stats_grad):
     if stats_grad is not None:
         g1, g2 = stats_grad
         da = da + g1[:, None] + g2[:, None] * (jnp.log(jnp.where(s > 0, s, 1.0)) + 1.0)
-    return jnp.where(vis & (s > 0), da, 0.0)
+    return jnp.where((s > 0) if vis is None else vis & (s > 0), da, 0.0)
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, *refs, block_q, block_k, dims):
+def _dq_kernel(q_ref, k_ref, v_ref, factor_ref, do_ref, *refs, block_q, block_k, dims):
     """dq of a query tile and its rows' Σ_j p_ij dP_ij; `refs`: [g1, g2 (row-statistics cotangents)], dq, pdp."""
     *stats_grad_refs, dq_ref, pdp_ref = refs
     i = pl.program_id(0)
@@ -185,14 +207,13 @@ def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, *refs, block_
     num_k = k_ref.shape[0] // block_k
     scale = dims.scale
 
-    def body(j, carry):
+    def body(j, carry, masked):
         dq, pdp = carry
         start = j * block_k
         k = load_tile(k_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.head)
         v = load_tile(v_ref.at[pl.ds(start, block_k), :], rows=dims.k_rows, row0=start, cols=dims.value)
-        valid = valid_ref[pl.ds(start, block_k)]
-        s, vis = _scores(q, k, valid, i * block_q, start, block_q, block_k, scale, dims.causal)
-        p = jnp.where(vis, jnp.maximum(s, 0.0), 0.0)
+        s, vis = _scores(q, k, i * block_q, start, block_q, block_k, scale, masked)
+        p = _relu(s, vis)
         dp = lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
         pdp = pdp + jnp.sum(p * dp, axis=1)
         ds = _score_grad(s, vis, dp, factor, stats_grad) * scale
@@ -200,32 +221,29 @@ def _dq_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, *refs, block_
         return dq, pdp
 
     init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros((block_q,), jnp.float32))
-    dq, pdp = lax.fori_loop(0, _num_k_blocks(i, block_q, block_k, num_k, dims.causal), body, init)
+    dq, pdp = _key_loop(body, init, i, block_q, block_k, num_k, dims.causal)
     store_tile(dq_ref, dq, rows=dims.q_rows, row0=i * block_q, cols=dims.head)
     pdp_ref[...] = pdp
 
 
-def _dkdv_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, *refs, block_q, block_k, dims):
+def _dkdv_kernel(q_ref, k_ref, v_ref, factor_ref, do_ref, *refs, block_q, block_k, dims):
     """dk, dv of a key tile; `refs`: [g1, g2 (row-statistics cotangents)], dk, dv."""
     *stats_grad_refs, dk_ref, dv_ref = refs
     j = pl.program_id(0)
     k = load_tile(k_ref, rows=dims.k_rows, row0=j * block_k, cols=dims.head)
     v = load_tile(v_ref, rows=dims.k_rows, row0=j * block_k, cols=dims.value)
-    valid = valid_ref[...]
     num_q = q_ref.shape[0] // block_q
     scale = dims.scale
-    # Causal: query blocks that end before this key block starts see none of it.
-    first = lax.div(j * block_k, block_q) if dims.causal else 0
 
-    def body(i, carry):
+    def body(i, carry, masked):
         dk, dv = carry
         start = i * block_q
         q = load_tile(q_ref.at[pl.ds(start, block_q), :], rows=dims.q_rows, row0=start, cols=dims.head)
         do = load_tile(do_ref.at[pl.ds(start, block_q), :], rows=dims.q_rows, row0=start, cols=dims.value)
         factor = factor_ref[pl.ds(start, block_q)]
         stats_grad = tuple(ref[pl.ds(start, block_q)] for ref in stats_grad_refs) or None
-        s, vis = _scores(q, k, valid, start, j * block_k, block_q, block_k, scale, dims.causal)
-        a = jnp.where(vis, jnp.maximum(s, 0.0), 0.0) * factor[:, None]
+        s, vis = _scores(q, k, start, j * block_k, block_q, block_k, scale, masked)
+        a = _relu(s, vis) * factor[:, None]
         dv = dv + lax.dot_general(a.astype(do.dtype), do, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
         dp = lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
         ds = _score_grad(s, vis, dp, factor, stats_grad) * scale
@@ -233,12 +251,17 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, do_ref, *refs, bloc
         return dk, dv
 
     init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
-    dk, dv = lax.fori_loop(first, num_q, body, init)
+    if not dims.causal:
+        dk, dv = lax.fori_loop(0, num_q, functools.partial(body, masked=False), init)
+    else:
+        first, whole = causal_query_blocks(j, block_q, block_k, num_q)
+        dk, dv = lax.fori_loop(first, whole, functools.partial(body, masked=True), init)
+        dk, dv = lax.fori_loop(whole, num_q, functools.partial(body, masked=False), (dk, dv))
     store_tile(dk_ref, dk, rows=dims.k_rows, row0=j * block_k, cols=dims.head)
     store_tile(dv_ref, dv, rows=dims.k_rows, row0=j * block_k, cols=dims.value)
 
 
-def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret, stats_grad=()):
+def _backward(q, k, v, factor, do, dims, sizes, backend, interpret, stats_grad=()):
     """dq, dk, dv and Σ_j p_ij dP_ij per row; `stats_grad`: the row statistics' cotangents (g1, g2), if any."""
     b, _, h, _ = q.shape
     tq_pad, tk_pad = dims.q_rows.padded, dims.k_rows.padded
@@ -252,7 +275,6 @@ def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret, stats
             _rows_of(bq, d_pad),
             _all_rows(tk_pad, d_pad),
             _all_rows(tk_pad, dv_pad),
-            pl.BlockSpec((None, tk_pad), lambda i, b_, h_: (b_, 0)),
             _row_vector(bq),
             _rows_of(bq, dv_pad),
             *[_row_vector(bq)] * len(stats_grad),
@@ -262,7 +284,7 @@ def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret, stats
         compiler_params=params,
         interpret=interpret,
         name="relu_attention_bwd_dq",
-    )(q, k, v, valid, factor, do, *stats_grad)
+    )(q, k, v, factor, do, *stats_grad)
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, block_q=bq, block_k=bk, dims=dims),
         grid=(tk_pad // bk, b, h),
@@ -270,7 +292,6 @@ def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret, stats
             _all_rows(tq_pad, d_pad),
             _rows_of(bk, d_pad),
             _rows_of(bk, dv_pad),
-            pl.BlockSpec((None, bk), lambda j, b_, h_: (b_, j)),
             pl.BlockSpec((None, None, tq_pad), lambda j, b_, h_: (b_, h_, 0)),
             _all_rows(tq_pad, dv_pad),
             *[pl.BlockSpec((None, None, tq_pad), lambda j, b_, h_: (b_, h_, 0))] * len(stats_grad),
@@ -280,50 +301,50 @@ def _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret, stats
         compiler_params=params,
         interpret=interpret,
         name="relu_attention_bwd_dkdv",
-    )(q, k, v, valid, factor, do, *stats_grad)
+    )(q, k, v, factor, do, *stats_grad)
     return dq, dk, dv, pdp
 
 
 # ----------------------------------------------------------------------------------------------
-# custom VJP over the caller's [B, T, H, D] arrays (only the O(B·H·T) key mask and row factor are padded)
+# custom VJP over the caller's [B, T, H, D] arrays (only the O(B·H·T) row factor is padded)
 # ----------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
-def _attend(q, k, v, valid, factor, dims, sizes, backend, interpret):
-    return _forward(q, k, v, valid, factor, dims, sizes, backend, interpret)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _attend(q, k, v, factor, dims, sizes, backend, interpret):
+    return _forward(q, k, v, factor, dims, sizes, backend, interpret)
 
 
-def _attend_fwd(q, k, v, valid, factor, dims, sizes, backend, interpret):
-    out = _forward(q, k, v, valid, factor, dims, sizes, backend, interpret)
-    return out, (q, k, v, valid, factor)
+def _attend_fwd(q, k, v, factor, dims, sizes, backend, interpret):
+    out = _forward(q, k, v, factor, dims, sizes, backend, interpret)
+    return out, (q, k, v, factor)
 
 
 def _attend_bwd(dims, sizes, backend, interpret, residuals, do):
-    q, k, v, valid, factor = residuals
-    dq, dk, dv, pdp = _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret)
+    q, k, v, factor = residuals
+    dq, dk, dv, pdp = _backward(q, k, v, factor, do, dims, sizes, backend, interpret)
     # out = factor · acc, so d(factor) = acc · dO = Σ_j p_ij dP_ij (the kernel's per-row sum).
-    return dq, dk, dv, None, pdp
+    return dq, dk, dv, pdp
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
-def _attend_with_row_stats(q, k, v, valid, factor, dims, sizes, backend, interpret):
-    return _forward(q, k, v, valid, factor, dims, sizes, backend, interpret, row_stats=True)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _attend_with_row_stats(q, k, v, factor, dims, sizes, backend, interpret):
+    return _forward(q, k, v, factor, dims, sizes, backend, interpret, row_stats=True)
 
 
-def _attend_with_row_stats_fwd(q, k, v, valid, factor, dims, sizes, backend, interpret):
-    outs = _forward(q, k, v, valid, factor, dims, sizes, backend, interpret, row_stats=True)
-    return outs, (q, k, v, valid, factor)
+def _attend_with_row_stats_fwd(q, k, v, factor, dims, sizes, backend, interpret):
+    outs = _forward(q, k, v, factor, dims, sizes, backend, interpret, row_stats=True)
+    return outs, (q, k, v, factor)
 
 
 def _attend_with_row_stats_bwd(dims, sizes, backend, interpret, residuals, cotangents):
-    q, k, v, valid, factor = residuals
+    q, k, v, factor = residuals
     do, g_sum, g_xlogx = cotangents
-    dq, dk, dv, pdp = _backward(q, k, v, valid, factor, do, dims, sizes, backend, interpret, (g_sum, g_xlogx))
-    return dq, dk, dv, None, pdp  # the statistics of unscaled p do not depend on the factor
+    dq, dk, dv, pdp = _backward(q, k, v, factor, do, dims, sizes, backend, interpret, (g_sum, g_xlogx))
+    return dq, dk, dv, pdp  # the statistics of unscaled p do not depend on the factor
 
 
 _attend_with_row_stats.defvjp(_attend_with_row_stats_fwd, _attend_with_row_stats_bwd)
@@ -343,8 +364,9 @@ def relu_attention_triton(
     row_stats: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array, jax.Array]:
     """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j by the Triton kernels, from the arrays every ReLU backend
-    takes (kernels/README.md). `backend`: the platform to build for (default: the running one); `interpret`:
-    Pallas interpret mode (default: on a CPU).
+    takes (kernels/README.md). `key_mask` is not read: padded keys' rows of k and v are zero, which is all these
+    kernels need (module docstring). `backend`: the platform to build for (default: the running one);
+    `interpret`: Pallas interpret mode (default: on a CPU).
     row_stats: also return Σ_j p_ij and Σ_j p_ij log p_ij, p = ReLU(s)·m before the factor, `[batch, heads,
     q_length]` float32, accumulated by the forward kernel in the same pass (and differentiable).
     """
@@ -357,13 +379,12 @@ def relu_attention_triton(
     tq_pad, tk_pad = padded_lengths(
         tq, tk, causal, (sizes.block_q, sizes.block_q_bwd), (sizes.block_k, sizes.block_k_bwd)
     )
-    # Keys past the end are invisible; rows past the end are never stored.
-    valid = jnp.pad(key_mask.astype(jnp.float32), ((0, 0), (0, tk_pad - tk)))
+    del key_mask  # padded keys' rows are zero, and tiles past the end load zeros; rows past the end are never stored
     factor = jnp.pad(factor.astype(jnp.float32), ((0, 0), (0, 0), (0, tq_pad - tq)))
     # The true head dim sets the score scale; the tiles' zero columns change no score.
     head, value = Extent.power_of_two(d), Extent.power_of_two(dv_dim)
     dims = _Dims(Extent(tq, tq_pad), Extent(tk, tk_pad), head, value, 1 / math.sqrt(d), causal)
     if not row_stats:
-        return _attend(q, k, v, valid, factor, dims, sizes, backend, interpret)
-    out, p_sum, p_xlogx = _attend_with_row_stats(q, k, v, valid, factor, dims, sizes, backend, interpret)
+        return _attend(q, k, v, factor, dims, sizes, backend, interpret)
+    out, p_sum, p_xlogx = _attend_with_row_stats(q, k, v, factor, dims, sizes, backend, interpret)
     return out, p_sum[..., :tq], p_xlogx[..., :tq]

@@ -9,7 +9,7 @@ import pytest
 
 import kernels
 from kernels import PallasBlockSizes, ReluAttentionOptions
-from kernels.relu_attention.triton import _num_k_blocks
+from kernels.relu_attention.triton import causal_key_blocks, causal_query_blocks
 from tests.kernels.tolerances import bound, fp32, pallas_against_reference
 
 F32_TOL = fp32(2e-5)  # tests/kernels/tolerances.py: exact fp32 on the CPU, TF32 / bf16 passes elsewhere
@@ -74,11 +74,23 @@ def test_padded_keys_do_not_matter_and_causal_cannot_see_the_future():
     chex.assert_trees_all_close(c1[:, :17], c2[:, :17], atol=fp32(1e-6))
 
 
-def test_causal_grid_skips_blocks_above_the_diagonal():
-    # Query block i of 64 rows with 32-wide key blocks needs key blocks 0 .. 2i+1 only.
-    counts = [int(_num_k_blocks(i, 64, 32, 8, True)) for i in range(4)]
-    assert counts == [2, 4, 6, 8]
-    assert int(_num_k_blocks(0, 64, 32, 8, False)) == 8
+@pytest.mark.parametrize("block_q, block_k", [(64, 32), (32, 64), (16, 16), (16, 48), (48, 16)])
+def test_causal_loops_skip_the_tiles_above_the_diagonal_and_mask_only_those_across_it(block_q, block_k):
+    """Each tile of a causal grid, classified by brute force over its (query, key) pairs: none visible → no loop
+    reaches it, all visible → an unmasked loop, some → a masked one; from the query side (forward, dq) and the
+    key side (dk, dv) alike."""
+    t = 192
+    num_q, num_k = t // block_q, t // block_k
+    for i in range(num_q):
+        for j in range(num_k):
+            queries, keys = range(i * block_q, (i + 1) * block_q), range(j * block_k, (j + 1) * block_k)
+            seen = {q >= k for q in queries for k in keys}
+            expected = "skipped" if seen == {False} else "whole" if seen == {True} else "masked"
+            whole, end = (int(x) for x in causal_key_blocks(i, block_q, block_k, num_k))
+            by_query = "whole" if j < whole else "masked" if j < end else "skipped"
+            first, whole_from = (int(x) for x in causal_query_blocks(j, block_q, block_k, num_q))
+            by_key = "skipped" if i < first else "masked" if i < whole_from else "whole"
+            assert by_query == by_key == expected, (i, j, by_query, by_key, expected)
 
 
 def test_default_block_sizes_per_backend():
