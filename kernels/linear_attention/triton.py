@@ -12,7 +12,10 @@ and h = −(dO·out)/stab(den) per row (computed outside, O(T); stab has slope 1
     dφk_j = R_j v_j + r_j,  dv_j = R_jᵀ φk_j          (reverse scan: R_j = Σ_{i≥j} φq_i g_iᵀ, r_j = Σ_{i≥j} φq_i h_i)
 
 Non-causal attention uses the same kernels with the totals instead of prefixes. The normaliser's
-path into dφk (the r term) is explicit: public kernels have dropped it before (docs/kernels.md).
+path into dφk (the r term) is explicit: public kernels have dropped it before (docs/kernels.md). Products take
+bf16 operands for bf16 inputs — g, the states and the intra-chunk matrices rounded as fla's chunk kernels round
+them — and fp32 otherwise (g = dO/den, and z at long lengths, can pass float16's range); every product
+accumulates in fp32 and the states are carried in fp32.
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ class LinearBlockSizes:
     def __post_init__(self):
         if self.block_dv is not None and (self.block_dv < 16 or self.block_dv & (self.block_dv - 1)):
             raise ValueError(f"LinearBlockSizes.block_dv={self.block_dv} must be a power of two ≥ 16 (or None)")
+
+
+def operand_dtype(dtype) -> jnp.dtype:
+    """The dtype the products with a state or with g take their operands in: bf16 for bf16 inputs, else fp32
+    (module docstring)."""
+    return jnp.dtype(jnp.bfloat16) if jnp.dtype(dtype) == jnp.bfloat16 else jnp.dtype(jnp.float32)
 
 
 def _dot(a, b, contract_a, contract_b):
@@ -103,6 +112,7 @@ def _initial_state(k_ref, v_ref, chunk, causal, dims):
 
 def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, eps_mode, causal, dims):
     n = q_ref.shape[0] // chunk
+    operands = operand_dtype(q_ref.dtype)
     col0 = dims.first_column()
     mask = lower_triangle(chunk) if causal else None
 
@@ -110,7 +120,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, den_ref, *, chunk, eps, eps_mode, ca
         s, z = carry
         start = c * chunk
         q = dims.chunk_of(q_ref, start, chunk)
-        num = _dot(q.astype(jnp.float32), s, 1, 0)
+        num = _dot(q.astype(operands), s.astype(operands), 1, 0)
         den = jnp.sum(q.astype(jnp.float32) * z[None, :], axis=1)
         if causal:
             k = dims.chunk_of(k_ref, start, chunk)
@@ -142,15 +152,15 @@ def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, dq_ref, *, chunk, causal, dims
     def body(c, carry):
         s, z = carry
         start = c * chunk
-        g = dims.chunk_of(g_ref, start, chunk, col0)
+        g = dims.chunk_of(g_ref, start, chunk, col0)  # in the products' operand dtype
         h = h_ref[pl.ds(start, chunk)] * once
-        dq = _dot(g, s, 1, 1) + h[:, None] * z[None, :]
+        dq = _dot(g, s.astype(g.dtype), 1, 1) + h[:, None] * z[None, :]
         if causal:
-            k = dims.chunk_of(k_ref, start, chunk)
-            v = dims.chunk_of(v_ref, start, chunk, col0)
+            k = dims.chunk_of(k_ref, start, chunk).astype(g.dtype)
+            v = dims.chunk_of(v_ref, start, chunk, col0).astype(g.dtype)
             # A_ij = g_i·v_j + h_i for j ≤ i within the chunk; dφq_c += A φk_c.
-            a = jnp.where(mask, _dot(g, v.astype(jnp.float32), 1, 1) + h[:, None], 0.0)
-            dq = dq + _dot(a, k.astype(jnp.float32), 1, 0)
+            a = jnp.where(mask, _dot(g, v, 1, 1) + h[:, None], 0.0)
+            dq = dq + _dot(a.astype(g.dtype), k, 1, 0)
             s, z = _advance(s, z, k, v)
         dims.store(dq_ref, start, chunk, dq)
         return s, z
@@ -169,29 +179,29 @@ def _dkdv_kernel(q_ref, g_ref, h_ref, k_ref, v_ref, dk_ref, dv_ref, *, chunk, ca
 
     def totals(c, carry):
         big_r, r = carry
-        q = dims.chunk_of(q_ref, c * chunk, chunk).astype(jnp.float32)
-        g = dims.chunk_of(g_ref, c * chunk, chunk, col0)
+        g = dims.chunk_of(g_ref, c * chunk, chunk, col0)  # in the products' operand dtype
+        q = dims.chunk_of(q_ref, c * chunk, chunk).astype(g.dtype)
         h = h_ref[pl.ds(c * chunk, chunk)] * once
-        return big_r + _dot(q, g, 0, 0), r + jnp.sum(q * h[:, None], axis=0)
+        return big_r + _dot(q, g, 0, 0), r + jnp.sum(q.astype(jnp.float32) * h[:, None], axis=0)
 
     def body(step, carry):
         big_r, r = carry
         start = (n - 1 - step) * chunk
-        k = dims.chunk_of(k_ref, start, chunk).astype(jnp.float32)
-        v = dims.chunk_of(v_ref, start, chunk, col0).astype(jnp.float32)
-        dk = _dot(v, big_r, 1, 1) + r[None, :]
-        dv = _dot(k, big_r, 1, 0)
-        q = dims.chunk_of(q_ref, start, chunk).astype(jnp.float32)
-        g = dims.chunk_of(g_ref, start, chunk, col0)
+        g = dims.chunk_of(g_ref, start, chunk, col0)  # in the products' operand dtype
+        k, q = (dims.chunk_of(ref, start, chunk).astype(g.dtype) for ref in (k_ref, q_ref))
+        v = dims.chunk_of(v_ref, start, chunk, col0).astype(g.dtype)
+        state = big_r.astype(g.dtype)
+        dk = _dot(v, state, 1, 1) + r[None, :]
+        dv = _dot(k, state, 1, 0)
         h = h_ref[pl.ds(start, chunk)] * once
         if causal:
             # Within the chunk, key j gets queries i ≥ j: masks indexed [i, j].
             scores = jnp.where(mask, _dot(q, k, 1, 1), 0.0)  # φq_i·φk_j
             a = jnp.where(mask, _dot(g, v, 1, 1) + h[:, None], 0.0)  # g_i·v_j + h_i
-            dv = dv + _dot(scores, g, 0, 0)
-            dk = dk + _dot(a, q, 0, 0)
+            dv = dv + _dot(scores.astype(g.dtype), g, 0, 0)
+            dk = dk + _dot(a.astype(g.dtype), q, 0, 0)
             big_r = big_r + _dot(q, g, 0, 0)
-            r = r + jnp.sum(q * h[:, None], axis=0)
+            r = r + jnp.sum(q.astype(jnp.float32) * h[:, None], axis=0)
         dims.store(dk_ref, start, chunk, dk)
         dims.store(dv_ref, start, chunk, dv, col0)
         return big_r, r
@@ -284,7 +294,7 @@ def _attend_bwd(t_pad, causal, eps, eps_mode, sizes, backend, interpret, residua
     # Per-row O(B·H·T) terms in the kernels' [B, H, T_pad] row layout; g stays [B, T, H, d_v].
     inv = 1.0 / stabilise_denominator(den, eps, eps_mode)
     inv_tokens = inv[:, :, :t].transpose(0, 2, 1)
-    g = d_out.astype(jnp.float32) * inv_tokens[..., None]
+    g = (d_out.astype(jnp.float32) * inv_tokens[..., None]).astype(operand_dtype(v.dtype))
     h_coef = -jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1).transpose(0, 2, 1)
     h_coef = jnp.pad(h_coef, ((0, 0), (0, 0), (0, t_pad - t))) * inv
     block, n_blocks = _column_block(sizes, dv_dim)

@@ -82,3 +82,40 @@ def test_value_columns_split_over_programs_give_the_same_output_and_gradients(ca
 def test_block_dv_must_be_a_power_of_two():
     with pytest.raises(ValueError, match=r"LinearBlockSizes.block_dv=24 must be a power of two ≥ 16"):
         LinearBlockSizes(block_dv=24)
+
+
+def _kernel_product_dtypes(dtype) -> dict[str, set[tuple[str, str]]]:
+    """The operand dtypes of every product inside each Triton kernel of the op's gradient, read from its jaxpr."""
+    x = jnp.ones((1, 128, 2, 32), dtype)
+
+    def loss(a, b, c):
+        return kernels.linear_attention(a, b, c, causal=True, impl="triton").astype(jnp.float32).sum()
+
+    found: dict[str, set[tuple[str, str]]] = {}
+
+    def walk(jaxpr, kernel=None):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "pallas_call":
+                name = eqn.params.get("name_and_src_info") or eqn.params.get("name")  # jax 0.11 or 0.10
+                walk(eqn.params["jaxpr"], str(name).split()[0])
+            elif eqn.primitive.name == "dot_general" and kernel:
+                found.setdefault(kernel, set()).add(tuple(v.aval.dtype.name for v in eqn.invars))
+            for param in eqn.params.values():
+                inner = getattr(param, "jaxpr", param)
+                if hasattr(inner, "eqns"):
+                    walk(inner, kernel)
+
+    walk(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(x, x, x).jaxpr)
+    return found
+
+
+def test_half_precision_products_take_bf16_operands_and_float16_takes_fp32():
+    """bf16 inputs: every product of the forward and backward kernels takes bf16 operands (fp32 ones run at half
+    the tensor-core rate, or as TF32); float16 ones take fp32, as g = dO/den may pass float16's range."""
+    kernels_seen = {"linear_attention_fwd", "linear_attention_bwd_dq", "linear_attention_bwd_dkdv"}
+    bf16 = _kernel_product_dtypes(jnp.bfloat16)
+    assert set(bf16) == kernels_seen and all(d == {("bfloat16", "bfloat16")} for d in bf16.values()), bf16
+    fp16 = _kernel_product_dtypes(jnp.float16)
+    assert all(
+        ("float32", "float32") in fp16[name] for name in ("linear_attention_bwd_dq", "linear_attention_bwd_dkdv")
+    )
