@@ -97,6 +97,11 @@ def block_sizes(case: Case):
     """The Pallas block-size dataclass a case names (None: the kernel's default for the backend)."""
     if not case.blocks:
         return None
+    if "=" in case.blocks:  # the build's dataclass by field: "block_q=128,block_k_dkv=32,num_warps_bwd=8"
+        fields = dict(item.split("=") for item in case.blocks.split(","))
+        build = {"mosaic_gpu": MgpuBlockSizes, "relu": PallasBlockSizes, "linear": LinearBlockSizes}
+        cls = build.get(case.impl) or build[case.op]
+        return cls(**{name: int(value) for name, value in fields.items()})
     n = [int(x) for x in case.blocks.split(",")]
     if case.impl == "mosaic_gpu":
         return MgpuBlockSizes(*n[:3])
@@ -408,7 +413,8 @@ def parse_args(argv=None, accelerator: bool | None = None) -> argparse.Namespace
         "--relu_blocks",
         type=lambda s: s.split(";"),
         default=None,
-        help='Triton ReLU block sizes to compare, "bq,bk,bq_bwd,bk_bwd,warps,stages;..."',
+        help='Triton ReLU block sizes to compare, "bq,bk,bq_bwd,bk_bwd,warps,stages;..." or by field, '
+        '"block_q=128,block_k_dkv=32;..."',
     )
     p.add_argument(
         "--linear_blocks",

@@ -37,12 +37,38 @@ from kernels.triton_tiles import Extent, load_tile, store_tile
 
 @dataclasses.dataclass(frozen=True)
 class PallasBlockSizes:
+    """The Triton kernels' tiles and launch settings, each kernel its own (the dq kernel walks keys for a query
+    tile, the dk/dv kernel queries for a key tile: they are tuned apart, as FlashAttention-2's Triton kernels
+    are). block_q, block_k, num_warps, num_stages: the forward's. block_q_bwd, block_k_bwd: both backward
+    kernels', unless block_{q,k}_dq or block_{q,k}_dkv name their own. num_warps_bwd, num_stages_bwd: the backward
+    kernels' (None: the forward's). num_warps None: 4 for head dims ≤ 64, else 8."""
+
     block_q: int = 64
     block_k: int = 64
     block_q_bwd: int = 64
     block_k_bwd: int = 64
-    num_warps: int | None = None  # GPU (Triton): None = 4 for head_dim ≤ 64, else 8
+    num_warps: int | None = None
     num_stages: int = 2
+    block_q_dq: int | None = None
+    block_k_dq: int | None = None
+    block_q_dkv: int | None = None
+    block_k_dkv: int | None = None
+    num_warps_bwd: int | None = None
+    num_stages_bwd: int | None = None
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"PallasBlockSizes.{field.name}={value!r} must be a positive whole number")
+
+    @property
+    def dq(self) -> tuple[int, int]:
+        return self.block_q_dq or self.block_q_bwd, self.block_k_dq or self.block_k_bwd
+
+    @property
+    def dkv(self) -> tuple[int, int]:
+        return self.block_q_dkv or self.block_q_bwd, self.block_k_dkv or self.block_k_bwd
 
     @classmethod
     def for_backend(cls, backend: str, head_dim: int) -> PallasBlockSizes:
@@ -266,8 +292,10 @@ def _backward(q, k, v, factor, do, dims, sizes, backend, interpret, stats_grad=(
     b, _, h, _ = q.shape
     tq_pad, tk_pad = dims.q_rows.padded, dims.k_rows.padded
     d_pad, dv_pad = dims.head.padded, dims.value.padded
-    bq, bk = sizes.block_q_bwd, sizes.block_k_bwd
-    params = triton_compiler_params(backend, sizes.num_warps, sizes.num_stages, d_pad)
+    params = triton_compiler_params(
+        backend, sizes.num_warps_bwd or sizes.num_warps, sizes.num_stages_bwd or sizes.num_stages, d_pad
+    )
+    bq, bk = sizes.dq
     dq, pdp = pl.pallas_call(
         functools.partial(_dq_kernel, block_q=bq, block_k=bk, dims=dims),
         grid=(tq_pad // bq, b, h),
@@ -285,6 +313,7 @@ def _backward(q, k, v, factor, do, dims, sizes, backend, interpret, stats_grad=(
         interpret=interpret,
         name="relu_attention_bwd_dq",
     )(q, k, v, factor, do, *stats_grad)
+    bq, bk = sizes.dkv
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, block_q=bq, block_k=bk, dims=dims),
         grid=(tk_pad // bk, b, h),
@@ -377,7 +406,7 @@ def relu_attention_triton(
     sizes = block_sizes or PallasBlockSizes.for_backend(backend, d)
     # Whole tiles for every kernel's grid; the arrays themselves stay as they are (kernels.triton_tiles).
     tq_pad, tk_pad = padded_lengths(
-        tq, tk, causal, (sizes.block_q, sizes.block_q_bwd), (sizes.block_k, sizes.block_k_bwd)
+        tq, tk, causal, (sizes.block_q, sizes.dq[0], sizes.dkv[0]), (sizes.block_k, sizes.dq[1], sizes.dkv[1])
     )
     del key_mask  # padded keys' rows are zero, and tiles past the end load zeros; rows past the end are never stored
     factor = jnp.pad(factor.astype(jnp.float32), ((0, 0), (0, 0), (0, tq_pad - tq)))

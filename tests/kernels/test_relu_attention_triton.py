@@ -18,6 +18,9 @@ SMALL = PallasBlockSizes(block_q=16, block_k=16, block_q_bwd=16, block_k_bwd=16)
 # Causal grids pad to a common multiple of every tile: at T 32, 64 rows, so the last two 16-row query tiles
 # lie wholly past the end (and 32 is a whole number of them): their loads and stores must still be masked.
 MIXED = PallasBlockSizes(block_q=16, block_k=64, block_q_bwd=16, block_k_bwd=32)
+# Each kernel its own tiles: the dq kernel walks 16-key blocks for 32-row query tiles, the dk/dv kernel 16-row
+# query blocks for 48-key tiles (a diagonal that crosses tiles at other places in each kernel).
+SPLIT = PallasBlockSizes(block_q=32, block_k=16, block_q_dq=32, block_k_dq=16, block_q_dkv=16, block_k_dkv=48)
 
 
 def _inputs(b, t, h, d, dtype, seed=0):
@@ -36,7 +39,16 @@ CASES = [
     (False, jnp.bfloat16, 37, 32, "count", SMALL),
     (True, jnp.float32, 20, 128, "none", SMALL),
     (True, jnp.float32, 32, 16, "sqrt_half", MIXED),
+    (True, jnp.float32, 70, 32, "sqrt_half", SPLIT),
+    (False, jnp.float32, 70, 32, "count", SPLIT),
 ]
+
+
+def test_split_tiles_reach_their_kernels_and_bad_sizes_are_refused():
+    assert (SPLIT.dq, SPLIT.dkv) == ((32, 16), (16, 48))
+    assert (SMALL.dq, SMALL.dkv) == ((16, 16), (16, 16))  # both from block_{q,k}_bwd
+    with pytest.raises(ValueError, match=r"PallasBlockSizes.block_k_dkv=0 must be a positive whole number"):
+        PallasBlockSizes(block_k_dkv=0)
 
 
 @pytest.mark.parametrize("causal, dtype, t, d, row_scale, sizes", CASES)
