@@ -103,7 +103,8 @@ def test_block_size_variants_are_separate_cases_and_reach_the_kernels(tmp_path):
         3,
     )
     assert bench.block_sizes(bench.Case("linear", "triton", 1, 1, 64, 64, "float32", True, "32,4")).chunk == 32
-    by_field = bench.block_sizes(bench.Case("relu", "triton", 1, 1, 64, 64, "float32", True, "block_k_dkv=32,block_q=16"))
+    named = "block_k_dkv=32,block_q=16"
+    by_field = bench.block_sizes(bench.Case("relu", "triton", 1, 1, 64, 64, "float32", True, named))
     assert (by_field.block_q, by_field.dkv) == (16, (64, 32))
     mgpu = bench.block_sizes(bench.Case("relu", "mosaic_gpu", 1, 1, 64, 64, "bfloat16", True, "128,128,3"))
     assert (mgpu.block_q, mgpu.block_k, mgpu.stages) == (128, 128, 3)
