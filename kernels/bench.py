@@ -37,6 +37,7 @@ from kernels.options import LinearAttentionOptions, ReluAttentionOptions
 from kernels.platforms import gpu_compute_capability
 from kernels.relu_attention.api import relu_attention
 from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes
+from kernels.relu_attention.mosaic_gpu import default_block_sizes as default_mgpu_blocks
 from kernels.relu_attention.mosaic_gpu import supported as relu_mgpu_supported
 from kernels.relu_attention.triton import PallasBlockSizes
 from kernels.softmax_attention.api import SoftmaxAttentionOptions, softmax_attention
@@ -166,7 +167,7 @@ def refusal(case: Case) -> str | None:
         return "the Mosaic GPU kernels need a Hopper GPU (interpret mode cannot run wgmma)"
     x = jax.ShapeDtypeStruct((case.batch, case.length, case.heads, case.head_dim), jnp.dtype(case.dtype))
     if case.op == "relu":
-        return relu_mgpu_supported(x, x, x, block_sizes(case) or MgpuBlockSizes(), case.causal)
+        return relu_mgpu_supported(x, x, x, block_sizes(case) or default_mgpu_blocks(case.head_dim), case.causal)
     return linear_mgpu_supported(x, x, MgpuChunkSizes(64), causal=case.causal)  # the chunk _fn asks for
 
 

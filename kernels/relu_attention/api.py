@@ -28,7 +28,12 @@ from kernels.checks import check_attention_inputs, check_options, check_positive
 from kernels.masking import zero_masked_rows
 from kernels.options import ReluAttentionOptions
 from kernels.platforms import largest_head_dim
-from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes, relu_attention_mosaic_gpu, supported
+from kernels.relu_attention.mosaic_gpu import (
+    MgpuBlockSizes,
+    default_block_sizes,
+    relu_attention_mosaic_gpu,
+    supported,
+)
 from kernels.relu_attention.mosaic_tpu import relu_attention_mosaic_tpu
 from kernels.relu_attention.reference import ROW_SCALES, mask_factor, reference, reference_row_stats
 from kernels.relu_attention.triton import relu_attention_triton
@@ -67,7 +72,7 @@ def _mosaic_refusal(q, k, v, options: ReluAttentionOptions, causal: bool, fused_
             return "the row statistics come out of the Triton forward kernel only"
         if sizes is not None and not isinstance(sizes, MgpuBlockSizes):
             return f"block sizes {type(sizes).__name__} are for other kernels"
-        return supported(q, k, v, sizes or MgpuBlockSizes(), causal)
+        return supported(q, k, v, sizes or default_block_sizes(max(q.shape[-1], v.shape[-1])), causal)
 
     return refusal
 

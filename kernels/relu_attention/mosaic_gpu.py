@@ -65,6 +65,13 @@ class MgpuBlockSizes:
             raise ValueError(f"MgpuBlockSizes.stages must be from 2 to 32, got {self.stages}")
 
 
+def default_block_sizes(head_dim: int) -> MgpuBlockSizes:
+    """The tiles for a head dim, as JAX's attention_mgpu picks them on Hopper: key tiles of 128 up to D 128 (a
+    64 × 128 fp32 score tile and a 64 × D accumulator: 128 registers a thread), 64 above (the accumulator alone
+    is 128 at D 256). Not yet timed on a GPU."""
+    return MgpuBlockSizes(block_k=128 if head_dim <= 128 else 64)
+
+
 # fp32 registers a thread of a dk/dv warpgroup holds at head dim D: two 64 × D accumulators (dk, dv) are
 # 2·64·D/128 = D registers, 256 at D 256 — over the 255 a thread may have, before the score tiles: it spills.
 MOSAIC_BACKWARD_MAX_HEAD_DIM = 128
@@ -122,9 +129,13 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
 
     Three warpgroups per CUDA block: warpgroups 0 and 1 each own a query tile of `block_q` rows (the block's
     2·block_q rows) and share the key/value slots; warpgroup 2 issues the TMA copies, refilling a slot once
-    both compute warpgroups have arrived on its "consumed" barrier. Causal: the block's key tiles stop at its
-    last row's diagonal; a compute warpgroup whose own tile ends earlier still waits for the remaining tiles
-    and arrives on their barriers, so the memory warpgroup never waits for a consumer that is gone.
+    both compute warpgroups have arrived on its "consumed" barrier. A schedule barrier that both compute
+    warpgroups pass twice a step (warpgroup 1 once more before its first, warpgroup 0 once more after its last)
+    keeps them half a step apart, as FlashAttention-3's ping-pong and JAX's attention_mgpu: one's QKᵀ wgmma
+    runs on the tensor cores while the other applies ReLU and converts P. Causal: the tiles every row of a query
+    tile sees whole run unmasked, the diagonal ones masked; a compute warpgroup whose own tile ends before the
+    block's last key tile still waits for the remaining tiles, arrives on their barriers and passes the schedule
+    barrier with the other, so neither the memory warpgroup nor its sibling waits for a consumer that is gone.
     """
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -137,13 +148,17 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
     layout = swizzled(dtype)
 
     def kernel(q_ref, k_ref, v_ref, f_ref, o_ref, scoped):
-        (q_smem2, f_smem2, k_smem, v_smem), (k_bar, v_bar, q_bar, f_bar), (k_used, v_used) = scoped
+        (q_smem2, f_smem2, k_smem, v_smem), (k_bar, v_bar, q_bar, f_bar), (k_used, v_used), schedule = scoped
         batch, head, wg = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("wg")
         block_rows = lax.axis_index("q_tiles") * (2 * bq)
         if causal:
             block_steps = jnp.minimum(lax.div(block_rows + 2 * bq + bk - 1, bk), num_k)
         else:
             block_steps = num_k
+
+        def schedule_barrier():
+            plgpu.barrier_arrive(schedule)
+            plgpu.barrier_wait(schedule)
 
         @pl.when(wg < 2)
         def _compute():
@@ -157,38 +172,63 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
             plgpu.barrier_wait(q_bar.at[wg])
             plgpu.barrier_wait(f_bar.at[wg])
 
-            def step(j, acc):
-                slot = lax.rem(j, stages)
-                plgpu.barrier_wait(k_bar.at[slot])
+            @pl.when(steps > 0)
+            def _():
+                plgpu.barrier_wait(k_bar.at[0])
 
-                p = jnp.maximum(scores_tile(q_smem, k_smem.at[slot], (bq, bk)) * scale, 0.0)
+            pl.when(wg == 1)(schedule_barrier)
+
+            def step(j, acc, masked):
+                slot = lax.rem(j, stages)  # its keys landed: waited for before this step (above, or by the last)
+
+                def qk(acc_ref):
+                    plgpu.wgmma(acc_ref, q_smem, k_smem.at[slot].transpose((1, 0)))
+                    schedule_barrier()  # the other warpgroup's P·V may now take the tensor cores
+                    return acc_ref[...]
+
+                p = jnp.maximum(pl.run_scoped(qk, plgpu.ACC((bq, bk), jnp.float32)) * scale, 0.0)
                 plgpu.barrier_arrive(k_used.at[slot])
-                if causal:
+                if masked:
                     p = jnp.where(visible(q0, j * bk, (bq, bk), "row_ge_col"), p, 0.0)
+                p = p.astype(dtype)
+                plgpu.barrier_arrive(schedule)  # ReLU done
                 plgpu.barrier_wait(v_bar.at[slot])
+                plgpu.barrier_wait(schedule)  # the tensor cores are free
 
-                def accumulate(acc_ref):
-                    plgpu.wgmma(acc_ref, p.astype(dtype), v_smem.at[slot])
+                def pv(acc_ref):
+                    plgpu.wgmma(acc_ref, p, v_smem.at[slot])
+                    nxt = j + 1  # wait for the next keys while this product runs
 
-                acc = pl.run_state(accumulate)(plgpu.ACC.init(acc))
+                    @pl.when(nxt < steps)
+                    def _():
+                        plgpu.barrier_wait(k_bar.at[lax.rem(nxt, stages)])
+
+                acc = pl.run_state(pv)(plgpu.ACC.init(acc))
                 plgpu.barrier_arrive(v_used.at[slot])
                 return acc
 
-            acc0 = plgpu.layout_cast(jnp.zeros((bq, dv), jnp.float32), plgpu.Layout.WGMMA)
-            acc = lax.fori_loop(0, steps, step, acc0)
+            acc = plgpu.layout_cast(jnp.zeros((bq, dv), jnp.float32), plgpu.Layout.WGMMA)
+            if causal:  # tiles wholly at or before the first row, then the diagonal ones, then release the rest
+                whole = jnp.minimum(lax.div(q0 + 1, bk), steps)
+                acc = lax.fori_loop(0, whole, functools.partial(step, masked=False), acc)
+                acc = lax.fori_loop(whole, steps, functools.partial(step, masked=True), acc)
 
-            def release(j, carry):  # tiles this query tile does not need: let the memory warpgroup refill
-                slot = lax.rem(j, stages)
-                # Only once tile j has landed: that copy was issued after both warpgroups consumed tile
-                # j − stages, so this arrival cannot complete that earlier phase in the other one's stead.
-                plgpu.barrier_wait(k_bar.at[slot])
-                plgpu.barrier_wait(v_bar.at[slot])
-                plgpu.barrier_arrive(k_used.at[slot])
-                plgpu.barrier_arrive(v_used.at[slot])
-                return carry
+                def release(j, carry):  # tiles this query tile does not need: let the memory warpgroup refill
+                    slot = lax.rem(j, stages)
+                    # Only once tile j has landed: that copy was issued after both warpgroups consumed tile
+                    # j − stages, so this arrival cannot complete that earlier phase in the other one's stead.
+                    plgpu.barrier_wait(k_bar.at[slot])
+                    plgpu.barrier_wait(v_bar.at[slot])
+                    plgpu.barrier_arrive(k_used.at[slot])
+                    plgpu.barrier_arrive(v_used.at[slot])
+                    schedule_barrier()  # the other warpgroup's two passes of this step
+                    schedule_barrier()
+                    return carry
 
-            if causal:
                 lax.fori_loop(steps, block_steps, release, None)
+            else:
+                acc = lax.fori_loop(0, steps, functools.partial(step, masked=False), acc)
+            pl.when(wg == 0)(schedule_barrier)
             f = load_reduced(f_smem, plgpu.Layout.WGMMA.reduce(1))
             q_smem[...] = (acc * lax.broadcast_in_dim(f, (bq, dv), [0])).astype(dtype)  # q's tile stages the output
             plgpu.commit_smem()
@@ -230,6 +270,7 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
                 plgpu.Barrier(num_barriers=2),  # and its factor rows
             ),
             (plgpu.Barrier(num_arrivals=2, num_barriers=stages),) * 2,  # both compute warpgroups are done
+            plgpu.Barrier(num_arrivals=2),  # the schedule barrier
             collective_axes="wg",
         )
 
@@ -539,7 +580,7 @@ def relu_attention_mosaic_gpu(
     """Σ_j factor_i · ReLU(q_i·k_j/√d) · m_ij · v_j: forward by the Mosaic GPU kernel, backward by the Mosaic
     or the Triton kernels (`MgpuBlockSizes.backward`), from the arrays every ReLU backend takes (kernels/README.md);
     `backward_block_sizes`: the Triton backward's. Raises ValueError for inputs `supported` refuses."""
-    sizes = block_sizes or MgpuBlockSizes()
+    sizes = block_sizes or default_block_sizes(max(q.shape[-1], v.shape[-1]))
     reason = supported(q, k, v, sizes, causal)
     if reason:
         raise ValueError(reason)
