@@ -36,16 +36,26 @@ from jax.experimental import pallas as pl
 
 from kernels.mosaic_gpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
 
+BACKWARDS = ("fused", "mosaic", "triton")
+
 
 @dataclasses.dataclass(frozen=True)
 class MgpuBlockSizes:
+    """Tiles of the Mosaic GPU kernels. block_q, block_k: the forward's query tile (two a CUDA block when
+    warp-specialised) and key tile. block_q_bwd, block_k_bwd: the backward's (the fused one holds two key
+    tiles a block). stages: shared-memory slots in flight (keys and values forward; queries, dO and the factor
+    backward). backward: "fused" (one kernel over key tiles, FlashAttention-3's), "mosaic" (a dq kernel and a
+    dk/dv kernel) or "triton" (`relu_attention_triton`'s). warp_specialized: the forward's two compute
+    warpgroups and a memory warpgroup, as FlashAttention-3 / JAX's attention_mgpu; False: one warpgroup issuing
+    its own copies."""
+
     block_q: int = 64
     block_k: int = 64
-    stages: int = 2  # key/value (backward: query/dO or key/value) shared-memory slots in flight
-    backward: str = "mosaic"  # "mosaic": the dq and dk/dv kernels here; "triton": relu_attention_triton's
-    # Forward: two compute warpgroups (a query tile each) and a memory warpgroup that keeps the key/value
-    # slots filled, as FlashAttention-3 / JAX's attention_mgpu; False: one warpgroup issuing its own copies.
+    stages: int = 2
+    backward: str = "fused"
     warp_specialized: bool = True
+    block_q_bwd: int = 64
+    block_k_bwd: int = 64
 
     @property
     def forward_rows(self) -> int:
@@ -53,10 +63,11 @@ class MgpuBlockSizes:
         return 2 * self.block_q if self.warp_specialized else self.block_q
 
     def __post_init__(self):
-        if self.backward not in ("mosaic", "triton"):
-            raise ValueError(f"MgpuBlockSizes.backward must be 'mosaic' or 'triton', got {self.backward!r}")
-        if self.block_q % 64 or self.block_k % 64:
-            raise ValueError(f"MgpuBlockSizes: tiles must be multiples of 64, got {self.block_q}×{self.block_k}")
+        if self.backward not in BACKWARDS:
+            raise ValueError(f"MgpuBlockSizes.backward must be one of {', '.join(BACKWARDS)}, got {self.backward!r}")
+        tiles = (self.block_q, self.block_k, self.block_q_bwd, self.block_k_bwd)
+        if any(tile % 64 for tile in tiles):
+            raise ValueError(f"MgpuBlockSizes: tiles must be multiples of 64, got {tiles}")
         if self.block_k > 256:  # a wgmma's N is at most 256
             raise ValueError(f"MgpuBlockSizes.block_k must be at most 256, got {self.block_k}")
         # One stage serialises every copy with the compute (JAX's attention_mgpu asks for ≥ 2 as well); an
@@ -80,11 +91,15 @@ MOSAIC_BACKWARD_MAX_HEAD_DIM = 128
 def supported(q: jax.Array, k: jax.Array, v: jax.Array, sizes: MgpuBlockSizes, causal: bool = True) -> str | None:
     """None if the kernels take these inputs (forward and the backward `sizes.backward` names), else why not.
     `causal`: the kernels then carry causal masks (refused with the CUDA versions that miscompile them)."""
-    if q.shape[1] % sizes.forward_rows or k.shape[1] % sizes.block_k:
+    q_tile, k_tile = sizes.forward_rows, sizes.block_k
+    if sizes.backward != "triton":  # the backward's tiles too (the fused one holds two key tiles a block)
+        q_tile = math.lcm(q_tile, sizes.block_q_bwd)
+        k_tile = math.lcm(k_tile, sizes.block_k_bwd * (2 if sizes.backward == "fused" else 1))
+    if q.shape[1] % q_tile or k.shape[1] % k_tile:
         # attention_mgpu in JAX's own ops asks the same: reads past the end are not relied on
         return (
             f"Mosaic GPU ReLU attention needs lengths that are whole tiles: {q.shape[1]} and {k.shape[1]} "
-            f"for {sizes.forward_rows}×{sizes.block_k} tiles"
+            f"for {q_tile}×{k_tile} tiles"
         )
     if q.dtype not in (jnp.bfloat16, jnp.float16):
         return f"Mosaic GPU ReLU attention takes bf16/fp16 inputs, got {q.dtype}"
@@ -94,7 +109,7 @@ def supported(q: jax.Array, k: jax.Array, v: jax.Array, sizes: MgpuBlockSizes, c
         return f"Mosaic GPU ReLU attention needs head dims that are multiples of 64, got {q.shape[-1]}, {v.shape[-1]}"
     if max(q.shape[-1], v.shape[-1]) > 256:  # a 64 × D fp32 accumulator in one warpgroup: 128 registers at D 256
         return f"Mosaic GPU ReLU attention takes head dims up to 256, got {q.shape[-1]}, {v.shape[-1]}"
-    if sizes.backward == "mosaic" and max(q.shape[-1], v.shape[-1]) > MOSAIC_BACKWARD_MAX_HEAD_DIM:
+    if sizes.backward != "triton" and max(q.shape[-1], v.shape[-1]) > MOSAIC_BACKWARD_MAX_HEAD_DIM:
         return (
             f"Mosaic GPU ReLU attention's dk/dv kernel holds two 64 × D fp32 accumulators a warpgroup: head dims "
             f"{q.shape[-1]}, {v.shape[-1]} are over {MOSAIC_BACKWARD_MAX_HEAD_DIM} (they would spill); "
@@ -115,10 +130,14 @@ SHARED_MEMORY_BYTES = 227 * 1024  # the most one CUDA block may use on sm_90
 
 
 def shared_memory_bytes(sizes: MgpuBlockSizes, d: int, dv: int, itemsize: int) -> int:
-    """The largest shared-memory footprint of the forward, dq and dk/dv kernels (tiles only)."""
+    """The largest shared-memory footprint of the forward and the backward kernels (tiles only)."""
     bq, bk, stages = sizes.block_q, sizes.block_k, sizes.stages
     fwd_q_tiles = 2 if sizes.warp_specialized else 1
     forward = (fwd_q_tiles * bq * d + stages * bk * (d + dv) + (0 if sizes.warp_specialized else bq * dv)) * itemsize
+    bq, bk = sizes.block_q_bwd, sizes.block_k_bwd
+    if sizes.backward == "fused":  # two key tiles, their dSᵀ, fp32 dQ and row sums staged for the reductions
+        tiles = (2 * bk * (d + dv) + stages * bq * (d + dv) + 2 * bk * bq) * itemsize
+        return max(forward, tiles + 4 * (stages * bq + 2 * bq * d + 2 * bq))
     dq = (bq * (d + dv) + stages * bk * (d + dv)) * itemsize
     dkdv = (bk * (d + dv) + stages * bq * (d + dv)) * itemsize + stages * bq * 4
     return max(forward, dq, dkdv) if sizes.backward == "mosaic" else forward
@@ -373,7 +392,7 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
 
     b, tq, h, d = q.shape
     tk, dv_dim = k.shape[1], v.shape[-1]
-    bq, bk, stages = sizes.block_q, sizes.block_k, sizes.stages
+    bq, bk, stages = sizes.block_q_bwd, sizes.block_k_bwd, sizes.stages
     num_q, num_k = pl.cdiv(tq, bq), pl.cdiv(tk, bk)
     dtype = q.dtype
     layout = swizzled(dtype)
@@ -529,6 +548,183 @@ def _backward(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: Mgpu
     return dq, dk, dv, pdp
 
 
+def _backward_fused(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes: MgpuBlockSizes):
+    """dq, dk, dv and Σ_j p_ij dP_ij per row `[B, H, T_q]` (= d factor) in one kernel over key tiles, as
+    FlashAttention-3's backward: five products a tile and no pre-pass.
+
+    One CUDA block per (pair of key tiles of `block_k_bwd` rows, head, batch): compute warpgroups 0 and 1 each
+    hold a key tile (K, V in shared memory, dK, dV in fp32 registers); warpgroup 2 streams the query tiles (q,
+    dO and the row factor f) through `stages` slots. Per query tile, transposed so that key rows are the wgmma
+    rows: sᵀ = K qᵀ and dPᵀ = V dOᵀ (one wgmma group), aᵀ = ReLU(sᵀ)·f·scale, dSᵀ = 1[sᵀ>0]·dPᵀ·f·scale,
+    dV += aᵀ dO and dK += dSᵀ q (one group), then dQ_i = dS K (dSᵀ through shared memory, read transposed) is
+    added to an fp32 dQ in global memory by a TMA reduction, as is the row sum Σ_j p_ij dP_ij. Causal: the
+    query tiles before a key tile are skipped (the second warpgroup only releases its sibling's), the diagonal
+    ones masked, the rest unmasked.
+    """
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    b, tq, h, d = q.shape
+    tk, dv_dim = k.shape[1], v.shape[-1]
+    bq, bk = sizes.block_q_bwd, sizes.block_k_bwd
+    num_q = tq // bq
+    dtype = q.dtype
+    layout = swizzled(dtype)
+    refs = [jax.new_ref(x, memory_space=plgpu.GMEM) for x in (q, k, v, d_out.astype(dtype), factor)]
+    outs = [
+        jax.new_ref(jnp.zeros(shape, dt), memory_space=plgpu.GMEM)
+        for shape, dt in ((q.shape, jnp.float32), (k.shape, dtype), (v.shape, dtype), (factor.shape, jnp.float32))
+    ]
+    q_ref, k_ref, v_ref, do_ref, f_ref = refs
+    dq_ref, dk_ref, dv_ref, pdp_ref = outs
+
+    def kernel(smem, bars, used):
+        k_smem2, v_smem2, q_smem, do_smem, f_smem, ds_smem2, dq_smem2, pdp_smem2 = smem
+        kv_bar, q_bar, do_bar, f_bar = bars
+        batch, head, wg = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("wg")
+        block_k0 = lax.axis_index("k_tiles") * (2 * bk)
+        block_first = lax.div(block_k0, bq) if causal else 0  # the first query tile any key of the block sees
+        steps = num_q - block_first
+        stages = sizes.stages
+
+        @pl.when(wg < 2)
+        def _compute():
+            plgpu.set_max_registers(232, action="increase")
+            k_smem, v_smem, ds_smem = k_smem2.at[wg], v_smem2.at[wg], ds_smem2.at[wg]
+            dq_smem, pdp_smem = dq_smem2.at[wg], pdp_smem2.at[wg]
+            k0 = block_k0 + wg * bk
+            rows = (batch, pl.ds(k0, bk), head)
+            plgpu.copy_gmem_to_smem(k_ref.at[rows], k_smem, kv_bar.at[2 * wg])
+            plgpu.copy_gmem_to_smem(v_ref.at[rows], v_smem, kv_bar.at[2 * wg + 1])
+            plgpu.barrier_wait(kv_bar.at[2 * wg])
+            plgpu.barrier_wait(kv_bar.at[2 * wg + 1])
+
+            def wait(slot):
+                for barrier in (q_bar, do_bar, f_bar):
+                    plgpu.barrier_wait(barrier.at[slot])
+
+            def step(i, carry, masked):
+                dk_acc, dv_acc = carry
+                slot = lax.rem(i - block_first, stages)
+                wait(slot)
+
+                def scores(acc_refs):
+                    s_ref, dp_ref = acc_refs
+                    plgpu.wgmma(s_ref, k_smem, q_smem.at[slot].transpose((1, 0)))
+                    plgpu.wgmma(dp_ref, v_smem, do_smem.at[slot].transpose((1, 0)))
+
+                zeros = plgpu.layout_cast(jnp.zeros((bk, bq), jnp.float32), plgpu.Layout.WGMMA)
+                s_t, dp_t = pl.run_state(scores)((plgpu.ACC.init(zeros), plgpu.ACC.init(zeros)))
+                f = load_reduced(f_smem.at[slot], plgpu.Layout.WGMMA.reduce(0)) * scale
+                f = lax.broadcast_in_dim(f, (bk, bq), [1])
+                live = s_t > 0
+                if masked:
+                    live = live & visible(k0, i * bq, (bk, bq), "row_le_col")
+                p_t = jnp.where(live, s_t, 0.0)
+                pdp = jnp.sum(p_t * dp_t, axis=0) * scale  # this key tile's part of Σ_j p_ij dP_ij
+                a_t = (p_t * f).astype(dtype)
+                ds_t = jnp.where(live, dp_t * f, 0.0).astype(dtype)
+
+                def grads(acc_refs):
+                    dv_ref_, dk_ref_ = acc_refs
+                    plgpu.wgmma(dv_ref_, a_t, do_smem.at[slot])
+                    plgpu.wgmma(dk_ref_, ds_t, q_smem.at[slot])
+
+                dv_acc, dk_acc = pl.run_state(grads)((plgpu.ACC.init(dv_acc), plgpu.ACC.init(dk_acc)))
+                plgpu.barrier_arrive(used.at[slot])  # q, dO and f of this slot are read: it may be refilled
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last step's dQ and row sums have left
+                ds_smem[...] = ds_t
+                pdp_smem[...] = pdp
+                plgpu.commit_smem()
+
+                def dq_part(acc_ref):
+                    plgpu.wgmma(acc_ref, ds_smem.transpose((1, 0)), k_smem)
+                    return acc_ref[...]
+
+                dq_smem[...] = pl.run_scoped(dq_part, plgpu.ACC((bq, d), jnp.float32))
+                plgpu.commit_smem()
+                q_rows = pl.ds(i * bq, bq)
+                plgpu.copy_smem_to_gmem(dq_smem, dq_ref.at[batch, q_rows, head], reduction_op="add")
+                plgpu.copy_smem_to_gmem(pdp_smem, pdp_ref.at[batch, head, q_rows], reduction_op="add")
+                return dk_acc, dv_acc
+
+            def release(i, carry):  # query tiles that see none of this key tile: let the memory warpgroup refill
+                slot = lax.rem(i - block_first, stages)
+                wait(slot)
+                plgpu.barrier_arrive(used.at[slot])
+                return carry
+
+            carry = (
+                plgpu.layout_cast(jnp.zeros((bk, d), jnp.float32), plgpu.Layout.WGMMA),
+                plgpu.layout_cast(jnp.zeros((bk, dv_dim), jnp.float32), plgpu.Layout.WGMMA),
+            )
+            if causal:
+                first = lax.div(k0, bq)
+                whole = jnp.minimum(lax.div(k0 + bk + bq - 2, bq), num_q)  # from here on every row sees every key
+                lax.fori_loop(block_first, first, release, None)
+                carry = lax.fori_loop(first, whole, functools.partial(step, masked=True), carry)
+                carry = lax.fori_loop(whole, num_q, functools.partial(step, masked=False), carry)
+            else:
+                carry = lax.fori_loop(0, num_q, functools.partial(step, masked=False), carry)
+            dk_acc, dv_acc = carry
+            k_smem[...] = dk_acc.astype(dtype)  # K and V are no longer read: their tiles stage dK and dV
+            v_smem[...] = dv_acc.astype(dtype)
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(k_smem, dk_ref.at[rows])
+            plgpu.copy_smem_to_gmem(v_smem, dv_ref.at[rows])
+            plgpu.wait_smem_to_gmem(0)
+
+        @pl.when(wg == 2)
+        def _memory():
+            plgpu.set_max_registers(40, action="decrease")
+
+            def fetch(j, slot):
+                tile = pl.ds((block_first + j) * bq, bq)
+                plgpu.copy_gmem_to_smem(q_ref.at[batch, tile, head], q_smem.at[slot], q_bar.at[slot])
+                plgpu.copy_gmem_to_smem(do_ref.at[batch, tile, head], do_smem.at[slot], do_bar.at[slot])
+                plgpu.copy_gmem_to_smem(f_ref.at[batch, head, tile], f_smem.at[slot], f_bar.at[slot])
+
+            for slot in range(stages):
+                pl.when(slot < steps)(functools.partial(fetch, slot, slot))
+
+            @pl.loop(0, jnp.maximum(steps - stages, 0))
+            def _refill(j):
+                slot = lax.rem(j, stages)
+                plgpu.barrier_wait(used.at[slot])
+                fetch(j + stages, slot)
+
+    stages = sizes.stages
+    mesh = plgpu.Mesh(
+        grid=(tk // (2 * bk), h, b), grid_names=("k_tiles", "heads", "batch"), num_threads=3, thread_name="wg"
+    )
+
+    @pl.core_map(mesh)
+    def _():
+        pl.run_scoped(
+            kernel,
+            (
+                plgpu.SMEM((2, bk, d), dtype, transforms=layout),
+                plgpu.SMEM((2, bk, dv_dim), dtype, transforms=layout),
+                plgpu.SMEM((stages, bq, d), dtype, transforms=layout),
+                plgpu.SMEM((stages, bq, dv_dim), dtype, transforms=layout),
+                plgpu.SMEM((stages, bq), jnp.float32),
+                plgpu.SMEM((2, bk, bq), dtype, transforms=layout),
+                plgpu.SMEM((2, bq, d), jnp.float32),
+                plgpu.SMEM((2, bq), jnp.float32),
+            ),
+            (
+                plgpu.Barrier(num_barriers=4),  # each compute warpgroup's K and V tiles
+                plgpu.Barrier(num_barriers=stages),
+                plgpu.Barrier(num_barriers=stages),
+                plgpu.Barrier(num_barriers=stages),
+            ),
+            plgpu.Barrier(num_arrivals=2, num_barriers=stages),  # both compute warpgroups are done with a slot
+            collective_axes="wg",
+        )
+
+    dq, dk, dv, pdp = (jax.freeze(ref) for ref in outs)
+    return dq.astype(dtype), dk, dv, pdp
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def _attend(q, k, v, key_mask, factor, causal, sizes, triton_sizes):
     v_visible = jnp.where(key_mask[:, :, None, None], v, jnp.zeros((), v.dtype))
@@ -545,10 +741,11 @@ def _attend_fwd(q, k, v, key_mask, factor, causal, sizes, triton_sizes):
 
 def _attend_bwd(causal, sizes, triton_sizes, residuals, d_out):
     q, k, v, key_mask, factor = residuals
-    if sizes.backward == "mosaic":
+    if sizes.backward != "triton":
         v_visible = jnp.where(key_mask[:, :, None, None], v, jnp.zeros((), v.dtype))
         scale = 1 / math.sqrt(q.shape[-1])
-        dq, dk, dv, dfactor = _backward(q, k, v_visible, factor, d_out, causal=causal, scale=scale, sizes=sizes)
+        backward = _backward_fused if sizes.backward == "fused" else _backward
+        dq, dk, dv, dfactor = backward(q, k, v_visible, factor, d_out, causal=causal, scale=scale, sizes=sizes)
         dv = jnp.where(key_mask[:, :, None, None], dv, jnp.zeros((), dv.dtype))  # through the zeroing of v
         return dq, dk, dv, None, dfactor
     from kernels.relu_attention.triton import relu_attention_triton

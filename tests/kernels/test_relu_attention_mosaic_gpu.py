@@ -1,6 +1,9 @@
-"""The experimental Mosaic GPU (Hopper) ReLU forward kernel: lowers for CUDA on this CPU, refuses what it
-cannot take, and — on a GPU — equals the reference. JAX 0.10's GPU interpret mode cannot run wgmma on a
-transposed shared-memory ref, so on a CPU the numbers cannot be checked; the GPU sessions run this file."""
+"""The experimental Mosaic GPU (Hopper) ReLU kernels — the forward, and the fused, split and Triton backwards:
+lower for CUDA on this CPU, refuse what they cannot take, and — on a GPU — equal the reference. JAX 0.10's GPU
+interpret mode has no rule for their layout casts and accumulator state, so on a CPU the numbers cannot be
+checked; the GPU sessions run this file."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +16,7 @@ from tests.kernels.lowering import exported_text, layout_copies
 from tests.kernels.tolerances import assert_bf16_matches_reference
 
 
-def _attend(causal, t, backward="mosaic", warp_specialized=True):
+def _attend(causal, t, backward="fused", warp_specialized=True):
     mask = jnp.arange(t)[None] < jnp.array([[t], [t // 2]])
     sizes = MgpuBlockSizes(backward=backward, warp_specialized=warp_specialized)
     options = ReluAttentionOptions(impl="pallas", pallas_backend="mosaic_gpu", pallas_block_sizes=sizes)
@@ -29,19 +32,23 @@ def _attend(causal, t, backward="mosaic", warp_specialized=True):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
     "grad, backward, warp_specialized",
-    [(False, "mosaic", True), (False, "mosaic", False), (True, "mosaic", True), (True, "triton", True)],
-)
+    [
+        (False, "fused", True), (False, "fused", False), (True, "fused", True), (True, "mosaic", True),
+        (True, "triton", True),
+    ],
+)  # fmt: skip
 def test_lowers_for_cuda_to_the_mosaic_kernels(grad, backward, warp_specialized, causal, t, d):
-    """Forward: one Mosaic GPU kernel (warp-specialised or one warpgroup). Gradient: the Mosaic dq and dk/dv
-    kernels, or (backward="triton") the Triton ones; the forward is dead code there. Nothing of the attention
-    left to XLA, no layout copies."""
+    """Forward: one Mosaic GPU kernel (warp-specialised or one warpgroup). Gradient: the fused kernel (dQ by TMA
+    reductions), the Mosaic dq and dk/dv kernels, or (backward="triton") the Triton ones; the forward is dead code
+    there. Nothing of the attention left to XLA, no layout copies."""
     fn = _attend(causal, t, backward, warp_specialized)
     if grad:
         attend = fn
         fn = jax.grad(lambda a, b, c: jnp.sum(attend(a, b, c).astype(jnp.float32)), argnums=(0, 1, 2))
     x = jax.ShapeDtypeStruct((2, t, 4, d), jnp.bfloat16)
     text = exported_text(fn, "cuda", x, x, x)
-    mosaic, triton = {(False, "mosaic"): (1, 0), (True, "mosaic"): (2, 0), (True, "triton"): (0, 2)}[grad, backward]
+    calls = {(True, "fused"): (1, 0), (True, "mosaic"): (2, 0), (True, "triton"): (0, 2)}
+    mosaic, triton = calls.get((grad, backward), (1, 0))
     assert (text.count("mosaic_gpu_v2"), text.count("__gpu$xla.gpu.triton")) == (mosaic, triton)
     assert "stablehlo.dot_general" not in text
     assert not layout_copies(text), layout_copies(text)
@@ -69,12 +76,18 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
     )
     assert "of one dtype" in supported(ok, ok.astype(jnp.float16), ok, MgpuBlockSizes())
     odd_pairs = jnp.zeros((1, 192, 2, 64), jnp.bfloat16)  # 3 query tiles: the warp-specialised forward takes pairs
-    assert "whole tiles: 192 and 192 for 128×64" in supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes())
-    assert supported(odd_pairs, odd_pairs, odd_pairs, MgpuBlockSizes(warp_specialized=False)) is None
+    split = MgpuBlockSizes(backward="mosaic")
+    assert "whole tiles: 192 and 192 for 128×64" in supported(odd_pairs, odd_pairs, odd_pairs, split)
+    assert supported(odd_pairs, odd_pairs, odd_pairs, dataclasses.replace(split, warp_specialized=False)) is None
+    # the fused backward holds two key tiles a block
+    fused = MgpuBlockSizes(warp_specialized=False)
+    assert "whole tiles: 192 and 192 for 64×128" in supported(odd_pairs, odd_pairs, odd_pairs, fused)
     with pytest.raises(ValueError, match="multiples of 64"):
         MgpuBlockSizes(block_q=32)
-    with pytest.raises(ValueError, match="'mosaic' or 'triton'"):
+    with pytest.raises(ValueError, match="must be one of fused, mosaic, triton, got 'xla'"):
         MgpuBlockSizes(backward="xla")
+    with pytest.raises(ValueError, match=r"multiples of 64, got \(64, 64, 64, 96\)"):
+        MgpuBlockSizes(block_k_bwd=96)
     with pytest.raises(ValueError, match="stages must be from 2 to 32, got 1"):
         MgpuBlockSizes(stages=1)
     with pytest.raises(ValueError, match="block_k must be at most 256"):
@@ -95,7 +108,9 @@ def test_causal_masks_are_refused_with_the_cuda_versions_whose_ptxas_miscompiles
     assert supported(ok, ok, ok, MgpuBlockSizes(), causal=False) is None
 
 
-@pytest.mark.parametrize("backward, warp_specialized", [("mosaic", True), ("mosaic", False), ("triton", True)])
+@pytest.mark.parametrize(
+    "backward, warp_specialized", [("fused", True), ("mosaic", True), ("mosaic", False), ("triton", True)]
+)
 @pytest.mark.parametrize("causal", [False, True])
 def test_matches_reference_outputs_and_gradients_where_it_runs(causal, backward, warp_specialized):
     """On a GPU: outputs and every gradient (γ included) against the fp32 reference. Anywhere else the kernel
