@@ -1,23 +1,19 @@
 """Linear attention for Hopper GPUs in Mosaic GPU (`plgpu.kernel`): chunk-parallel, TMA copies and wgmma.
 EXPERIMENTAL.
 
-The numerator is a chunked product, computed in two chunk-parallel kernels with a prefix sum between them:
+The numerator is a chunked product, as flash-linear-attention's chunk kernels compute it:
 
     num_i = Σ_{j ≤ i} (φq_i·φk_j) v_j = φq_i P_c + Σ_{j ≤ i in chunk c} (φq_i·φk_j) v_j,   P_c = Σ_{c' < c} φk_c'ᵀ v_c'
 
-  1. `chunk_states`: one CUDA block per (chunk, head, batch) writes φk_cᵀ v_c (m × d_v, fp32) by one wgmma
-     (φk_c transposed in shared memory).
-  2. The exclusive prefix over chunks, in XLA: O(B·H·T/C·m·d_v), a few MiB per head at T 16K.
-  3. `chunk_outputs`: one CUDA block per (chunk, head, batch): φq_c P_c + tril(φq_c φk_cᵀ) v_c, wgmma into an
-     fp32 accumulator, rows scaled by 1/stab(den) before the store. P_c is a wgmma operand, so it goes in as
-     bf16 twice — P = P_hi + P_lo, both rounded — which keeps ~16 bits of the fp32 state.
+  1. `chunk_prefix`: one CUDA block per (64 × 64 tile of the m × d_v state, head, batch) scans the chunks with
+     the state in an fp32 wgmma accumulator and stores each chunk's exclusive prefix P_c in bf16 (φk_c
+     transposed in shared memory as the wgmma's A operand); chunks come through two TMA slots.
+  2. `chunk_outputs`: one CUDA block per (chunk, head, batch): φq_c P_c + tril(φq_c φk_cᵀ) v_c, wgmma into an
+     fp32 accumulator, rows scaled by 1/stab(den) before the store.
 
-The within-chunk scores go through bf16 as the second wgmma's operand (as P does in flash attention); the
-Triton kernels keep theirs in fp32, so dφq's error is about twice theirs (1.1% against 0.4% of the largest
-entry at T 2K, bf16; forward and the other gradients within 10% of theirs).
-
-Every block owns one chunk, so the grid is B·H·T/C blocks: a small batch · heads still fills the SMs (the
-Triton kernels of `linear_attention_triton` scan chunks in one program per (batch, head, column block)).
+The state and the within-chunk scores go through bf16 as wgmma operands (as P does in flash attention), with
+fp32 accumulation: the Triton kernels round the same products the same way for bf16 inputs.
+Step 2's grid is B·H·T/C blocks and step 1's B·H·(m/64)·(d_v/64): a small batch · heads still fills the SMs.
 
 The denominator den_i = φq_i · Σ_{j ≤ i} φk_j is a cumulative sum of φk (m values per row) and a row dot,
 left to XLA (one `reduce_window` and elementwise passes over `[B, T, H, m]`; its gradients too).
@@ -27,14 +23,14 @@ da = product(dO, c, b; r), db = product(c, G, a) and dc = product(b, a, G) with 
 (anti-causal) visibility — so the two kernels serve forward and backward (`mode`: causal, anticausal, full).
 
 `kernels="xla"` runs the same chunk algorithm with XLA einsums in place of the two kernels: the algebra
-(prefixes, hi/lo split, masks, the custom VJP) is tested against the reference on any machine; the kernels
-themselves lower for CUDA on a CPU (tests/kernels/test_linear_attention_mosaic_gpu.py) and run only on a GPU —
-JAX 0.10's GPU interpret mode cannot execute wgmma on transposed shared-memory refs.
+(prefixes, the rounded state, masks, the custom VJP) is tested against the reference on any machine; the
+kernels themselves lower for CUDA on a CPU (tests/kernels/test_linear_attention_mosaic_gpu.py) and run only on a
+GPU — JAX 0.10's GPU interpret mode has no rule for their layout casts and accumulator state.
 Limits (`supported` says why not; reviewed against JAX's attention_mgpu: kernels/README.md): bf16 inputs of one
 dtype (fp16's range is too small for the rounded prefix state), m and d_v multiples of 64 with m·d_v ≤ 128²,
 chunk·(max(m, d_v) + 1.5·chunk) ≤ 200·128 (chunk 64 at dims up to 256), lengths whole chunks, no causal masks with
 CUDA 12.8–12.9.0. Neither `impl="auto"` nor `pallas_backend="gpu"` selects these kernels until
-`kernels/kernel_passes.json` records their tests passing on a Hopper GPU (`kernels.platforms`).
+`kernels.auto.TABLE` has an entry for them, from a run where their tests passed on a Hopper GPU.
 """
 
 from __future__ import annotations
@@ -51,6 +47,8 @@ from kernels.mosaic_gpu_tiles import load_reduced, masked_refusal, scores_tile, 
 from kernels.numerics import stabilise_denominator
 
 MODES = ("causal", "anticausal", "full")
+STATE_TILE = 64  # the prefix kernel's state tile: one 64 × 64 fp32 accumulator (32 registers a thread)
+STAGES = 2  # the prefix kernel's chunks in flight
 MAX_STATE_ENTRIES = 128 * 128
 # A chunk's fp32 C × d_v output and C × C scores (plus their bf16 copy, half as many registers) in one
 # warpgroup's registers: chunk·(d_v + 1.5·chunk) entries, 200 a thread at most (128 threads), leaving room for
@@ -92,11 +90,11 @@ def supported(
             f"got {phi_q.shape[-1]}, {v.shape[-1]}"
         )
     m, dv, chunk = phi_q.shape[-1], v.shape[-1], sizes.chunk
-    # fp32 accumulators live in one warpgroup's registers (128 threads): the m × d_v state, 128 a thread at
-    # 128 × 128; the chunk's C × C scores beside its C × d_v output, 192 a thread at most (a guess until measured).
+    # The output kernel holds a chunk's m × d_v state in shared memory (32 KiB at 128 × 128 in bf16) and its
+    # C × C scores beside its C × d_v fp32 output in one warpgroup's registers (a guess until measured).
     if m * dv > MAX_STATE_ENTRIES:
         return (
-            f"Mosaic GPU linear attention keeps the m × d_v state in one warpgroup's registers: "
+            f"Mosaic GPU linear attention keeps a chunk's m × d_v state in shared memory: "
             f"{m} × {dv} is over {MAX_STATE_ENTRIES} entries"
         )
     if chunk * (max(m, dv) + 1.5 * chunk) > MAX_CHUNK_ENTRIES:
@@ -114,52 +112,91 @@ def supported(
 # ----------------------------------------------------------------------------------------------
 
 
-def _chunk_states_mosaic(b: jax.Array, c: jax.Array, chunk: int) -> jax.Array:
-    """Σ_{rows of chunk n} b_rowᵀ c_row, `[B, H, T/C, X, Y]` fp32: one block and one wgmma per chunk."""
+def _chunk_prefix_mosaic(b: jax.Array, c: jax.Array, chunk: int, mode: str) -> jax.Array:
+    """P_c = Σ_{rows of the chunks before c (causal), after c (anticausal)} b_rowᵀ c_row, `[B, H, T/C, X, Y]` in
+    c's dtype; "full": the sum over every row, `[B, H, 1, X, Y]`.
+
+    One CUDA block per (64 × 64 tile of the state, head, batch) scans the chunks in order (reversed when
+    anticausal), the state in an fp32 wgmma accumulator: before adding chunk c it stores the state so far, in
+    c's dtype, as chunk c's prefix; the chunks' b and c tiles come through `STAGES` TMA slots. The states never
+    pass through XLA in fp32 (flash-linear-attention's `chunk_fwd_h` stores them the same way)."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     batch_size, t, heads, x = b.shape
     y = c.shape[-1]
     n = t // chunk
+    dtype = c.dtype
+    bx, by = STATE_TILE, STATE_TILE
+    y_tiles = y // by
+    stages = min(STAGES, n)
 
-    def kernel(b_ref, c_ref, s_ref):
-        batch, head, block = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("chunks")
-        rows = (batch, pl.ds(block * chunk, chunk), head)
+    def kernel(b_ref, c_ref, o_ref):
+        batch, head, tile = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("tiles")
+        cols_x, cols_y = pl.ds(lax.div(tile, y_tiles) * bx, bx), pl.ds(lax.rem(tile, y_tiles) * by, by)
 
-        def with_buffers(b_smem, c_smem, s_smem, bar):
-            plgpu.copy_gmem_to_smem(b_ref.at[rows], b_smem, bar.at[0])
-            plgpu.copy_gmem_to_smem(c_ref.at[rows], c_smem, bar.at[1])
-            plgpu.barrier_wait(bar.at[0])
-            plgpu.barrier_wait(bar.at[1])
+        def chunk_index(step):
+            return n - 1 - step if mode == "anticausal" else step
 
-            def state(acc_ref):
-                plgpu.wgmma(acc_ref, b_smem.transpose((1, 0)), c_smem)
-                return acc_ref[...]
+        def with_buffers(b_smem, c_smem, state_smem, b_bar, c_bar):
+            def fetch(step, slot):
+                rows = pl.ds(chunk_index(step) * chunk, chunk)
+                plgpu.copy_gmem_to_smem(b_ref.at[batch, rows, head, cols_x], b_smem.at[slot], b_bar.at[slot])
+                plgpu.copy_gmem_to_smem(c_ref.at[batch, rows, head, cols_y], c_smem.at[slot], c_bar.at[slot])
 
-            s_smem[...] = pl.run_scoped(state, plgpu.ACC((x, y), jnp.float32))
-            plgpu.commit_smem()
-            plgpu.copy_smem_to_gmem(s_smem, s_ref.at[batch, head, block])
+            for slot in range(stages):
+                fetch(slot, slot)
+
+            def store(state, index):
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last state has left the tile
+                state_smem[...] = state.astype(dtype)
+                plgpu.commit_smem()
+                plgpu.copy_smem_to_gmem(state_smem, o_ref.at[batch, head, index, cols_x, cols_y])
+
+            def step(s, state):
+                slot = lax.rem(s, stages)
+                if mode != "full":
+                    store(state, chunk_index(s))  # the exclusive prefix of this chunk
+                plgpu.barrier_wait(b_bar.at[slot])
+                plgpu.barrier_wait(c_bar.at[slot])
+
+                def add(acc_ref):
+                    plgpu.wgmma(acc_ref, b_smem.at[slot].transpose((1, 0)), c_smem.at[slot])
+
+                state = pl.run_state(add)(plgpu.ACC.init(state))  # waited for: the slot's tiles are read
+
+                @pl.when(s + stages < n)
+                def _():
+                    fetch(s + stages, slot)
+
+                return state
+
+            state = plgpu.layout_cast(jnp.zeros((bx, by), jnp.float32), plgpu.Layout.WGMMA)
+            state = lax.fori_loop(0, n, step, state)
+            if mode == "full":
+                store(state, 0)
             plgpu.wait_smem_to_gmem(0)
 
         pl.run_scoped(
             with_buffers,
-            plgpu.SMEM((chunk, x), b.dtype, transforms=swizzled(b.dtype)),
-            plgpu.SMEM((chunk, y), c.dtype, transforms=swizzled(c.dtype)),
-            plgpu.SMEM((x, y), jnp.float32, transforms=swizzled(jnp.float32)),
-            plgpu.Barrier(num_barriers=2),
+            plgpu.SMEM((stages, chunk, bx), b.dtype, transforms=swizzled(b.dtype)),
+            plgpu.SMEM((stages, chunk, by), dtype, transforms=swizzled(dtype)),
+            plgpu.SMEM((bx, by), dtype, transforms=swizzled(dtype)),
+            plgpu.Barrier(num_barriers=stages),
+            plgpu.Barrier(num_barriers=stages),
         )
 
+    n_out = 1 if mode == "full" else n
     return plgpu.kernel(
         kernel,
-        out_type=jax.ShapeDtypeStruct((batch_size, heads, n, x, y), jnp.float32),
-        grid=(n, heads, batch_size),
-        grid_names=("chunks", "heads", "batch"),
+        out_type=jax.ShapeDtypeStruct((batch_size, heads, n_out, x, y), dtype),
+        grid=((x // bx) * y_tiles, heads, batch_size),
+        grid_names=("tiles", "heads", "batch"),
     )(b, c)
 
 
-def _chunk_outputs_mosaic(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.Array:
-    """r_i (a_i P_c + Σ_{j vis i in chunk c} (a_i·b_j) c_j), `[B, T, H, Y]` in c's dtype; P = p_hi + p_lo
-    `[B, H, T/C, X, Y]` (`[B, H, 1, X, Y]` when mode is "full", which has no within-chunk term)."""
+def _chunk_outputs_mosaic(a, b, c, p, r, chunk: int, mode: str) -> jax.Array:
+    """r_i (a_i P_c + Σ_{j vis i in chunk c} (a_i·b_j) c_j), `[B, T, H, Y]` in c's dtype; P `[B, H, T/C, X, Y]`
+    in c's dtype (`[B, H, 1, X, Y]` when mode is "full", which has no within-chunk term)."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     batch_size, t, heads, x = a.shape
@@ -168,14 +205,14 @@ def _chunk_outputs_mosaic(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.
     dtype = c.dtype
     within = mode != "full"
 
-    def kernel(a_ref, b_ref, c_ref, hi_ref, lo_ref, r_ref, o_ref):
+    def kernel(a_ref, b_ref, c_ref, p_ref, r_ref, o_ref):
         batch, head, block = lax.axis_index("batch"), lax.axis_index("heads"), lax.axis_index("chunks")
         start = block * chunk
         rows = (batch, pl.ds(start, chunk), head)
         state = (batch, head, block if within else 0)
 
-        def with_buffers(a_smem, b_smem, c_smem, hi_smem, lo_smem, r_smem, o_smem, bar):
-            copies = [(a_ref.at[rows], a_smem), (hi_ref.at[state], hi_smem), (lo_ref.at[state], lo_smem)]
+        def with_buffers(a_smem, b_smem, c_smem, p_smem, r_smem, o_smem, bar):
+            copies = [(a_ref.at[rows], a_smem), (p_ref.at[state], p_smem)]
             copies.append((r_ref.at[batch, head, pl.ds(start, chunk)], r_smem))
             if within:
                 copies += [(b_ref.at[rows], b_smem), (c_ref.at[rows], c_smem)]
@@ -191,8 +228,7 @@ def _chunk_outputs_mosaic(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.
                 scores = jnp.where(visible(0, 0, (chunk, chunk), rule), s, 0.0).astype(dtype)
 
             def output(acc_ref):
-                plgpu.wgmma(acc_ref, a_smem, hi_smem)
-                plgpu.wgmma(acc_ref, a_smem, lo_smem)
+                plgpu.wgmma(acc_ref, a_smem, p_smem)
                 if within:
                     plgpu.wgmma(acc_ref, scores, c_smem)
                 return acc_ref[...]
@@ -210,10 +246,9 @@ def _chunk_outputs_mosaic(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.
             plgpu.SMEM((chunk, x), dtype, transforms=swizzled(dtype)),
             plgpu.SMEM((chunk, y), dtype, transforms=swizzled(dtype)),
             plgpu.SMEM((x, y), dtype, transforms=swizzled(dtype)),
-            plgpu.SMEM((x, y), dtype, transforms=swizzled(dtype)),
             plgpu.SMEM((chunk,), jnp.float32),
             plgpu.SMEM((chunk, y), dtype, transforms=swizzled(dtype)),
-            plgpu.Barrier(num_barriers=6 if within else 4),
+            plgpu.Barrier(num_barriers=5 if within else 3),
         )
 
     return plgpu.kernel(
@@ -221,25 +256,33 @@ def _chunk_outputs_mosaic(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.
         out_type=jax.ShapeDtypeStruct((batch_size, t, heads, y), dtype),
         grid=(n, heads, batch_size),
         grid_names=("chunks", "heads", "batch"),
-    )(a, b, c, p_hi, p_lo, r)
+    )(a, b, c, p, r)
 
 
-# The same two steps in XLA (fp32 einsums), for testing the chunk algorithm where the kernels cannot run.
-def _chunk_states_xla(b: jax.Array, c: jax.Array, chunk: int) -> jax.Array:
+# The same two steps in XLA (fp32 einsums, the state rounded to c's dtype as the kernels store it), for testing
+# the chunk algorithm where the kernels cannot run.
+def _chunk_prefix_xla(b: jax.Array, c: jax.Array, chunk: int, mode: str) -> jax.Array:
     batch_size, t, heads, x = b.shape
     b5 = b.astype(jnp.float32).reshape(batch_size, t // chunk, chunk, heads, x)
     c5 = c.astype(jnp.float32).reshape(batch_size, t // chunk, chunk, heads, c.shape[-1])
-    return jnp.einsum("bnchx,bnchy->bhnxy", b5, c5, precision=lax.Precision.HIGHEST)
+    states = jnp.einsum("bnchx,bnchy->bhnxy", b5, c5, precision=lax.Precision.HIGHEST)
+    if mode == "full":
+        return jnp.sum(states, axis=2, keepdims=True).astype(c.dtype)
+    inclusive = lax.cumsum(states, axis=2, reverse=mode == "anticausal")
+    zero = jnp.zeros_like(states[:, :, :1])
+    if mode == "causal":
+        return jnp.concatenate([zero, inclusive[:, :, :-1]], axis=2).astype(c.dtype)
+    return jnp.concatenate([inclusive[:, :, 1:], zero], axis=2).astype(c.dtype)
 
 
-def _chunk_outputs_xla(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.Array:
+def _chunk_outputs_xla(a, b, c, p, r, chunk: int, mode: str) -> jax.Array:
     batch_size, t, heads, x = a.shape
     n, f32, hi = t // chunk, jnp.float32, lax.Precision.HIGHEST
 
     def chunks(z):
         return z.astype(f32).reshape(batch_size, n, chunk, heads, z.shape[-1])
 
-    p = jnp.broadcast_to(p_hi.astype(f32) + p_lo.astype(f32), (batch_size, heads, n, x, c.shape[-1]))
+    p = jnp.broadcast_to(p.astype(f32), (batch_size, heads, n, x, c.shape[-1]))
     acc = jnp.einsum("bnchx,bhnxy->bnchy", chunks(a), p, precision=hi)
     if mode != "full":
         s = jnp.einsum("bnihx,bnjhx->bnhij", chunks(a), chunks(b), precision=hi)
@@ -250,7 +293,7 @@ def _chunk_outputs_xla(a, b, c, p_hi, p_lo, r, chunk: int, mode: str) -> jax.Arr
     return (acc * scale).reshape(batch_size, t, heads, -1).astype(c.dtype)
 
 
-_KERNELS = {"mosaic": (_chunk_states_mosaic, _chunk_outputs_mosaic), "xla": (_chunk_states_xla, _chunk_outputs_xla)}
+_KERNELS = {"mosaic": (_chunk_prefix_mosaic, _chunk_outputs_mosaic), "xla": (_chunk_prefix_xla, _chunk_outputs_xla)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,24 +301,9 @@ _KERNELS = {"mosaic": (_chunk_states_mosaic, _chunk_outputs_mosaic), "xla": (_ch
 # ----------------------------------------------------------------------------------------------
 
 
-def _prefix(states: jax.Array, mode: str) -> jax.Array:
-    """P_c from the chunk states `[B, H, n, X, Y]`: the sum over earlier chunks (causal), later chunks
-    (anticausal) or all (full, `[B, H, 1, X, Y]`)."""
-    if mode == "full":
-        return jnp.sum(states, axis=2, keepdims=True)
-    inclusive = lax.cumsum(states, axis=2, reverse=mode == "anticausal")
-    zero = jnp.zeros_like(states[:, :, :1])
-    if mode == "causal":
-        return jnp.concatenate([zero, inclusive[:, :, :-1]], axis=2)
-    return jnp.concatenate([inclusive[:, :, 1:], zero], axis=2)
-
-
 def _product_impl(a, b, c, r, mode, chunk, kernels):
-    states_fn, outputs_fn = _KERNELS[kernels]
-    p = _prefix(states_fn(b, c, chunk), mode)
-    p_hi = p.astype(c.dtype)
-    p_lo = (p - p_hi.astype(jnp.float32)).astype(c.dtype)
-    return outputs_fn(a, b, c, p_hi, p_lo, r, chunk, mode)
+    prefix_fn, outputs_fn = _KERNELS[kernels]
+    return outputs_fn(a, b, c, prefix_fn(b, c, chunk, mode), r, chunk, mode)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))

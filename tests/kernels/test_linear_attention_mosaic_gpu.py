@@ -37,8 +37,8 @@ def _loss(attend):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("m, dv, chunk", [(64, 128, 64), (32, 48, 128)])
 def test_chunk_algorithm_matches_reference_fp32(m, dv, chunk, causal, eps_mode):
-    """fp32 through the XLA stand-ins: prefixes over chunks, the hi/lo state split, the within-chunk masks and
-    the custom VJP (three chunked products over the reversed visibility) are exact to fp32 rounding."""
+    """fp32 through the XLA stand-ins: prefixes over chunks, the within-chunk masks and the custom VJP (three
+    chunked products over the reversed visibility) are exact to fp32 rounding."""
     phi_q, phi_k, v = _features((2, 256, 3, m), dv, jnp.float32)
     opts = dict(causal=causal, eps=1e-6, eps_mode=eps_mode)
     sizes = MgpuChunkSizes(chunk)
@@ -53,8 +53,8 @@ def test_chunk_algorithm_matches_reference_fp32(m, dv, chunk, causal, eps_mode):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_chunk_algorithm_in_bf16_stays_within_bf16_error(causal):
-    """bf16 inputs: the within-chunk scores and the state go in as bf16 (the state as hi + lo), as in the
-    kernels; outputs and gradients stay within the Triton kernels' bf16 bound of the fp32 reference."""
+    """bf16 inputs: the within-chunk scores and the state go in as bf16, as in the kernels; outputs and gradients
+    stay within the Triton kernels' bf16 bound of the fp32 reference."""
     phi_q, phi_k, v = _features((2, 512, 2, 64), 64, jnp.bfloat16, seed=1)
     (_, out), grads = _loss(
         lambda q, k, v: linear_attention_mosaic_gpu(q, k, v, causal=causal, eps=1e-6, kernels="xla")
@@ -68,18 +68,17 @@ def test_chunk_algorithm_in_bf16_stays_within_bf16_error(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_state_split_keeps_the_forward_as_accurate_as_an_fp32_state(causal):
-    """The state enters wgmma as bf16 hi + lo: forward error no worse than the Triton kernel's, which keeps
-    the state in fp32 (a bf16 state alone is ~12% worse at this size, non-causal)."""
+def test_the_bf16_state_is_as_accurate_as_the_triton_kernels(causal):
+    """The state enters wgmma in bf16, stored so per chunk: forward error within 5% of the Triton kernels', which
+    round the state's products the same way for bf16 inputs (both about 0.3% of the largest output here)."""
     phi_q, phi_k, v = _features((2, 2048, 2, 64), 64, jnp.bfloat16, seed=1)
     ref = kernels.linear_attention(
         *(x.astype(jnp.float32) for x in (phi_q, phi_k, v)), causal=causal, options=REFERENCE
     )
-    split = linear_attention_mosaic_gpu(phi_q, phi_k, v, causal=causal, eps=1e-6, kernels="xla")
-    triton = LinearAttentionOptions(impl="pallas")  # Triton, interpreted on a CPU
-    fp32_state = kernels.linear_attention(phi_q, phi_k, v, causal=causal, options=triton)
-    (split_err,), (fp32_err,) = relative_errors([split], [ref]), relative_errors([fp32_state], [ref])
-    assert split_err <= 1.02 * fp32_err, (split_err, fp32_err)
+    chunked = linear_attention_mosaic_gpu(phi_q, phi_k, v, causal=causal, eps=1e-6, kernels="xla")
+    triton = kernels.linear_attention(phi_q, phi_k, v, causal=causal, impl="triton")  # interpreted on a CPU
+    (chunked_err,), (triton_err,) = relative_errors([chunked], [ref]), relative_errors([triton], [ref])
+    assert chunked_err <= 1.05 * triton_err and triton_err < 1e-2, (chunked_err, triton_err)
 
 
 @pytest.mark.parametrize("mode", ["causal", "anticausal", "full"])
@@ -102,8 +101,9 @@ def test_chunked_product_is_the_masked_bilinear_sum(mode):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("grad", [False, True])
 def test_lowers_for_cuda_to_the_mosaic_kernels(grad, causal, t, d):
-    """Forward: the chunk-state and chunk-output kernels. Gradient: those of the forward (its output is a
-    residual) and of the three backward products. No T×T or chunk product left to XLA, no layout copies."""
+    """Forward: the chunk-prefix and chunk-output kernels. Gradient: those of the forward (its output is a
+    residual) and of the three backward products. No T×T, chunk or state product left to XLA, no fp32 state
+    passed between the kernels, no layout copies."""
 
     def attend(q, k, v):
         options = LinearAttentionOptions(impl="pallas", pallas_backend="mosaic_gpu")
@@ -116,6 +116,8 @@ def test_lowers_for_cuda_to_the_mosaic_kernels(grad, causal, t, d):
     text = exported_text(fn, "cuda", x, x, x)
     assert text.count("mosaic_gpu_v2") == (8 if grad else 2)
     assert "stablehlo.dot_general" not in text
+    states = [line for line in text.splitlines() if "mosaic_gpu_v2" in line and f"x{d}x{d}xf32>" in line]
+    assert not states, states[:1]
     assert not layout_copies(text), layout_copies(text)
 
 
@@ -134,7 +136,7 @@ def test_refuses_inputs_it_cannot_take_with_the_reason():
     with pytest.raises(ValueError, match="multiples of 64, got 64, 48"):
         linear_attention_mosaic_gpu(ok, ok, ok[..., :48], **opts)
     wide = jnp.ones((1, 128, 2, 256), jnp.bfloat16)
-    with pytest.raises(ValueError, match="256 × 256 is over 16384 entries"):
+    with pytest.raises(ValueError, match="state in shared memory: 256 × 256 is over 16384 entries"):
         linear_attention_mosaic_gpu(wide, wide, wide, **opts)
     assert supported(wide, ok, MgpuChunkSizes()) is None  # FAVOR+'s m 256 with d_v 64: 256 × 64
     with pytest.raises(ValueError, match="chunk 128 with dims 64, 64 is over 25600 entries"):
