@@ -1,5 +1,6 @@
 """docs/architecture.md's two import graphs — the packages' and the parts of `zoo` — are the source's imports,
-read with `ast` (every import statement, at any depth), with no edge missing and none extra."""
+read with `ast` (every import statement, at any depth), with no edge missing and none extra; and no module of the
+project reaches itself through its imports."""
 
 from __future__ import annotations
 
@@ -95,3 +96,33 @@ def test_the_readers_take_chains_continuations_and_table_rows():
     assert chain_edges(block) == {("b", "a"), ("c", "b"), ("d", "b")}
     table = "| part | imports |\n|---|---|\n| `zoo.x`, `zoo.y` | `zoo.z` (why), `kernels` |\n"
     assert table_edges(table) == {("zoo.x", "zoo.z"), ("zoo.y", "zoo.z"), ("zoo.x", "kernels"), ("zoo.y", "kernels")}
+
+
+def module_edges() -> dict[str, set[str]]:
+    """Module → the project's modules it imports, at any depth (a package Python initialises on the way to a
+    submodule is not an edge: every module would reach its package's `__init__`)."""
+
+    def name(path: Path) -> str:
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    paths = {name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
+
+    def targets(path: Path) -> set[str]:  # `from a import b` is an edge to a.b when that is a module, else to a
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = {f"{node.module}.{alias.name}" for alias in node.names} & paths.keys()
+                found |= subs | ({node.module} if len(subs) < len(node.names) else set())
+        return found & paths.keys()
+
+    return {m: targets(path) - {m} for m, path in paths.items()}
+
+
+def test_no_module_imports_itself_through_others():
+    from tests.kernels.test_import_graph import find_cycle
+
+    cycle = find_cycle(module_edges())
+    assert cycle is None, "import circle: " + " → ".join(cycle)

@@ -4,9 +4,10 @@ The shared config sections (`train`, `mesh` in zoo/training/config.py, `model` i
 tuples of `Field`s. Their defaults build the sections, their rules validate them (zoo/training/validate.py),
 and their help is what the training commands' `--help` and docs/config.md print:
 
-    python -m zoo.config_fields lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md
+    python -m zoo.config_catalog lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md
 
-(the field tables; a test keeps the file current). A task's config module declares its own sections (`data`, ...)
+(the field tables, from `zoo.config_catalog`; a test keeps the file current). This module imports nothing of the
+project: the sections import it. A task's config module declares its own sections (`data`, ...)
 the same way, as `CONFIG_SECTIONS`; its `Task.config_sections` has them validated with the shared ones.
 """
 
@@ -16,7 +17,6 @@ import dataclasses
 import importlib
 import math
 import pkgutil
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
@@ -182,21 +182,6 @@ def _default(f: Field, quote: str = "") -> str:
     return "—" if f.default is None else f"{quote}{f.default!r}{quote}"  # None: filled in by the section
 
 
-def declared_sections() -> dict[str, tuple[Field, ...]]:
-    """Every shared section's fields by section name (imported here: the sections import this module)."""
-    from zoo.models.config import MODEL_FIELDS
-    from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS
-
-    return {"train": TRAIN_FIELDS, "model": MODEL_FIELDS, "mesh": MESH_FIELDS}
-
-
-def mixer_sections() -> dict[str, tuple[Field, ...]]:
-    """Every mixer's own options (`model.mixer_options.NAME`), declared in its module under zoo/mixers."""
-    from zoo import mixers
-
-    return {f"model.mixer_options.{name}": mixers.option_fields(name) for name in mixers.names()}
-
-
 Sections = Mapping[str, tuple[Field, ...]]
 
 
@@ -212,46 +197,3 @@ def package_config_modules(package: str) -> list[ModuleType]:
     root = importlib.import_module(package)
     found = [importlib.import_module(f"{package}.{info.name}") for info in pkgutil.iter_modules(root.__path__)]
     return [module for module in found if hasattr(module, "CONFIG_SECTIONS")]
-
-
-def markdown(task_packages: Iterable[str] = ()) -> str:
-    """docs/config.md: every shared section's fields, every mixer's options, then the sections of each task
-    config file in `task_packages` (configs packages, such as `lra_flax.configs`)."""
-    parts = [
-        "# Config fields",
-        "",
-        "Every task config has the sections `train`, `model` and `mesh` (`--config.SECTION.FIELD=value` on any",
-        "training command); each config file adds its own (`data`, and `decode` or `pretrained` where it has",
-        "them). The tables are generated from the declarations in `zoo/training/config.py`,",
-        "`zoo/models/config.py`, each mixer's module under `zoo/mixers` and each config file",
-        "(`python -m zoo.config_fields lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md`); the",
-        "same declarations give the defaults, the validation every run does before it writes anything, and",
-        "`--help`. A default here is the declaration's: a preset sets some fields otherwise (the config file's",
-        "docstring lists its presets). What the mixers compute: [mixers.md](mixers.md); the tasks and their data:",
-        "[tasks.md](tasks.md).",
-    ]
-    for name, fields in declared_sections().items():
-        parts += ["", f"## `{name}`", "", markdown_table(fields, name)]
-    parts += [
-        "",
-        "## Mixer options",
-        "",
-        "Every mixer's options, the inactive mixers' too, are validated by their rules; the mixers a "
-        "model runs, and any other whose options were changed, are also built (shapes only) for what "
-        "their options must satisfy together.",
-    ]
-    for name, fields in mixer_sections().items():
-        table = markdown_table(fields, name) if fields else "No options of its own."
-        parts += ["", f"### `{name}`", "", table]
-    files = config_file_sections(*(m for package in task_packages for m in package_config_modules(package)))
-    if files:
-        parts += ["", "## Each config file's own sections"]
-    for path, sections in files.items():
-        parts += ["", f"### `{path}`"]
-        for name, fields in sections.items():
-            parts += ["", markdown_table(fields, name)]
-    return "\n".join(parts) + "\n"
-
-
-if __name__ == "__main__":
-    print(markdown(sys.argv[1:]), end="")

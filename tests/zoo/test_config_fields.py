@@ -8,13 +8,13 @@ import ml_collections
 import pytest
 from etils import epath
 
-from zoo import config_fields, mixers
+from zoo import config_catalog, config_fields, mixers
 from zoo.models import model_config
 from zoo.models.encoder import REMAT_POLICIES
 from zoo.training import cli, mesh_config, train_config
 from zoo.training.validate import OPTION_RULES, config_problems
 
-SECTIONS = config_fields.declared_sections()
+SECTIONS = config_catalog.declared_sections()
 TASK_CONFIGS = ("lra_flax.configs", "mt_flax.configs", "mlm_flax.configs")
 CONFIG_MODULES = [m for package in TASK_CONFIGS for m in config_fields.package_config_modules(package)]
 BUILT = {"train": train_config(), "model": model_config(), "mesh": mesh_config()}
@@ -61,7 +61,7 @@ def test_validation_uses_the_declared_rules():
 
 def test_help_lists_every_declared_field():
     text = cli.config_fields_help()
-    for name, fields in {**SECTIONS, **config_fields.mixer_sections()}.items():
+    for name, fields in {**SECTIONS, **config_catalog.mixer_sections()}.items():
         for f in fields:
             assert f"  {name}.{f.name} (" in text, f.name
 
@@ -94,8 +94,8 @@ def test_an_option_name_has_one_rule_in_every_mixer_that_declares_it():
 
 def test_docs_config_md_is_generated_from_the_declarations():
     committed = (Path(__file__).parents[2] / "docs" / "config.md").read_text()
-    assert committed == config_fields.markdown(TASK_CONFIGS), (
-        "run: python -m zoo.config_fields lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md"
+    assert committed == config_catalog.markdown(TASK_CONFIGS), (
+        "run: python -m zoo.config_catalog lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md"
     )
 
 

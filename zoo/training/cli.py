@@ -22,7 +22,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from zoo import config_fields
+from zoo import config_catalog, config_fields
 from zoo.files import parse_ordered_pair
 from zoo.plots import MissingExtra
 from zoo.training import distributed, memory, signals
@@ -326,7 +326,7 @@ def config_fields_help(config_files: Mapping[str, config_fields.Sections] | None
     """The shared config sections' fields, then each config file's own, from their declarations (docs/config.md
     has them as tables)."""
     lines = ["", "Config fields of every task (--config.SECTION.FIELD=value):"]
-    for name, fields in {**config_fields.declared_sections(), **config_fields.mixer_sections()}.items():
+    for name, fields in {**config_catalog.declared_sections(), **config_catalog.mixer_sections()}.items():
         lines += config_fields.help_lines(fields, name)
     for path, sections in (config_files or {}).items():
         lines += ["", f"Config fields of {path} only:"]

@@ -266,8 +266,6 @@ def read_run_config(
     at the values older runs computed with (`zoo.models.stored_model_config`). A missing or damaged file, and a run
     of a task outside `tasks` (any task when empty), are refused naming the file; `reader` ends each message by
     saying what reads which runs ("mt-translate reads mt-train runs")."""
-    from zoo.models import stored_model_config  # zoo.models imports zoo.training
-
     path = as_path(workdir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; {reader}")
