@@ -23,7 +23,8 @@ def prose(text: str) -> str:
 
 
 def long_sentences(text: str, limit: int = 60) -> list[str]:
-    paragraphs = re.split(r"\n\s*\n", prose(text))
+    """Sentences of over `limit` words; paragraphs and list items end sentences too."""
+    paragraphs = re.split(r"\n\s*\n|\n\s*(?=[-*] |\d+\. )", prose(text))
     sentences = [s for p in paragraphs for s in re.split(r"(?<=[.!?])\s+(?=[A-Z`*(\[])", " ".join(p.split()))]
     return [s for s in sentences if len(s.split()) > limit]
 
