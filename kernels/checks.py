@@ -82,12 +82,12 @@ def check_positive(name: str, x: jax.Array | float) -> None:
 
 def check_non_negative(name: str, x: jax.Array, *, nan_passes: bool = False) -> None:
     """x ≥ 0 everywhere when x is concrete (under jit nothing can be checked). NaN fails too, unless `nan_passes`
-    (an op then returns NaN where the reference would have refused)."""
+    (an op then returns NaN where the reference would have refused). The minimum is taken where x lives: one
+    scalar reaches the host, never the array."""
     if is_concrete(x) and x.size:
-        values = np.asarray(x).astype(np.float32)  # numpy: a concrete input may be met while tracing a jit
-        if nan_passes:
-            values = values[~np.isnan(values)]
-        low = float(values.min()) if values.size else 0.0
+        with jax.ensure_compile_time_eval():  # a concrete input may be met while tracing a jit: compute it now
+            values = jnp.asarray(x, jnp.float32)
+            low = float(jnp.min(jnp.where(jnp.isnan(values), jnp.inf, values) if nan_passes else values))
         if not low >= 0:
             raise ValueError(
                 f"{name} must be non-negative (a positive feature map such as elu+1 or softplus), got minimum {low}"

@@ -39,8 +39,6 @@ class ReLUAttention(MultiHeadMixer):
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         super().__init__(cfg, rngs=rngs)
-        if cfg.gamma_init <= 0:
-            raise ValueError(f"mixer 'relu': gamma_init must be positive, got {cfg.gamma_init}")
         log_gamma = jnp.full((self.num_heads,), jnp.log(cfg.gamma_init), jnp.float32)
         # γ is log-parameterised so it stays positive; a fixed γ is kept out of the trainable params.
         variable = nnx.Param if cfg.gamma_learnable else nnx.Variable

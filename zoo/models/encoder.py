@@ -11,7 +11,6 @@ from zoo import mixers
 from zoo.layers import compute_dtype
 from zoo.layers.common import constrain_batch_sharded
 from zoo.models.blocks import Block
-from zoo.models.config import REMAT
 
 # model.remat → what jax.checkpoint keeps of a block for the backward pass (None: only its inputs).
 REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
@@ -67,8 +66,6 @@ class Encoder(nnx.Module):
                 cfg.attention_dropout,
                 cfg.mixer,
             )
-        if cfg.remat not in REMAT:
-            raise ValueError(f"config field model.remat={cfg.remat!r} is unknown; valid: {', '.join(REMAT)}")
         self.remat = cfg.remat
         self.final_norm = (
             nnx.LayerNorm(cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=compute_dtype(cfg.dtype), rngs=rngs)
