@@ -81,3 +81,21 @@ class DropoutTest(chex.TestCase):
     def test_training_without_rngs_is_an_error_naming_the_stream(self):
         with pytest.raises(ValueError, match="'dropout' stream"):
             Dropout(0.1)(jnp.ones((2, 4)))
+
+
+def test_a_dropout_stream_given_at_build_is_used_at_call_and_changes_no_parameter():
+    """A model built with `nnx.Rngs(0, dropout=1)` trains without rngs at each call; its parameters equal those
+    built with `nnx.Rngs(0)`, which still asks for rngs at the call and says how to avoid it."""
+    from zoo import mixers
+
+    cfg = mixers.default_config("softmax")
+    cfg.update(d_model=16, num_heads=2, max_length=8, attention_dropout=0.5)
+    x = jax.random.normal(jax.random.key(0), (2, 8, 16))
+    with_stream = mixers.build(cfg, rngs=nnx.Rngs(0, dropout=1))
+    without = mixers.build(cfg, rngs=nnx.Rngs(0))
+    chex.assert_trees_all_equal(nnx.state(with_stream, nnx.Param), nnx.state(without, nnx.Param))
+    first, second = with_stream(x), with_stream(x)  # the stored stream advances: two different masks
+    assert first.shape == x.shape and not jnp.allclose(first, second)
+    with pytest.raises(ValueError, match=r"or build the model with nnx.Rngs\(\.\.\., dropout=SEED\)"):
+        without(x)
+    chex.assert_trees_all_close(without(x, rngs=nnx.Rngs(dropout=3)), with_stream(x, rngs=nnx.Rngs(dropout=3)))

@@ -313,3 +313,23 @@ def test_attention_dropout_drops_weights_per_element_in_training_only():
     all_dropped = _softmax_with_dropout(0.0)
     all_dropped.weights_dropout.rate = 1.0
     assert float(jnp.max(jnp.abs(all_dropped(x, mask=mask, rngs=rngs) - all_dropped.out.bias[...]))) < 1e-6
+
+
+def test_a_regulariser_outside_capture_says_once_how_to_collect_it(monkeypatch):
+    """A relu mixer with regulariser weights called in training outside `nnx.capture` computes no auxiliary loss
+    (nothing would consume it) and says so once a process, naming the weights and `with_aux_loss`; inside it the
+    loss comes back, and nothing is said."""
+    from zoo.layers import common
+
+    said = []
+    monkeypatch.setattr(common, "_UNCOLLECTED", set())
+    monkeypatch.setattr(common.logging, "warning", lambda message, *args: said.append(message % args))
+    cfg = mixers.default_config("relu")
+    cfg.update(d_model=16, num_heads=2, max_length=8, norm_loss_weight=0.1)
+    layer = mixers.build(cfg, rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(0), (2, 8, 16))
+    layer(x)
+    layer(x)
+    assert len(said) == 1 and "mixer 'relu': norm_loss_weight" in said[0] and "with_aux_loss" in said[0], said
+    _, aux = with_aux_loss(layer, x)
+    assert float(aux) > 0 and len(said) == 1

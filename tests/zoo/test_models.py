@@ -167,19 +167,22 @@ def test_ffn_dropout_apart_from_the_residual_dropout_and_ffn_initialisers():
         FeedForward(d, m, kind="relu", dropout=0.0, init="he", dtype=jnp.float32, rngs=nnx.Rngs(0))
 
 
-def test_attention_dropout_on_a_mixer_without_attention_weights_warns_once(caplog):
-    import logging
+def test_attention_dropout_on_a_mixer_without_attention_weights_warns_once(monkeypatch):
+    """Through a model or through `mixers.build` alike (the boundary both pass), once a process and mixer."""
+    from zoo import mixers
+    from zoo.mixers import registry
 
-    from absl import logging as absl_logging
-
-    from zoo.models import encoder
-
-    absl_logging.get_absl_logger().propagate = True
-    encoder._WARNED.discard("linear")
-    with caplog.at_level(logging.WARNING):
-        models.Encoder(models.model_config(mixer="linear", d_model=16, num_heads=2, attention_dropout=0.1),
-                       rngs=nnx.Rngs(0))  # fmt: skip
-    assert "model.attention_dropout=0.1 does not apply to mixer 'linear'" in caplog.text
+    said = []
+    monkeypatch.setattr(registry, "_IGNORED_DROPOUT", set())
+    monkeypatch.setattr(registry.logging, "warning", lambda message, *args: said.append(message % args))
+    models.Encoder(models.model_config(mixer="linear", d_model=16, num_heads=2, attention_dropout=0.1),
+                   rngs=nnx.Rngs(0))  # fmt: skip
+    assert said == ["attention_dropout=0.1 does not apply to mixer 'linear': it never forms attention weights"]
+    cfg = mixers.default_config("relu")
+    cfg.update(d_model=16, num_heads=2, max_length=8, attention_dropout=0.2)
+    mixers.build(cfg, rngs=nnx.Rngs(0))
+    mixers.build(cfg, rngs=nnx.Rngs(0))
+    assert said[1:] == ["attention_dropout=0.2 does not apply to mixer 'relu': it never forms attention weights"]
 
 
 def _pixel_classifier(zero_is_padding, pooling="cls"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from absl import logging
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
@@ -30,11 +31,24 @@ class AuxLoss(nnx.Intermediate):
     `nnx.capture` (`zoo.training.steps.with_aux_loss`) and adds their sum to the task loss."""
 
 
-def collects_aux_loss(module: nnx.Module) -> bool:
+_UNCOLLECTED: set[str] = set()  # regularisers already said to be uncollected in this process
+
+
+def collects_aux_loss(module: nnx.Module, regulariser: str) -> bool:
     """Whether `module` runs inside `nnx.capture` (the train step's `with_aux_loss`), where a sown `AuxLoss` is
     collected. Outside it (a model in training mode called directly) a regulariser has no consumer: sowing there
-    would add a variable to the module's state, which flax deprecates, so it is neither computed nor sown."""
-    return hasattr(module, "__captures__")  # what `nnx.capture` sets on every module while it runs
+    would add a variable to the module's state, which flax deprecates, so it is neither computed nor sown, and the
+    `regulariser` (what switched it on) is named once a process with how to collect it."""
+    if hasattr(module, "__captures__"):  # what `nnx.capture` sets on every module while it runs
+        return True
+    if regulariser not in _UNCOLLECTED:
+        _UNCOLLECTED.add(regulariser)
+        logging.warning(
+            "%s is set, but its auxiliary loss is collected only inside nnx.capture: call the model through "
+            "zoo.training.with_aux_loss(model, ...) and add the loss it returns (the training commands do)",
+            regulariser,
+        )
+    return False
 
 
 def compute_dtype(name: str):

@@ -20,6 +20,13 @@ from kernels.numerics import dropout_keep_mask, dropout_seed, keep_scale
 
 
 class Dropout(nnx.Dropout):
+    def __init__(self, rate: float, *, rngs: nnx.Rngs | None = None, **kwargs):
+        """As `nnx.Dropout`, but from `rngs` it keeps only a "dropout" stream: a model built with
+        `nnx.Rngs(0, dropout=1)` trains without rngs at every call. Without that stream, rngs must come with each
+        call (forking the default stream here would change every parameter initialised after this layer)."""
+        keep = rngs if isinstance(rngs, nnx.RngStream) or (isinstance(rngs, nnx.Rngs) and "dropout" in rngs) else None
+        super().__init__(rate, rngs=keep, **kwargs)
+
     def __call__(self, inputs: jax.Array, *, deterministic: bool | None = None, rngs=None) -> jax.Array:
         deterministic = self.deterministic if deterministic is None else deterministic
         if deterministic is None or deterministic or self.rate in (0.0, 1.0) or self.broadcast_dims:
@@ -39,5 +46,5 @@ class Dropout(nnx.Dropout):
             return rngs
         raise ValueError(
             f"dropout (rate {self.rate}) in training needs rngs with a {self.rng_collection!r} stream, a stream or a "
-            f"key; got {type(rngs).__name__}"
+            f"key; got {type(rngs).__name__} (or build the model with nnx.Rngs(..., {self.rng_collection}=SEED))"
         )

@@ -84,7 +84,7 @@ class FeedForward(nnx.Module):
         ln_memory = kind == "softmax_ln_memory"
         self.norm = nnx.LayerNorm(d_model, epsilon=layer_norm_eps, dtype=dtype, rngs=rngs) if ln_memory else None
         self.gelu_approximate = gelu_approximate
-        self.dropout = Dropout(dropout)
+        self.dropout = Dropout(dropout, rngs=rngs)
 
     def __call__(self, x: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         h = self.wi(x)

@@ -75,7 +75,7 @@ class MultiHeadMixer(nnx.Module):
         )
         out_init = nnx.initializers.xavier_uniform()
         self.out = dense(width, d, ("heads", "embed"), init=out_init, use_bias=bias, dtype=self.dtype, rngs=rngs)
-        self.weights_dropout = Dropout(cfg.attention_dropout)
+        self.weights_dropout = Dropout(cfg.attention_dropout, rngs=rngs)
 
     @staticmethod
     def projection_flops(cfg: ml_collections.ConfigDict, length: int) -> float:

@@ -212,7 +212,8 @@ class LinearAttention(MultiHeadMixer):
     def _features(self, q, k, mask, causal):
         phi_q = self.feature_map(q, is_query=True, mask=None, causal=causal)
         phi_k = self.feature_map(k, is_query=False, mask=mask, causal=causal)
-        if self.orth_loss_weight and not self.deterministic and collects_aux_loss(self):
+        regulariser = f"mixer {self.name!r}: orth_loss_weight"
+        if self.orth_loss_weight and not self.deterministic and collects_aux_loss(self, regulariser):
             self.sow(AuxLoss, "orthogonality", self.orth_loss_weight * self.feature_map.penalty())
         return phi_q, phi_k
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import ml_collections
+from absl import logging
 from flax import nnx
 
 from kernels.options import IMPLS
@@ -123,6 +124,9 @@ def options_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({name: default_options(name) for name in names()})
 
 
+_IGNORED_DROPOUT: set[str] = set()  # mixers already said to ignore attention_dropout
+
+
 def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:
     """Builds the mixer `cfg.name`; a field the mixer does not know is an error naming it."""
     expected = default_config(cfg.name)
@@ -136,4 +140,11 @@ def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:
     problems = config_fields.problems(full, _entry(cfg.name).options, f"model.mixer_options.{cfg.name}")
     if problems:  # the declared rules, for mixers built from Python (the commands check them before building)
         raise ValueError("; ".join(problems))
+    if full.attention_dropout and not forms_attention_weights(cfg.name) and cfg.name not in _IGNORED_DROPOUT:
+        _IGNORED_DROPOUT.add(cfg.name)  # once a process: studies build many models
+        logging.warning(
+            "attention_dropout=%s does not apply to mixer %r: it never forms attention weights",
+            full.attention_dropout,
+            cfg.name,
+        )
     return _entry(cfg.name).cls(full, rngs=rngs)

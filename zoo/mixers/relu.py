@@ -53,7 +53,10 @@ class ReLUAttention(MultiHeadMixer):
     def attend(self, q, k, v, mask, causal):
         gamma = jnp.exp(self.log_gamma[...])
         opts = dict(causal=causal, key_mask=mask, gamma=gamma, row_scale=self.row_scale, options=self.options)
-        if self.deterministic or not (self.norm_loss_weight or self.entropy_loss_weight) or not collects_aux_loss(self):
+        regularised = not self.deterministic and (self.norm_loss_weight or self.entropy_loss_weight)
+        if not regularised or not collects_aux_loss(
+            self, f"mixer {self.name!r}: norm_loss_weight / entropy_loss_weight"
+        ):
             return kernels.relu_attention(q, k, v, **opts)
         # The regularisers' row statistics come out of the same pass as the output (on the GPU kernels).
         out, row_sum, row_xlogx = kernels.relu_attention_and_row_stats(q, k, v, **opts)

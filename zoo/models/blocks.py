@@ -53,7 +53,7 @@ class Block(nnx.Module):
             if has_ffn
             else None
         )
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout, rngs=rngs)
 
     def _residual(self, x, norm, sublayer, rngs):
         """One sub-layer with its residual and LayerNorm, before (pre) or after (post) it."""

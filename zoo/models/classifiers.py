@@ -42,7 +42,7 @@ class SequenceEncoder(nnx.Module):
             if cfg.positional == "learned"
             else None
         )
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout, rngs=rngs)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         if tokens.shape[1] > self.max_length:

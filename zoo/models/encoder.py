@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import jax
 import ml_collections
-from absl import logging
 from flax import nnx
 
-from zoo import mixers
 from zoo.layers import compute_dtype
 from zoo.layers.common import constrain_batch_sharded
 from zoo.models.blocks import Block
 
 # model.remat → what jax.checkpoint keeps of a block for the backward pass (None: only its inputs).
 REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
-_WARNED: set[str] = set()  # mixers already warned about model.attention_dropout
 
 
 def _stack_layer_axis(blocks: nnx.Module) -> None:
@@ -58,13 +55,6 @@ class Encoder(nnx.Module):
         else:
             self.blocks = nnx.List(
                 [Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)]
-            )
-        if cfg.attention_dropout and not mixers.forms_attention_weights(cfg.mixer) and cfg.mixer not in _WARNED:
-            _WARNED.add(cfg.mixer)  # once a process: studies build many models
-            logging.warning(
-                "model.attention_dropout=%s does not apply to mixer %r: it never forms attention weights",
-                cfg.attention_dropout,
-                cfg.mixer,
             )
         self.remat = cfg.remat
         self.final_norm = (

@@ -44,7 +44,7 @@ class TextEncoder(nnx.Module):
             else None
         )
         self.encoder = Encoder(cfg, rngs=rngs)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout, rngs=rngs)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         if tokens.shape[1] > self.max_length:
@@ -90,7 +90,7 @@ class TextClassifier(nnx.Module):
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs):
         self.backbone = TextEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
         self.pooling = cfg.pooling
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout, rngs=rngs)
         self.head = ClassificationHead(cfg.d_model, cfg.d_model, num_classes, dtype=compute_dtype(cfg.dtype), rngs=rngs)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:

@@ -54,7 +54,7 @@ class CausalLM(nnx.Module):
         self.logits = (
             None if tie != "none" else dense(cfg.d_model, vocab_size, ("embed", "vocab"), dtype=dtype, rngs=rngs)
         )
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout, rngs=rngs)
 
     def _project(self, x: jax.Array) -> jax.Array:
         return (self.embed.attend(x) if self.logits is None else self.logits(x)).astype(jnp.float32)
@@ -106,7 +106,7 @@ class EncoderDecoder(nnx.Module):
         self.logits = (
             None if tie != "none" else dense(cfg.d_model, tgt_vocab, ("embed", "vocab"), dtype=dtype, rngs=rngs)
         )
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout, rngs=rngs)
 
     def _project(self, y: jax.Array) -> jax.Array:
         return (self.tgt_embed.attend(y) if self.logits is None else self.logits(y)).astype(jnp.float32)

@@ -4,6 +4,7 @@ from zoo.training.config import ConfigMismatchError, mesh_config, small_run_conf
 from zoo.training.loop import Task, evaluate, train_and_evaluate
 from zoo.training.losses import classification_loss, token_cross_entropy
 from zoo.training.optim import make_optimizer, make_schedule
+from zoo.training.steps import with_aux_loss
 
 __all__ = [
     "ConfigMismatchError",
@@ -17,4 +18,5 @@ __all__ = [
     "token_cross_entropy",
     "train_and_evaluate",
     "train_config",
+    "with_aux_loss",
 ]
