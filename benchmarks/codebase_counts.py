@@ -45,7 +45,8 @@ def main() -> None:
     print(f"README.md lines: {len(readme.splitlines())}")
     print(f"dated figures (ISO dates) in README.md and docs/: {sum(dated.values())} "
           f"({', '.join(f'{k} {v}' for k, v in dated.items() if v)})")  # fmt: skip
-    print(f"sentences over 60 words in docs/: {sum(long.values())} ({', '.join(f'{k} {v}' for k, v in long.items() if v)})")
+    per_file = ", ".join(f"{k} {v}" for k, v in long.items() if v)
+    print(f"sentences over 60 words in docs/: {sum(long.values())} ({per_file})")
     print(f"source lines ({', '.join(SOURCE_PACKAGES)}): {source}")
     for heading in ("### Add an LRA task", "### Add a mixer", "### Add a kernel backend"):
         if heading in architecture:
