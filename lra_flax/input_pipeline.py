@@ -22,7 +22,7 @@ import numpy as np
 
 from lra_flax import generator_record
 from zoo.config_fields import Field
-from zoo.models import SequenceClassifier
+from zoo.models import ModelBuilder, SequenceClassifier
 from zoo.training import Task, classification_loss, flops
 from zoo.training import data as data_lib
 
@@ -243,8 +243,7 @@ def classification_task(
     prepare = functools.cache(prepare)
     pad = _pad_to(config.model.max_length, input_fields)
 
-    def build_model(rngs):
-        return model_cls(config.model, vocab_size=vocab_size, num_classes=num_classes, rngs=rngs)
+    build_model = ModelBuilder(model_cls, config.model, dict(vocab_size=vocab_size, num_classes=num_classes))
 
     def train_batches():
         records = data_lib.read_records(prepare()["train"])

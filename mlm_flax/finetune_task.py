@@ -20,7 +20,7 @@ from mlm_flax import input_pipeline as mlm_pipeline
 from mlm_flax.configs.finetune import CONFIG_SECTIONS
 from mlm_flax.task import TOKENIZER_FILE
 from zoo.files import as_path
-from zoo.models import MaskedLM, TextClassifier
+from zoo.models import MaskedLM, ModelBuilder, TextClassifier
 from zoo.text import SentencePieceTokenizer
 from zoo.training import Task, flops
 from zoo.training import data as data_lib
@@ -142,8 +142,8 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         }
 
     return Task(
-        build_model=lambda rngs: TextClassifier(
-            config.model, vocab_size=tokenizer().vocab_size, num_classes=len(spec.labels), rngs=rngs
+        build_model=ModelBuilder(
+            TextClassifier, config.model, dict(vocab_size=lambda: tokenizer().vocab_size, num_classes=len(spec.labels))
         ),
         train_batches=lambda: data_lib.train_batches(
             data_lib.read_records(prepare()["train"]), global_batch=config.train.batch_size, seed=config.seed

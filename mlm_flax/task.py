@@ -13,7 +13,7 @@ from flax import nnx
 
 from mlm_flax import input_pipeline as pipeline
 from mlm_flax.configs.pretrain import CONFIG_SECTIONS
-from zoo.models import CausalLM, MaskedLM
+from zoo.models import CausalLM, MaskedLM, ModelBuilder
 from zoo.text import PAD_ID
 from zoo.training import Task, flops, token_cross_entropy
 
@@ -97,7 +97,11 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         }
 
     return Task(
-        build_model=lambda rngs: build_model(config, tokenizer()[0].vocab_size, rngs),
+        build_model=ModelBuilder(
+            CausalLM if config.task == "clm" else MaskedLM,
+            config.model,
+            dict(vocab_size=lambda: tokenizer()[0].vocab_size),
+        ),
         train_batches=lambda: pipeline.train_batches(prepare()["train"], config, spec()),
         eval_batches=lambda split: pipeline.eval_batches(prepare()[split], config, spec(), split),
         loss_fn=causal_lm_loss if causal else mlm_loss,

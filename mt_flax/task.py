@@ -16,7 +16,7 @@ from mt_flax import input_pipeline as pipeline
 from mt_flax.configs.translation import CONFIG_SECTIONS, DECODE_FIELDS
 from zoo import config_fields
 from zoo.files import as_path
-from zoo.models import EncoderDecoder
+from zoo.models import EncoderDecoder, ModelBuilder
 from zoo.models.decoding import translate
 from zoo.progress import WorkProgress
 from zoo.text import BOS_ID, EOS_ID, PAD_ID, load_tokenizer
@@ -125,8 +125,11 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         spec = {k: jax.ShapeDtypeStruct(shape, np.int32) for k in ("src", "tgt_in", "tgt_out")}
         return {**spec, "weights": jax.ShapeDtypeStruct((rows,), np.float32)}
 
+    def vocab_size() -> int:  # read when the model is built, after the data is prepared
+        return tokenizer()[0].vocab_size
+
     return Task(
-        build_model=lambda rngs: build_model(config, tokenizer()[0].vocab_size, rngs),
+        build_model=ModelBuilder(EncoderDecoder, config.model, dict(src_vocab=vocab_size, tgt_vocab=vocab_size)),
         train_batches=lambda: pipeline.train_batches(prepare()["train"], config),
         eval_batches=lambda split: pipeline.eval_batches(prepare()[split], config),
         loss_fn=loss_fn,

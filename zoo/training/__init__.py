@@ -4,6 +4,7 @@ from zoo.training.config import ConfigMismatchError, mesh_config, small_run_conf
 from zoo.training.loop import Task, evaluate, train_and_evaluate
 from zoo.training.losses import classification_loss, token_cross_entropy
 from zoo.training.optim import make_optimizer, make_schedule
+from zoo.training.state import load_model
 from zoo.training.steps import with_aux_loss
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "Task",
     "classification_loss",
     "evaluate",
+    "load_model",
     "make_optimizer",
     "make_schedule",
     "mesh_config",

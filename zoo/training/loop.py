@@ -22,6 +22,7 @@ from etils import epath
 
 from zoo.files import as_path, atomic_write_bytes
 from zoo.mixers.softmax import run_softmax_path
+from zoo.models import ModelBuilder
 from zoo.progress import StepProgress
 from zoo.training import flops as flops_lib
 from zoo.training import memory
@@ -34,7 +35,7 @@ from zoo.training.optim import make_schedule
 from zoo.training.periodic import EVENT_HOOKS, LoopEvent, PeriodicAction, default_actions, tell_hooks
 from zoo.training.run import Run, add_sums, evaluate
 from zoo.training.signals import PreemptionWatcher
-from zoo.training.state import abstract_state, init_state, state_builder
+from zoo.training.state import MODEL_FILE, abstract_state, init_state, state_builder
 from zoo.training.steps import make_eval_step, make_train_step
 from zoo.training.task import Task
 from zoo.training.validate import validate_config
@@ -179,13 +180,15 @@ def prepare_data(run: Run) -> None:
 
 
 def open_workdir(run: Run) -> None:
-    """config.json and the task's artifacts, and the sharded train state. Call with the workdir's lock held
-    (`lock_workdir`), after `prepare_data`."""
+    """The sharded train state, then config.json, the task's artifacts and the model's recipe (model.json). Call
+    with the workdir's lock held (`lock_workdir`), after `prepare_data`."""
+    run.state = init_state(run.build, run.state_sharding)
     if run.is_writer:
         write_config(run.config, run.workdir)
         for name, source in run.task.artifacts().items():
             atomic_write_bytes(run.workdir / name, as_path(source).read_bytes())
-    run.state = init_state(run.build, run.state_sharding)
+        if isinstance(run.task.build_model, ModelBuilder):  # how `load_model` builds the model again
+            atomic_write_bytes(run.workdir / MODEL_FILE, json.dumps(run.task.build_model.spec(), indent=1).encode())
 
 
 def restore(run: Run) -> dict | None:

@@ -8,14 +8,18 @@ copy of a large model (on a single device, where there is nothing to shard, oper
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import jax
 import ml_collections
 from flax import nnx
 
+from zoo.files import as_path, read_json
+from zoo.models import ModelBuilder, model_class
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
+from zoo.training.config import read_run_config
 from zoo.training.optim import make_optimizer
 
 
@@ -82,3 +86,26 @@ def restore_model(
         checkpointer.close()
     model, _ = nnx.merge(graphdef, state)
     return model, step
+
+
+MODEL_FILE = "model.json"  # a workdir's model recipe (`zoo.models.ModelBuilder.spec`), written by the loop
+
+
+def load_model(workdir: str | os.PathLike, step: int | None = None) -> tuple[nnx.Module, ml_collections.ConfigDict]:
+    """(the trained model in eval mode, its run's config) from a training workdir: the model class and arguments
+    of model.json, the parameters of the newest checkpoint (or `step`'s), on this process's first device."""
+    workdir = as_path(workdir)
+    config = read_run_config(workdir, reader="load_model reads the workdirs of the training commands")
+    path = workdir / MODEL_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist: a workdir of a run from before model.json was written (its task's own loader, "
+            "such as mt_flax.task.load_run, reads it)"
+        )
+    spec = read_json(path, "a damaged workdir: restore the file")
+    if not isinstance(spec, dict) or not isinstance(spec.get("class"), str) or not isinstance(spec.get("kwargs"), dict):
+        raise ValueError(f'{path}: expected {{"class": ..., "kwargs": {{...}}}}, got {spec!r}')
+    builder = ModelBuilder(model_class(spec["class"]), config.model, spec["kwargs"])
+    model, _ = restore_model(builder, config.train, workdir / "checkpoints", step=step)
+    model.eval()
+    return model, config
