@@ -14,7 +14,7 @@ PACKAGES := kernels zoo lra_flax mt_flax mlm_flax studies
 # (ListOps demo step: system time -44%, training -10%; benchmarks/malloc-hugepages-cpu.json). Ignored off glibc.
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
-.PHONY: bytecode test-fast test-lower-pins test-lower-pins-fast demo demo-text demo-retrieval demo-image demo-pathfinder demo-mt demo-mlm test lint format bench bench-scaling bench-decode clean
+.PHONY: bytecode test-fast test-lower-pins test-lower-pins-fast demo demo-text demo-retrieval demo-image demo-pathfinder demo-mt demo-mlm test lint format bench bench-length bench-scaling bench-decode clean
 
 # uv installs the same pins as pip in under half the time (13 s against 30 s on a fresh clone here); pip does it
 # where uv cannot be had or fails (uv reads its own settings, not pip.conf). Bytecode is compiled at install, as
@@ -99,9 +99,11 @@ test-lower-pins-fast: $(LOWER)/.installed
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench --out benchmarks
 
-# Time and memory of one mixer layer from 1K to 16K tokens beside the roofline (zoo/scaling.py).
-bench-scaling: $(STAMP)
-	$(BIN)/python -m zoo.scaling --out benchmarks
+# Time and memory of one mixer layer from 1K to 16K tokens beside the roofline (zoo/length_cost.py).
+bench-length: $(STAMP)
+	$(BIN)/python -m zoo.length_cost --out benchmarks
+
+bench-scaling: bench-length  # the older name
 
 # Incremental decoding per mixer (tokens/s, state and temporary memory), source = target 128..2048.
 bench-decode: $(STAMP)

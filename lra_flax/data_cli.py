@@ -1,7 +1,7 @@
 """`lra-data TASK --output_dir=DIR [flags]`: write a task's data set in its LRA release format.
 
 Every registered task with a writer is a sub-command (`lra_flax.tasks.data_writers()`); its own flags come from
-its registry entry (`LraTask.data_flags`) and `lra-data --help` lists them, each help starting with the task's
+its registry entry (`TaskSpec.data_flags`) and `lra-data --help` lists them, each help starting with the task's
 name. What each writes: its `write_data` (ListOps: basic_{train,val,test}.tsv; Retrieval: new_aan_pairs.*.tsv
 from the Bible's cross-references; Pathfinder: LRA's pathfinder<res>/<difficulty>/{imgs,metadata} layout, Path-X
 with --resolution=128; Image: the Fashion-MNIST IDX files). Text needs none: its offline data is read straight

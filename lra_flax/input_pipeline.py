@@ -111,7 +111,7 @@ def ensure_split_files(
 
 
 def release_files(split_files: dict[str, str]) -> Callable[[str, Any], list[Path]]:
-    """`LraTask.data_files` of a task whose `lra-data` writes the release's split files (`split_files`' names)."""
+    """`TaskSpec.data_files` of a task whose `lra-data` writes the release's split files (`split_files`' names)."""
     return lambda output_dir, flags: [Path(output_dir) / name for name in split_files.values()]
 
 

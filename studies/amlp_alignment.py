@@ -58,7 +58,7 @@ from studies.verdict import (
     mean_std,
     with_budget,
 )
-from zoo.describe import parameter_counts, total
+from zoo.parameter_counts import parameter_counts, total
 from zoo.plots import pyplot, save_figure
 
 TRANSFORMER = "Transformer (BERT)"

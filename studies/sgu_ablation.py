@@ -27,7 +27,7 @@ import numpy as np
 from studies.common import result_preset, runs_root, study_main, study_readme, write_study
 from studies.mlm_setting import RUNS, SEEDS, budget, mlm_config, setting, train, train_curve
 from studies.verdict import NOT_REPRODUCED, REPRODUCED, Arm, Verdict, combine, decide, judged, mean_pm_std
-from zoo.describe import parameter_counts, total
+from zoo.parameter_counts import parameter_counts, total
 from zoo.plots import pyplot, save_figure
 
 # Arm → (sgu_variant, d_ffn as a multiple of the setting's, the paper's Table 3 perplexity); the first four are the

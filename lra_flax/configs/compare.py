@@ -37,7 +37,7 @@ PRESETS = ("demo", "kernel_paper", "lra", "efficiency", "efficiency_cpu")
 DEMO_TASKS = {name: REGISTRY[name].config_spec("demo") for name in with_demo()}
 LRA_TASKS = {name: spec.config_spec() for name, spec in REGISTRY.items()}
 
-# The `demo` sweep cuts each task's demo preset (`LraTask.demo_cut`: train steps, evaluated batches per split):
+# The `demo` sweep cuts each task's demo preset (`TaskSpec.demo_cut`: train steps, evaluated batches per split):
 # 70 cells at ~75 s each on 2 CPU cores. Softmax at 1,024 tokens (Image, Pathfinder) runs 0.3–0.7 steps/s there
 # and evaluation of a full split can cost more than the training, hence the caps (Image: 512 of the 10,000
 # test images; Retrieval: 1,024 of 1,492; Pathfinder: 256 of 400; ListOps and Text: every example). A cap reads

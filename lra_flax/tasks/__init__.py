@@ -1,6 +1,6 @@
 """The LRA task registry: every task module's `SPECS`, by row name, in the LRA paper's table order.
 
-Tools look tasks up here (never by a literal name): `REGISTRY[name]` is an `LraTask` (config module and
+Tools look tasks up here (never by a literal name): `REGISTRY[name]` is an `TaskSpec` (config module and
 presets, vocabulary and classes, published accuracies, demo cut, `lra-data` writer) and `make_task(config)`
 builds the `zoo.training.Task` of `config.task`. A new task = a module here with `make_task` and `SPECS`, a
 config module, a test file, and its module in `_MODULES` below.
@@ -12,12 +12,12 @@ from types import ModuleType
 import ml_collections
 
 from lra_flax.tasks import image, listops, pathfinder, retrieval, text
-from lra_flax.tasks.spec import LraTask
+from lra_flax.tasks.spec import TaskSpec
 from zoo.training import Task
 
 _MODULES: tuple[ModuleType, ...] = (listops, text, retrieval, image, pathfinder)
 
-REGISTRY: dict[str, LraTask] = {spec.name: spec for module in _MODULES for spec in module.SPECS}
+REGISTRY: dict[str, TaskSpec] = {spec.name: spec for module in _MODULES for spec in module.SPECS}
 # config.task → the module whose make_task builds it (Path-X is Pathfinder's module at 128 × 128).
 TASK_MODULES: dict[str, ModuleType] = {module.__name__.rpartition(".")[2]: module for module in _MODULES}
 
@@ -56,7 +56,7 @@ def published_rows() -> dict[str, dict[str, float | None]]:
 __all__ = [
     "REGISTRY",
     "TASK_MODULES",
-    "LraTask",
+    "TaskSpec",
     "data_writers",
     "make_task",
     "published_rows",

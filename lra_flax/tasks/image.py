@@ -39,7 +39,7 @@ import numpy as np
 from lra_flax import input_pipeline
 from lra_flax.configs.image import CONFIG_SECTIONS, SOURCES
 from lra_flax.input_pipeline import DataFormatError
-from lra_flax.tasks.spec import LraTask
+from lra_flax.tasks.spec import TaskSpec
 from zoo.files import atomic_write_bytes
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training import Task
@@ -394,7 +394,7 @@ def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
 
 
 SPECS = (
-    LraTask(
+    TaskSpec(
         "image",
         make_task,
         PIXEL_VOCAB_SIZE,

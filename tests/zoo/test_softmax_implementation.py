@@ -1,5 +1,5 @@
 """The softmax mixer's implementation choice (what `kernels.auto`'s table picks: cuDNN on Hopper where it applies,
-the blocked XLA softmax otherwise), what `zoo.describe` says about it, and the routing it makes."""
+the blocked XLA softmax otherwise), what `zoo.parameter_counts` says about it, and the routing it makes."""
 
 import dataclasses
 import importlib

@@ -7,7 +7,7 @@ The bias is a dense `[heads, T, T]` term, so those models run JAX's dense attent
 Option `implementation` is the op's impl (`kernels.SOFTMAX_IMPLS`): "auto" (the default: cuDNN flash attention
 on a GPU where it takes the inputs, splash attention on a TPU once it has passed there, the blocked XLA softmax
 elsewhere), "xla" (blocked over keys: memory O(T·block)), "dense" (`jax.nn.dot_product_attention` with XLA, the
-T×T scores materialised), "cudnn", "splash" or "reference". `zoo.describe` says which runs. On the cuDNN path a
+T×T scores materialised), "cudnn", "splash" or "reference". `zoo.parameter_counts` says which runs. On the cuDNN path a
 key mask is passed as per-example key lengths, which is exact for padding at the end of the sequence — the
 padding every task here makes; a mask with holes needs another implementation.
 """

@@ -1,8 +1,8 @@
 """How each mixer's cost grows with length: forward+backward time and memory of one mixer layer from 1K to 16K
 tokens, beside the machine's compute roofline.
 
-    python -m zoo.scaling                                   # the default sweep (below), results in benchmarks/
-    python -m zoo.scaling --lengths=1024,4096 --mixers=softmax,linear --out=runs/scaling
+    python -m zoo.length_cost                                   # the default sweep (below), results in benchmarks/
+    python -m zoo.length_cost --lengths=1024,4096 --mixers=softmax,linear --out=runs/scaling
 
 One mixer layer (the token mixer alone, its projections included), batch 1, d_model 256, 4 heads (head dim 64),
 causal (the language-model setting; `--causal=false` for encoders), float32 on a CPU and bfloat16 on an

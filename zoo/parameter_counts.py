@@ -4,7 +4,7 @@ The encoder stack only (its blocks and final norm): not token embeddings, positi
 model's decoder. The baseline is the same stack with softmax attention as the token mixer, every other field
 as configured (a gMLP config keeps ffn=none).
 
-    python -m zoo.describe --config=lra_flax/configs/listops.py:demo [--config.model.mixer=linear]
+    python -m zoo.parameter_counts --config=lra_flax/configs/listops.py:demo [--config.model.mixer=linear]
 
 Checks the kernel paper's rule that a trainable feature map adds under 10% parameters: the last lines
 give the same encoder with softmax attention and the relative difference. Nothing is allocated: the
@@ -85,4 +85,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("config")
-    cli.run(main, "zoo.describe")
+    cli.run(main, "zoo.parameter_counts")
