@@ -70,12 +70,10 @@ bytecode: $(STAMP)
 test: lint bytecode
 	$(BIN)/python -m pytest $(XDIST) --durations=15 -q
 
-# The unit tests alone (no end-to-end runs: tests/conftest.py's END_TO_END_FILES and the slow ones), each test
-# function on one of its parametrised cases (the tables that compile nothing on all of theirs); `make test` runs
-# every case. `make test-fast CASES=0` runs every unit case.
-CASES ?= 1
+# The unit tests alone (no end-to-end runs: tests/conftest.py's END_TO_END_FILES and the slow ones); `make test`
+# runs everything.
 test-fast: lint bytecode
-	$(BIN)/python -m pytest $(XDIST) -q -m "not e2e" --cases-per-test=$(CASES)
+	$(BIN)/python -m pytest $(XDIST) -q -m "not e2e"
 
 # The whole suite with every dependency at its lower pin (tests/lower_pins.txt), in a venv of its own: what the
 # pins' "oldest versions tested" rests on. Not part of `make test` (it doubles the time); run it when a pin moves.
@@ -93,7 +91,7 @@ test-lower-pins: $(LOWER)/.installed
 
 test-lower-pins-fast: $(LOWER)/.installed
 	$(LOWER)/bin/python -m compileall -q $(PACKAGES) benchmarks tests
-	$(LOWER)/bin/python -m pytest $(XDIST) -q -m "not e2e" --cases-per-test=1
+	$(LOWER)/bin/python -m pytest $(XDIST) -q -m "not e2e"
 
 # Kernel benchmark for this machine's backend; results under benchmarks/ with the device named.
 bench: $(STAMP)

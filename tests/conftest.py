@@ -1,14 +1,10 @@
-import hashlib
 import importlib.util
-import inspect
 import os
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from tests import mlir_contexts
 from tests.deprecations import attribute_to_callers
 from tests.xla_flags import FAST_COMPILE, ONE_THREAD
 
@@ -59,7 +55,6 @@ END_TO_END_FILES = frozenset(
         "mt_flax/test_bench_decode.py",
         "mt_flax/test_translation_e2e.py",
         "studies/test_studies.py",
-        "test_commands.py",
         "test_failure_report.py",
         "test_gpu_session.py",
         "zoo/test_io_errors.py",
@@ -69,56 +64,12 @@ END_TO_END_FILES = frozenset(
 )
 
 
-def pytest_addoption(parser):
-    parser.addoption(
-        "--cases-per-test",
-        type=int,
-        default=0,
-        metavar="N",
-        help="run at most N of each test function's parametrised cases (0: all). `make test-fast` runs one: every "
-        "property checked once, on a case picked by a hash of its id (the same case each run, spread over the "
-        "mixers and options rather than always the first); `make test` runs every case.",
-    )
-
-
-def _one_function(item) -> tuple[str, str]:
-    """The test function an item is a case of: pytest's parametrised cases share it; absl's and chex's generated
-    methods wrap it (functools.wraps), so unwrapping finds it."""
-    function = inspect.unwrap(getattr(item, "function", None) or item.obj)
-    code = function.__code__
-    return item.nodeid.split("::")[0], f"{code.co_filename}:{code.co_firstlineno}"
-
-
-def _sample_cases(config, items) -> None:
-    limit = config.getoption("--cases-per-test")
-    if limit < 0:
-        raise pytest.UsageError(f"--cases-per-test={limit}: 0 (every case) or a positive number of cases per test")
-    if limit == 0:
-        return
-    keep, cases = set(), defaultdict(list)
-    for item in items:
-        if "every_case" in item.keywords:
-            keep.add(id(item))
-        else:
-            cases[_one_function(item)].append(item)
-    for group in cases.values():
-        group.sort(key=lambda item: hashlib.sha256(item.nodeid.encode()).hexdigest())
-        keep.update(id(item) for item in group[:limit])
-    deselected = [item for item in items if id(item) not in keep]
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if id(item) in keep]
-
-
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "lowering: checks what a kernel lowers to for another platform (jax.export); runs on the CPU only",
     )
     config.addinivalue_line("markers", "e2e: starts commands or trains end to end; `make test-fast` skips these")
-    config.addinivalue_line(
-        "markers", "every_case: table cases that compile nothing (milliseconds each): --cases-per-test keeps them all"
-    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -129,8 +80,6 @@ def pytest_collection_modifyitems(config, items):
     real runs do not)."""
     import jax
 
-    mlir_contexts.install()  # where tests run: collection happens in the pytest workers, not xdist's controller
-    _sample_cases(config, items)
     tests_dir = Path(__file__).parent
     for item in items:
         if "slow" in item.keywords or item.path.relative_to(tests_dir).as_posix() in END_TO_END_FILES:

@@ -18,6 +18,7 @@ import dataclasses
 import gzip
 import io
 import os
+import subprocess
 import sys
 import zipfile
 from collections.abc import Callable
@@ -29,7 +30,6 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tests import commands
 from zoo.config_fields import Rule
 from zoo.models import model_config
 from zoo.training import mesh_config, train_config
@@ -590,7 +590,7 @@ def _command(args: list[str], status: int, pattern: str, writes: str = "w", env:
     def run(tmp):
         argv = [a.replace("{tmp}", str(tmp)) for a in args]
         environment = {**os.environ, **(env or {})}
-        proc = commands.run(
+        proc = subprocess.run(
             [sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=300, env=environment
         )
         return proc
@@ -680,7 +680,6 @@ CASES = (
 CLI_CASES = _cli_cases()
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.kind}: {c.name}")
 def test_bad_input(case, tmp_path):
     _expect(case, tmp_path)

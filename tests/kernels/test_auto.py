@@ -38,7 +38,6 @@ def _refuses():
     return "lengths that are not whole tiles"
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize(
     "requested, capability, refusal, expected",
     [
@@ -259,7 +258,6 @@ def test_an_entry_speaks_for_its_device_jax_mode_length_dtypes_and_head_dims(tab
     )
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize(
     "fields, message",
     [
@@ -305,7 +303,6 @@ def test_the_docs_table_is_the_code_table():
     assert auto.markdown() in (REPO / "docs" / "kernels.md").read_text()
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize(
     "platform, kind, capability, expected",
     [

@@ -4,13 +4,13 @@ builds a GPU's whole sweep and runs it at toy sizes here."""
 
 import dataclasses
 import json
+import subprocess
 
 import jax
 import jax.numpy as jnp
 import pytest
 
 from kernels import bench
-from tests import commands
 from tests.kernels.lowering import exported_text
 from tests.kernels.tolerances import fp32
 
@@ -164,7 +164,7 @@ def test_xla_block_sweep_writes_every_op_mode_and_block(tmp_path):
         "--repeats=1",
         f"--out={out}",
     ]
-    run = commands.run(cmd, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["length"] == 64 and result["matmul_gflops"] > 0

@@ -34,7 +34,6 @@ BAD = {
 }
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("kind", sorted(BAD))
 @pytest.mark.parametrize("op", [_relu, _linear])
@@ -49,7 +48,6 @@ def test_bad_input_names_the_argument(op, kind, impl):
         op(impl, q, k, v, **kwargs)
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("gamma", [0.0, -1.0, jnp.array([1.0, -0.5])])
 def test_relu_gamma_must_be_positive(impl, gamma):

@@ -2,6 +2,7 @@
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from lra_flax import compare
 from lra_flax.configs import compare as compare_configs
-from tests import commands, fault_injection
+from tests import fault_injection
 
 TINY = {
     "data": {"generator": {"num_train": 100, "num_valid": 20, "num_test": 20}},
@@ -142,7 +143,6 @@ def test_a_sweep_folder_is_not_taken_for_a_training_run_s_workdir(tmp_path):
 
 @pytest.mark.slow
 def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path, monkeypatch):
-    monkeypatch.setattr(compare, "subprocess", commands.subprocess_module())  # the cells fork as the tests' do
     # ListOps and Pathfinder (both generated offline, in seconds) × softmax, FAVOR+ and a variant that cannot
     # be built × 2 seeds, plus the efficiency table at one length: both tables and all three figures.
     variants = {
@@ -235,10 +235,10 @@ def test_a_shard_with_failed_cells_lists_them_first_and_exits_1_after_its_report
         sys.executable, "-m", "lra_flax.compare_cli", f"--config={compare.CONFIGS_DIR / 'compare.py'}:demo",
         f"--workdir={tmp_path / 'sweep'}", broken, f"--shard=1/{len(cells)}",
     ]  # fmt: skip
-    listed = commands.run([*command, "--cells"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    listed = subprocess.run([*command, "--cells"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "will fail: invalid config: model.mixer: unknown mixer 'nosuch'" in listed.stdout
-    run = commands.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 1, run.stderr[-2000:]
     assert "1 cell(s) of this shard failed" in run.stderr
     assert "| failed |" in (tmp_path / "sweep" / "results.md").read_text()  # the reports were written first
@@ -253,13 +253,13 @@ def test_an_interrupted_sweep_says_what_is_kept_in_one_line_and_exits_130(tmp_pa
         f"sys.argv = ['lra-compare', '--config={compare.CONFIGS_DIR / 'compare.py'}:demo', '--workdir={tmp_path}']\n"
         "compare_cli.run()\n"
     )
-    run = commands.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 130 and len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
     assert "lra-compare: interrupted; finished cells are kept" in run.stderr
 
 
 def test_cells_flag_lists_states_without_running(tmp_path):
-    run = commands.run(
+    run = subprocess.run(
         [
             sys.executable,
             "-m",

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests import commands, fault_injection
+from tests import fault_injection
 from tests.lra_flax.test_train_cli import _metrics, _tiny, _train
 
 LOSS_TOL = 1e-5  # two processes reduce in a different order than one
@@ -109,7 +109,7 @@ def test_memory_plan_on_8_fake_devices_shows_fsdp_savings(tmp_path):
     def plan(*mesh):
         cmd = [sys.executable, "-m", "lra_flax", "--config=lra_flax/configs/listops.py:demo", "--plan_memory"]
         cmd += ["--fake_cpu_devices=8", *mesh, f"--config.data.dir={tmp_path / 'never-created'}"]
-        run = commands.run(cmd, capture_output=True, text=True, timeout=300)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
         rows = dict(line.strip().split("  ", 1) for line in run.stdout.splitlines() if "  " in line.strip())
         return {k.strip(): v.strip() for k, v in rows.items()}

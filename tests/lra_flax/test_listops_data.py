@@ -3,6 +3,7 @@
 import hashlib
 import json
 import statistics
+import subprocess
 import sys
 
 import numpy as np
@@ -11,7 +12,6 @@ import pytest
 from lra_flax import input_pipeline
 from lra_flax.configs import listops as listops_config
 from lra_flax.tasks import listops
-from tests import commands
 from zoo.training import data as data_lib
 
 
@@ -81,7 +81,7 @@ def test_generator_in_fresh_process_matches(tmp_path):
         "rows = listops.generate(30, seed=3, min_length=10, max_length=80, max_depth=5, max_args=5);"
         "print(hashlib.sha256(repr(rows).encode()).hexdigest())"
     )
-    out = commands.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0] == str(listops.VOCAB)
     rows = listops.generate(30, seed=3, min_length=10, max_length=80, max_depth=5, max_args=5)
     assert out[1] == hashlib.sha256(repr(rows).encode()).hexdigest()
@@ -158,7 +158,7 @@ def test_input_longer_than_max_length_errors_unless_truncating(tmp_path):
 def test_empty_split_is_refused_before_writing(tmp_path):
     import sys
 
-    run = commands.run(
+    run = subprocess.run(
         [sys.executable, "-m", "lra_flax.data_cli", "listops", f"--output_dir={tmp_path / 'out'}", "--num_train=-5"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -1,6 +1,7 @@
 """Pathfinder: the generator (determinism, labels checked independently), the LRA-layout reader, bad files."""
 
 import dataclasses
+import subprocess
 
 import numpy as np
 import pytest
@@ -10,7 +11,6 @@ from scipy import ndimage
 from lra_flax import pathfinder_generator as gen
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks import pathfinder
-from tests import commands
 
 PARAMS32 = gen.lra_params(32, "hard")
 
@@ -141,7 +141,7 @@ def test_lra_data_pathfinder_writes_the_release_layout_that_the_reader_reads(tmp
     import sys
 
     cmd = [sys.executable, "-m", "lra_flax.data_cli", "pathfinder", f"--output_dir={tmp_path}", "--num_images=4"]
-    run = commands.run([*cmd, "--images_per_batch=3", "--workers=1"], capture_output=True, text=True, timeout=300)
+    run = subprocess.run([*cmd, "--images_per_batch=3", "--workers=1"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "4 images in" in run.stdout and "images/s" in run.stdout
     examples = pathfinder.read_metadata(tmp_path / "pathfinder32" / "curv_contour_length_14")

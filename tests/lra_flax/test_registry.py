@@ -6,6 +6,7 @@ without their code naming it; these tests fail if a tool keeps a list of its own
 
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +16,6 @@ from flax import nnx
 from lra_flax.configs import compare as compare_config
 from lra_flax.tasks import REGISTRY, TASK_MODULES, data_writers, make_task, published_rows, reported_by, with_demo
 from lra_flax.tasks.spec import DataFlag
-from tests import commands
 
 ROOT = Path(__file__).parents[2]
 # Where task names may still appear as literals (outside each task's own modules): `make demo`'s default task
@@ -55,7 +55,7 @@ def test_the_tools_take_their_task_lists_from_the_registry():
 
 
 def test_lra_data_takes_each_task_s_flags_from_its_entry():
-    listed = commands.run(
+    listed = subprocess.run(
         [sys.executable, "-m", "lra_flax.data_cli", "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
     text = " ".join(listed.stdout.split())  # absl wraps the help at 80 columns

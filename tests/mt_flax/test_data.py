@@ -1,6 +1,7 @@
 """Translation data: readers, the Bible corpus, documents, tokenised caches and token-based batches."""
 
 import sqlite3
+import subprocess
 import sys
 
 import ml_collections
@@ -9,7 +10,6 @@ import pytest
 
 from mt_flax import data, input_pipeline
 from mt_flax.configs import translation
-from tests import commands
 from zoo.text import BOS_ID, EOS_ID, PAD_ID
 from zoo.training.data import DataFormatError
 
@@ -215,7 +215,7 @@ def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
 def test_mt_data_does_not_replace_parallel_text_already_there(tmp_path):
     _write(tmp_path, "train", ["ein eigener Satz"], ["a sentence of one's own"])
     command = [sys.executable, "-m", "mt_flax.data_cli", "bible", f"--output_dir={tmp_path}"]
-    run = commands.run([*command, f"--wheel_cache={tmp_path / 'no-wheels'}"], capture_output=True, text=True)
+    run = subprocess.run([*command, f"--wheel_cache={tmp_path / 'no-wheels'}"], capture_output=True, text=True)
     assert run.returncode == 2 and "already holds" in run.stderr and "train.de" in run.stderr, run.stderr
     assert "--overwrite" in run.stderr and "Traceback" not in run.stderr
     assert (tmp_path / "train.de").read_text() == "ein eigener Satz\n"

@@ -2,12 +2,12 @@
 
 import json
 import random
+import subprocess
 import sys
 
 import pytest
 import sacrebleu
 
-from tests import commands
 from tests.xla_flags import optimised_env
 from zoo.text import load_tokenizer
 
@@ -25,7 +25,7 @@ def _copy_task(d, counts=(("train", 3000), ("valid", 60), ("test", 100))):
 
 
 def _run(module, *args, env=None):
-    return commands.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=900, env=env)
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=900, env=env)
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 import importlib
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +27,6 @@ from studies import (
 )
 from studies.common import NOT_MEASURABLE, StudyError
 from studies.verdict import NOT_REPRODUCED, REPRODUCED
-from tests import commands
 from zoo.training.distributed import Preempted
 
 
@@ -61,7 +61,7 @@ def test_variance_measures_each_operator_against_n(tmp_path):
 
 def test_parameter_budget_from_its_command_line_counts_every_table_row_for_every_task(tmp_path):
     # The study's command writes under --out and says its verdict; what it wrote is checked as the study's result.
-    run = commands.run(
+    run = subprocess.run(
         [sys.executable, "-m", "studies.parameter_budget", "--tiny", f"--out={tmp_path}"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -857,7 +857,7 @@ def test_record_with_tiny_is_a_usage_error_before_any_computation(tmp_path, monk
 def test_a_shared_runs_folder_that_cannot_be_made_stops_a_training_study_before_any_work(name, tmp_path):
     (tmp_path / "runs").write_text("")  # a file where the studies' shared runs folder (runs/studies/...) would go
     out = tmp_path / "out"
-    run = commands.run(
+    run = subprocess.run(
         [sys.executable, "-m", f"studies.{name}", f"--out={out}"], capture_output=True, text=True, timeout=300,
         cwd=tmp_path,
     )  # fmt: skip
@@ -874,7 +874,7 @@ def test_report_judges_the_committed_result_again_without_training(tmp_path):
     committed = Path(kernel_convergence.__file__).parents[1] / "benchmarks/studies/kernel_convergence/result.json"
     (tmp_path / "result.json").write_bytes(committed.read_bytes())
     command = [sys.executable, "-m", "studies.kernel_convergence", "--report", f"--out={tmp_path}"]
-    run = commands.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     result, readme = _files(tmp_path, "kernel_convergence.png")
     assert not (tmp_path / "runs").exists()  # nothing trained

@@ -114,7 +114,6 @@ def test_the_vocabulary_projection_and_towers_are_counted():
     assert masked - flops.train_step_flops(4 * flops.encoder_flops(cfg, 16)) == 3 * 4 * 2 * 3 * 32 * (32 + 100)
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize(
     "kind, peak",
     [

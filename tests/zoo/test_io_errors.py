@@ -5,19 +5,19 @@ import importlib
 import importlib.metadata
 import json
 import os
+import subprocess
 import sys
 
 import ml_collections
 import pytest
 
-from tests import commands
 from zoo import config_fields
 from zoo.training.config import check_output_dir, check_output_file
 from zoo.training.data import DataFormatError, read_utf8_lines
 
 
 def _cli(*args, timeout=120):
-    return commands.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_workdir_s_damaged_or_foreign_config_json_is_named(tmp_path):
@@ -229,7 +229,7 @@ def test_an_installed_command_s_help_lists_its_own_flags(script, own_flag):
     for `--help` only when they are made key flags of the script (`cli.show_command_flags`)."""
     (entry,) = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == script]
     launcher = f"import sys; from {entry.module} import {entry.attr} as run; sys.argv[0] = {script!r}; run()"
-    help_text = commands.run(
+    help_text = subprocess.run(
         [sys.executable, "-c", launcher, "--help"], capture_output=True, text=True, timeout=120
     ).stdout
     listed = f"{own_flag}:" in help_text or own_flag.replace("--", "--[no]") + ":" in help_text

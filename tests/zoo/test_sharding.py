@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -14,7 +15,6 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from tests import commands
 from zoo.training import mesh as mesh_lib
 from zoo.training import mesh_config
 
@@ -50,7 +50,7 @@ def test_train_steps_on_8_fake_devices_match_one_device():
     # The device count added to conftest's flags (its fast compile settings included).
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
-    run = commands.run(
+    run = subprocess.run(
         # relu on every mesh; linear (its own state and projections) on the one that splits all three axes
         [sys.executable, "-m", "tests.zoo.multidevice_check", "relu", "linear=d2_f2_t2"],
         capture_output=True, text=True, env=env, timeout=900, cwd=Path(__file__).parents[2],
@@ -119,11 +119,11 @@ def test_a_mesh_that_splits_too_little_is_refused_before_the_workdir_is_written(
     cmd += ["--fake_cpu_devices=4", "--config.mesh.data=1", "--config.mesh.fsdp=4", "--config.train.batch_size=8"]
     cmd += ["--config.model.d_model=30", "--config.model.num_heads=3", "--config.model.mlp_dim=60"]
     cmd += [f"--config.data.dir={tmp_path / 'data'}"]
-    run = commands.run(cmd, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2, run.stderr[-3000:]
     assert "exceeds mesh.sharding_tolerance=0.05" in run.stderr and "embed → fsdp of size 4" in run.stderr
     assert not workdir.exists() and not (tmp_path / "data").exists()
-    bad = commands.run([*cmd, "--config.mesh.rules.embed=batch"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run([*cmd, "--config.mesh.rules.embed=batch"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "mesh.rules.embed='batch' must be one of fsdp, tensor or ''" in bad.stderr
 
 

@@ -26,7 +26,6 @@ def _queries(dtype, head_dim, length=16):
     return jax.ShapeDtypeStruct((2, length, 4, head_dim), jnp.dtype(dtype))
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize(
     "option, device, dtype, head_dim, length, bias, expected",
     [

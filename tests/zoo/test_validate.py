@@ -56,7 +56,6 @@ def test_the_cases_cover_every_numeric_train_field():
     assert len([c for c in CASES if c.startswith("model.mixer_options.")]) > 20
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize("path", CASES)
 def test_an_out_of_range_field_is_named_and_the_workdir_untouched(path, tmp_path):
     config = listops.get_config("demo")
