@@ -7,6 +7,7 @@ import json
 import math
 import os
 import time
+import uuid
 from collections.abc import Callable
 
 from etils import epath
@@ -63,7 +64,9 @@ def _event_writer(logdir: epath.Path, purge_step: int) -> SummaryWriter:
     otherwise need boto3 or google-cloud-storage, or take an unknown scheme for a local directory)."""
     if is_url(logdir):
         record_writer.register_writer_factory(str(logdir).split(":", 1)[0], _UrlEventFiles())
-    return SummaryWriter(str(logdir), purge_step=purge_step)
+    # Event files are named by the second and the host: a run resumed within the same second would write over
+    # the last one's (a URL's store replaces an object whole), so each writer's name ends in its own suffix.
+    return SummaryWriter(str(logdir), purge_step=purge_step, filename_suffix=f".{uuid.uuid4().hex[:8]}")
 
 
 def _read_records(path) -> list[tuple[str, dict]]:
