@@ -6,10 +6,12 @@ not to import the ops).
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.experimental import pallas as pl
 
 # CUDA runtimes whose ptxas miscompiles the masks of causal attention kernels: JAX's own Hopper attention
@@ -79,3 +81,20 @@ def visible(rows_start, cols_start, shape: tuple[int, int], rule: str) -> jax.Ar
     if rule == "row_le_col":
         return rows <= cols
     raise ValueError(f"unknown visibility rule {rule!r}")
+
+
+def memory_warpgroup(fetch, steps, stages: int, consumed: tuple) -> None:
+    """A warp-specialised kernel's memory warpgroup: `fetch(step, slot)` for the first `stages` steps, then step
+    j + `stages` into j's slot once every compute warpgroup has arrived on each barrier of `consumed` there."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    plgpu.set_max_registers(40, action="decrease")
+    for slot in range(stages):
+        pl.when(slot < steps)(functools.partial(fetch, slot, slot))
+
+    @pl.loop(0, jnp.maximum(steps - stages, 0))
+    def _refill(j):
+        slot = lax.rem(j, stages)
+        for barrier in consumed:
+            plgpu.barrier_wait(barrier.at[slot])
+        fetch(j + stages, slot)

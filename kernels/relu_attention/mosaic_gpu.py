@@ -34,7 +34,14 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.mosaic_gpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
+from kernels.mosaic_gpu_tiles import (
+    load_reduced,
+    masked_refusal,
+    memory_warpgroup,
+    scores_tile,
+    swizzled,
+    visible,
+)
 
 BACKWARDS = ("fused", "mosaic", "triton")
 
@@ -256,22 +263,12 @@ def _forward_specialized(q, k, v, factor, *, causal: bool, scale: float, sizes: 
 
         @pl.when(wg == 2)
         def _memory():
-            plgpu.set_max_registers(40, action="decrease")
-
             def fetch(j, slot):
                 tile = (batch, pl.ds(j * bk, bk), head)
                 plgpu.copy_gmem_to_smem(k_ref.at[tile], k_smem.at[slot], k_bar.at[slot])
                 plgpu.copy_gmem_to_smem(v_ref.at[tile], v_smem.at[slot], v_bar.at[slot])
 
-            for slot in range(stages):
-                pl.when(slot < block_steps)(functools.partial(fetch, slot, slot))
-
-            @pl.loop(0, jnp.maximum(block_steps - stages, 0))
-            def _refill(j):
-                slot = lax.rem(j, stages)
-                plgpu.barrier_wait(k_used.at[slot])
-                plgpu.barrier_wait(v_used.at[slot])
-                fetch(j + stages, slot)
+            memory_warpgroup(fetch, block_steps, stages, (k_used, v_used))
 
     def entry(q_ref, k_ref, v_ref, f_ref, o_ref):
         pl.run_scoped(
@@ -675,22 +672,13 @@ def _backward_fused(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes
 
         @pl.when(wg == 2)
         def _memory():
-            plgpu.set_max_registers(40, action="decrease")
-
             def fetch(j, slot):
                 tile = pl.ds((block_first + j) * bq, bq)
                 plgpu.copy_gmem_to_smem(q_ref.at[batch, tile, head], q_smem.at[slot], q_bar.at[slot])
                 plgpu.copy_gmem_to_smem(do_ref.at[batch, tile, head], do_smem.at[slot], do_bar.at[slot])
                 plgpu.copy_gmem_to_smem(f_ref.at[batch, head, tile], f_smem.at[slot], f_bar.at[slot])
 
-            for slot in range(stages):
-                pl.when(slot < steps)(functools.partial(fetch, slot, slot))
-
-            @pl.loop(0, jnp.maximum(steps - stages, 0))
-            def _refill(j):
-                slot = lax.rem(j, stages)
-                plgpu.barrier_wait(used.at[slot])
-                fetch(j + stages, slot)
+            memory_warpgroup(fetch, steps, stages, (used,))
 
     stages = sizes.stages
     mesh = plgpu.Mesh(
