@@ -2,22 +2,34 @@
 
 Tools look tasks up here (never by a literal name): `REGISTRY[name]` is an `TaskSpec` (config module and
 presets, vocabulary and classes, published accuracies, demo cut, `lra-data` writer) and `make_task(config)`
-builds the `zoo.training.Task` of `config.task`. A new task = a module here with `make_task` and `SPECS`, a
-config module, a test file, and its module in `_MODULES` below.
+builds the `zoo.training.Task` of `config.task`. A new task = a module here with `make_task` and `SPECS` (found
+by its `SPECS`: nothing to list), a config module and a test file.
 """
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from types import ModuleType
 
 import ml_collections
 
-from lra_flax.tasks import image, listops, pathfinder, retrieval, text
 from lra_flax.tasks.spec import TaskSpec
 from zoo.training import Task
 
-_MODULES: tuple[ModuleType, ...] = (listops, text, retrieval, image, pathfinder)
+_MODULES: tuple[ModuleType, ...] = tuple(
+    sorted(
+        (
+            m
+            for info in pkgutil.iter_modules(__path__)
+            if hasattr(m := importlib.import_module(f"{__name__}.{info.name}"), "SPECS")
+        ),
+        key=lambda module: min(spec.column for spec in module.SPECS),
+    )
+)
 
-REGISTRY: dict[str, TaskSpec] = {spec.name: spec for module in _MODULES for spec in module.SPECS}
+REGISTRY: dict[str, TaskSpec] = {
+    spec.name: spec for spec in sorted((s for m in _MODULES for s in m.SPECS), key=lambda spec: spec.column)
+}
 # config.task → the module whose make_task builds it (Path-X is Pathfinder's module at 128 × 128).
 TASK_MODULES: dict[str, ModuleType] = {module.__name__.rpartition(".")[2]: module for module in _MODULES}
 

@@ -399,6 +399,7 @@ SPECS = (
         make_task,
         PIXEL_VOCAB_SIZE,
         NUM_CLASSES,
+        column=4,
         demo_cut={"steps": 100, "eval_max_batches": 4},
         published={"LRA paper: Transformer": 42.44, "LRA paper: Linear Trans.": 42.34, "LRA paper: Performer": 42.77},
         write_data=write_data,

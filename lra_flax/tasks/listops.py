@@ -258,6 +258,7 @@ SPECS = (
         make_task,
         len(VOCAB),
         NUM_CLASSES,
+        column=1,
         demo_cut={"steps": 200},
         # docs/tasks.md: the LRA paper's Table 1 and the trainable-kernel paper's Table 1.
         published={

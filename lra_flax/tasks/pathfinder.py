@@ -223,6 +223,7 @@ _PATHFINDER = TaskSpec(
     make_task,
     PIXEL_VOCAB_SIZE,
     NUM_CLASSES,
+    column=5,
     demo_cut={"steps": 24, "eval_max_batches": 1},
     published={"LRA paper: Transformer": 71.40, "LRA paper: Linear Trans.": 75.30, "LRA paper: Performer": 77.05},
     write_data=write_data,
@@ -238,8 +239,8 @@ _PATHFINDER = TaskSpec(
 # Path-X: the same task at 128 × 128 (`lra-data pathfinder --resolution=128` writes it); every model of the LRA
 # paper failed it (None: no accuracy above chance).
 _PATHX = dataclasses.replace(
-    _PATHFINDER, name="pathx", lra_preset="pathx", demo_preset=None, demo_cut={}, write_data=None, data_flags=(),
-    published={"LRA paper: Transformer": None},
+    _PATHFINDER, name="pathx", column=6, lra_preset="pathx", demo_preset=None, demo_cut={}, write_data=None,
+    data_flags=(), published={"LRA paper: Transformer": None},
 )  # fmt: skip
 SPECS = (_PATHFINDER, _PATHX)
 

@@ -229,6 +229,7 @@ SPECS = (
         make_task,
         input_pipeline.BYTE_VOCAB_SIZE,
         NUM_CLASSES,
+        column=3,
         demo_cut={"steps": 100, "eval_max_batches": 8},
         published={
             "LRA paper: Transformer": 57.46,

@@ -54,12 +54,14 @@ class TaskSpec:
     data_files:  (output directory, `lra-data` flag values) → the files or folders `write_data` would replace
                  there: `lra-data` refuses to when one exists, unless --overwrite. None: it replaces nothing.
     data_flags:  the sub-command's own flags (`DataFlag`); --output_dir, --seed and --overwrite are every one's.
+    column:      the row's place in the tables (the LRA paper's order: ListOps 1 … Path-X 6; a new task after them).
     """
 
     name: str
     make_task: Callable[[ml_collections.ConfigDict], Task]
     vocab_size: int
     num_classes: int
+    column: float
     config: str = ""  # "": the row's name
     lra_preset: str = "lra_code"
     demo_preset: str | None = "demo"

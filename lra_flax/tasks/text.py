@@ -196,6 +196,7 @@ SPECS = (
         make_task,
         input_pipeline.BYTE_VOCAB_SIZE,
         NUM_CLASSES,
+        column=2,
         demo_cut={"steps": 100},  # no eval cap: the splits are grouped by label, so a prefix is one class
         published={
             "LRA paper: Transformer": 64.27,
