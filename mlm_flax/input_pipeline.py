@@ -177,6 +177,8 @@ def masking_spec(config: ml_collections.ConfigDict, tokenizer) -> MaskingSpec:
         mask_fraction=d.mask_token_fraction,
         random_fraction=d.random_token_fraction,
         word_starts=tokenizer.word_starts() if d.whole_word else None,
+        pad_id=PAD_ID,
+        budget=d.mask_budget,
     )
 
 

@@ -1,10 +1,11 @@
 """BERT's masking (docs/tasks.md) as a pure numpy function of the tokens and a random generator.
 
-Of the maskable tokens (everything but padding and special symbols) `rate` (15%) are chosen, at most
-`max_predictions` per sequence; a chosen token becomes [MASK] with probability 0.8, a random ordinary
-token with 0.1, and stays itself with 0.1. The loss is taken at the chosen positions only, which come
-out as a fixed-size list (`positions`, `targets`, `weights`; unused slots have weight 0) so the model
-computes the vocabulary projection only where it is needed. Whole-word masking chooses whole words
+`rate` (15%) of the sequence's tokens are chosen, as BERT's create_pretraining_data.py counts them: every token
+but padding, [CLS] and [SEP] included (`budget="sequence"`); `budget="maskable"` counts only the tokens that may be
+chosen. At most `max_predictions` per sequence, never a special symbol; a chosen token becomes [MASK] with
+probability 0.8, a random ordinary token with 0.1, and stays itself with 0.1. The loss is taken at the chosen
+positions only, which come out as a fixed-size list (`positions`, `targets`, `weights`; unused slots have weight
+0) so the model computes the vocabulary projection only where it is needed. Whole-word masking chooses whole words
 (a word-start piece and the pieces that continue it) until the budget is reached.
 """
 
@@ -14,6 +15,8 @@ import dataclasses
 import functools
 
 import numpy as np
+
+MASK_BUDGETS = ("sequence", "maskable")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,10 +29,14 @@ class MaskingSpec:
     mask_fraction: float = 0.8
     random_fraction: float = 0.1
     word_starts: np.ndarray | None = None  # [vocab] bool; set for whole-word masking
+    pad_id: int = 0  # not a token of the sequence when the budget is counted
+    budget: str = "sequence"  # what `rate` is a share of (module docstring): "sequence" (BERT's) or "maskable"
 
     def __post_init__(self):
         if not 0.0 < self.rate < 1.0:
             raise ValueError(f"data.mask_rate={self.rate} must be in (0, 1)")
+        if self.budget not in MASK_BUDGETS:
+            raise ValueError(f"data.mask_budget={self.budget!r} must be one of {', '.join(MASK_BUDGETS)}")
         if self.mask_fraction < 0 or self.random_fraction < 0 or self.mask_fraction + self.random_fraction > 1:
             raise ValueError(
                 f"data.mask_token_fraction={self.mask_fraction} and data.random_token_fraction={self.random_fraction} "
@@ -71,7 +78,8 @@ def mask_tokens(tokens: np.ndarray, rng: np.random.Generator, spec: MaskingSpec)
     inputs = tokens.copy()
     if count == 0:
         return {"inputs": inputs, "positions": positions, "targets": targets, "mask_weights": weights}
-    budget = min(spec.max_predictions, max(1, round(spec.rate * count)))
+    counted = count if spec.budget == "maskable" else int(np.count_nonzero(tokens != spec.pad_id))
+    budget = min(spec.max_predictions, count, max(1, round(spec.rate * counted)))
     if spec.word_starts is not None:
         chosen = _choose_whole_words(candidates, spec.word_starts[tokens], budget, rng)
     else:

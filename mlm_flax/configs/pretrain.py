@@ -123,6 +123,8 @@ DATA_FIELDS: tuple[Field, ...] = (
           "500, base 32,000)"),
     Field("seq_length", 128, integer(2, 2**20), "tokens per example, at most model.max_length (gMLP's spatial size)"),
     Field("mask_rate", 0.15, fraction(), "the share of tokens predicted (BERT: 0.15)"),
+    Field("mask_budget", "sequence", one_of("sequence", "maskable"), "what mask_rate is a share of: sequence "
+          "(every token but padding, [CLS] and [SEP] included: BERT's count) or maskable (those that may be chosen)"),
     Field("mask_token_fraction", 0.8, closed(0, 1), "of those, the share replaced by [MASK] (BERT: 0.8)"),
     Field("random_token_fraction", 0.1, closed(0, 1), "the share replaced by a random token (BERT: 0.1; "
           "the two sum to at most 1, the rest stays as it is)"),

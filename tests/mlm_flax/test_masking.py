@@ -26,7 +26,7 @@ def _spec(**kw):
 def test_rates_split_and_specials():
     seqs = _sequences(1500)
     spec = _spec()
-    chosen_total = candidates_total = 0
+    chosen_total = candidates_total = sequence_total = 0
     outcome = {"mask": 0, "random": 0, "kept": 0}
     for i, tokens in enumerate(seqs):
         out = mask_tokens(tokens, np.random.default_rng([7, i]), spec)
@@ -34,6 +34,7 @@ def test_rates_split_and_specials():
         pos, targets = out["positions"][:n], out["targets"][:n]
         candidates = ~np.isin(tokens, SPECIALS)
         candidates_total += candidates.sum()
+        sequence_total += int((tokens != 0).sum())
         chosen_total += n
         assert candidates[pos].all(), "a special or padding token was chosen"
         np.testing.assert_array_equal(targets, tokens[pos])
@@ -45,7 +46,10 @@ def test_rates_split_and_specials():
         outcome["kept"] += int((new == targets).sum())
         outcome["random"] += int(((new != MASK) & (new != targets)).sum())
         assert not np.isin(new[new != MASK], SPECIALS).any()  # random replacements are ordinary tokens
-    assert chosen_total / candidates_total == pytest.approx(0.15, abs=0.003)
+    # BERT's count: 15% of the sequence's tokens, [CLS] and [SEP] among them (create_pretraining_data.py,
+    # create_masked_lm_predictions: num_to_predict = round(len(tokens) * masked_lm_prob), tokens with [CLS] [SEP]).
+    assert chosen_total / sequence_total == pytest.approx(0.15, abs=0.003)
+    assert chosen_total / candidates_total > 0.15 + 0.001  # more than 15% of the maskable ones
     total = sum(outcome.values())
     # A random replacement equals the original with probability 1/293: counted as kept.
     assert outcome["mask"] / total == pytest.approx(0.8, abs=0.015)
@@ -83,7 +87,7 @@ def test_whole_word_masking_chooses_whole_words():
                 start = j
         for a, b in words:
             assert chosen[a:b].all() or not chosen[a:b].any(), f"word {a}:{b} split"
-        budget = max(1, round(0.15 * candidates.sum()))
+        budget = min(candidates.sum(), max(1, round(0.15 * (tokens != 0).sum())))  # BERT: the sequence counts
         left = budget - int(chosen.sum())
         assert left >= 0
         # Filled as far as whole words allow: every word left out is longer than what the budget has left.
@@ -107,3 +111,14 @@ def test_same_seed_same_masks_and_new_seed_new_masks():
 def test_bad_masking_fields_are_named(kw, field):
     with pytest.raises(ValueError, match=field):
         _spec(**kw)
+
+
+def test_the_budget_counts_the_whole_sequence_as_bert_does_or_the_maskable_tokens_when_asked():
+    """64 tokens with [CLS] and [SEP]: BERT predicts round(0.15 × 64) = 10; counting only the 62 maskable ones
+    gives round(9.3) = 9. Padding counts in neither."""
+    tokens = np.concatenate([[CLS], np.arange(7, 69), [SEP], np.zeros(20, np.int64)]).astype(np.int32)
+    chosen = {budget: int(mask_tokens(tokens, np.random.default_rng(0), _spec(budget=budget))["mask_weights"].sum())
+              for budget in ("sequence", "maskable")}  # fmt: skip
+    assert chosen == {"sequence": 10, "maskable": 9}
+    with pytest.raises(ValueError, match="data.mask_budget='all' must be one of sequence, maskable"):
+        _spec(budget="all")
