@@ -670,6 +670,12 @@ def _cli_cases() -> list[Case]:
         env=bad_peak,
     )
     cases.append(Case("command", "bad ZOO_CPU_PEAK_TFLOPS", run, outcome, untouched=writes))
+    for platform in ("cuda", "tpu"):  # a backend this CPU machine cannot start: one line, not jax's traceback
+        run, outcome, writes = _command(
+            ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w"], 2,
+            rf"JAX_PLATFORMS='{platform}' names a backend this machine cannot start", env={"JAX_PLATFORMS": platform},
+        )  # fmt: skip
+        cases.append(Case("command", f"JAX_PLATFORMS={platform} on a CPU machine", run, outcome, untouched=writes))
     return cases
 
 

@@ -193,6 +193,19 @@ def before_parsing(main: Callable[[list[str]], None], prog: str, *, help_epilogu
         sys.exit(0)  # absl's own --help exits with status 1
 
 
+def check_backend(prog: str) -> None:
+    """One line and exit 2 when the backend JAX_PLATFORMS names cannot start here (jax's own error is a traceback,
+    an empty AssertionError for a GPU platform without its plugin)."""
+    try:
+        jax.devices()
+    except (RuntimeError, AssertionError) as e:
+        asked = os.environ.get("JAX_PLATFORMS", "")
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else "no plugin for it is installed"
+        print(f"{prog}: error: JAX_PLATFORMS={asked!r} names a backend this machine cannot start ({detail}); unset "
+              "JAX_PLATFORMS to use the backends it has", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+
+
 def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = "") -> None:
     """`app.run(main)` with checked overrides, distributed start-up and WARNING-level library logs;
     `--help` prints the usage, the flags, then `help_epilogue`."""
@@ -209,6 +222,7 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
             how = distributed.initialize(
                 _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, heartbeat_timeout_s=_HEARTBEAT.value
             )
+            check_backend(prog)
             if how != "single process":
                 print(f"{prog}: {how}", flush=True)
             else:  # several processes: JAX's preemption sync handles SIGTERM
