@@ -1,6 +1,6 @@
 """`mt-translate`: translate a text file (one sentence per line) with a trained run's checkpoint.
 
-mt-translate --workdir=runs/mt-demo --input=sentences.de --output=sentences.en [--beam_size=5]
+mt-translate --workdir=runs/mt-demo --input=sentences.de --output=sentences.en [--overwrite] [--beam_size=5]
 
 Blank input lines (the document separators of `mt-data` files) come out as blank lines.
 """
@@ -24,6 +24,7 @@ from zoo.training.data import read_utf8_lines, utf8_lines
 _WORKDIR = flags.DEFINE_string("workdir", None, "A mt-train workdir (config.json, tokenizer, checkpoints/).")
 _INPUT = flags.DEFINE_string("input", None, "Source text, one sentence per line ('-' for stdin).")
 _OUTPUT = flags.DEFINE_string("output", "-", "Where translations go, one per line ('-' for stdout).")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace --output when it exists.")
 _BEAM = flags.DEFINE_integer("beam_size", None, "Beam size (default: the run's decode.beam_size).")
 _ALPHA = flags.DEFINE_float("length_penalty", None, "Length penalty alpha (default: the run's).")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
@@ -39,9 +40,9 @@ def main(argv: list[str]) -> None:
     if _ALPHA.value is not None and not math.isfinite(_ALPHA.value):
         raise ValueError(f"--length_penalty={_ALPHA.value} must be a finite number")
     if _OUTPUT.value != "-":
-        check_output_file(_OUTPUT.value, "--output")
         if _INPUT.value != "-" and os.path.exists(_OUTPUT.value) and os.path.samefile(_INPUT.value, _OUTPUT.value):
             raise ValueError(f"--output={_OUTPUT.value} is the --input file: the translations would replace it")
+        check_output_file(_OUTPUT.value, "--output", replace=None if _OVERWRITE.value else "--overwrite")
     lines = utf8_lines(sys.stdin.buffer.read(), "<stdin>") if _INPUT.value == "-" else read_utf8_lines(_INPUT.value)
     config, tokenizer, model, step = load_run(_WORKDIR.value, _STEP.value)
     if _BEAM.value is not None:

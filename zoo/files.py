@@ -108,11 +108,13 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Writes `path` whole or not at all, so a reader (another process, a re-run) never sees half of it.
 
     Locally: a temporary file, then a rename. Object stores (gs://, s3://) publish an object only when its
-    upload completes, so a direct write is already whole-or-nothing there (and renames are copies)."""
+    upload completes, so a direct write is already whole-or-nothing there (and renames are copies).
+    A missing parent folder is created: output checks accept a folder that does not exist yet."""
     if is_url(path):
         epath.Path(os.fspath(path)).write_bytes(data)
         return
     path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
         tmp.write_bytes(data)

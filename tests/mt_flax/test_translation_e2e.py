@@ -109,7 +109,7 @@ def test_document_level_run_and_bad_input(tmp_path):
     refs = (tmp_path / "doc" / "test.ref.txt").read_text().splitlines()
     assert 4 <= len(refs) < 20  # sentences were joined into documents (20 pairs, 4 documents of 5)
     # mt-translate keeps the blank document-separator lines blank and translates every other line.
-    out = tmp_path / "doc.out"
+    out = tmp_path / "translations" / "doc.out"  # a folder that does not exist yet is made
     translate = ["mt_flax.translate", f"--workdir={tmp_path / 'doc'}", f"--input={data / 'test.src'}"]
     proc = _run(*translate, f"--output={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -123,9 +123,14 @@ def test_document_level_run_and_bad_input(tmp_path):
         (["--beam_size=0", f"--output={out}"], "--beam_size=0 must be at least 1"),
         ([f"--output={tmp_path}"], f"--output={tmp_path} is a directory"),
         ([f"--output={data / 'test.src'}"], "is the --input file"),
+        ([f"--output={out}"], f"--output={out} exists; pass --overwrite to replace it"),
     ):
         proc = _run(*translate, *extra)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert out.read_text().splitlines() == translated  # refused, not replaced
+    out.write_text("stale\n")
+    proc = _run(*translate, f"--output={out}", "--overwrite")
+    assert proc.returncode == 0 and out.read_text().splitlines() == translated, proc.stderr[-3000:]
     assert (data / "test.src").read_text().splitlines() == source  # the input survived being named as output
     (tmp_path / "latin1.src").write_bytes("alpha\nfa\xe7ade bravo\n".encode("latin-1"))
     proc = _run("mt_flax.translate", f"--workdir={tmp_path / 'doc'}", f"--input={tmp_path / 'latin1.src'}")

@@ -65,3 +65,5 @@ def test_atomic_writes_leave_the_old_file_or_the_new_one(tmp_path):
         atomic_write_bytes(path, "not bytes")  # fails while writing the temporary file
     np.testing.assert_array_equal(np.load(path), np.arange(5))  # the old file, whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["counts.npy"]  # no temporary left behind
+    atomic_write_bytes(tmp_path / "new" / "folder" / "out.txt", b"x")  # a folder the output checks accepted
+    assert (tmp_path / "new" / "folder" / "out.txt").read_bytes() == b"x"

@@ -219,11 +219,17 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
         raise ValueError(f"{flag}={path} cannot be created: {parent} is not writable")
 
 
-def check_output_file(path: str | os.PathLike, flag: str, suffixes: tuple[str, ...] = ()) -> None:
+def check_output_file(
+    path: str | os.PathLike, flag: str, suffixes: tuple[str, ...] = (), replace: str | None = None
+) -> None:
     """Raises a one-line ValueError when `path` cannot be a file this process writes (a directory, a folder it
-    cannot write into, or a suffix outside `suffixes` when given): checked before the work that produces it."""
+    cannot write into, or a suffix outside `suffixes` when given): checked before the work that produces it.
+
+    `replace` names the flag that allows replacing an existing file; given and unset, an existing file is refused."""
     if os.path.isdir(path):
         raise ValueError(f"{flag}={path} is a directory; give a file path")
+    if replace and os.path.exists(path):
+        raise ValueError(f"{flag}={path} exists; pass {replace} to replace it")
     if suffixes and Path(path).suffix.lower() not in suffixes:
         raise ValueError(f"{flag}={path}: the file name must end in one of {', '.join(suffixes)}")
     if os.path.exists(path) and not os.access(path, os.W_OK):
