@@ -155,7 +155,7 @@ def test_a_rate_measured_again_keeps_the_better_for_this_process_s_later_runs(mo
     assert flops.remeasure_cpu_tflops() == 0.2 and flops.measured_cpu_tflops() == 0.2  # 0.1 is not kept
 
 
-def test_an_mfu_above_1_measures_the_peak_again_at_most_once_a_minute_and_outside_the_run_s_time():
+def test_an_mfu_above_1_measures_the_peak_again_at_most_once_a_minute_and_outside_the_run_s_time(capsys):
     import time
 
     from zoo.training.metrics import Stopwatch
@@ -184,9 +184,12 @@ def test_an_mfu_above_1_measures_the_peak_again_at_most_once_a_minute_and_outsid
     watch.remeasured_at -= Stopwatch.REMEASURE_EVERY_S
     watch.tick(tokens=8, flops=1.0e9)
     assert watch.rates()["mfu"] > 1 and len(calls) == 3 and watch.remeasure is None
-    fixed = Stopwatch(1.0e9, 1)  # a peak from a table, a field or the environment is never measured
-    fixed.tick(tokens=8, flops=1.0e9)
-    assert fixed.rates()["mfu"] > 1
+    fixed = Stopwatch(1.0e9, 1, peak_source="train.peak_tflops_per_device")  # a peak not measured here is kept
+    for _ in range(2):
+        fixed.tick(tokens=8, flops=1.0e9)
+        assert fixed.rates()["mfu"] > 1 and fixed.peak_flops_per_s == 1.0e9
+    said = [line for line in capsys.readouterr().out.splitlines() if "not meaningful" in line]
+    assert len(said) == 1 and "0.001 TFLOP/s per device (train.peak_tflops_per_device)" in said[0], said  # once
 
 
 def test_a_run_started_beside_other_work_reports_mfu_against_the_rate_measured_again(tmp_path, monkeypatch, capsys):
@@ -203,6 +206,15 @@ def test_a_run_started_beside_other_work_reports_mfu_against_the_rate_measured_a
     train = [row for row in rows if row["split"] == "train"]
     assert len(train) == 2 and all(row["mfu"] < 1 for row in train)  # the first row measured the peak again
     assert f"the matmul rate measured again is {peak:.3g} TFLOP/s per device (was 1e-09" in capsys.readouterr().out
+
+
+def test_a_run_whose_stated_peak_it_exceeds_says_so_once(tmp_path, capsys):
+    config, task = tiny_loop_run(4, model_flops=lambda batch: 1.0e9)
+    config.train.peak_tflops_per_device = 1e-9  # 1 kFLOP/s: MFU in the millions
+    results = train_and_evaluate(config, tmp_path / "run", task)
+    assert results["mfu"] > 1
+    said = [line for line in capsys.readouterr().out.splitlines() if "MFU came out at" in line]
+    assert len(said) == 1 and "(train.peak_tflops_per_device) is below what this run does" in said[0], said
 
 
 def test_a_cpu_rate_from_the_environment_is_not_measured_and_a_bad_one_is_refused_by_name(monkeypatch):

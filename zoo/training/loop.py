@@ -256,7 +256,8 @@ def start_clock(run: Run) -> Stopwatch:
                 )
             return rate * 1e12
 
-    return Stopwatch(peak * 1e12, run.mesh.size, remeasure)
+    stated = run.is_writer and source != flops_lib.MEASURED_ON_THIS_HOST  # a measured peak says its own
+    return Stopwatch(peak * 1e12, run.mesh.size, remeasure, peak_source=source if stated else "")
 
 
 def train_steps(run: Run, actions: list[PeriodicAction]) -> None:

@@ -149,11 +149,19 @@ class Stopwatch:
     `remeasure` (where the peak is a rate measured on this host): called when an interval's MFU comes out above 1,
     at most once per REMEASURE_EVERY_S, it returns the peak per device measured again (FLOP/s), and the better of
     the two is kept; the time it takes is left out of the run's intervals and of its elapsed time. A measurement
-    that does not raise the peak ends it: MFU above 1 then comes from the model, not from the peak's measurement."""
+    that does not raise the peak ends it: MFU above 1 then comes from the model, not from the peak's measurement.
+    A peak that is not measured here (`peak_source`: a table, a field, the environment) and that a run exceeds is
+    said once: every MFU of the run is then wrong by the same factor."""
 
     REMEASURE_EVERY_S = 60.0
 
-    def __init__(self, peak_flops_per_s: float = 0.0, devices: int = 1, remeasure: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        peak_flops_per_s: float = 0.0,
+        devices: int = 1,
+        remeasure: Callable[[], float] | None = None,
+        peak_source: str = "",
+    ):
         self.start = self.last = time.perf_counter()
         self.steps = 0
         self.tokens = 0
@@ -162,6 +170,7 @@ class Stopwatch:
         self.peak_flops_per_s, self.devices = peak_flops_per_s, devices  # of one device; 0: unknown
         self.total_flops = 0.0  # every step since the start
         self.remeasure, self.remeasured_at = remeasure, -math.inf
+        self.peak_source, self.said_above_peak = peak_source, False
 
     def tick(self, tokens: int, flops: float = 0.0) -> None:
         self.steps += 1
@@ -204,6 +213,14 @@ class Stopwatch:
                 now += spent
                 self.remeasured_at = now
                 out.update(self.utilisation(self.flops, dt))
+            elif out.get("mfu", 0.0) > 1 and not self.remeasure and self.peak_source and not self.said_above_peak:
+                self.said_above_peak = True
+                print(
+                    f"MFU came out at {100 * out['mfu']:.3g}%: the peak of {self.peak_flops_per_s / 1e12:.3g} TFLOP/s "
+                    f"per device ({self.peak_source}) is below what this run does, so its MFU figures are not "
+                    "meaningful; set train.peak_tflops_per_device to the device's real peak",
+                    flush=True,
+                )
         self.last, self.steps, self.tokens, self.flops, self.waiting = now, 0, 0, 0.0, 0.0
         return out
 
