@@ -437,6 +437,13 @@ def test_a_run_written_before_a_model_field_existed_resumes_unless_the_field_cha
 def test_a_damaged_records_file_is_named_with_what_to_do(tmp_path):
     path = tmp_path / "train-abc.array_record"
     data_lib.write_records(path, ({"x": np.arange(3)} for _ in range(5)))
-    path.write_bytes(path.read_bytes()[:100])  # cut short: a full disk, a copy interrupted
+    whole = path.read_bytes()
+    path.write_bytes(whole[:100])  # cut short: a full disk, a copy interrupted
     with pytest.raises(data_lib.DataFormatError, match=rf"{path} is not a readable ArrayRecord file .*delete it"):
         data_lib.read_records(path)
+    damaged = bytearray(whole)
+    damaged[200] ^= 0xFF  # a flipped byte inside the records: found only when they are read
+    path.write_bytes(bytes(damaged))
+    batches = iter(data_lib.train_batches(data_lib.read_records(path), global_batch=5, seed=0))
+    with pytest.raises(data_lib.DataFormatError, match=rf"{path} has a damaged record \d .*delete it"):
+        next(batches)  # read by the input pipeline's threads, raised here with the file named

@@ -167,20 +167,37 @@ def write_records(path: str | os.PathLike, examples: Iterable[Example], *, progr
     return count
 
 
-def _decode(record: bytes) -> Example:
-    return serialization.msgpack_restore(record)
+class _Records:
+    """An ArrayRecord file's examples by index; a damaged record is an error that names the file.
+
+    (ArrayRecord's own errors — a hash mismatch, msgpack's "Unpack failed" — name none.)"""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = path
+        try:
+            self.source = grain.sources.ArrayRecordDataSource([str(path)])
+        except Exception as e:  # a truncated file fails here
+            raise self.damaged(e, "is not a readable ArrayRecord file") from None
+
+    def damaged(self, error: Exception, what: str) -> DataFormatError:
+        return DataFormatError(
+            f"{self.path} {what} ({type(error).__name__}: {' '.join(str(error).split())[:200]}); if it is a cached "
+            "split, delete it and it is written again"
+        )
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> Example:
+        try:
+            return serialization.msgpack_restore(self.source[index])
+        except Exception as e:
+            raise self.damaged(e, f"has a damaged record {index}") from None
 
 
 def read_records(path: str | os.PathLike) -> grain.MapDataset:
     """The examples of one ArrayRecord file as a random-access dataset."""
-    try:
-        source = grain.sources.ArrayRecordDataSource([str(path)])
-    except Exception as e:  # ArrayRecord's own errors (a RuntimeError for a truncated file) name no file
-        raise DataFormatError(
-            f"{path} is not a readable ArrayRecord file ({type(e).__name__}: {' '.join(str(e).split())[:200]}); if "
-            "it is a cached split, delete it and it is written again"
-        ) from None
-    return grain.MapDataset.source(source).map(_decode)
+    return grain.MapDataset.source(_Records(path))
 
 
 def _stack(examples: list[Example]) -> Example:
