@@ -1,4 +1,4 @@
-"""FFN / key-value-memory variants, dual encoder, encoder-decoder masking, describe."""
+"""FFN / key-value-memory variants, dual encoder, encoder-decoder masking, parameter counts."""
 
 import chex
 import jax
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from zoo import describe, mixers, models
+from zoo import mixers, models, parameter_counts
 from zoo.layers import FFN_KINDS, FeedForward
 
 D = 16
@@ -85,16 +85,16 @@ def test_encoder_decoder_target_is_causal_and_source_padding_is_ignored():
     chex.assert_trees_all_close(base, model(src[:, :4], tgt), atol=1e-5)
 
 
-def test_describe_counts_every_parameter_and_compares_with_softmax():
+def test_parameter_counts_count_every_parameter_and_compares_with_softmax():
     cfg = models.model_config(mixer="linear", d_model=32, num_heads=4, mlp_dim=64, max_length=16)
     cfg.mixer_options.linear.feature_map = "glu"
-    counts = describe.parameter_counts(cfg)
+    counts = parameter_counts.parameter_counts(cfg)
     enc = models.Encoder(cfg, rngs=nnx.Rngs(0))
-    assert describe.total(counts) == sum(x.size for x in jax.tree.leaves(nnx.state(enc, nnx.Param)))
+    assert parameter_counts.total(counts) == sum(x.size for x in jax.tree.leaves(nnx.state(enc, nnx.Param)))
     assert set(counts) == {"block_0", "block_1", "final_norm"}
     extra_per_layer = 2 * 4 * 8 * 8  # W_f and W_g: [heads, head_dim, head_dim]
     assert counts["block_0"]["mixer"] == 4 * (32 * 32 + 32) + extra_per_layer
-    text = describe.describe(cfg)
+    text = parameter_counts.describe(cfg)
     assert "extra parameters vs softmax: +1,024" in text
     assert f"(same encoder with softmax attention, ffn={cfg.ffn} as configured)" in text
     # The baseline's softmax path is said for every mixer, not only for a softmax config.
