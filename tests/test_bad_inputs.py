@@ -210,6 +210,11 @@ def _file_at(name: str, then: str = "") -> Callable[[Path], str]:
     return make
 
 
+def _dangling_link(tmp):
+    (tmp / "run").symlink_to(tmp / "gone")
+    return str(tmp / "run")
+
+
 def _checkpoints_file(tmp):
     (tmp / "run").mkdir()
     (tmp / "run" / "checkpoints").write_text("not a directory")
@@ -244,6 +249,12 @@ def _path_cases() -> list[Case]:
             _tiny_run(_file_at("f", "run")),
             Error(ValueError, r"is a file, not a directory"),
             untouched="f/run",
+        ),
+        Case(
+            "workdir",
+            "a dangling symbolic link",
+            _tiny_run(_dangling_link),
+            Error(ValueError, r"--workdir=.*run is a symbolic link to .*gone, which does not exist"),
         ),
         Case(
             "workdir", "not UTF-8", _tiny_run(lambda tmp: str(tmp) + "/w\udcff"), Error(ValueError, "not valid UTF-8")

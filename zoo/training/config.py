@@ -204,6 +204,8 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
             raise ValueError(f"{flag}={path} exists and is not a directory")
         return
     path = os.path.abspath(path)
+    if os.path.islink(path) and not os.path.exists(path):  # mkdir would fail with "File exists"
+        raise ValueError(f"{flag}={path} is a symbolic link to {os.readlink(path)}, which does not exist")
     if os.path.exists(path):
         if not os.path.isdir(path):
             raise ValueError(f"{flag}={path} exists and is not a directory")
