@@ -49,6 +49,11 @@ def main(argv: list[str]) -> None:
             return
         compare.check_cells_unchanged(config, root)
         counts = {}
+        if _REPORT_ONLY.value and all(compare.state(cell, root) in ("to do", "started") for cell in all_cells):
+            raise ValueError(
+                f"--report_only: none of the {len(all_cells)} cells in {root} has finished, so there is nothing to "
+                "report: run the sweep without --report_only"
+            )
         if not _REPORT_ONLY.value:
             counts = compare.run_sweep(config, root, shard_spec=_SHARD.value, retry_failed=_RETRY.value)
             if _SHARD.value == "1/1" and not counts.get("preempted"):

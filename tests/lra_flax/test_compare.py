@@ -258,6 +258,16 @@ def test_an_interrupted_sweep_says_what_is_kept_in_one_line_and_exits_130(tmp_pa
     assert "lra-compare: interrupted; finished cells are kept" in run.stderr
 
 
+def test_report_only_with_no_finished_cell_says_there_is_nothing_to_report(tmp_path):
+    cell = compare.cells(compare_configs.get_config("demo"))[0]
+    (cell.workdir(tmp_path) / "checkpoints").mkdir(parents=True)  # started, not finished
+    command = [sys.executable, "-m", "lra_flax.compare_cli", "--config=lra_flax/configs/compare.py:demo"]
+    run = subprocess.run([*command, f"--workdir={tmp_path}", "--report_only"], capture_output=True, text=True)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
+    assert "has finished, so there is nothing to report" in run.stderr
+    assert not (tmp_path / "results.md").exists()
+
+
 def test_cells_flag_lists_states_without_running(tmp_path):
     run = subprocess.run(
         [
