@@ -194,22 +194,38 @@ def config_module(cell: Cell) -> ModuleType:
     return importlib.import_module(f"lra_flax.configs.{cell.config_spec.partition(':')[0]}")
 
 
+def cell_fields(cell: Cell) -> dict[str, object]:
+    """The fields the cell's command sets on its preset ("model.mixer", "seed", overrides, mixer options)."""
+    fields = {"model.mixer": cell.mixer, "seed": cell.seed, **dict(cell.overrides)}
+    fields.update({f"model.mixer_options.{cell.mixer}.{k}": v for k, v in cell.options})
+    return fields
+
+
 def cell_config(cell: Cell) -> ml_collections.ConfigDict:
     """The config the cell's command trains with, built here: its preset with the cell's fields set."""
     config = config_module(cell).get_config(cell.config_spec.partition(":")[2])
-    fields = {"model.mixer": cell.mixer, "seed": cell.seed, **dict(cell.overrides)}
-    fields.update({f"model.mixer_options.{cell.mixer}.{k}": v for k, v in cell.options})
-    config.update_from_flattened_dict(fields)
+    config.update_from_flattened_dict(cell_fields(cell))
     return config
 
 
 def config_problem(cell: Cell) -> str | None:
-    """What the harness's validation refuses in the cell's config ("invalid config: ..."), or None. A field this
-    cannot set as the command line would (a type that only the flag parser converts) leaves the check to it."""
+    """What the cell's command would refuse ("invalid config: ...", a task module or a field that does not
+    exist), or None. A value this cannot set as the command line would (a type that only the flag parser
+    converts) leaves the check to the command."""
+    module = cell.config_spec.partition(":")[0]
     try:
-        config = cell_config(cell)
-    except (KeyError, TypeError, ValueError, AttributeError, ImportError):
-        return None
+        config = config_module(cell).get_config(cell.config_spec.partition(":")[2])
+    except ModuleNotFoundError:
+        return f"tasks.{cell.task}={cell.config_spec!r}: there is no task config module lra_flax/configs/{module}.py"
+    except ValueError as e:
+        return f"tasks.{cell.task}={cell.config_spec!r}: {e}"
+    for field, value in cell_fields(cell).items():
+        try:
+            config.update_from_flattened_dict({field: value})
+        except (KeyError, AttributeError):
+            return f"{field}: {module} configs have no such field"
+        except (TypeError, ValueError):
+            return None
     problems = config_problems(config, config_module(cell).CONFIG_SECTIONS)
     return "invalid config: " + "; ".join(problems) if problems else None
 

@@ -70,6 +70,24 @@ def test_the_config_checked_before_a_cell_starts_is_the_one_its_command_trains_w
         assert compare.config_problem(cell) is None, cell.name
 
 
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"mixer": "linear", "options": (("feature_mapp", "glu"),)}, r"model.mixer_options.linear.feature_mapp: "
+         r"listops configs have no such field"),
+        ({"overrides": (("train.stepz", 3),)}, r"train.stepz: listops configs have no such field"),
+        ({"config_spec": "listopz:demo"}, r"tasks.listops='listopz:demo': there is no task config module "
+         r"lra_flax/configs/listopz.py"),
+        ({"config_spec": "listops:demoo"}, r"tasks.listops='listops:demoo': unknown ListOps preset 'demoo'"),
+    ],
+)  # fmt: skip
+def test_a_misspelled_field_or_task_module_is_a_cell_problem(change, problem):
+    import dataclasses
+
+    cell = next(c for c in compare.cells(compare_configs.get_config("demo")) if c.task == "listops")
+    assert re.match(problem, compare.config_problem(dataclasses.replace(cell, **change)))
+
+
 def test_a_cell_that_validation_refuses_fails_without_a_process(tmp_path, monkeypatch):
     variants = {"broken": {"mixer": "linear", "options": {"feature_map": "nonsense"}}}
     config = _sweep(tmp_path / "data", variants)
