@@ -40,9 +40,11 @@ from zoo.plots import pyplot, save_figure
 from zoo.training.config import RESUMABLE_FIELDS, config_changes, flatten_config, has_run_output
 from zoo.training.distributed import PREEMPTED_EXIT_CODE
 from zoo.training.validate import config_problems
+from zoo.training.workdir_lock import WorkdirBusy, WorkdirLock
 
 FAILED = "failed.json"
 RESULTS = "results.json"
+CELL_LOCK = "sweep.lock"  # held by the lra-compare process that runs the cell
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"  # the presets cells and efficiency entries run
 
 TASK_ORDER = tuple(REGISTRY)  # the LRA paper's table order
@@ -231,11 +233,28 @@ def config_problem(cell: Cell) -> str | None:
 
 
 def run_cell(cell: Cell, root: Path, *, env: dict | None = None) -> str:
-    """Runs (or resumes) one cell; returns "done", "failed" or "preempted" (stopped by a signal or a
-    preemption: re-running resumes it). A config that validation refuses fails here, without a process
-    (seconds of start-up a cell). Output goes to the cell's train.log."""
+    """Runs (or resumes) one cell; returns "done", "failed", "preempted" (stopped by a signal or a
+    preemption: re-running resumes it) or "busy" (another lra-compare holds the cell). A config that validation
+    refuses fails here, without a process (seconds of start-up a cell). Output goes to the cell's train.log."""
     workdir = cell.workdir(root)
     workdir.mkdir(parents=True, exist_ok=True)
+    # The cell's lock, taken before its process starts (lra-train takes the workdir's own lock only after
+    # compiling): a second sweep on the same folder passes over the cell instead of failing it.
+    lock = WorkdirLock(workdir, name=CELL_LOCK)
+    try:
+        lock.acquire()
+    except WorkdirBusy:
+        return "busy"
+    try:
+        if state(cell, root) == "done":  # finished by another sweep since this one looked
+            return "done"
+        return _run_cell_process(cell, root, env)
+    finally:
+        lock.release()
+
+
+def _run_cell_process(cell: Cell, root: Path, env: dict | None) -> str:
+    workdir = cell.workdir(root)
     (workdir / FAILED).unlink(missing_ok=True)
     if (problem := config_problem(cell)) is not None:
         with (workdir / "train.log").open("a") as log:
@@ -287,11 +306,12 @@ def run_sweep(
             print(f"lra-compare: {cell.name} was stopped from outside; run the same command to resume", flush=True)
             counts["preempted"] = 1
             break
-        counts[outcome] += 1
+        counts[outcome] = counts.get(outcome, 0) + 1
         elapsed = time.perf_counter() - start
         remaining = elapsed / k * (len(todo) - k)
-        detail = ""
-        if outcome == "done":
+        if outcome == "busy":
+            detail = "another lra-compare is running it"
+        elif outcome == "done":
             result = read_json(cell.workdir(root) / RESULTS)
             detail = f"test accuracy {100 * result.get('test_accuracy', float('nan')):.1f}%"
         else:

@@ -72,6 +72,12 @@ def main(argv: list[str]) -> None:
     print("\n".join(f"{name}: {path}" for name, path in paths.items()))
     if counts.get("preempted"):
         sys.exit(compare.PREEMPTED_EXIT_CODE)
+    if counts.get("busy"):
+        print(
+            f"lra-compare: {counts['busy']} cell(s) were being run by another lra-compare on this sweep; run "
+            "--report_only once it ends",
+            file=sys.stderr,
+        )
     if counts.get("failed"):  # the reports are written, failures included; a script still learns of them
         print(
             f"lra-compare: {counts['failed']} cell(s) of this shard failed (each cell's failed.json and train.log "

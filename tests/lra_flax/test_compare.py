@@ -88,6 +88,27 @@ def test_a_misspelled_field_or_task_module_is_a_cell_problem(change, problem):
     assert re.match(problem, compare.config_problem(dataclasses.replace(cell, **change)))
 
 
+def test_a_cell_another_sweep_holds_or_has_finished_is_passed_over_not_failed(tmp_path, monkeypatch):
+    import socket
+
+    config, root = _sweep(tmp_path / "data", {"softmax": {"mixer": "softmax"}}), tmp_path / "sweep"
+    held, finished = (cell.workdir(root) for cell in compare.cells(config))
+    held.mkdir(parents=True)  # another lra-compare (a live process: pid 1) runs the first cell
+    (held / compare.CELL_LOCK).write_text(json.dumps({"host": socket.gethostname(), "pid": 1}))
+
+    class FinishedMeanwhile(compare.WorkdirLock):  # the other sweep finishes the second cell as this one looks
+        def acquire(self):
+            super().acquire()
+            if self.workdir == finished:
+                (finished / compare.RESULTS).write_text(json.dumps({"test_accuracy": 0.5}))
+
+    monkeypatch.setattr(compare, "WorkdirLock", FinishedMeanwhile)
+    monkeypatch.setattr(compare.subprocess, "run", lambda *a, **k: pytest.fail("a process was started"))
+    assert compare.run_sweep(config, root) == {"done": 1, "failed": 0, "skipped": 0, "busy": 1}
+    assert not list(root.glob(f"cells/**/{compare.FAILED}"))
+    assert (held / compare.CELL_LOCK).exists() and not (finished / compare.CELL_LOCK).exists()
+
+
 def test_a_cell_that_validation_refuses_fails_without_a_process(tmp_path, monkeypatch):
     variants = {"broken": {"mixer": "linear", "options": {"feature_map": "nonsense"}}}
     config = _sweep(tmp_path / "data", variants)

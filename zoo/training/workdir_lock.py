@@ -81,9 +81,9 @@ def stale_reason(path: epath.Path, holder: dict, *, now: float | None = None) ->
 class WorkdirLock:
     """`with WorkdirLock(workdir):` holds `workdir/lock` for the block (process 0 only; others hold nothing)."""
 
-    def __init__(self, workdir: str | os.PathLike, *, enabled: bool = True):
+    def __init__(self, workdir: str | os.PathLike, *, enabled: bool = True, name: str = LOCK_NAME):
         self.workdir = as_path(workdir)
-        self.path = self.workdir / LOCK_NAME
+        self.path = self.workdir / name
         self.enabled = enabled
         self._stop = threading.Event()
         self._refresher: threading.Thread | None = None
