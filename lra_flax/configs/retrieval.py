@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
+from lra_flax.configs.common import base_config, byte_level_demo, check_preset, lra_code_model, lra_code_train
 from zoo.config_fields import BOOLEAN, PATH, TEXT, Field, closed, fraction, integer, nested, section
-from zoo.models import model_config
-from zoo.training import train_config
 from zoo.training.data import WHEEL_CACHE, cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
@@ -65,23 +63,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     config = base_config("retrieval")
     config.data = section(DATA_FIELDS)
     if preset == "demo":
-        # Sized for 2 CPU cores, like the Text demo: 256 bytes per document, mean pooling.
-        config.model = model_config(
-            mixer="relu", num_layers=2, d_model=64, num_heads=4, mlp_dim=128, max_length=256, dropout=0.1
-        )
-        config.model.pooling = "mean"
-        config.train = train_config(
-            steps=500,
-            batch_size=32,
-            learning_rate=2e-3,
-            schedule="cosine",
-            warmup_steps=50,
-            weight_decay=0.01,
-            log_every=50,
-            eval_every=0,
-            checkpoint_every=250,
-            eval_batch_size=128,
-        )
+        byte_level_demo(config, steps=500)
     else:
         config.model = lra_code_model(
             num_layers=4, d_model=128, num_heads=4, mlp_dim=512, max_length=4000, dropout=0.1, attention_dropout=0.1

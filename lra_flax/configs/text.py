@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
+from lra_flax.configs.common import base_config, byte_level_demo, check_preset, lra_code_model, lra_code_train
 from zoo.config_fields import BOOLEAN, PATH, Field, fraction, integer, one_of, section
-from zoo.models import model_config
-from zoo.training import train_config
 from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE, cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
@@ -56,24 +54,7 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     config = base_config("text")
     config.data = section(DATA_FIELDS)
     if preset == "demo":
-        # Sized for 2 CPU cores: T² attention at 512 bytes costs ~1.5 s a step there, so 256 bytes; mean
-        # pooling, because a [CLS] token stayed at chance for the first 300 steps of such a short run.
-        config.model = model_config(
-            mixer="relu", num_layers=2, d_model=64, num_heads=4, mlp_dim=128, max_length=256, dropout=0.1
-        )
-        config.model.pooling = "mean"
-        config.train = train_config(
-            steps=700,
-            batch_size=32,
-            learning_rate=2e-3,
-            schedule="cosine",
-            warmup_steps=70,
-            weight_decay=0.01,
-            log_every=50,
-            eval_every=0,
-            checkpoint_every=350,
-            eval_batch_size=128,
-        )
+        byte_level_demo(config, steps=700)
     else:
         length = 1000 if preset == "lra_code" else 4000
         config.model = lra_code_model(
