@@ -115,29 +115,31 @@ class StopSignals:
                 self._timer.start()
 
     def _expire(self, signum: int) -> None:
-        print(
+        _exit_now(
+            signum,
             f"{signal.Signals(signum).name}: still running {self.grace_s:.0f} s after the signal (a step, a "
             "compilation or a native call that did not return); exiting now, the last complete checkpoint stands",
-            file=sys.stderr,
-            flush=True,
         )
-        os._exit(128 + signum)
 
     def _on_signal(self, signum, frame) -> None:
         if self.signum is not None:  # the second signal: no more waiting
-            print(
+            _exit_now(
+                signum,
                 f"{signal.Signals(signum).name} again: exiting now without waiting; the last complete checkpoint "
                 "stands (run the same command to go on)",
-                file=sys.stderr,
-                flush=True,
             )
-            os._exit(128 + signum)
         self.signum = signum
         name = signal.Signals(signum).name
         if self.in_loop:
             print(f"{name}: stopping after this step with a checkpoint (a second {name} stops at once)", flush=True)
             return
         raise Interrupted(signum)
+
+
+def _exit_now(signum: int, message: str) -> None:
+    """Says why on stderr and exits as a process killed by `signum` does, without unwinding (threads may hang)."""
+    print(message, file=sys.stderr, flush=True)
+    os._exit(128 + signum)
 
 
 # The process's one instance: the training command installs it, the loop reads it.
