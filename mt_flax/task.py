@@ -17,10 +17,10 @@ from mt_flax.configs.translation import CONFIG_SECTIONS, DECODE_FIELDS
 from zoo import config_fields
 from zoo.files import as_path
 from zoo.models import EncoderDecoder, ModelBuilder
-from zoo.models.decoding import translate
+from zoo.models.decoding import compile_translate, translate
 from zoo.progress import WorkProgress
 from zoo.text import BOS_ID, EOS_ID, PAD_ID, load_tokenizer
-from zoo.training import Task, flops, token_cross_entropy
+from zoo.training import Task, flops, memory, token_cross_entropy
 from zoo.training import data as data_lib
 from zoo.training.config import read_run_config
 from zoo.training.state import restore_model
@@ -35,38 +35,55 @@ def build_model(config: ml_collections.ConfigDict, vocab_size: int, rngs: nnx.Rn
     return EncoderDecoder(config.model, src_vocab=vocab_size, tgt_vocab=vocab_size, rngs=rngs)
 
 
+def decode_settings(config: ml_collections.ConfigDict) -> dict:
+    """The keywords of `zoo.models.decoding.translate` that the config's decode section sets."""
+    dec = config.decode
+    return dict(
+        beam_size=dec.beam_size, length_penalty=dec.length_penalty, length_penalty_form=dec.length_penalty_form,
+        max_length_a=dec.max_length_a, max_length_b=dec.max_length_b, max_length=config.model.max_length,
+        bos_id=BOS_ID, eos_id=EOS_ID,
+    )  # fmt: skip
+
+
 def translate_ids(model, config, sources: list[np.ndarray], *, limit_batch: int | None = None) -> list[np.ndarray]:
     """Decodes token-id sources (each ending in EOS) in length-sorted batches; returns ids in input order."""
-    dec = config.decode
-    rows = limit_batch or dec.batch_size
+    rows = limit_batch or config.decode.batch_size
     order = np.argsort([len(s) for s in sources], kind="stable")
-    buckets = pipeline.bucket_lengths(config.model.max_length)
     out: list[np.ndarray | None] = [None] * len(sources)
-    bar = WorkProgress(f"decoding (beam {dec.beam_size})", total=len(sources), unit="sentences")
+    bar = WorkProgress(f"decoding (beam {config.decode.beam_size})", total=len(sources), unit="sentences")
     for start in range(0, len(order), rows):
         chunk = order[start : start + rows]
-        length = buckets[int(np.searchsorted(buckets, max(len(sources[i]) for i in chunk)))]
-        src = np.full((rows, length), PAD_ID, np.int32)
+        src = np.full((rows, source_bucket(config, max(len(sources[i]) for i in chunk))), PAD_ID, np.int32)
         for r, i in enumerate(chunk):
             src[r, : len(sources[i])] = sources[i]
-        tokens = translate(
-            model,
-            jnp.asarray(src),
-            beam_size=dec.beam_size,
-            max_length=config.model.max_length,
-            length_penalty=dec.length_penalty,
-            length_penalty_form=dec.length_penalty_form,
-            max_length_a=dec.max_length_a,
-            max_length_b=dec.max_length_b,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-        )
-        tokens = np.asarray(jax.device_get(tokens))
+        tokens = np.asarray(jax.device_get(translate(model, jnp.asarray(src), **decode_settings(config))))
         for r, i in enumerate(chunk):
             out[i] = tokens[r]
         bar.update(len(chunk))
     bar.close()
     return out  # type: ignore[return-value]
+
+
+def source_bucket(config: ml_collections.ConfigDict, length: int) -> int:
+    """The padded source length a batch whose longest source has `length` tokens is decoded at."""
+    buckets = pipeline.bucket_lengths(config.model.max_length)
+    return buckets[int(np.searchsorted(buckets, length))]
+
+
+def check_decode_fits(model, config: ml_collections.ConfigDict, longest_source: int) -> None:
+    """Refuses decoding that needs more memory than a device has (XLA's memory analysis of the decode step for
+    a full batch at the longest source's bucket), before any sentence is decoded."""
+    length = source_bucket(config, longest_source)
+    src = jax.ShapeDtypeStruct((config.decode.batch_size, length), jnp.int32)
+    need = memory.step_bytes(compile_translate(model, src, **decode_settings(config)))
+    limit, source = memory.device_memory_limit(config.train)
+    if limit is not None and need > limit:
+        raise ValueError(
+            f"decoding {config.decode.batch_size} sentences of up to {length} tokens with beam "
+            f"{config.decode.beam_size} needs {need / 2**30:,.2f} GiB per device (XLA's memory analysis), more than "
+            f"the {limit / 2**30:,.2f} GiB of {source}: lower decode.batch_size or the beam size "
+            "(train.device_memory_gib overrides the limit). Nothing was decoded."
+        )
 
 
 def check_decode(config: ml_collections.ConfigDict) -> None:

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 from absl import app, flags
 
-from mt_flax.task import check_decode, load_run, translate_ids
+from mt_flax.task import check_decode, check_decode_fits, load_run, translate_ids
 from zoo.files import atomic_write_bytes
 from zoo.text import EOS_ID
 from zoo.training import cli
@@ -61,6 +61,8 @@ def main(argv: list[str]) -> None:
             )
         sources.append(np.asarray(ids, np.int32))
         rows.append(n - 1)
+    if sources:
+        check_decode_fits(model, config, max(len(ids) for ids in sources))
     hyps = [tokenizer.decode(x) for x in translate_ids(model, config, sources)] if sources else []
     out_lines = [""] * len(lines)
     for row, hyp in zip(rows, hyps, strict=True):

@@ -199,14 +199,23 @@ def translate(
     """Jitted decoding of a batch with an `EncoderDecoder` in eval mode (greedy when beam_size == 1 and alpha == 0).
 
     `specials`: max_length, bos_id and eos_id, as `beam_search` takes them."""
-    graphdef, state = nnx.split(model)
-    if length_penalty_form not in LENGTH_PENALTIES:
+    settings = dict(
+        beam_size=beam_size, length_penalty=float(length_penalty), length_penalty_form=length_penalty_form,
+        max_length_a=float(max_length_a), max_length_b=int(max_length_b), **specials,
+    )  # fmt: skip
+    return _translate_jit(*_split(model, settings), src, **settings)
+
+
+def compile_translate(model: nnx.Module, src: jax.ShapeDtypeStruct, **settings) -> jax.stages.Compiled:
+    """`translate(model, src, **settings)` compiled for `src`'s shape and not run (for its memory analysis);
+    `settings`: every keyword of `translate`."""
+    return _translate_jit.lower(*_split(model, settings), src, **settings).compile()
+
+
+def _split(model: nnx.Module, settings: dict) -> tuple[nnx.GraphDef, nnx.State]:
+    if settings["length_penalty_form"] not in LENGTH_PENALTIES:
         raise ValueError(
-            f"config field decode.length_penalty_form={length_penalty_form!r} is unknown; valid: "
+            f"config field decode.length_penalty_form={settings['length_penalty_form']!r} is unknown; valid: "
             f"{', '.join(LENGTH_PENALTIES)}"
         )
-    limits = dict(
-        length_penalty=float(length_penalty), length_penalty_form=length_penalty_form,
-        max_length_a=float(max_length_a), max_length_b=int(max_length_b),
-    )  # fmt: skip
-    return _translate_jit(graphdef, state, src, beam_size=beam_size, **limits, **specials)
+    return nnx.split(model)
