@@ -252,6 +252,15 @@ def test_a_metrics_file_s_cut_short_last_line_is_dropped_on_resume_and_a_bad_ear
             MetricWriter(tmp_path, resume_step=4)
 
 
+def test_a_missing_metrics_file_on_resume_is_said(tmp_path, capsys):
+    from zoo.training.metrics import MetricWriter
+
+    MetricWriter(tmp_path, resume_step=0).close()  # a fresh run: nothing to say
+    assert "is missing" not in capsys.readouterr().out
+    MetricWriter(tmp_path / "resumed", resume_step=40).close()
+    assert "metrics.jsonl is missing: the run resumes at step 40" in capsys.readouterr().out
+
+
 def test_json_records_of_the_wrong_shape_are_named(tmp_path):
     from lra_flax import generator_record
     from zoo.models import model_config

@@ -230,6 +230,10 @@ def test_resume_config_check_names_the_field_and_writes_nothing(tmp_path):
     ):
         check_resume_config(longer, tmp_path)
     assert (tmp_path / "config.json").read_text() == before
+    (tmp_path / "config.json").unlink()  # the record gone: a resume cannot be checked, so it is refused
+    with pytest.raises(ConfigMismatchError, match=r"config.json is missing but the run there saved checkpoints"):
+        check_resume_config(_cfg(), tmp_path)
+    assert not (tmp_path / "config.json").exists()
 
 
 @pytest.mark.parametrize("schedule", ["rsqrt", "constant"])

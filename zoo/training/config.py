@@ -152,6 +152,12 @@ def config_changes(config: ml_collections.ConfigDict, path: str | os.PathLike) -
 def check_resume_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:
     """Refuses a config that would alter the run recorded in workdir/config.json, naming every changed field."""
     path = as_path(workdir) / "config.json"
+    if not path.exists() and has_run_output(workdir):
+        raise ConfigMismatchError(
+            f"{path} is missing but the run there saved checkpoints or results: a resume cannot be checked against "
+            "the config it trained with, and would record this one as if the whole run had used it. Restore the "
+            "file or use a new --workdir. Nothing in the workdir was changed."
+        )
     if path.exists() and not has_run_output(workdir):
         print(f"{path}: written by a run that saved no checkpoint and no results; it is replaced", flush=True)
     elif path.exists():

@@ -117,6 +117,12 @@ class MetricWriter:
         if self.path.exists():
             self.lines = [line for line, record in _read_records(self.path) if keep(record)]
             atomic_write_bytes(self.path, "".join(line + "\n" for line in self.lines).encode())
+        elif resume_step > 0:
+            print(
+                f"{self.path} is missing: the run resumes at step {resume_step} and the file holds the steps after it "
+                "only (TensorBoard's events keep the earlier ones)",
+                flush=True,
+            )
         self.tb = _event_writer(as_path(workdir) / "tensorboard", purge_step=resume_step + 1)
 
     def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
