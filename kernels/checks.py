@@ -11,6 +11,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import checkify
 
 
 def check_floating(**arrays: jax.Array) -> None:
@@ -73,17 +74,20 @@ def is_concrete(x: object) -> bool:
 
 
 def check_positive(name: str, x: jax.Array | float) -> None:
-    """x > 0 everywhere, when x is concrete."""
+    """x > 0 everywhere: refused at once when x is concrete; traced, checked under `jax.experimental.checkify`
+    (and otherwise not: the output is then non-finite)."""
     if is_concrete(x):
         values = np.asarray(x)
         if values.size and not np.all(values > 0):
             raise ValueError(f"{name} must be positive, got {values.tolist()}")
+    else:
+        checkify.debug_check(jnp.all(x > 0), f"{name} must be positive, got {{x}}", x=x)
 
 
 def check_non_negative(name: str, x: jax.Array, *, nan_passes: bool = False) -> None:
-    """x ≥ 0 everywhere when x is concrete (under jit nothing can be checked). NaN fails too, unless `nan_passes`
-    (an op then returns NaN where the reference would have refused). The minimum is taken where x lives: one
-    scalar reaches the host, never the array."""
+    """x ≥ 0 everywhere when x is concrete; traced, under `jax.experimental.checkify` only. NaN fails too, unless
+    `nan_passes` (an op then returns NaN where the reference would have refused). The minimum is taken where x
+    lives: one scalar reaches the host, never the array."""
     if is_concrete(x) and x.size:
         with jax.ensure_compile_time_eval():  # a concrete input may be met while tracing a jit: compute it now
             values = jnp.asarray(x, jnp.float32)
@@ -92,3 +96,6 @@ def check_non_negative(name: str, x: jax.Array, *, nan_passes: bool = False) -> 
             raise ValueError(
                 f"{name} must be non-negative (a positive feature map such as elu+1 or softplus), got minimum {low}"
             )
+    elif x.size:
+        ok = jnp.all((x >= 0) | jnp.isnan(x)) if nan_passes else jnp.all(x >= 0)
+        checkify.debug_check(ok, f"{name} must be non-negative (a positive feature map such as elu+1 or softplus)")

@@ -30,6 +30,7 @@ import numbers
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import checkify
 
 from kernels.checks import (
     check_causal,
@@ -38,6 +39,7 @@ from kernels.checks import (
     check_lengths,
     check_non_negative,
     check_options,
+    is_concrete,
 )
 from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes, linear_attention_mosaic_gpu, supported
 from kernels.linear_attention.mosaic_tpu import linear_attention_mosaic_tpu
@@ -155,6 +157,10 @@ def linear_attention(
     check_eps_mode(eps_mode)
     if isinstance(eps, numbers.Real) and not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"linear_attention eps={eps!r} must be a finite number > 0 (it keeps the denominator off 0)")
+    if not is_concrete(eps):  # a traced ε: checked under jax.experimental.checkify
+        checkify.debug_check(
+            jnp.isfinite(eps) & (eps > 0), "linear_attention eps={e} must be a finite number > 0", e=eps
+        )
     impl = options.plan(
         phi_k.shape[1],
         _mosaic_refusal(phi_q, v, options, causal),
@@ -170,6 +176,8 @@ def linear_attention(
     if impl == "reference":
         return reference(phi_q, phi_k, v, causal, eps, eps_mode)
     if impl != "xla":
+        if not is_concrete(eps):
+            raise ValueError(f"linear_attention impl={impl!r} compiles eps into its kernels: give it as a number")
         return _kernels(impl, options, phi_q, phi_k, v, causal, eps, eps_mode)
     if not causal:
         return linear_attention_xla_full(phi_q, phi_k, v, eps, eps_mode)

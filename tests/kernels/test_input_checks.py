@@ -146,3 +146,30 @@ def test_float64_inputs_return_float64_at_float32_accuracy(op, impl):
         double = run(*(jnp.asarray(x, jnp.float64) for x in inputs))
         assert double.dtype == jnp.float64
         np.testing.assert_allclose(np.asarray(double), np.asarray(single, np.float64), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_traced_values_are_checked_under_checkify_and_cost_nothing_outside_it(impl):
+    from jax.experimental import checkify
+
+    q, k, v = _qkv()
+    relu = jax.jit(lambda gamma: kernels.relu_attention(q, k, v, gamma=gamma, impl=impl))
+    linear = jax.jit(lambda phi, eps: kernels.linear_attention(phi, k, v, eps=eps, impl=impl))
+    cases = [
+        (relu, (jnp.array([0.5, -1.0]),), r"gamma must be positive, got \[ 0.5 -1. \]"),
+        (linear, (q, jnp.float32(-1.0)), r"linear_attention eps=-1.0 must be a finite number > 0"),
+        (linear, (q - 1.0, jnp.float32(1e-6)), r"phi_q must be non-negative"),
+    ]
+    if impl == "pallas":  # a kernel compiles ε in: a traced one is refused by name, whatever its value
+        with pytest.raises(ValueError, match=r"impl='\w+' compiles eps into its kernels: give it as a number"):
+            linear(q, jnp.float32(1e-6))
+        linear = jax.jit(lambda phi, eps: kernels.linear_attention(phi, k, v, impl=impl))
+        cases = [cases[0], (linear, (q - 1.0, None), r"phi_q must be non-negative")]
+    for call, args, message in cases:
+        error, _ = checkify.checkify(call)(*args)
+        with pytest.raises(checkify.JaxRuntimeError, match=message):
+            error.throw()
+        call(*args)  # outside checkify: no check, no error (the op's output is then the caller's to judge)
+    error, _ = checkify.checkify(relu)(jnp.array([0.5, 1.0]))
+    error.throw()  # good values pass
+    assert "debug_check" not in str(jax.make_jaxpr(relu)(jnp.array([0.5, 1.0])))  # nothing left outside checkify
