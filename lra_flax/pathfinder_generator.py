@@ -39,6 +39,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from lra_flax import generator_record
+from zoo.files import atomic_open, atomic_write_bytes
 
 DIFFICULTIES = {"easy": 6, "intermediate": 9, "hard": 14}  # contour length (paddles per target snake)
 DIFFICULTY_DIRS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9", "hard": "curv_contour_length_14"}
@@ -569,14 +570,11 @@ def write_batch(output_dir: str, params: PathfinderParams, seed: int, batch: int
     for i in range(count):
         sample = generate_image(params, seed, start + i)
         path = out / "imgs" / str(batch) / f"sample_{i}.png"
-        tmp = path.with_name(path.name + ".tmp")
-        Image.fromarray(sample.image, mode="L").save(tmp, format="PNG")
-        os.replace(tmp, path)
+        with atomic_open(path, "wb") as f:
+            Image.fromarray(sample.image, mode="L").save(f, format="PNG")
         lines.append(metadata_line(batch, i, sample.label, sample.margin, params))
     metadata = out / "metadata" / f"{batch}.npy"
-    tmp = metadata.with_name(metadata.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, metadata)
+    atomic_write_bytes(metadata, ("\n".join(lines) + "\n").encode())
     return count
 
 

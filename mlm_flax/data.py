@@ -254,5 +254,5 @@ def markov_corpus(
                 w = successor[w] if rng.random() < follow else rng.choice(vocab)
                 seq.append(w)
             out.append(" ".join(seq))
-        (d / f"{split}.txt").write_text("".join(x + "\n\n" for x in out))
+        atomic_write_bytes(d / f"{split}.txt", "".join(x + "\n\n" for x in out).encode("utf-8"))
     return vocab

