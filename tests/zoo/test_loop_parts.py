@@ -23,6 +23,9 @@ class FakeCheckpointer:
     def wait(self):
         self.waited += 1
 
+    def check(self):
+        pass
+
     def latest_step(self):
         return 2
 

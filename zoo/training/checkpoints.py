@@ -8,6 +8,7 @@ that does not restore (a file deleted, truncated or altered on disk) is moved as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -23,6 +24,10 @@ from zoo.files import as_path
 
 class NoCheckpointRestores(RuntimeError):
     """Every checkpoint step in the directory failed to restore (each one was moved aside)."""
+
+
+class CheckpointSaveFailed(OSError):
+    """A save did not complete (a full disk, a folder made unwritable): the run stops, the last good step stays."""
 
 
 def _first_line(e: BaseException, limit: int = 300) -> str:
@@ -66,6 +71,7 @@ class Checkpointer:
             },
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
         )
+        self.saving: int | None = None  # the step of the last save started
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -117,6 +123,8 @@ class Checkpointer:
         return None
 
     def save(self, step: int, state, data_iterator, meta: dict) -> None:
+        self.wait()  # the save before it, failed or not, is said as its own (Orbax would wait inside this one)
+        self.saving = step
         self.manager.save(
             step,
             args=ocp.args.Composite(
@@ -169,7 +177,31 @@ class Checkpointer:
         )
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        with self._save_failures():
+            self.manager.wait_until_finished()
+
+    def check(self) -> None:
+        """Raises `CheckpointSaveFailed` when a save in the background has failed (cheap: looks, does not wait)."""
+        if not self.manager.is_saving_in_progress():
+            self.wait()  # done: returns at once, or raises what failed
+
+    @contextlib.contextmanager
+    def _save_failures(self):
+        """A failed background save as one line naming the folder and the cause; its temporary folder goes
+        (a half-written step is never restored, and a full disk would stay full)."""
+        try:
+            yield
+        except Exception as e:
+            directory = as_path(self.manager.directory)
+            if jax.process_index() == 0:
+                for tmp in directory.glob("*.orbax-checkpoint-tmp*"):
+                    tmp.rmtree(missing_ok=True)
+            last = self.manager.latest_step()
+            kept = f"the last good checkpoint is step {last}" if last is not None else "no checkpoint was completed"
+            raise CheckpointSaveFailed(
+                f"saving checkpoint {self.saving} in {directory} failed ({_first_line(e, 200)}); {kept}, and the "
+                "half-written one is removed: free space or fix the folder, then run the same command"
+            ) from None
 
     def close(self) -> None:
         self.manager.close()

@@ -13,6 +13,7 @@ The training commands (`train_command`) add --config, --workdir, --plan_memory a
 from __future__ import annotations
 
 import json
+import logging as std_logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -206,6 +207,15 @@ def check_backend(prog: str) -> None:
         sys.exit(2)
 
 
+def _orbax_errors_in_one_line(record: std_logging.LogRecord) -> bool:
+    """Orbax's error logs without their tracebacks: a failed save logs one from each of its threads (hundreds of
+    lines for a full disk) before the run says what failed, in one line (zoo.training.checkpoints)."""
+    if record.levelno >= std_logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname:
+        record.msg, record.args = record.getMessage().splitlines()[0][:300], ()
+        record.exc_info = record.exc_text = None
+    return True
+
+
 def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = "") -> None:
     """`app.run(main)` with checked overrides, distributed start-up and WARNING-level library logs;
     `--help` prints the usage, the flags, then `help_epilogue`."""
@@ -214,6 +224,7 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
     def wrapped(argv):
         if not flags.FLAGS["verbosity"].present:
             logging.set_verbosity(logging.WARNING)
+            logging.get_absl_logger().addFilter(_orbax_errors_in_one_line)
         try:
             if _FAKE_DEVICES.value:  # must precede the first use of a device
                 os.environ["XLA_FLAGS"] = (

@@ -45,6 +45,8 @@ class LogTrain(PeriodicAction):
                 f"training loss became {metrics['loss']} by step {run.step}; nothing was checkpointed after "
                 f"step {run.checkpointer.latest_step()}"
             )
+        if jax.process_count() == 1:  # several processes: at the next save, which every process reaches together
+            run.checkpointer.check()  # a save that failed in the background stops the run here, not a save later
         metrics["learning_rate"] = float(run.schedule(run.step - 1))  # the rate the last step used
         metrics.update(run.watch.rates())
         run.log("train", metrics)
