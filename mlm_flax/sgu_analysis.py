@@ -35,7 +35,7 @@ def load_model(workdir: str | os.PathLike, step: int | None = None):
         build = lambda rngs: TextClassifier(config.model, vocab_size=vocab, num_classes=classes, rngs=rngs)
     else:  # read_run_config refused every other task
         raise AssertionError(config.task)
-    model, step = restore_model(build, config.train, workdir / "checkpoints", step=step)
+    model, step = restore_model(build, config.train, workdir / "checkpoints", step=step, model_config=config.model)
     return model, config, step
 
 

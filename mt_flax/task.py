@@ -179,8 +179,7 @@ def load_run(workdir: str | Path, step: int | None = None):
     if tok_path is None:
         raise FileNotFoundError(f"{workdir} has no tokenizer (spm.model or vocab.txt)")
     tokenizer = load_tokenizer(tok_path)
-    model, step = restore_model(
-        lambda rngs: build_model(config, tokenizer.vocab_size, rngs), config.train, workdir / "checkpoints", step=step
-    )
+    build = lambda rngs: build_model(config, tokenizer.vocab_size, rngs)
+    model, step = restore_model(build, config.train, workdir / "checkpoints", step=step, model_config=config.model)
     model.eval()
     return config, tokenizer, model, step

@@ -21,7 +21,7 @@ def test_a_workdir_gives_back_its_model_as_the_task_builds_it(tmp_path):
     config = listops_config.get_config("demo")
     config.data.dir = str(tmp_path / "data")
     config.data.generator.update(num_train=64, num_valid=16, num_test=16, max_length=48)
-    config.model.update(num_layers=1, d_model=32, num_heads=2, mlp_dim=32, max_length=48)
+    config.model.update(mixer="relu_l", num_layers=1, d_model=32, num_heads=2, mlp_dim=32, max_length=48)
     config.train.update(steps=4, batch_size=8, log_every=2, eval_every=0, checkpoint_every=4, eval_batch_size=16)
     task = listops.make_task(config)
     workdir = tmp_path / "run"
@@ -37,6 +37,14 @@ def test_a_workdir_gives_back_its_model_as_the_task_builds_it(tmp_path):
     tokens = jnp.asarray(np.random.default_rng(0).integers(1, 10, (2, 48)), jnp.int32)
     expected.eval()
     chex.assert_trees_all_equal(model(tokens), expected(tokens))  # in eval mode: no dropout
+
+    # config.json edited to another mixer with the same parameter tree (relu_l → softmax): refused, not run.
+    stored = json.loads((workdir / "config.json").read_text())
+    (workdir / "config.json").write_text(json.dumps({**stored, "model": {**stored["model"], "mixer": "softmax"}}))
+    message = r"checkpoints/4 was trained with another model config than the run's config.json: model.mixer: 'relu_l'"
+    with pytest.raises(ValueError, match=message + r" \(trained\) -> 'softmax'"):
+        load_model(workdir)
+    (workdir / "config.json").write_text(json.dumps(stored))
 
     (workdir / "model.json").write_text(json.dumps({"class": "os.system", "kwargs": {}}))
     with pytest.raises(ValueError, match="model class 'os.system' is not one of zoo.models' classes"):

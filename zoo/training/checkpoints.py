@@ -155,6 +155,10 @@ class Checkpointer:
         except Exception as e:  # Orbax and TensorStore raise many types; each is one of the two cases below
             raise ValueError(self._restore_failure(step, abstract_state, e)) from None
 
+    def restore_meta(self, step: int) -> dict:
+        """The step's JSON record (`Run.save_checkpoint`: step, RNG, metrics, model config)."""
+        return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+
     def _restore_failure(self, step: int, abstract_state, error: BaseException) -> str:
         where = f"checkpoint {self.manager.directory} step {step}"
         try:

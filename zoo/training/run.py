@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -135,6 +136,7 @@ class Run:
             "rng": np.asarray(jax.random.key_data(self.rng)).tolist(),
             "pending_metrics": pending_host,
             "train_seconds": self.earlier_seconds + self.watch.elapsed(),
+            "model": json.loads(json.dumps(self.config.model.to_dict(), default=str)),  # what the weights are for
         }
         self.checkpointer.save(self.step, self.state, self.data_iter, meta)
 

@@ -8,6 +8,7 @@ copy of a large model (on a single device, where there is nothing to shard, oper
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 
@@ -19,7 +20,7 @@ from zoo.files import as_path, read_json
 from zoo.models import ModelBuilder, model_class
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
-from zoo.training.config import read_run_config
+from zoo.training.config import flatten_config, read_run_config
 from zoo.training.optim import make_optimizer
 
 
@@ -66,8 +67,12 @@ def restore_model(
     checkpoint_dir,
     *,
     step: int | None = None,
+    model_config: ml_collections.ConfigDict | None = None,
 ) -> tuple[nnx.Module, int]:
-    """The model of a run's checkpoint (latest unless `step`) on this process's first device; returns (model, step)."""
+    """The model of a run's checkpoint (latest unless `step`) on this process's first device; returns (model, step).
+
+    `model_config`, when given, must be the one the checkpoint was trained with (its record says): another mixer
+    with the same parameter tree would restore without a word and compute something else."""
     checkpointer = Checkpointer(checkpoint_dir, max_to_keep=1_000_000)
     try:
         steps = checkpointer.manager.all_steps()
@@ -82,10 +87,26 @@ def restore_model(
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
         state = checkpointer.restore_state(step, abstract)  # a ValueError: a different model, or a damaged step
+        if model_config is not None:
+            check_trained_with(checkpointer.restore_meta(step).get("model"), model_config, f"{checkpoint_dir}/{step}")
     finally:
         checkpointer.close()
     model, _ = nnx.merge(graphdef, state)
     return model, step
+
+
+def check_trained_with(trained: dict | None, model_config: ml_collections.ConfigDict, where: str) -> None:
+    """Refuses `model_config` where it differs from the model config a checkpoint records (fields both have;
+    checkpoints from before the record pass)."""
+    if not trained:
+        return
+    saved, now = flatten_config(trained), flatten_config(json.loads(json.dumps(model_config.to_dict(), default=str)))
+    differ = [k for k in sorted(saved.keys() & now.keys()) if saved[k] != now[k]]
+    if differ:
+        shown = "; ".join(f"model.{k}: {saved[k]!r} (trained) -> {now[k]!r}" for k in differ[:5])
+        raise ValueError(
+            f"checkpoint {where} was trained with another model config than the run's config.json: {shown}"
+        )
 
 
 MODEL_FILE = "model.json"  # a workdir's model recipe (`zoo.models.ModelBuilder.spec`), written by the loop
@@ -106,6 +127,6 @@ def load_model(workdir: str | os.PathLike, step: int | None = None) -> tuple[nnx
     if not isinstance(spec, dict) or not isinstance(spec.get("class"), str) or not isinstance(spec.get("kwargs"), dict):
         raise ValueError(f'{path}: expected {{"class": ..., "kwargs": {{...}}}}, got {spec!r}')
     builder = ModelBuilder(model_class(spec["class"]), config.model, spec["kwargs"])
-    model, _ = restore_model(builder, config.train, workdir / "checkpoints", step=step)
+    model, _ = restore_model(builder, config.train, workdir / "checkpoints", step=step, model_config=config.model)
     model.eval()
     return model, config
