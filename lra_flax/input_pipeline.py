@@ -106,7 +106,7 @@ def ensure_split_files(
         )
     generate(data_dir)
     if settings is not None:
-        generator_record.write(data_dir, settings)
+        generator_record.write(data_dir, settings, files=names)
     return data_dir
 
 

@@ -189,6 +189,11 @@ def test_generated_data_is_reused_only_with_the_settings_it_was_generated_with(t
     assert json.loads((tmp_path / "data" / "generator.json").read_text())["num_train"] == 20
     listops.ensure_data(data)  # the same settings: the files are used as they are
     assert (tmp_path / "data" / "basic_train.tsv").read_bytes() == written
+    (tmp_path / "data" / "basic_train.tsv").write_bytes(written[: len(written) // 2])  # cut short after generation
+    with pytest.raises(ValueError, match=rf"basic_train.tsv has {len(written) // 2:,} bytes but had {len(written):,} "
+                       r"when generated \(generator.json\): it was changed or cut short since"):  # fmt: skip
+        listops.ensure_data(data)  # it would train on what is left while the record says the full size
+    (tmp_path / "data" / "basic_train.tsv").write_bytes(written)
     data.generator.update(num_train=40, seed=7)
     with pytest.raises(ValueError, match=r"other data.generator settings \(num_train: 20 there, 40 asked, seed: 0"):
         listops.ensure_data(data)  # the run would train on data its config.json does not describe
