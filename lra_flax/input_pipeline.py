@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import grain
 import jax
 import ml_collections
 import numpy as np
@@ -245,12 +246,19 @@ def classification_task(
 
     build_model = ModelBuilder(model_cls, config.model, dict(vocab_size=vocab_size, num_classes=num_classes))
 
+    @functools.cache
+    def records() -> dict[str, grain.MapDataset]:
+        """Every split, opened when training starts: files deleted later are still read at evaluation."""
+        splits = ("train", "valid", "test")  # what else `prepare` returns (a data source's name) is not a split
+        return {split: data_lib.read_records(path) for split, path in prepare().items() if split in splits}
+
     def train_batches():
-        records = data_lib.read_records(prepare()["train"])
-        return data_lib.train_batches(records, global_batch=config.train.batch_size, seed=config.seed, transform=pad)
+        return data_lib.train_batches(
+            records()["train"], global_batch=config.train.batch_size, seed=config.seed, transform=pad
+        )
 
     def eval_batches(split):
-        return data_lib.eval_batches(data_lib.read_records(prepare()[split]), global_batch=eval_batch, transform=pad)
+        return data_lib.eval_batches(records()[split], global_batch=eval_batch, transform=pad)
 
     def batch_spec(batch: int):
         spec = {name: jax.ShapeDtypeStruct((batch, config.model.max_length), np.int32) for name in input_fields}

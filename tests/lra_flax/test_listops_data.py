@@ -204,3 +204,24 @@ def test_generated_data_is_reused_only_with_the_settings_it_was_generated_with(t
     data.dir = str(tmp_path / "data" / "basic_train.tsv")
     with pytest.raises(NotADirectoryError, match=r"data.dir=.*basic_train.tsv is a file, not a directory"):
         listops.ensure_data(data)
+
+
+@pytest.mark.slow
+def test_a_data_folder_emptied_mid_run_is_still_evaluated(tmp_path, monkeypatch):
+    import shutil
+
+    from zoo.training import periodic, train_and_evaluate
+
+    config = listops_config.get_config("demo")
+    config.data.dir = str(tmp_path / "data")
+    config.data.generator.update(num_train=64, num_valid=16, num_test=16, max_length=48)
+    config.model.update(num_layers=1, d_model=32, num_heads=2, mlp_dim=32, max_length=48)
+    config.train.update(steps=4, batch_size=8, log_every=2, eval_every=2, checkpoint_every=4, eval_batch_size=16)
+
+    def empty_the_data_folder(event):
+        if event.step == 1:
+            shutil.rmtree(tmp_path / "data")  # the TSVs and the cached splits beside them
+
+    monkeypatch.setattr(periodic, "EVENT_HOOKS", [empty_the_data_folder])
+    results = train_and_evaluate(config, tmp_path / "run", listops.make_task(config))
+    assert not (tmp_path / "data").exists() and 0 <= results["test_accuracy"] <= 1

@@ -178,6 +178,8 @@ class _Records:
             self.source = grain.sources.ArrayRecordDataSource([str(path)])
         except Exception as e:  # a truncated file fails here
             raise self.damaged(e, "is not a readable ArrayRecord file") from None
+        if len(self.source):
+            self[0]  # opens the file, which then stays open: deleted later (a data folder emptied), it is still read
 
     def damaged(self, error: Exception, what: str) -> DataFormatError:
         return DataFormatError(
