@@ -140,6 +140,11 @@ def config_changes(config: ml_collections.ConfigDict, path: str | os.PathLike) -
     recorded = read_json(as_path(path), "a damaged workdir: restore the file or use another workdir")
     if not isinstance(recorded, dict):
         raise ValueError(f"{path}: not a config (a JSON object); restore the file or use another workdir")
+    return recorded_changes(recorded, config)
+
+
+def recorded_changes(recorded: dict, config: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any]]:
+    """{field: (recorded, now)} for every field where `config` differs from `recorded` (as JSON holds a config)."""
     old, new = _with_model_defaults(recorded), _with_model_defaults(json.loads(config_to_json(config)))
     absent = "<absent>"
     return {

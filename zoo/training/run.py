@@ -19,6 +19,7 @@ from flax import nnx
 from zoo.progress import StepProgress, WorkProgress
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
+from zoo.training.config import config_to_json
 from zoo.training.metrics import MetricWriter, Stopwatch, summarise
 from zoo.training.task import Task
 
@@ -136,7 +137,7 @@ class Run:
             "rng": np.asarray(jax.random.key_data(self.rng)).tolist(),
             "pending_metrics": pending_host,
             "train_seconds": self.earlier_seconds + self.watch.elapsed(),
-            "model": json.loads(json.dumps(self.config.model.to_dict(), default=str)),  # what the weights are for
+            "model": json.loads(config_to_json(self.config.model)),  # what the weights are for (restore_model)
         }
         self.checkpointer.save(self.step, self.state, self.data_iter, meta)
 

@@ -8,7 +8,6 @@ copy of a large model (on a single device, where there is nothing to shard, oper
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 
@@ -20,7 +19,7 @@ from zoo.files import as_path, read_json
 from zoo.models import ModelBuilder, model_class
 from zoo.training import mesh as mesh_lib
 from zoo.training.checkpoints import Checkpointer
-from zoo.training.config import flatten_config, read_run_config
+from zoo.training.config import read_run_config, recorded_changes
 from zoo.training.optim import make_optimizer
 
 
@@ -96,14 +95,13 @@ def restore_model(
 
 
 def check_trained_with(trained: dict | None, model_config: ml_collections.ConfigDict, where: str) -> None:
-    """Refuses `model_config` where it differs from the model config a checkpoint records (fields both have;
-    checkpoints from before the record pass)."""
+    """Refuses `model_config` where it differs from the model config a checkpoint records (checkpoints from before
+    the record pass; fields added since it was written count at their defaults, as on resume)."""
     if not trained:
         return
-    saved, now = flatten_config(trained), flatten_config(json.loads(json.dumps(model_config.to_dict(), default=str)))
-    differ = [k for k in sorted(saved.keys() & now.keys()) if saved[k] != now[k]]
-    if differ:
-        shown = "; ".join(f"model.{k}: {saved[k]!r} (trained) -> {now[k]!r}" for k in differ[:5])
+    changes = recorded_changes({"model": trained}, ml_collections.ConfigDict({"model": model_config}))
+    if changes:
+        shown = "; ".join(f"{k}: {old!r} (trained) -> {new!r}" for k, (old, new) in list(changes.items())[:5])
         raise ValueError(
             f"checkpoint {where} was trained with another model config than the run's config.json: {shown}"
         )
