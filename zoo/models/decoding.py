@@ -200,22 +200,29 @@ def translate(
 
     `specials`: max_length, bos_id and eos_id, as `beam_search` takes them."""
     settings = dict(
-        beam_size=beam_size, length_penalty=float(length_penalty), length_penalty_form=length_penalty_form,
-        max_length_a=float(max_length_a), max_length_b=int(max_length_b), **specials,
+        beam_size=beam_size, length_penalty=length_penalty, length_penalty_form=length_penalty_form,
+        max_length_a=max_length_a, max_length_b=max_length_b, **specials,
     )  # fmt: skip
-    return _translate_jit(*_split(model, settings), src, **settings)
+    graphdef, state, settings = _jit_args(model, settings)
+    return _translate_jit(graphdef, state, src, **settings)
 
 
 def compile_translate(model: nnx.Module, src: jax.ShapeDtypeStruct, **settings) -> jax.stages.Compiled:
     """`translate(model, src, **settings)` compiled for `src`'s shape and not run (for its memory analysis);
     `settings`: every keyword of `translate`."""
-    return _translate_jit.lower(*_split(model, settings), src, **settings).compile()
+    graphdef, state, settings = _jit_args(model, settings)
+    return _translate_jit.lower(graphdef, state, src, **settings).compile()
 
 
-def _split(model: nnx.Module, settings: dict) -> tuple[nnx.GraphDef, nnx.State]:
+def _jit_args(model: nnx.Module, settings: dict) -> tuple[nnx.GraphDef, nnx.State, dict]:
+    """The model split for `_translate_jit`, and `settings` checked and typed as its static arguments."""
     if settings["length_penalty_form"] not in LENGTH_PENALTIES:
         raise ValueError(
             f"config field decode.length_penalty_form={settings['length_penalty_form']!r} is unknown; valid: "
             f"{', '.join(LENGTH_PENALTIES)}"
         )
-    return nnx.split(model)
+    typed = dict(
+        length_penalty=float(settings["length_penalty"]), max_length_a=float(settings["max_length_a"]),
+        max_length_b=int(settings["max_length_b"]),
+    )  # fmt: skip
+    return *nnx.split(model), {**settings, **typed}
