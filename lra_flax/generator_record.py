@@ -51,9 +51,9 @@ def check(directory: str | os.PathLike, settings: dict, *, where: str, what: str
         raise ValueError(f"{where} holds {what} generated with other {named} ({fields}): {remedy}")
     for name, size in sorted(sizes.items()):
         path = Path(directory) / name
-        if path.exists() and path.stat().st_size != size:
+        if path.exists() and (now := path.stat().st_size) != size:
             raise ValueError(
-                f"{path} has {path.stat().st_size:,} bytes but had {size:,} when generated ({RECORD}): it was changed "
+                f"{path} has {now:,} bytes but had {size:,} when generated ({RECORD}): it was changed "
                 f"or cut short since; delete the generated files to have them written again, or move {RECORD} away "
                 "to use them as they are"
             )
