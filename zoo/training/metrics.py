@@ -176,7 +176,7 @@ class Stopwatch:
         self.peak_flops_per_s, self.devices = peak_flops_per_s, devices  # of one device; 0: unknown
         self.total_flops = 0.0  # every step since the start
         self.remeasure, self.remeasured_at = remeasure, -math.inf
-        self.peak_source, self.said_above_peak = peak_source, False
+        self.peak_source = peak_source  # emptied once a run exceeding it has been said
 
     def tick(self, tokens: int, flops: float = 0.0) -> None:
         self.steps += 1
@@ -219,14 +219,14 @@ class Stopwatch:
                 now += spent
                 self.remeasured_at = now
                 out.update(self.utilisation(self.flops, dt))
-            elif out.get("mfu", 0.0) > 1 and not self.remeasure and self.peak_source and not self.said_above_peak:
-                self.said_above_peak = True
+            elif out.get("mfu", 0.0) > 1 and not self.remeasure and self.peak_source:
                 print(
                     f"MFU came out at {100 * out['mfu']:.3g}%: the peak of {self.peak_flops_per_s / 1e12:.3g} TFLOP/s "
                     f"per device ({self.peak_source}) is below what this run does, so its MFU figures are not "
                     "meaningful; set train.peak_tflops_per_device to the device's real peak",
                     flush=True,
                 )
+                self.peak_source = ""
         self.last, self.steps, self.tokens, self.flops, self.waiting = now, 0, 0, 0.0, 0.0
         return out
 
