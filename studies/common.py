@@ -95,6 +95,13 @@ def gpu_work_seconds(*, programs: int, dispatches: int) -> float:
     return programs * GPU_COMPILE_S + dispatches * GPU_STEP_FLOOR_S
 
 
+def logged_curve(workdir: Path, split: str, metric: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of `metric` as an lra-train run logged it on `split` (its metrics.jsonl)."""
+    lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    logged = [m for m in lines if m["split"] == split]
+    return [m["step"] for m in logged], [m[metric] for m in logged]
+
+
 LEDGER = "runs.jsonl"
 
 

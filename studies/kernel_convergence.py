@@ -18,7 +18,6 @@ README from result.json without training.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import numpy as np
 from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate
-from studies.common import NOT_MEASURABLE, result_preset, runs_root, study_main, study_readme, write_study
+from studies.common import NOT_MEASURABLE, logged_curve, result_preset, runs_root, study_main, study_readme, write_study
 from studies.verdict import (
     Arm,
     combine,
@@ -48,7 +47,7 @@ from zoo.training import train_and_evaluate
 
 KERNELS = {"OGLU": "oglu", "orth. linear": "orth_softplus"}
 RUNS = Path("runs/studies/kernel_convergence")
-SEEDS = {"tiny": 2, "cpu": 5, "gpu": 8}
+SEEDS = {"tiny": 3, "cpu": 10, "gpu": 10}
 STEPS = {"tiny": 4, "cpu": 300, "gpu": 3000}
 
 
@@ -59,18 +58,15 @@ def config_for(kernel: str, seed: int, preset: str, data_dir: Path):
     config.model.mixer = "linear"
     config.model.mixer_options.linear.update(feature_map=kernel, kernel_depth=1)
     steps = STEPS[preset]
-    config.train.update(steps=steps, log_every=20, eval_every=0, checkpoint_every=steps, warmup_steps=steps // 10)
+    # Validation at a quarter, half and three quarters of the steps: the spread's sign over the last two doublings.
+    config.train.update(
+        steps=steps, log_every=20, eval_every=steps // 4, checkpoint_every=steps, warmup_steps=steps // 10
+    )
     if preset == "tiny":
         config.data.generator.update(num_train=128, num_valid=32, num_test=32)
         config.train.update(steps=4, log_every=2, checkpoint_every=4, warmup_steps=1, batch_size=16)
         config.train.eval_batch_size = 16
     return config
-
-
-def train_curve(workdir: Path) -> tuple[list[int], list[float]]:
-    lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    train = [m for m in lines if m["split"] == "train"]
-    return [m["step"] for m in train], [m["loss"] for m in train]
 
 
 def planned_runs(preset: str, root: Path) -> list[tuple[str, Path, ml_collections.ConfigDict]]:
@@ -83,16 +79,19 @@ def planned_runs(preset: str, root: Path) -> list[tuple[str, Path, ml_collection
 
 
 def run(preset: str, out_dir: Path) -> dict:
-    curves, accuracy = {name: [] for name in KERNELS}, {name: [] for name in KERNELS}
+    fields = ("train_loss", "valid_accuracy", "test_accuracy", "test_top_prediction_share")
+    measured = {field: {name: [] for name in KERNELS} for field in fields}
     root = runs_root(preset, out_dir, RUNS)
     for name, workdir, config in planned_runs(preset, root):
         results = train_and_evaluate(config, workdir, make_task(config))
-        steps, loss = train_curve(workdir)
-        curves[name].append(loss)
-        accuracy[name].append(results["test_accuracy"])
+        steps, loss = logged_curve(workdir, "train", "loss")
+        valid_steps, valid = logged_curve(workdir, "valid", "accuracy")
+        values = (loss, valid, results["test_accuracy"], results["test_top_prediction_share"])
+        for field, value in zip(fields, values, strict=True):
+            measured[field][name].append(value)
     majority = held_out_majority_rate(config)  # the runs share their data
     result = {
-        "steps": steps, "seeds": list(range(SEEDS[preset])), "train_loss": curves, "test_accuracy": accuracy,
+        "steps": steps, "valid_steps": valid_steps, "seeds": list(range(SEEDS[preset])), **measured,
         "majority_rate": majority, "tiny": preset == "tiny", "preset": preset,
     }  # fmt: skip
     return report(result, out_dir)

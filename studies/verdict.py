@@ -1,49 +1,29 @@
-"""The one verdict rule of every study that compares trained arms, declared before any result.
+"""The one verdict rule of every study, declared before any result.
 
-A study may say "reproduced" or "not reproduced" only when
-  (a) each arm has at least MIN_SEEDS seeds,
-  (b) each arm is measurably past chance on the held-out split: its mean beyond the chance level (chance accuracy,
-      a unigram model's perplexity) by more than MARGIN × its seed standard deviation, and
-  (c) the gap between the two means is larger than MARGIN × their pooled standard deviation
-      √(((n₁ − 1)s₁² + (n₂ − 1)s₂²) / (n₁ + n₂ − 2)), which is √((s₁² + s₂²) / 2) for arms of as many seeds;
-then the direction of the gap decides: the paper's claimed order → "reproduced", the opposite → "not reproduced".
-Otherwise the verdict is "not measurable at this budget", with the reason. Standard deviations are the sample
-ones (n − 1) over seeds.
+Every comparison is a test at level ALPHA with a smallest effect that matters, declared per claim by the study:
+  (a) each arm has at least MIN_SEEDS seeds (standard deviations are the sample ones, n − 1);
+  (b) two arms' means are compared by Welch's t-test (unequal variances), a level by a one-sample t-test, a spread
+      between runs by the two-sided F-test of the seed variances;
+  (c) "reproduced": the test rejects at ALPHA in the claimed direction and the gap is at least the smallest effect;
+  (d) "not reproduced": the test rejects in the opposite direction by at least the smallest effect, or the two
+      one-sided tests (TOST) put the gap within ± the smallest effect — and only where the study measured the
+      paper's metric (or a proxy its README argues tracks it: `proxy` names one that does not) and, for a trained
+      quantity, the gap's sign held over the last two doublings of training (`history`: the gap at a quarter and
+      half of the steps);
+  (e) otherwise "not measurable at this budget", with the reason and, where a curve gives one, the budget.
+A study's parts are one family: Holm's step-down correction over their p-values (`holm`) before (c) and (d) stand.
+A claim over several settings (`combine`) is "partly reproduced" where some settings reproduce it and not all,
+naming them.
 
-Where the claim itself predicts that an arm stays at chance (gMLP on a task that needs alignment, which its fixed
-spatial weights cannot do), (b) is asked of a control instead: an arm that must learn the task at this budget
-(`studies.amlp_alignment`: the Transformer must learn to copy), so "at chance" means the arm cannot, not that the
-budget was too small. Such an arm is given an infinite chance level, and the study says which and why.
+Controls come first and are not part of the family. A trained classifier "learned" the task only when its held-out
+accuracy beats the majority class by LEARNED_MARGIN (one-sample t-test) and its most frequent prediction is under
+COLLAPSED_SHARE of its outputs; a failed control makes the claim "not measurable", naming it (`failed_controls`),
+with the budget its last training losses call for (`chance_loss_budget`). Only trained classifiers have this chance
+gate; estimators (FAVOR+'s error) and language models (their own plateau control) do not.
 
-Controls come first. Where a comparison means something only if the models learned the task at all, each such
-model's held-out accuracy must be measurably above the majority class (`learned`, a `decide_threshold` against it);
-other controls are thresholds too (a language model's perplexity under half the unigram's, attention away from
-uniform). Any control that does not hold makes the verdict "not measurable", naming it (`failed_controls`), and
-the comparison is not read as a verdict. A failed "learned the task" control's budget comes from the models' last
-training losses against the entropy of the training labels, the loss of a model that learned only the class
-frequencies (`chance_loss_budget`): at chance, no number of steps follows.
-
-A claim about a level ("the score exceeds 0.5") is `decide_threshold`: (a), (b), and the mean beyond the threshold by
-more than MARGIN × the seed standard deviation; the side decides.
-
-A claim that a measured quantity lies in a range ("the fitted slope is +1 ± 0.15") is `decide_within`: (a), and the
-mean inside the range by more than MARGIN × the seed standard deviation at both ends → reproduced; outside it by as
-much at either end → not reproduced; otherwise not measurable. A quantity measured at initialisation has no chance
-level, so (b) does not apply. A quantity without noise (a parameter count) is `decide_exact`: no seeds, the side of
-the bound decides.
-
-Where a study records its quantity along training (a learning curve), a "not measurable" part also says the budget
-that would settle it (`budget_from_curve`): the last recorded interval's change per doubling of the steps, carried
-forward (a learning curve's tail is roughly linear in log steps; its pace falls as it goes, so the figure is the
-earliest the budget could suffice) until the mean reaches what the rule asks of it at the present seed spread — or
-that the curve has slowed or turned away, so that more steps of the same setting will not settle it, or that no
-mean could satisfy the rule at the present seed spread.
-
-A claim about spread ("less variance between runs") is a claim about two variances, which a gap in means cannot
-test: `decide_spread` needs (a), (b) and the two-sided F-test of the variances over seeds at SPREAD_LEVEL: a ratio
-beyond its critical value decides the direction, anything nearer 1 is "not measurable at this budget". A claim
-made of several parts (`combine`) is reproduced when every part is, not reproduced when any part is not, and
-otherwise not measurable.
+A quantity without noise (a parameter count) is `decide_exact`: the side of the bound decides. A claim that a
+quantity lies in a range is `decide_within`: both one-sided tests inside → reproduced; either outside (Bonferroni
+over the two ends) → not reproduced.
 """
 
 from __future__ import annotations
@@ -56,19 +36,19 @@ from collections.abc import Sequence
 from lra_flax.compare import mean_std
 from studies.common import NOT_MEASURABLE
 
-REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
+REPRODUCED, NOT_REPRODUCED, PARTLY = "reproduced", "not reproduced", "partly reproduced"
+ALPHA = 0.05
 MIN_SEEDS = 3
-MARGIN = 2.0
-SPREAD_LEVEL = 0.05
+LEARNED_MARGIN = 0.02  # accuracy a trained classifier must beat the majority class by
+COLLAPSED_SHARE = 0.9  # a classifier whose most frequent prediction is this share of its outputs has collapsed
 
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """One arm of a comparison: its held-out metric per seed and the metric of a model that learned nothing."""
+    """One arm of a comparison: its measured value per seed."""
 
     name: str
     values: tuple[float, ...]
-    chance: float
 
     def __post_init__(self):
         if not all(math.isfinite(v) for v in self.values):
@@ -77,49 +57,128 @@ class Arm:
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
+    """A verdict with its reason; `p`: the p-value it rests on (Holm's correction reads it); `control`: a control,
+    outside the family and the claim."""
+
     verdict: str
     reason: str
+    p: float | None = None
+    control: bool = False
 
 
-def decide(claimed: Arm, other: Arm, *, higher_is_better: bool, margin: float = MARGIN) -> Verdict:
-    """The verdict on the claim "`claimed` does better than `other`" (module docstring for the rule)."""
-    sign = 1.0 if higher_is_better else -1.0
-    if (unjudged := _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=margin)) is not None:
+def _stats():
+    from scipy import stats  # here, not at the top: scipy.stats takes ~0.9 s to import
+
+    return stats
+
+
+def _t_tail(t: float, df: float) -> float:
+    """P(T ≥ t) for Student's t with `df` degrees of freedom (a zero standard error: a step at 0)."""
+    if math.isinf(t) or math.isnan(df):
+        return 0.0 if t > 0 else 1.0
+    return float(_stats().t.sf(t, df))
+
+
+def _tested(gap: float, se: float, df: float, smallest_effect: float) -> tuple[float, float, float]:
+    """(t, two-sided p of gap ≠ 0, TOST p of |gap| < smallest_effect) for a gap with standard error `se`."""
+    if se == 0:
+        t = math.copysign(math.inf, gap) if gap else 0.0
+        return t, (0.0 if gap else 1.0), (0.0 if abs(gap) < smallest_effect else 1.0)
+    t = gap / se
+    p_equal = max(_t_tail((gap + smallest_effect) / se, df), _t_tail((smallest_effect - gap) / se, df))
+    return t, min(1.0, 2 * _t_tail(abs(t), df)), p_equal
+
+
+def _judge(
+    what: str, gap: float, t: float, p: float, p_equal: float | None, smallest_effect: float, *,
+    history: Sequence[float] | None, trained: bool, proxy: str | None, alpha: float,
+) -> Verdict:  # fmt: skip
+    """(c)–(e) of the module docstring for a sign-adjusted `gap` (> 0: the claimed direction) and its test; `history`
+    holds the sign-adjusted gap at earlier points of training."""
+    effect = f"; smallest effect that matters {smallest_effect:.3g}" if smallest_effect else ""
+    what = f"{what} (t {t:.2f}, p {p:.2g}{effect})"
+    if p < alpha and gap >= smallest_effect:
+        return Verdict(REPRODUCED, what, p)
+    if p < alpha and gap <= -smallest_effect:
+        held = None if history is None else all(h < 0 for h in history)
+        return _not_reproduced(f"{what}: the opposite order", p, held, trained=trained, proxy=proxy)
+    if p_equal is not None and p_equal < alpha:
+        held = None if history is None else all(abs(h) < smallest_effect for h in history)
+        return _not_reproduced(f"{what}: within ± the smallest effect (TOST p {p_equal:.2g})", p_equal, held,
+                               trained=trained, proxy=proxy)  # fmt: skip
+    if p < alpha:
+        return Verdict(NOT_MEASURABLE, f"{what}: a real gap smaller than the smallest effect that matters", p)
+    return Verdict(NOT_MEASURABLE, f"{what}: not significant at α {alpha:g}", p)
+
+
+def _not_reproduced(what: str, p: float, held: bool | None, *, trained: bool, proxy: str | None) -> Verdict:
+    """(d)'s conditions on a "not reproduced": the paper's metric, and a gap that held as training went on."""
+    if proxy is not None:
+        return Verdict(NOT_MEASURABLE, f'{what}; but {proxy}: "not reproduced" needs the paper\'s metric', p)
+    if trained and held is None:
+        return Verdict(NOT_MEASURABLE, f"{what}; the gap was not recorded at a quarter and half of the training, so "
+                                       "whether it held as the models converged is not known", p)  # fmt: skip
+    if trained and not held:
+        return Verdict(NOT_MEASURABLE, f"{what}; but not at a quarter and half of the training: it has not settled", p)
+    return Verdict(NOT_REPRODUCED, what, p)
+
+
+def decide(
+    claimed: Arm, other: Arm, *, higher_is_better: bool, smallest_effect: float, history: Sequence[float] | None = None,
+    trained: bool = True, proxy: str | None = None, alpha: float = ALPHA,
+) -> Verdict:  # fmt: skip
+    """The verdict on the claim "`claimed` does better than `other`" by Welch's t-test (module docstring). `history`:
+    claimed − other's mean at a quarter and half of the training; `trained`: the arms are trained quantities;
+    `proxy`: why the metric is not the paper's."""
+    if (unjudged := _too_few_seeds(claimed, other)) is not None:
         return unjudged
-    m1, m2 = mean_std(claimed.values)[0], mean_std(other.values)[0]
-    gap, pooled = sign * (m1 - m2), pooled_std(claimed, other)
-    means = f"means {m1:.4g} ({claimed.name}) and {m2:.4g} ({other.name})"
-    what = f"gap {m1 - m2:+.4g} between {means}, pooled std {pooled:.3g}"
-    if abs(gap) <= margin * pooled:
-        return Verdict(NOT_MEASURABLE, f"{what}: not larger than {margin:g} × the pooled std")
-    return Verdict(REPRODUCED if gap > 0 else NOT_REPRODUCED, what)
-
-
-def decide_threshold(arm: Arm, threshold: float, *, higher_is_better: bool, margin: float = MARGIN) -> Verdict:
-    """The verdict on the claim "`arm` is beyond `threshold`" (above it if `higher_is_better`; module docstring)."""
     sign = 1.0 if higher_is_better else -1.0
-    if (unjudged := _too_few_seeds(arm) or _at_chance(arm, sign=sign, margin=margin)) is not None:
+    (m1, s1), (m2, s2) = mean_std(claimed.values), mean_std(other.values)
+    v1, v2 = s1**2 / len(claimed.values), s2**2 / len(other.values)
+    se = math.sqrt(v1 + v2)
+    # Welch–Satterthwaite degrees of freedom.
+    df = (v1 + v2) ** 2 / (v1**2 / (len(claimed.values) - 1) + v2**2 / (len(other.values) - 1)) if se else math.nan
+    gap = sign * (m1 - m2)
+    t, p, p_equal = _tested(gap, se, df, smallest_effect)
+    what = f"gap {m1 - m2:+.4g} between means {m1:.4g} ({claimed.name}) and {m2:.4g} ({other.name}), Welch's"
+    signed = None if history is None else [sign * h for h in history]
+    return _judge(what, gap, t, p, p_equal, smallest_effect, history=signed, trained=trained, proxy=proxy, alpha=alpha)
+
+
+def decide_threshold(
+    arm: Arm, threshold: float, *, higher_is_better: bool, smallest_effect: float = 0.0,
+    history: Sequence[float] | None = None, trained: bool = True, proxy: str | None = None, alpha: float = ALPHA,
+) -> Verdict:  # fmt: skip
+    """The verdict on the claim "`arm` is beyond `threshold`" (above it if `higher_is_better`) by a one-sample t-test;
+    `history`: the arm's mean at a quarter and half of the training."""
+    if (unjudged := _too_few_seeds(arm)) is not None:
         return unjudged
+    sign = 1.0 if higher_is_better else -1.0
     mean, std = mean_std(arm.values)
     gap = sign * (mean - threshold)
+    t, p, _ = _tested(gap, std / math.sqrt(len(arm.values)), len(arm.values) - 1, smallest_effect)
     what = f"{arm.name}: mean {mean:.4g} against the threshold {threshold:.4g}, seed std {std:.3g}"
-    if abs(gap) <= margin * std:
-        return Verdict(NOT_MEASURABLE, f"{what}: not beyond it by more than {margin:g} × the std")
-    return Verdict(REPRODUCED if gap > 0 else NOT_REPRODUCED, what)
+    signed = None if history is None else [sign * (h - threshold) for h in history]
+    return _judge(what, gap, t, p, None, smallest_effect, history=signed, trained=trained, proxy=proxy, alpha=alpha)
 
 
-def decide_within(arm: Arm, low: float, high: float, *, margin: float = MARGIN) -> Verdict:
+def decide_within(arm: Arm, low: float, high: float, *, alpha: float = ALPHA) -> Verdict:
     """The verdict on the claim "`arm`'s value lies in [low, high]" (module docstring): its seeds are measurements
-    (draws of random inputs), not trainings, so chance plays no part."""
+    (draws of random inputs), not trainings."""
     if (unjudged := _too_few_seeds(arm)) is not None:
         return unjudged
     mean, std = mean_std(arm.values)
-    inside = min(mean - low, high - mean)  # > 0 inside the range, < 0 outside it
+    se, df = std / math.sqrt(len(arm.values)), len(arm.values) - 1
+    z = (lambda x: math.copysign(math.inf, x) if x else 0.0) if se == 0 else (lambda x: x / se)
+    p_inside = max(_t_tail(z(mean - low), df), _t_tail(z(high - mean), df))
+    p_outside = min(1.0, 2 * min(_t_tail(z(low - mean), df), _t_tail(z(mean - high), df)))
     what = f"{arm.name}: mean {mean:.4g} against [{low:.4g}, {high:.4g}], seed std {std:.3g}"
-    if abs(inside) <= margin * std:
-        return Verdict(NOT_MEASURABLE, f"{what}: not {'inside' if inside > 0 else 'outside'} by more than "
-                                       f"{margin:g} × the std")  # fmt: skip
-    return Verdict(REPRODUCED if inside > 0 else NOT_REPRODUCED, what)
+    if p_inside < alpha:
+        return Verdict(REPRODUCED, f"{what} (inside, p {p_inside:.2g})", p_inside)
+    if p_outside < alpha:
+        return Verdict(NOT_REPRODUCED, f"{what} (outside, p {p_outside:.2g})", p_outside)
+    return Verdict(NOT_MEASURABLE, f"{what}: neither inside nor outside at α {alpha:g} (p {p_inside:.2g} inside, "
+                                   f"{p_outside:.2g} outside)", min(p_inside, p_outside))  # fmt: skip
 
 
 def decide_exact(name: str, value: float, bound: float, *, claimed_below: bool) -> Verdict:
@@ -128,6 +187,51 @@ def decide_exact(name: str, value: float, bound: float, *, claimed_below: bool) 
     what = f"{name}: {value:.4g} against {bound:.4g}"
     holds = value < bound if claimed_below else value > bound
     return Verdict(REPRODUCED if holds else NOT_REPRODUCED, what)
+
+
+def decide_spread(
+    claimed: Arm, other: Arm, *, history: Sequence[float] | None = None, trained: bool = True,
+    alpha: float = ALPHA,
+) -> Verdict:  # fmt: skip
+    """The verdict on the claim "`claimed` varies less between seeds than `other`" by the two-sided F-test of the
+    seed variances; `history`: claimed − other's seed standard deviation at a quarter and half of the training."""
+    if (unjudged := _too_few_seeds(claimed, other)) is not None:
+        return unjudged
+    (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
+    n1, n2 = len(claimed.values), len(other.values)
+    what = f"seed std {s1:.3g} ({claimed.name}) and {s2:.3g} ({other.name})"
+    if s1 == s2:
+        return Verdict(NOT_MEASURABLE, f"{what}: equal", 1.0)
+    if s1 == 0 or s2 == 0:
+        p = 0.0
+    else:
+        f = _stats().f
+        ratio = s1**2 / s2**2
+        p = min(1.0, 2 * min(float(f.cdf(ratio, n1 - 1, n2 - 1)), float(f.sf(ratio, n1 - 1, n2 - 1))))
+        what = f"{what}, variance ratio {ratio:.3g} (F-test, two-sided p {p:.2g})"
+    if p >= alpha:
+        return Verdict(NOT_MEASURABLE, f"{what}: not significant at α {alpha:g}", p)
+    if s1 < s2:
+        return Verdict(REPRODUCED, what, p)
+    held = None if history is None else all(h > 0 for h in history)
+    return _not_reproduced(f"{what}: the opposite order", p, held, trained=trained, proxy=None)
+
+
+def holm(parts: dict[str, Verdict], alpha: float = ALPHA) -> dict[str, Verdict]:
+    """`parts` after Holm's step-down correction over the p-values of the family (every part with one, controls
+    aside): a decided part whose adjusted p is not below `alpha` becomes "not measurable"."""
+    family = sorted((v.p, name) for name, v in parts.items() if v.p is not None and not v.control)
+    adjusted, running = {}, 0.0
+    for i, (p, name) in enumerate(family):
+        running = max(running, min(1.0, (len(family) - i) * p))
+        adjusted[name] = running
+    out = {}
+    for name, v in parts.items():
+        if name in adjusted and v.verdict in (REPRODUCED, NOT_REPRODUCED) and adjusted[name] >= alpha:
+            v = Verdict(NOT_MEASURABLE, f"{v.reason}; p {v.p:.2g} is {adjusted[name]:.2g} after Holm's correction "
+                                        f"over {len(family)} tests: not below α {alpha:g}", v.p)  # fmt: skip
+        out[name] = v
+    return out
 
 
 MAX_DOUBLINGS = 4  # a trend read off one interval says little beyond 16× the steps it was read at
@@ -177,44 +281,44 @@ def budget_from_curve(
 
 def gap_budget(
     claimed: Arm, other: Arm, steps: Sequence[int], claimed_curve: Sequence[float], other_curve: Sequence[float],
-    *, higher_is_better: bool,
+    *, higher_is_better: bool, smallest_effect: float, alpha: float = ALPHA,
 ) -> str | None:  # fmt: skip
-    """The budget of a `decide` part whose gap is within the seed spread (`budget_from_curve` on the gap between the
-    arms' mean curves, against MARGIN × their pooled std now); None where the gap is not what stands in the way (too
-    few seeds, an arm at chance). The curves' last points are the arms' means."""
-    sign = 1.0 if higher_is_better else -1.0
-    if _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=MARGIN):
+    """The budget of a `decide` part left not measurable (`budget_from_curve` on the gap between the arms' mean
+    curves, against the gap Welch's test would need at the present seed spread, or the smallest effect where that
+    is more); None with too few seeds. The curves' last points are the arms' means."""
+    if _too_few_seeds(claimed, other):
         return None
+    sign = 1.0 if higher_is_better else -1.0
+    (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
+    se = math.sqrt(s1**2 / len(claimed.values) + s2**2 / len(other.values))
+    df = len(claimed.values) + len(other.values) - 2  # the least Welch's can be: a conservative critical value
+    needed = max(smallest_effect, float(_stats().t.ppf(1 - alpha / 2, df)) * se)
     gap = [sign * (c - o) for c, o in zip(claimed_curve, other_curve, strict=True)]
-    return budget_from_curve(steps, gap, MARGIN * pooled_std(claimed, other), higher_is_better=True)
+    return budget_from_curve(steps, gap, needed, higher_is_better=True)
 
 
 MAX_SEEDS = 1000  # a spread claim that needs more seeds than this is not one a study can settle
 
 
-def seeds_for_spread(claimed: Arm, other: Arm, *, higher_is_better: bool, level: float = SPREAD_LEVEL) -> str | None:
+def seeds_for_spread(claimed: Arm, other: Arm, *, alpha: float = ALPHA) -> str | None:
     """The budget of a `decide_spread` part left not measurable: the seeds per arm at which the F-test's critical
     value falls below the variance ratio observed now (if the ratio stayed as it is) — more seeds, unlike more steps,
-    are what an F-test needs; None where the spread is not what stands in the way (too few seeds, an arm at
-    chance)."""
-    sign = 1.0 if higher_is_better else -1.0
-    if _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=MARGIN):
+    are what an F-test needs; None with too few seeds."""
+    if _too_few_seeds(claimed, other):
         return None
-    from scipy import stats  # here, not at the top: scipy.stats takes ~0.9 s to import, and few verdicts need it
-
     (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
     if s1 == 0 or s2 == 0:
         return "an arm does not vary at all"
-    ratio = max(s1, s2) ** 2 / min(s1, s2) ** 2
+    ratio, f = max(s1, s2) ** 2 / min(s1, s2) ** 2, _stats().f
     for n in range(max(len(claimed.values), len(other.values)) + 1, MAX_SEEDS + 1):
-        if float(stats.f.ppf(1 - level / 2, n - 1, n - 1)) < ratio:
+        if float(f.ppf(1 - alpha / 2, n - 1, n - 1)) < ratio:
             return f"at the variance ratio seen now ({ratio:.3g}) the F-test decides with {n} seeds per arm"
     return f"the variance ratio seen now ({ratio:.3g}) would need over {MAX_SEEDS} seeds per arm: no budget settles it"
 
 
 def with_budget(part: Verdict, budget: str | None) -> Verdict:
     """`part` with the budget that would settle it after its reason; unchanged where there is none to say."""
-    return part if budget is None else Verdict(part.verdict, f"{part.reason}; budget: {budget}")
+    return part if budget is None else dataclasses.replace(part, reason=f"{part.reason}; budget: {budget}")
 
 
 def _too_few_seeds(*arms: Arm) -> Verdict | None:
@@ -225,55 +329,6 @@ def _too_few_seeds(*arms: Arm) -> Verdict | None:
     return None
 
 
-def _at_chance(*arms: Arm, sign: float, margin: float) -> Verdict | None:
-    """(b): "not measurable" when an arm's mean is not beyond its chance level (on the side `sign` says is better)
-    by more than `margin` × its seed std, else None."""
-    for arm in arms:
-        mean, std = mean_std(arm.values)
-        if not sign * (mean - arm.chance) > margin * std:
-            return Verdict(
-                NOT_MEASURABLE,
-                f"{arm.name} is not measurably past chance: mean {mean:.4g} vs chance {arm.chance:.4g}, "
-                f"seed std {std:.3g}",
-            )
-    return None
-
-
-def pooled_std(a: Arm, b: Arm) -> float:
-    """The pooled sample standard deviation of two arms' seeds (each arm's variance weighted by n − 1)."""
-    (_, s1), (_, s2) = mean_std(a.values), mean_std(b.values)
-    n1, n2 = len(a.values), len(b.values)
-    return math.sqrt(((n1 - 1) * s1**2 + (n2 - 1) * s2**2) / (n1 + n2 - 2))
-
-
-def decide_spread(
-    claimed: Arm, other: Arm, *, higher_is_better: bool, level: float = SPREAD_LEVEL, margin: float = MARGIN
-) -> Verdict:
-    """The verdict on the claim "`claimed` varies less between seeds than `other`" (module docstring); the arms'
-    metric is better higher or lower as `higher_is_better` says, which decides the side of chance each must be on."""
-    from scipy import stats  # as in `seeds_for_spread`
-
-    sign = 1.0 if higher_is_better else -1.0
-    if (unjudged := _too_few_seeds(claimed, other) or _at_chance(claimed, other, sign=sign, margin=margin)) is not None:
-        return unjudged
-    (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
-    n1, n2 = len(claimed.values), len(other.values)
-    what = f"seed std {s1:.3g} ({claimed.name}) and {s2:.3g} ({other.name})"
-    if s1 == s2:
-        return Verdict(NOT_MEASURABLE, f"{what}: equal")
-    if s1 == 0 or s2 == 0:
-        return Verdict(REPRODUCED if s1 < s2 else NOT_REPRODUCED, f"{what}: one arm does not vary at all")
-    # Two-sided: the larger variance over the smaller against F's upper level/2 quantile, its own degrees first.
-    if s1 < s2:
-        ratio, critical = (s2 / s1) ** 2, float(stats.f.ppf(1 - level / 2, n2 - 1, n1 - 1))
-    else:
-        ratio, critical = (s1 / s2) ** 2, float(stats.f.ppf(1 - level / 2, n1 - 1, n2 - 1))
-    what = f"{what}, variance ratio {ratio:.3g} (F critical value {critical:.3g} at {level:g}, two-sided)"
-    if ratio <= critical:
-        return Verdict(NOT_MEASURABLE, f"{what}: not beyond it")
-    return Verdict(REPRODUCED if s1 < s2 else NOT_REPRODUCED, what)
-
-
 def mean_pm_std(values, digits: int, scale: float = 1.0, *, signed: bool = False) -> str:
     """ "mean ± std" of `values` over seeds (`mean_std`), each times `scale`, to `digits` decimals (a table cell);
     `signed`: the mean with its sign, + too (a slope beside a predicted +1)."""
@@ -282,17 +337,32 @@ def mean_pm_std(values, digits: int, scale: float = 1.0, *, signed: bool = False
 
 
 def learned(
-    name: str, accuracies, majority: float, *, last_losses: Sequence[float] | None = None,
-    label_entropy: float | None = None,
+    name: str, accuracies, majority: float, top_shares: Sequence[float] | None, *,
+    last_losses: Sequence[float] | None = None, label_entropy: float | None = None,
 ) -> Verdict:  # fmt: skip
-    """A control: "`name` learned the task", its held-out accuracy per seed past the majority class (chance). Where it
-    fails and the models' last logged training losses and the training labels' entropy are given, it carries the
-    budget they call for (`chance_loss_budget`)."""
-    part = decide_threshold(Arm(f"{name} test accuracy", tuple(map(float, accuracies)), majority), majority,
-                            higher_is_better=True)  # fmt: skip
-    if part.verdict == REPRODUCED or last_losses is None or label_entropy is None:
-        return part
-    return with_budget(part, chance_loss_budget(last_losses, label_entropy))
+    """A control: "`name` learned the task" — its held-out accuracy per seed beats the majority class by
+    LEARNED_MARGIN (a one-sample t-test) and no seed's most frequent prediction (`top_shares`, its share of the
+    outputs) reaches COLLAPSED_SHARE. Where it fails and the models' last logged training losses and the training
+    labels' entropy are given, it carries the budget they call for (`chance_loss_budget`)."""
+    arm = Arm(f"{name} test accuracy", tuple(map(float, accuracies)))
+    part = decide_threshold(arm, majority + LEARNED_MARGIN, higher_is_better=True, trained=False)
+    part = Verdict(part.verdict, f"{part.reason} (the majority class {majority:.4g} + {LEARNED_MARGIN:g})")
+    if part.verdict == REPRODUCED:
+        if top_shares is None:
+            part = Verdict(NOT_MEASURABLE, f"{part.reason}; the share of its most frequent prediction was not "
+                                           "recorded, so a collapsed classifier cannot be told apart")  # fmt: skip
+        elif (top := max(top_shares)) >= COLLAPSED_SHARE:
+            collapsed = f"{100 * top:.0f}% of its outputs (≥ {100 * COLLAPSED_SHARE:.0f}%)"
+            part = Verdict(NOT_MEASURABLE, f"{part.reason}; but it collapsed: a seed's most frequent prediction is "
+                                           f"{collapsed}")  # fmt: skip
+    if part.verdict != REPRODUCED and last_losses is not None and label_entropy is not None:
+        part = with_budget(part, chance_loss_budget(last_losses, label_entropy))
+    return dataclasses.replace(part, control=True)
+
+
+def control(part: Verdict) -> Verdict:
+    """`part` as a control: outside the family Holm's correction counts and outside the claim `combine` judges."""
+    return dataclasses.replace(part, control=True)
 
 
 # A classifier's last logged training loss this far under the entropy of its training labels (the loss of a model
@@ -331,19 +401,25 @@ def failed_controls(controls: dict[str, Verdict]) -> Verdict | None:
 
 
 def combine(parts: dict[str, Verdict]) -> Verdict:
-    """A claim made of parts: reproduced when every part is, not reproduced when any is not, else not measurable."""
-    kinds = {v.verdict for v in parts.values()}
-    reason = "; ".join(f"{name}: {v.verdict} ({v.reason})" for name, v in parts.items())
+    """The claim's verdict from its parts after Holm's correction, controls aside: reproduced when every part is;
+    "partly reproduced" when some are and not all, naming which; not reproduced when none is and some part is not;
+    else not measurable."""
+    claim = {name: v for name, v in holm(parts).items() if not v.control}
+    kinds = {v.verdict for v in claim.values()}
+    reason = "; ".join(f"{name}: {v.verdict} ({v.reason})" for name, v in claim.items())
     if kinds == {REPRODUCED}:
         return Verdict(REPRODUCED, reason)
+    if REPRODUCED in kinds:
+        which = ", ".join(name for name, v in claim.items() if v.verdict == REPRODUCED)
+        return Verdict(PARTLY, f"reproduced for {which} only; {reason}")
     return Verdict(NOT_REPRODUCED if NOT_REPRODUCED in kinds else NOT_MEASURABLE, reason)
 
 
 def judged(result: dict, measured: tuple[str, ...], parts: dict[str, Verdict], verdict: Verdict) -> dict:
     """A study's result.json: the `measured` fields of `result` (what an earlier judgement derived is dropped), each
-    part's verdict with its reason, and the verdict."""
+    part's verdict with its reason after Holm's correction, and the verdict."""
     return {
         **{k: v for k, v in result.items() if k in measured},
-        "parts": {name: dataclasses.asdict(v) for name, v in parts.items()},
+        "parts": {name: dataclasses.asdict(v) for name, v in holm(parts).items()},
         "verdict": verdict.verdict,
     }

@@ -15,8 +15,9 @@ from flax import nnx
 def classification_loss(label_smoothing: float = 0.0, input_fields: tuple[str, ...] = ("inputs",)):
     """Cross-entropy of `model(*batch[input_fields])` against `batch['targets']`, weighted by `batch['weights']`.
 
-    Label smoothing applies in training only; evaluation reports the plain cross-entropy. A pair task
-    (e.g. LRA Retrieval) names two input fields.
+    Label smoothing applies in training only; evaluation reports the plain cross-entropy and counts each predicted
+    class (`predictions`, summarised as the share of the most frequent one: a collapsed classifier's shows). A pair
+    task (e.g. LRA Retrieval) names two input fields.
     """
 
     def loss_fn(model: nnx.Module, batch: dict, rngs: nnx.Rngs | None, train: bool):
@@ -27,9 +28,13 @@ def classification_loss(label_smoothing: float = 0.0, input_fields: tuple[str, .
             targets = targets * (1.0 - label_smoothing) + label_smoothing / num_classes
         ce = optax.softmax_cross_entropy(logits, targets)
         w = batch["weights"].astype(jnp.float32)
-        correct = (jnp.argmax(logits, -1) == batch["targets"]).astype(jnp.float32)
+        predicted = jnp.argmax(logits, -1)
+        correct = (predicted == batch["targets"]).astype(jnp.float32)
         loss_sum = jnp.sum(ce * w)
-        return loss_sum, {"loss": loss_sum, "correct": jnp.sum(correct * w), "count": jnp.sum(w)}
+        sums = {"loss": loss_sum, "correct": jnp.sum(correct * w), "count": jnp.sum(w)}
+        if not train:
+            sums["predictions"] = jnp.sum(jax.nn.one_hot(predicted, num_classes) * w[:, None], axis=0)
+        return loss_sum, sums
 
     return loss_fn
 

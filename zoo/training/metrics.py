@@ -18,13 +18,16 @@ from zoo.files import as_path, atomic_write_bytes, is_url
 
 def summarise(sums: dict[str, float]) -> dict[str, float]:
     """Metric sums → means: every `x` becomes `x / count`, `correct` becomes `accuracy`,
-    `log_perplexity` becomes `perplexity` = exp(mean)."""
+    `log_perplexity` becomes `perplexity` = exp(mean), the per-class counts `predictions` become
+    `top_prediction_share` (the share of the most frequent prediction)."""
     count = max(sums.get("count", 0.0), 1.0)
     out = {}
     for k, v in sums.items():
         if k == "count":
             continue
-        if k == "log_perplexity":
+        if k == "predictions":
+            out["top_prediction_share"] = float(max(v)) / count
+        elif k == "log_perplexity":
             out["perplexity"] = math.exp(min(v / count, 700.0))  # capped: exp overflows a float past ~709
         else:
             out["accuracy" if k == "correct" else k] = v / count

@@ -24,8 +24,9 @@ from zoo.training.metrics import MetricWriter, Stopwatch, summarise
 from zoo.training.task import Task
 
 
-def to_host(tree) -> dict[str, float]:
-    return {k: float(v) for k, v in jax.device_get(tree).items()}
+def to_host(tree) -> dict:
+    """Metric sums on the host: floats, and lists for vector sums (a classifier's per-class `predictions`)."""
+    return {k: float(v) if np.ndim(v) == 0 else np.asarray(v).tolist() for k, v in jax.device_get(tree).items()}
 
 
 def numbers(metrics: dict) -> dict[str, float]:
