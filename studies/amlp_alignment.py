@@ -49,6 +49,7 @@ from studies.verdict import (
     Arm,
     Verdict,
     combine,
+    control,
     decide,
     decide_threshold,
     failed_controls,
@@ -62,6 +63,7 @@ from zoo.parameter_counts import parameter_counts, total
 from zoo.plots import pyplot, save_figure
 
 TRANSFORMER = "Transformer (BERT)"
+SMALLEST_EFFECT = 0.02  # of gMLP's perplexity (and of log perplexity for the gains): a gap smaller does not matter
 ARCHS = {"gMLP": "gmlp", "aMLP": "amlp", TRANSFORMER: "bert"}
 # The Transformer starts to copy after ~4,000 steps of batch 32 (held-out perplexity 145 → 119 by step 4,000, then
 # 101, 72, 44 at 5k, 6k, 8k; 36 at 10k, on a corpus of 60,000 documents): 1,000 steps could not carry the control.
@@ -123,9 +125,9 @@ def judge(
     the unigram. `half`: the held-out perplexities at each run's half-way checkpoint, per task, encoder and seed
     (None where a run's checkpoint was not there to read), and "steps": the half-way step per task; part 2, when the
     rule cannot judge it, then says the budget the gap's curve calls for."""
-    arm = lambda task, name, chance: Arm(f"{name} on {task}", tuple(perplexity[task][name]), chance)
-    lower = dict(higher_is_better=False)
-    learned = decide_threshold(arm("copy", TRANSFORMER, unigram["copy"]), plateau_line(unigram["copy"]), **lower)
+    arm = lambda task, name: Arm(f"{name} on {task}", tuple(perplexity[task][name]))
+    level = dict(higher_is_better=False, trained=False)
+    learned = control(decide_threshold(arm("copy", TRANSFORMER), plateau_line(unigram["copy"]), **level))
     parts = {"the Transformer learns to copy (control)": learned}
     if learned.verdict != REPRODUCED:
         means = {name: float(np.mean(p)) for name, p in perplexity["copy"].items()}
@@ -147,14 +149,16 @@ def judge(
             )
         return failed_controls(parts), parts, note + _kjv_note(perplexity["KJV"], unigram["KJV"])
     copy_half = half and None not in half["copy"]["aMLP"] + half["copy"]["gMLP"]  # the budgets' half-way points
-    beats = decide(arm("copy", "aMLP", unigram["copy"]), arm("copy", "gMLP", math.inf), **lower)
+    gmlp_copy = float(np.mean(perplexity["copy"]["gMLP"]))
+    lower = dict(higher_is_better=False, smallest_effect=SMALLEST_EFFECT * gmlp_copy)
+    beats = decide(arm("copy", "aMLP"), arm("copy", "gMLP"), **lower)
     if beats.verdict == NOT_MEASURABLE and copy_half:
         # The budget, from the gap's curve: each encoder's mean at the half-way checkpoint and at the end.
         curve = {name: [float(np.mean(half["copy"][name])), float(np.mean(perplexity["copy"][name]))]
                  for name in ("aMLP", "gMLP")}  # fmt: skip
         steps = [half["steps"]["copy"], 2 * half["steps"]["copy"]]
-        beats = with_budget(beats, gap_budget(arm("copy", "aMLP", unigram["copy"]), arm("copy", "gMLP", math.inf),
-                                              steps, curve["aMLP"], curve["gMLP"], **lower))  # fmt: skip
+        beats = with_budget(beats, gap_budget(arm("copy", "aMLP"), arm("copy", "gMLP"), steps, curve["aMLP"],
+                                              curve["gMLP"], **lower))  # fmt: skip
     parts["aMLP beats gMLP on copy"] = beats
     gains = {
         task: tuple(math.log(g / a) for g, a in zip(perplexity[task]["gMLP"], perplexity[task]["aMLP"], strict=True))
@@ -162,10 +166,10 @@ def judge(
     }
     off_chance = [
         v for name in ("gMLP", "aMLP")
-        if (v := decide_threshold(arm("KJV", name, unigram["KJV"]), unigram["KJV"], **lower)).verdict != REPRODUCED
+        if (v := decide_threshold(arm("KJV", name), unigram["KJV"], **level)).verdict != REPRODUCED
     ]  # fmt: skip
-    gain_arms = [Arm(f"log(gMLP / aMLP) on {task}", gains[task], -math.inf) for task in ("copy", "KJV")]
-    more = off_chance[0] if off_chance else decide(*gain_arms, higher_is_better=True)
+    gain_arms = [Arm(f"log(gMLP / aMLP) on {task}", gains[task]) for task in ("copy", "KJV")]
+    more = off_chance[0] if off_chance else decide(*gain_arms, higher_is_better=True, smallest_effect=SMALLEST_EFFECT)
     if more.verdict == NOT_MEASURABLE and not off_chance and copy_half:
         # The budget, from copy's gain at its half-way checkpoint and at the end; KJV's gain is held at its end value
         # (`measure` reads the half-way checkpoint of the copy runs only).
@@ -174,7 +178,7 @@ def judge(
         kjv = float(np.mean(gains["KJV"]))
         steps = [half["steps"]["copy"], 2 * half["steps"]["copy"]]
         note = gap_budget(*gain_arms, steps, [half_gain, float(np.mean(gains["copy"]))], [kjv, kjv],
-                          higher_is_better=True)  # fmt: skip
+                          higher_is_better=True, smallest_effect=SMALLEST_EFFECT)  # fmt: skip
         if note is not None:
             more = with_budget(more, f"{note}, in copy's steps (KJV's gain held at its end value)")
     parts["aMLP gains more over gMLP on copy than on KJV"] = more

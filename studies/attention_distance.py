@@ -48,6 +48,7 @@ from studies.verdict import Arm, Verdict, combine, decide, failed_controls, judg
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
+from zoo.training.config import read_run_config
 from zoo.training.state import restore_model
 
 ARMS = {"relu, 1/√(n/2)": ("relu", True), "softmax": ("softmax", None)}
@@ -161,14 +162,20 @@ def planned_gpu_seconds() -> float:
     return gpu_seconds(configs) + gpu_work_seconds(programs=programs, dispatches=programs)
 
 
-def distances_at(
-    workdir: Path, config, task, step: int, inputs: np.ndarray
-) -> tuple[list, list, np.ndarray, np.ndarray]:
-    """Per layer and head, the distance (None: dead) and live-row share of the model at `step`, and the last
-    layer's weights `[batch, heads, query, key]` and real positions `[batch, length]`."""
+def load_run(workdir: Path, step: int | None = None):
+    """(model in eval mode at `step`, the latest by default; config; task) of an lra-train workdir."""
+    config = read_run_config(workdir, reader="attention_distance reads its lra-train runs")
+    task = make_task(config)
     model, _ = restore_model(task.build_model, config.train, workdir / "checkpoints", step=step,
                              model_config=config.model)  # fmt: skip
     model.eval()
+    return model, config, task
+
+
+def distances_at(workdir: Path, step: int, inputs: np.ndarray) -> tuple[list, list, np.ndarray, np.ndarray]:
+    """Per layer and head, the distance (None: dead) and live-row share of the model at `step`, and the last
+    layer's weights `[batch, heads, query, key]` and real positions `[batch, length]`."""
+    model, _, _ = load_run(workdir, step)
     distances, live = [], []
     for weights, real in attention_matrices(model, inputs):
         d, share = mean_distance(weights, real)
@@ -190,7 +197,7 @@ def run(preset: str, out_dir: Path) -> dict:
         task = make_task(config)
         results = train_and_evaluate(config, workdir, task)
         inputs = next(iter(task.eval_batches("test")))["inputs"][:EXAMPLES]
-        at_steps = [distances_at(workdir, config, task, step, inputs) for step in read_at]
+        at_steps = [distances_at(workdir, step, inputs) for step in read_at]
         distances, live, weights, real = at_steps[-1]
         earlier[arm].append([seed_distance(d) for d, *_ in at_steps[:-1]])
         last_loss = logged_curve(workdir, "train", "loss")[1][-1]

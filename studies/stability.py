@@ -57,6 +57,7 @@ from studies.common import (
 from studies.verdict import (
     Arm,
     Verdict,
+    control,
     decide,
     failed_controls,
     judged,
@@ -154,6 +155,7 @@ def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path
         "loss": [m["loss"] for m in train],
         "grad_norm": [m["grad_norm"] for m in train],
         "test_accuracy": results.get("test_accuracy"),
+        "test_top_prediction_share": results.get("test_top_prediction_share"),
         # The controls' reference points: the held-out split's majority class, the training labels' entropy.
         "majority_rate": held_out_majority_rate(config),
         "label_entropy": train_label_entropy(config),
@@ -240,11 +242,12 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
         if len(stable) < len(runs[arm]):  # a seed below the grid has no stable model whose accuracy could be read
             below = len(runs[arm]) - len(stable)
             why = f"{below} seed(s) of {arm} diverged at the grid's first learning rate {learning_rates[0]:g}"
-            part = Verdict(NOT_MEASURABLE, f"{why}: the grid must reach lower")
+            part = control(Verdict(NOT_MEASURABLE, f"{why}: the grid must reach lower"))
         else:
             accuracies, losses = [r["test_accuracy"] for r in stable], [r["loss"][-1] for r in stable]
-            part = learned(arm, accuracies, result["majority_rate"], last_losses=losses,
-                           label_entropy=result["label_entropy"])  # fmt: skip
+            shares = [r.get("test_top_prediction_share") for r in stable]  # absent from runs recorded before it
+            part = learned(arm, accuracies, result["majority_rate"], None if None in shares else shares,
+                           last_losses=losses, label_entropy=result["label_entropy"])  # fmt: skip
         parts[f"{arm} learned the task at its largest stable learning rate (control)"] = part
     climbed = grid_steps_climbed(runs)
     top = len(learning_rates) - 1
@@ -262,10 +265,12 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
             f"ReLU diverges{gpu}",
         )
     else:
-        arms = {arm: Arm(arm, tuple(map(float, c)), chance=-1.0) for arm, c in climbed.items()}
-        comparison = decide(arms[CLAIMED], arms[PLAIN], higher_is_better=True)
+        arms = {arm: Arm(arm, tuple(map(float, c))) for arm, c in climbed.items()}
+        # One grid step (×2 the learning rate) is the smallest difference the grid can show; a largest stable rate
+        # is read once per run, not along it.
+        comparison = decide(arms[CLAIMED], arms[PLAIN], higher_is_better=True, smallest_effect=1.0, trained=False)
     parts["the factor raises the largest stable learning rate"] = comparison
-    controls = {name: part for name, part in parts.items() if name.endswith("(control)")}
+    controls = {name: part for name, part in parts.items() if part.control}
     if (failed := failed_controls(controls)) is None:
         return comparison, parts
     # The comparison is said too (what the grid showed), but cannot carry the verdict.

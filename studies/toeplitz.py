@@ -34,16 +34,17 @@ from studies.common import (
 )
 from studies.mlm_setting import RUNS, SEEDS, mlm_config, setting, train
 from studies.verdict import (
-    MARGIN,
     MIN_SEEDS,
     REPRODUCED,
     Arm,
     budget_from_curve,
     combine,
+    control,
     decide_threshold,
     failed_controls,
     judged,
     mean_std,
+    needed_mean,
     with_budget,
 )
 from zoo.mixers.sgu import toeplitz_score
@@ -86,6 +87,11 @@ def run(preset: str, out_dir: Path) -> dict:
     return report(result, out_dir)
 
 
+def _at(steps: list[int], curve: list[float], step: float) -> float:
+    """The curve's value at its recorded step nearest `step`."""
+    return curve[min(range(len(steps)), key=lambda j: abs(steps[j] - step))]
+
+
 def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float], unigram: float, noise: float):
     """(the verdict, each layer's): every layer's final score above THRESHOLD by the rule, once the models have
     measurably left the unigram plateau (a control over the seeds). `scores`: per seed, each layer's score at every
@@ -95,20 +101,22 @@ def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float
     layers = len(next(iter(final.values())))
     # The control: W is read only from models that learned more than word frequencies (held-out perplexity under
     # `plateau_line`), measurably so over the seeds.
-    plateau = decide_threshold(Arm("held-out perplexity", tuple(perplexity.values()), unigram), plateau_line(unigram),
-                               higher_is_better=False)  # fmt: skip
-    parts = {"the models left the unigram plateau (control)": plateau}
+    plateau = decide_threshold(Arm("held-out perplexity", tuple(perplexity.values())), plateau_line(unigram),
+                               higher_is_better=False, trained=False)  # fmt: skip
+    parts = {"the models left the unigram plateau (control)": control(plateau)}
     if (failed := failed_controls(parts)) is not None:
         return failed, parts
     steps = sorted(set.intersection(*(set(per) for per in scores.values())))
+    level = max(THRESHOLD, noise)  # above the claim's threshold and above a random W's score
     for i in range(layers):
-        part = decide_threshold(Arm(f"layer {i}", tuple(s[i] for s in final.values()), noise), THRESHOLD,
-                                higher_is_better=True)  # fmt: skip
+        arm = Arm(f"layer {i}", tuple(s[i] for s in final.values()))
+        curve = [float(np.mean([per[step][i] for per in scores.values()])) for step in steps]
+        history = [_at(steps, curve, steps[-1] * f) for f in (0.25, 0.5)] if len(steps) >= 2 else None
+        part = decide_threshold(arm, level, higher_is_better=True, history=history)
         # The curve is read where every seed was scored, and ends where the verdict reads the seeds.
         ends_together = all(max(per) == steps[-1] for per in scores.values()) if steps else False
         if part.verdict == NOT_MEASURABLE and len(final) >= MIN_SEEDS and len(steps) >= 2 and ends_together:
-            curve = [float(np.mean([per[step][i] for per in scores.values()])) for step in steps]
-            needed = max(THRESHOLD, noise) + MARGIN * mean_std([s[i] for s in final.values()])[1]
+            needed = needed_mean(arm, level, higher_is_better=True)
             part = with_budget(part, budget_from_curve(steps, curve, needed, higher_is_better=True, best=1.0))
         parts[f"layer {i}"] = part
     return combine(parts), parts

@@ -6,10 +6,11 @@ Every comparison is a test at level ALPHA with a smallest effect that matters, d
       between runs by the two-sided F-test of the seed variances;
   (c) "reproduced": the test rejects at ALPHA in the claimed direction and the gap is at least the smallest effect;
   (d) "not reproduced": the test rejects in the opposite direction by at least the smallest effect, or the two
-      one-sided tests (TOST) put the gap within ± the smallest effect — and only where the study measured the
-      paper's metric (or a proxy its README argues tracks it: `proxy` names one that does not) and, for a trained
-      quantity, the gap's sign held over the last two doublings of training (`history`: the gap at a quarter and
-      half of the steps);
+      one-sided tests (TOST) put the gap within ± the smallest effect — and, for a trained quantity, only where the
+      gap's sign held over the last two doublings of training (`history`: the gap at a quarter and half of the
+      steps);
+      (c) and (d) need the paper's metric, or a proxy the study's README argues tracks it (`proxy` names a metric
+      that is neither);
   (e) otherwise "not measurable at this budget", with the reason and, where a curve gives one, the budget.
 A study's parts are one family: Holm's step-down correction over their p-values (`holm`) before (c) and (d) stand.
 A claim over several settings (`combine`) is "partly reproduced" where some settings reproduce it and not all,
@@ -31,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import statistics
 from collections.abc import Sequence
 
 from lra_flax.compare import mean_std
@@ -98,6 +100,9 @@ def _judge(
     effect = f"; smallest effect that matters {smallest_effect:.3g}" if smallest_effect else ""
     what = f"{what} (t {t:.2f}, p {p:.2g}{effect})"
     if p < alpha and gap >= smallest_effect:
+        if proxy is not None:
+            reason = f"{what}: the claimed order; but {proxy}: a verdict needs the paper's metric"
+            return Verdict(NOT_MEASURABLE, reason, p)
         return Verdict(REPRODUCED, what, p)
     if p < alpha and gap <= -smallest_effect:
         held = None if history is None else all(h < 0 for h in history)
@@ -217,6 +222,38 @@ def decide_spread(
     return _not_reproduced(f"{what}: the opposite order", p, held, trained=trained, proxy=None)
 
 
+def earlier_gaps(
+    claimed: Sequence[Sequence[tuple[int, float]]], other: Sequence[Sequence[tuple[int, float]]]
+) -> list[float]:
+    """The `history` of a comparison: claimed − other's mean over seeds at a quarter and half of the training, from
+    each seed's logged curve of (step, value) pairs."""
+    last = max(run[-1][0] for run in (*claimed, *other))
+    return [_mean_at(claimed, last * f) - _mean_at(other, last * f) for f in (0.25, 0.5)]
+
+
+def _mean_at(runs: Sequence[Sequence[tuple[int, float]]], step: float) -> float:
+    """The mean over seeds of each curve's value at its logged step nearest `step`."""
+    return statistics.fmean(min(run, key=lambda logged: abs(logged[0] - step))[1] for run in runs)
+
+
+CONVERGED_CHANGE = 0.05  # a curve that moved less than this (relative) over its last doubling of steps has settled
+
+
+def converged(
+    name: str, runs: Sequence[Sequence[tuple[int, float]]], *, tolerance: float = CONVERGED_CHANGE
+) -> Verdict:
+    """A control for claims about trained-out models (the paper's): the seeds' mean curve (of (step, value) pairs)
+    moved by less than `tolerance` of its last value over the last doubling of steps."""
+    last = max(run[-1][0] for run in runs)
+    at_half, at_end = _mean_at(runs, last / 2), _mean_at(runs, last)
+    change = abs(at_end - at_half) / abs(at_end)
+    what = f"{name}: {at_half:.4g} at step ~{last // 2:,}, {at_end:.4g} at {last:,} ({100 * change:.1f}% change)"
+    if change < tolerance:
+        return Verdict(REPRODUCED, what, control=True)
+    return Verdict(NOT_MEASURABLE, f"{what}: still moving by {100 * tolerance:g}% or more, not trained out",
+                   control=True)  # fmt: skip
+
+
 def holm(parts: dict[str, Verdict], alpha: float = ALPHA) -> dict[str, Verdict]:
     """`parts` after Holm's step-down correction over the p-values of the family (every part with one, controls
     aside): a decided part whose adjusted p is not below `alpha` becomes "not measurable"."""
@@ -257,10 +294,9 @@ def budget_from_curve(
         raise ValueError(f"a learning curve's steps must be positive and increasing, got {list(steps)}")
     sign = 1.0 if higher_is_better else -1.0
     if best is not None and sign * (needed - best) > 0:
-        # The rule's spread is the seeds' standard deviation, not its error: more seeds do not shrink it.
-        return (f"at this seed spread the rule needs a mean of {needed:.4g}, beyond the best possible {best:.4g}: "
-                "no budget settles it unless the seeds come closer together (a steadier setting, or more steps if "
-                "they bring the laggards along)")  # fmt: skip
+        return (f"at this seed spread and count the rule needs a mean of {needed:.4g}, beyond the best possible "
+                f"{best:.4g}: no number of steps settles it — more seeds (the test's standard error falls as "
+                "1/√seeds) or a steadier setting")  # fmt: skip
     last, before = steps[-1], steps[-2]
     short = sign * (needed - curve[-1])  # how far the mean still has to go, in the better direction
     if short <= 0:
@@ -289,12 +325,42 @@ def gap_budget(
     if _too_few_seeds(claimed, other):
         return None
     sign = 1.0 if higher_is_better else -1.0
+    gap = [sign * (c - o) for c, o in zip(claimed_curve, other_curve, strict=True)]
+    needed = needed_gap(claimed, other, smallest_effect=smallest_effect, alpha=alpha)
+    return budget_from_curve(steps, gap, needed, higher_is_better=True)
+
+
+def needed_gap(claimed: Arm, other: Arm, *, smallest_effect: float, alpha: float = ALPHA) -> float:
+    """The gap `decide` would need at the arms' present seed spread: the smallest effect, or what Welch's test needs
+    where that is more (its critical value at n₁ + n₂ − 2 degrees of freedom, the most Welch's can have: a lower
+    bound of the need)."""
     (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
     se = math.sqrt(s1**2 / len(claimed.values) + s2**2 / len(other.values))
-    df = len(claimed.values) + len(other.values) - 2  # the least Welch's can be: a conservative critical value
-    needed = max(smallest_effect, float(_stats().t.ppf(1 - alpha / 2, df)) * se)
-    gap = [sign * (c - o) for c, o in zip(claimed_curve, other_curve, strict=True)]
-    return budget_from_curve(steps, gap, needed, higher_is_better=True)
+    df = len(claimed.values) + len(other.values) - 2
+    return max(smallest_effect, float(_stats().t.ppf(1 - alpha / 2, df)) * se)
+
+
+def needed_mean(arm: Arm, threshold: float, *, higher_is_better: bool, alpha: float = ALPHA) -> float:
+    """The mean `decide_threshold` would need at the arm's present seed spread to call it beyond `threshold`."""
+    sign = 1.0 if higher_is_better else -1.0
+    _, std = mean_std(arm.values)
+    n = len(arm.values)
+    return threshold + sign * float(_stats().t.ppf(1 - alpha / 2, n - 1)) * std / math.sqrt(n)
+
+
+def seeds_for_gap(claimed: Arm, other: Arm, *, smallest_effect: float, alpha: float = ALPHA) -> str | None:
+    """The budget of a `decide` part without a curve to read: the seeds per arm at which Welch's test would find the
+    gap seen now (if the means and spreads stayed as they are); None with too few seeds."""
+    if _too_few_seeds(claimed, other):
+        return None
+    (m1, s1), (m2, s2) = mean_std(claimed.values), mean_std(other.values)
+    gap = abs(m1 - m2)
+    if gap < smallest_effect:
+        return f"the gap seen now ({gap:.3g}) is below the smallest effect that matters: more seeds will not settle it"
+    for n in range(max(len(claimed.values), len(other.values)) + 1, MAX_SEEDS + 1):
+        if float(_stats().t.ppf(1 - alpha / 2, 2 * n - 2)) * math.sqrt((s1**2 + s2**2) / n) < gap:
+            return f"at the gap and spread seen now, Welch's test decides with ~{n} seeds per arm"
+    return f"the gap seen now ({gap:.3g}) would need over {MAX_SEEDS} seeds per arm: no budget settles it"
 
 
 MAX_SEEDS = 1000  # a spread claim that needs more seeds than this is not one a study can settle
