@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from flax import nnx
 
@@ -35,8 +36,6 @@ from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate, train_label_entropy
 from studies.common import (
-    gpu_seconds,
-    gpu_work_seconds,
     logged_curve,
     result_preset,
     runs_root,
@@ -87,8 +86,13 @@ def arm_dir(root: Path, arm: str, seed: int) -> Path:
     return root / (mixer if factor is None else f"{mixer}-{'factor' if factor else 'nofactor'}") / f"seed{seed}"
 
 
-def planned_runs(preset: str, root: Path) -> list[tuple[str, int, Path]]:
-    return [(arm, seed, arm_dir(root, arm, seed)) for arm in ARMS for seed in range(SEEDS[preset])]
+def planned_runs(preset: str, root: Path) -> list[tuple[str, int, Path, ml_collections.ConfigDict]]:
+    """(arm, seed, workdir, config) of every run of the preset, in order."""
+    return [
+        (arm, seed, arm_dir(root, arm, seed), config_for(arm, seed, preset, root / "data"))
+        for arm in ARMS
+        for seed in range(SEEDS[preset])
+    ]
 
 
 @contextlib.contextmanager
@@ -154,14 +158,6 @@ def mean_distance(weights: np.ndarray, real: np.ndarray) -> tuple[np.ndarray, np
     return np.where(live >= DEAD_ROW_SHARE, mean, np.nan), live
 
 
-def planned_gpu_seconds() -> float:
-    """The `gpu` preset on one H100: its training runs, then per checkpoint read a forward pass that records every
-    layer's attention inputs and one `attend` per layer, each compiled once per model (a model is loaded anew)."""
-    configs = [config_for(arm, seed, "gpu", Path("data")) for arm, seed, _ in planned_runs("gpu", Path("."))]
-    programs = 3 * len(configs) * (1 + configs[0].model.num_layers)
-    return gpu_seconds(configs) + gpu_work_seconds(programs=programs, dispatches=programs)
-
-
 def load_run(workdir: Path, step: int | None = None):
     """(model in eval mode at `step`, the latest by default; config; task) of an lra-train workdir."""
     config = read_run_config(workdir, reader="attention_distance reads its lra-train runs")
@@ -192,8 +188,7 @@ def run(preset: str, out_dir: Path) -> dict:
     measured = {field: {arm: [] for arm in ARMS} for field in fields}
     earlier = {arm: [] for arm in ARMS}  # per seed, the mean distance at a quarter and half of the steps
     maps, uniform = {}, None
-    for arm, seed, workdir in planned_runs(preset, root):
-        config = config_for(arm, seed, preset, root / "data")
+    for arm, seed, workdir, config in planned_runs(preset, root):
         task = make_task(config)
         results = train_and_evaluate(config, workdir, task)
         inputs = next(iter(task.eval_batches("test")))["inputs"][:EXAMPLES]

@@ -476,7 +476,7 @@ def test_toeplitz_reads_w_only_from_models_that_measurably_left_the_unigram_plat
     verdict, parts = toeplitz.judge(scores, learned, 252.0, 2 / 64)
     assert parts["the models left the unigram plateau (control)"].verdict == REPRODUCED
     assert parts["layer 0"].verdict == REPRODUCED and parts["layer 1"].verdict == NOT_REPRODUCED
-    assert verdict.verdict == NOT_REPRODUCED
+    assert verdict.verdict == PARTLY and verdict.reason.startswith("reproduced for layer 0 only")
     # A seed still on the plateau spreads the seeds past the margin: the control fails and no layer is read.
     verdict, parts = toeplitz.judge(scores, {**learned, "2": 240.0}, 252.0, 2 / 64)
     assert verdict.verdict == NOT_MEASURABLE and list(parts) == ["the models left the unigram plateau (control)"]
@@ -517,37 +517,34 @@ def test_attention_distance_compares_only_models_that_learned_with_dead_heads_ap
     assert verdict((300, 301, 302), (200, 201, 202), shares=(0.3, 0.95, 0.3)) == NOT_MEASURABLE
 
 
-def test_ffn_memory_judges_each_part_of_the_claim_by_the_rule():
+def test_ffn_memory_reads_each_part_of_the_claim_but_gives_no_verdict_on_a_proxy_of_bleu():
     def runs(relu, softmax, softmax_ln):  # each: seeds' perplexities at every n, or {n: seeds}
         per_n = lambda p: p if isinstance(p, dict) else {64: p, 256: p}
         return {"ReLU memory": per_n(relu), "softmax memory": per_n(softmax), "softmax memory + LN": per_n(softmax_ln)}
 
-    def verdicts(perplexity, unigram=250.0):
-        verdict, parts = ffn_memory.judge(perplexity, unigram)
-        return verdict.verdict, {k: v.verdict for k, v in parts.items()}
+    def judged(perplexity, level=250.0):
+        verdict, parts = ffn_memory.judge(perplexity, level, 1000)
+        return verdict, {k: v for k, v in parts.items() if not v.control}
 
     relu = {64: [40, 41, 42], 256: [30, 31, 32]}
-    # The paper's picture: softmax + LN level with ReLU at small n, ReLU ahead at the largest.
-    assert verdicts(runs(relu, [50, 51, 52], {64: [40, 41, 42], 256: [35, 36, 37]})) == (
-        REPRODUCED,
-        {k: REPRODUCED for k in ffn_memory.PARTS},
-    )
-    # LN recovers 5 of 10 points at n 64 (level with the midpoint: not measurable), 6 of 20 at 256 (not reproduced).
-    verdict, parts = verdicts(runs(relu, [50, 51, 52], {64: [45, 46, 47], 256: [44, 45, 46]}))
-    assert verdict == NOT_REPRODUCED and parts["ln_recovers_most_of_the_gap_at_every_n"] == NOT_REPRODUCED
-    assert parts["relu_beats_softmax_at_every_n"] == REPRODUCED
-    # Two seeds, or a gap within the seeds' spread: not measurable.
-    assert verdicts(runs([40, 41], [50, 51], [40, 41]))[0] == NOT_MEASURABLE
-    within_spread = verdicts(runs([40, 42, 44], [41, 43, 45], [40, 42, 44]))
-    assert within_spread[1]["relu_beats_softmax_at_every_n"] == NOT_MEASURABLE
-    # Models that did not beat the level (no FFN's perplexity, else the unigram's) cannot support a verdict.
-    assert verdicts(runs([249, 251, 250], [250, 252, 251], [249, 250, 251]))[0] == NOT_MEASURABLE
-    assert verdicts(runs(relu, [50, 51, 52], {64: [40, 41, 42], 256: [35, 36, 37]}), unigram=51.5)[0] == (
-        NOT_MEASURABLE
+    # The paper's picture: each part reads the claimed order, and none is a verdict, the metric being a proxy.
+    verdict, parts = judged(runs(relu, [50, 51, 52], {64: [40, 41, 42], 256: [35, 36, 37]}))
+    assert verdict.verdict == NOT_MEASURABLE and len(parts) == 2 * 2 + 1
+    assert all(v.verdict == NOT_MEASURABLE and "the claimed order; but the paper measured IWSLT14" in v.reason
+               for name, v in parts.items() if "LN recovers" not in name or "n 256" in name)  # fmt: skip
+    assert "mt_flax" in verdict.reason  # what would settle it
+    # The other order is no verdict either.
+    _, parts = judged(runs(relu, [50, 51, 52], {64: [45, 46, 47], 256: [44, 45, 46]}))
+    assert "the opposite order; but the paper measured" in parts["LN recovers over half the softmax memory's gap to "
+                                                                 "ReLU at every n: n 256"].reason  # fmt: skip
+    # Models that did not beat the level (no FFN's perplexity, else the unigram's): the control fails first.
+    verdict, _ = judged(runs([249, 251, 250], [250, 252, 251], [249, 250, 251]))
+    assert verdict.verdict == NOT_MEASURABLE and "a control failed: every memory below the model without" in (
+        verdict.reason
     )
     # Results recorded before the controls name the ReLU arm "ReLU FFN".
     old = runs(relu, [50, 51, 52], {64: [40, 41, 42], 256: [35, 36, 37]})
-    assert verdicts({"ReLU FFN": old.pop("ReLU memory"), **old})[0] == REPRODUCED
+    assert len(judged({"ReLU FFN": old.pop("ReLU memory"), **old})[1]) == 5
 
 
 def test_stability_says_when_neither_relu_arm_diverged_inside_the_grid(tmp_path):
@@ -635,9 +632,11 @@ def test_amlp_alignment_verdict_needs_a_transformer_that_learned_to_copy_and_thr
     assert verdict.verdict == "reproduced" and notes == ""
     assert {v.verdict for v in parts.values()} == {"reproduced"} and len(parts) == 3
     # aMLP's gain on copy (3%) is smaller than on KJV (11%): not reproduced, though the Transformer copies.
+    # Its gain at a quarter and half of the copy runs is not recorded, so whether it held is not known.
     verdict, parts, notes = amlp_alignment.judge(perplexity((40.0, 39.0, 15.0), learned_kjv), unigram)
-    assert verdict.verdict == "not reproduced"
-    assert parts["aMLP gains more over gMLP on copy than on KJV"].verdict == "not reproduced"
+    assert verdict.verdict == NOT_MEASURABLE
+    part = parts["aMLP gains more over gMLP on copy than on KJV"]
+    assert part.verdict == NOT_MEASURABLE and "the opposite order" in part.reason and "not known" in part.reason
     # No encoder, the Transformer included, learned to copy: the control fails, not measurable.
     verdict, parts, notes = amlp_alignment.judge(perplexity((141.0, 140.0, 138.0), (40.0, 33.0, 154.0)), unigram)
     assert verdict.verdict == "not measurable at this budget" and list(parts) == [
@@ -721,7 +720,7 @@ def test_every_study_has_a_gpu_plan():
         assert hasattr(study, "planned_runs") != hasattr(study, "planned_gpu_seconds"), study.__name__
 
 
-@pytest.mark.parametrize("study", [variance, approximation, attention_distance, parameter_budget])
+@pytest.mark.parametrize("study", [variance, approximation, parameter_budget])
 def test_a_study_that_trains_nothing_is_planned_within_the_gpu_budget_at_no_less_than_its_cpu_settings(study):
     from studies.common import GPU_BUDGET_S
 
@@ -731,7 +730,9 @@ def test_a_study_that_trains_nothing_is_planned_within_the_gpu_budget_at_no_less
             assert (set(cpu) <= set(gpu)) if isinstance(cpu, list) else cpu <= gpu, (cpu, gpu)
 
 
-@pytest.mark.parametrize("study", [ffn_memory, sgu_ablation, toeplitz, amlp_alignment, kernel_convergence, stability])
+@pytest.mark.parametrize(
+    "study", [ffn_memory, sgu_ablation, toeplitz, amlp_alignment, kernel_convergence, stability, attention_distance]
+)
 def test_every_gpu_preset_is_planned_within_the_budget_and_validates(study, tmp_path):
     from studies.common import GPU_BUDGET_S, gpu_seconds
     from zoo.training.validate import config_problems
@@ -808,10 +809,11 @@ def test_every_study_trains_exactly_its_planned_runs(tmp_path, monkeypatch):
     # kernel_convergence trains through the loop itself; stability climbs its planned grid until a divergence.
     trained.clear()
     monkeypatch.setattr(
-        kernel_convergence, "train_and_evaluate", lambda c, w, t: train(c, w) and {"test_accuracy": 0.5}
-    )
+        kernel_convergence, "train_and_evaluate",
+        lambda c, w, t: train(c, w) and {"test_accuracy": 0.5, "test_top_prediction_share": 0.3},
+    )  # fmt: skip
     monkeypatch.setattr(kernel_convergence, "make_task", lambda config: None)
-    monkeypatch.setattr(kernel_convergence, "train_curve", lambda workdir: ([1], [2.0]))
+    monkeypatch.setattr(kernel_convergence, "logged_curve", lambda workdir, split, metric: ([1], [2.0]))
     monkeypatch.setattr(kernel_convergence, "report", lambda result, out_dir: result)
     monkeypatch.setattr(kernel_convergence, "held_out_majority_rate", lambda config: 0.2)
     kernel_convergence.run("gpu", tmp_path)
@@ -875,8 +877,6 @@ def test_a_shared_runs_folder_that_cannot_be_made_stops_a_training_study_before_
 def test_report_judges_the_committed_result_again_without_training(tmp_path):
     from pathlib import Path
 
-    from studies.verdict import Arm, decide
-
     committed = Path(kernel_convergence.__file__).parents[1] / "benchmarks/studies/kernel_convergence/result.json"
     (tmp_path / "result.json").write_bytes(committed.read_bytes())
     command = [sys.executable, "-m", "studies.kernel_convergence", "--report", f"--out={tmp_path}"]
@@ -884,11 +884,11 @@ def test_report_judges_the_committed_result_again_without_training(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     result, readme = _files(tmp_path, "kernel_convergence.png")
     assert not (tmp_path / "runs").exists()  # nothing trained
-    # The verdict is the rule's, on each seed's mean training loss.
+    # The rule as it stands gives what was committed (the committed result was judged by it), and says so.
     measured = json.loads(committed.read_text())
-    arms = [Arm(n, tuple(float(np.mean(c)) for c in curves), 2.302585) for n, curves in measured["train_loss"].items()]
-    assert result["parts"]["faster"]["verdict"] == decide(*arms, higher_is_better=False).verdict
-    assert result["verdict"] in run.stdout and "| OGLU | 5 |" in readme
+    assert result["parts"] == measured["parts"] and result["verdict"] == measured["verdict"]
+    seeds = len(measured["seeds"])
+    assert result["verdict"] in run.stdout and f"| OGLU | {seeds} |" in readme
 
 
 def test_report_without_a_result_it_can_judge_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
