@@ -18,18 +18,17 @@ learning rate (1e-3): no arm diverged, every model stayed near chance, and the c
 Each (arm, seed) climbs the learning-rate grid ×2 at a time from LEARNING_RATES[0] and stops at the first that
 diverges: a non-finite loss (the loop refuses to checkpoint it and stops) or a logged loss above twice the
 chance level ln 10 after warm-up. Its measure is the number of grid steps it climbed without diverging (0: only
-the first; −1: not even the first, the level an arm must be measurably above; the top of the grid when nothing
-diverged, a lower bound). Judged by the studies' rule (studies/verdict.py, `judge`): first the controls — each ReLU
-arm learned the task at its largest stable learning rate, its held-out accuracy measurably above the majority
-class (a model at chance that does not diverge shows nothing about stability) — then the factor's arm against
-plain ReLU, higher is better; softmax is the reference, outside the verdict. The grid must bracket both arms: one that
-stays stable at the top only gains (its true figure is higher), but one that diverges at the first learning rate
-in every seed is below the grid, not past the rule's chance level, and the verdict is "not measurable" until the
-grid reaches lower. Seeds change the initialisation and the batch order; the data is the same. Runs are
+the first; −1: not even the first; the top of the grid when nothing diverged, a lower bound). Judged by the
+studies' rule (studies/verdict.py, `judge`): first the controls — each ReLU arm learned the task at its largest
+stable learning rate (held-out accuracy past the majority class, no collapse onto one class: a model at chance
+that does not diverge shows nothing about stability) — then the factor's arm against plain ReLU, higher is
+better, Welch's test with one grid step the smallest effect; softmax is the reference, outside the verdict. The
+grid must bracket both arms: one that stays stable at the top only gains (its true figure is higher), but one
+that diverges at the first learning rate in any seed is below the grid, and the verdict is "not measurable" until
+the grid reaches lower. Seeds change the initialisation and the batch order; the data is the same. Runs are
 ordinary workdirs under runs/studies/stability-lr/ (re-running resumes them), and each finished run's summary is
 recorded in the output folder's runs.jsonl (studies.common.Ledger): with `--record` that file is committed, and a
-re-run on another machine trains only what it lacks. `studies.attention_distance` reads the models trained at the
-first learning rate (and trains those that are not on this machine). `--report` re-judges result.json without training.
+re-run on another machine trains only what it lacks. `--report` re-judges result.json without training.
 """
 
 from __future__ import annotations
@@ -83,8 +82,7 @@ GPU_STEPS, GPU_WARMUP = 300, 30
 
 
 def arm_dir(root: Path, arm: str, seed: int, learning_rate: float = LEARNING_RATES[0]) -> Path:
-    """The workdir of one run (by default at the `cpu` grid's first learning rate; attention_distance reads each
-    preset's models at its grid's first)."""
+    """The workdir of one run (by default at the `cpu` grid's first learning rate)."""
     mixer, factor = ARMS[arm]
     name = mixer if factor is None else f"{mixer}-{'factor' if factor else 'nofactor'}"
     return root / name / f"lr{learning_rate:g}" / f"seed{seed}"
