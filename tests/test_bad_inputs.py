@@ -615,6 +615,11 @@ def _command(args: list[str], status: int, pattern: str, writes: str = "w", env:
     return run, Works(check), writes
 
 
+# The lra_code preset's model at toy size: its data checks, compiled in a second.
+_TOY_MODEL = [f"--config.model.{k}={v}" for k, v in
+              {"num_layers": 1, "d_model": 32, "mlp_dim": 32, "num_heads": 2, "max_length": 64}.items()]  # fmt: skip
+
+
 def _cli_cases() -> list[Case]:
     rows = [
         ("unknown flag", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--nosuch=1"], "nosuch"),
@@ -663,6 +668,10 @@ def _cli_cases() -> list[Case]:
          r"command line can set fields but not add them"),
         ("data.dir is a file", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w", "--config.data.dir=README.md"],
          r"data.dir=README.md is a file, not a directory"),
+        # A preset that names the release reads it: a mistyped data.dir is refused, nothing generated there.
+        ("release preset, mistyped data.dir", ["lra_flax", "--config=lra_flax/configs/listops.py:lra_code",
+         "--workdir={tmp}/w", "--config.data.dir={tmp}/lra_releas", *_TOY_MODEL],
+         r"data.dir=\S*lra_releas has no ListOps TSVs .* or set data.generate=True"),
         ("negative --fake_cpu_devices", ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w",
          "--fake_cpu_devices=-1"], r"flag --fake_cpu_devices=-1: -1 is not a non-negative integer"),
         ("efficiency with no timed step", ["lra_flax.efficiency", f"--config={LISTOPS}", "--steps=0"],

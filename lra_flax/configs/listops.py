@@ -10,7 +10,7 @@ Presets (after the colon):
   lra_code  The LRA code's ListOps Transformer (docs/presets.md): softmax attention, 2K tokens,
             4 layers, d 512, 8 heads, MLP 1024 (GELU), dropout 0.1 and 0.1 on attention weights, batch 32,
             5k steps, AdamW lr 0.05 with rsqrt decay and 1000 warmup steps, no clipping. Data: the LRA
-            release TSVs in data.dir, or 96k/2k/2k generated there.
+            release TSVs in data.dir, or 96k/2k/2k generated there with --config.data.generate=True.
               lra-train --config=lra_flax/configs/listops.py:lra_code --workdir=runs/listops \\
                 --config.data.dir=/path/to/lra_release/listops-1000
             Hardware: one GPU or TPU host. Expected: about 36-37% test accuracy with softmax
@@ -87,5 +87,8 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         )  # fmt: skip
         config.data.truncate = True  # the LRA pipeline cuts at max_length
         config.train = lra_code_train(steps=5000, warmup_steps=1000)
+    # A preset that names the release reads it; it generates data only when asked: a mistyped data.dir is
+    # refused, not filled with synthetic data that the run would then train on.
+    config.data.generate = preset == "demo"
     config.lock()
     return config
