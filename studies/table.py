@@ -5,8 +5,8 @@ from the study's own `summary` of benchmarks/studies/NAME/result.json, its verdi
     python -m studies.table --check    # exit 1 when README.md's table is not what the results say
 
 A verdict recorded without the rule's parts (before `studies/verdict.py`) is shown as "not measurable at this
-budget *(recorded before the rule as …)*": the rule did not give it. A "not measurable" verdict links to the
-study's README, where each part's reason says the budget that would settle it.
+budget *(recorded before the rule as …)*": the rule did not give it. A "not measurable" or "partly reproduced"
+verdict links to the study's README, where each part's reason says which part holds and what would settle the rest.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from studies.common import NOT_MEASURABLE, ROOT
+from studies.verdict import PARTLY
 
 NAMES = (
     "variance", "parameter_budget", "approximation", "kernel_convergence", "stability", "attention_distance",
@@ -39,7 +40,7 @@ def row(study, root: Path = ROOT) -> str:
     verdict = result["verdict"]
     if "parts" not in result:  # a verdict the rule did not give cannot stand as one
         verdict = f"{NOT_MEASURABLE} *(recorded before the rule as {verdict})*"
-    elif verdict == NOT_MEASURABLE:  # the study's README gives each part's reason and the budget that would settle it
+    elif verdict in (NOT_MEASURABLE, PARTLY):  # its README gives each part's reason and what would settle it
         verdict = f"[{verdict}](benchmarks/studies/{name}/README.md)"
     return f"| {study.CLAIM} | {study.PAPER} | {study.summary(result)} | {verdict} | `python -m studies.{name}` |"
 

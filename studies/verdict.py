@@ -20,7 +20,8 @@ Controls come first and are not part of the family. A trained classifier "learne
 accuracy beats the majority class by LEARNED_MARGIN (one-sample t-test) and its most frequent prediction is under
 COLLAPSED_SHARE of its outputs; a failed control makes the claim "not measurable", naming it (`failed_controls`),
 with the budget its last training losses call for (`chance_loss_budget`). Only trained classifiers have this chance
-gate; estimators (FAVOR+'s error) and language models (their own plateau control) do not.
+gate; estimators (FAVOR+'s error) and language models (their own plateau control) do not. Where the paper's claim is
+about trained-out models, `converged` asks that the curve moved less than CONVERGED_CHANGE over its last doubling.
 
 A quantity without noise (a parameter count) is `decide_exact`: the side of the bound decides. A claim that a
 quantity lies in a range is `decide_within`: both one-sided tests inside → reproduced; either outside (Bonferroni
