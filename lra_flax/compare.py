@@ -23,8 +23,8 @@ import dataclasses
 import importlib
 import io
 import json
-import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -518,11 +518,9 @@ def collect(config: ml_collections.ConfigDict, root: str | os.PathLike) -> list[
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value)."""
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    return mean, std
+    """Mean and sample standard deviation (0 for one value); exactly 0 for equal values (`statistics` computes in
+    exact fractions: a float sum's rounding would read as spread)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def accuracy_table(config: ml_collections.ConfigDict, rows: list[dict]) -> str:

@@ -598,7 +598,7 @@ def write_dataset(
     Batches whose metadata file exists are kept (so a stopped run resumes). Returns images written and images/s.
     A folder generated with other settings is refused (`remedy` says what to do).
     """
-    from tqdm import tqdm
+    from zoo.progress import WorkProgress
 
     if num_images < 1 or images_per_batch < 1:
         raise ValueError(f"num_images={num_images} and images_per_batch={images_per_batch} must be positive")
@@ -616,16 +616,18 @@ def write_dataset(
     total = sum(job[-1] for job in jobs)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
     begin = time.perf_counter()
-    bar = tqdm(total=total, unit="img", desc=f"pathfinder{params.window_size}", disable=not progress)
+    bar = WorkProgress(f"pathfinder{params.window_size}", total=total, unit="img") if progress else None
+    update = bar.update if bar is not None else lambda n: None
     if workers == 1:
         for job in jobs:
-            bar.update(write_batch(*job))
+            update(write_batch(*job))
     else:
         # fork would copy the parent's JAX threads; spawn starts clean interpreters.
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
             for done in pool.imap_unordered(_write_batch_star, jobs):
-                bar.update(done)
-    bar.close()
+                update(done)
+    if bar is not None:
+        bar.close()
     seconds = time.perf_counter() - begin
     return {"images": total, "seconds": seconds, "images_per_s": total / max(seconds, 1e-9)}
 

@@ -5,10 +5,10 @@ Every comparison is a test at level ALPHA with a smallest effect that matters, d
   (b) two arms' means are compared by Welch's t-test (unequal variances), a level by a one-sample t-test, a spread
       between runs by the two-sided F-test of the seed variances;
   (c) "reproduced": the test rejects at ALPHA in the claimed direction and the gap is at least the smallest effect;
-  (d) "not reproduced": the test rejects in the opposite direction by at least the smallest effect, or the two
-      one-sided tests (TOST) put the gap within ± the smallest effect — and, for a trained quantity, only where the
-      gap's sign held over the last two doublings of training (`history`: the gap at a quarter and half of the
-      steps);
+  (d) "not reproduced": the test rejects in the opposite direction by at least the smallest effect, or (between
+      two arms) the two one-sided tests (TOST) put the gap within ± the smallest effect — and, for a trained
+      quantity, only where that already held over the last two doublings of training (`history`: the gap at a
+      quarter and half of the steps had the same sign, or was within ± the smallest effect);
       (c) and (d) need the paper's metric, or a proxy the study's README argues tracks it (`proxy` names a metric
       that is neither);
   (e) otherwise "not measurable at this budget", with the reason and, where a curve gives one, the budget.
@@ -99,7 +99,7 @@ def _judge(
     """(c)–(e) of the module docstring for a sign-adjusted `gap` (> 0: the claimed direction) and its test; `history`
     holds the sign-adjusted gap at earlier points of training."""
     effect = f"; smallest effect that matters {smallest_effect:.3g}" if smallest_effect else ""
-    what = f"{what} (t {t:.2f}, p {p:.2g}{effect})"
+    what = f"{what} (|t| {abs(t):.2f}, p {p:.2g}{effect})"
     if p < alpha and gap >= smallest_effect:
         if proxy is not None:
             reason = f"{what}: the claimed order; but {proxy}: a verdict needs the paper's metric"
@@ -171,6 +171,8 @@ def decide_threshold(
 def decide_within(arm: Arm, low: float, high: float, *, alpha: float = ALPHA) -> Verdict:
     """The verdict on the claim "`arm`'s value lies in [low, high]" (module docstring): its seeds are measurements
     (draws of random inputs), not trainings."""
+    if low > high:
+        raise ValueError(f"decide_within: the range [{low}, {high}] is empty")
     if (unjudged := _too_few_seeds(arm)) is not None:
         return unjudged
     mean, std = mean_std(arm.values)
@@ -357,9 +359,12 @@ def seeds_for_gap(claimed: Arm, other: Arm, *, smallest_effect: float, alpha: fl
     (m1, s1), (m2, s2) = mean_std(claimed.values), mean_std(other.values)
     gap = abs(m1 - m2)
     if gap < smallest_effect:
-        return f"the gap seen now ({gap:.3g}) is below the smallest effect that matters: more seeds will not settle it"
+        return (f"the gap seen now ({gap:.3g}) is below the smallest effect that matters: more seeds would test it "
+                "as no effect (the two one-sided tests), not as the claimed gap")  # fmt: skip
     for n in range(max(len(claimed.values), len(other.values)) + 1, MAX_SEEDS + 1):
-        if float(_stats().t.ppf(1 - alpha / 2, 2 * n - 2)) * math.sqrt((s1**2 + s2**2) / n) < gap:
+        v1, v2 = s1**2 / n, s2**2 / n
+        df = (v1 + v2) ** 2 / ((v1**2 + v2**2) / (n - 1)) if v1 + v2 else 2 * n - 2  # Welch–Satterthwaite
+        if float(_stats().t.ppf(1 - alpha / 2, df)) * math.sqrt(v1 + v2) < gap:
             return f"at the gap and spread seen now, Welch's test decides with ~{n} seeds per arm"
     return f"the gap seen now ({gap:.3g}) would need over {MAX_SEEDS} seeds per arm: no budget settles it"
 

@@ -14,9 +14,9 @@ from tqdm import tqdm
 
 
 def _bar(stream, *, enabled: bool = True, **tqdm_args) -> tqdm:
-    """A tqdm bar on `stream`, shown only where that is a terminal (and `enabled`): elsewhere the callers print."""
-    interactive = enabled and hasattr(stream, "isatty") and stream.isatty()
-    return tqdm(file=stream, dynamic_ncols=True, disable=not interactive, **tqdm_args)
+    """A tqdm bar on `stream`, shown only where that is a terminal (tqdm's disable=None) and `enabled`: elsewhere the
+    callers print plain lines (tqdm would redraw with carriage returns, one garbled line in a log file)."""
+    return tqdm(file=stream, dynamic_ncols=True, disable=None if enabled else True, **tqdm_args)
 
 
 class WorkProgress:

@@ -62,7 +62,7 @@ def test_where_welch_and_the_pooled_threshold_disagree_welch_decides():
     linear = _arm("orth. linear", 1.9803, 1.9883, 1.9777, 1.9994, 1.9556)
     assert not _pooled_rule(oglu, linear)
     v = decide(oglu, linear, higher_is_better=False, smallest_effect=0.01)
-    assert v.verdict == REPRODUCED and "t 2.47, p 0.039" in v.reason
+    assert v.verdict == REPRODUCED and "|t| 2.47, p 0.039" in v.reason
 
 
 def test_a_significant_gap_needs_the_smallest_effect_that_matters():
@@ -157,6 +157,9 @@ def test_a_spread_claim_is_decided_by_the_f_test_of_the_seed_variances():
     assert decide_spread(noisy, steady).verdict == NOT_MEASURABLE  # not reproduced, but not known to have settled
     v = decide_spread(_arm("a", 1.0, 1.1, 0.9), _arm("b", 1.0, 1.2, 0.8))  # ratio 4 with 3 seeds each
     assert v.verdict == NOT_MEASURABLE and "not significant" in v.reason
+    # Two arms that do not vary at all: equal spreads (a float sum's rounding is not spread).
+    v = decide_spread(_arm("a", 0.1, 0.1, 0.1), _arm("b", 0.7, 0.7, 0.7))
+    assert v.verdict == NOT_MEASURABLE and "equal" in v.reason
 
 
 def test_a_level_claim_is_a_one_sample_test_against_the_threshold():
@@ -174,6 +177,8 @@ def test_a_range_claim_needs_both_ends_tested():
     v = decide_within(_arm("slope", 1.10, 1.14, 1.18), 0.85, 1.15)  # inside by 0.01, std 0.04
     assert v.verdict == NOT_MEASURABLE and "neither inside nor outside" in v.reason
     assert decide_within(_arm("slope", 1.0, 1.0), 0.85, 1.15).verdict == NOT_MEASURABLE  # two seeds
+    with pytest.raises(ValueError, match=r"the range \[1.15, 0.85\] is empty"):
+        decide_within(_arm("slope", 1.0, 1.0, 1.0), 1.15, 0.85)
 
 
 def test_an_exact_quantity_is_judged_by_its_side_of_the_bound():

@@ -45,6 +45,22 @@ def test_a_failed_background_save_is_one_line_and_leaves_the_last_good_step_alon
     assert sorted(p.name for p in directory.iterdir()) == ["1"]
 
 
+def test_a_save_left_unfinished_by_a_killed_run_is_removed_by_the_next_run_not_by_a_reader(tmp_path):
+    directory, state = tmp_path / "checkpoints", {"w": jnp.ones((4, 3))}
+    data = iter(grain.MapDataset.range(10).to_iter_dataset())
+    writer = Checkpointer(directory, max_to_keep=5, writer=True)
+    writer.save(1, state, data, {"step": 1})
+    writer.wait()
+    left = directory / "2.orbax-checkpoint-tmp-1764400000000000"  # what SIGKILL inside a save leaves
+    (left / "state").mkdir(parents=True)
+    Checkpointer(directory, max_to_keep=5)  # a reader (a study, load_model) while the run may be saving
+    assert left.exists()
+    resumed = Checkpointer(directory, max_to_keep=5, writer=True)  # removes it in the background; a save waits for it
+    resumed.save(3, state, data, {"step": 3})
+    resumed.wait()
+    assert sorted(p.name for p in directory.iterdir()) == ["1", "3"]
+
+
 def test_the_loop_stops_at_the_next_log_line_not_a_save_later(tmp_path, monkeypatch):
     # Steps of a real model's length (half a second): the failed save is over well within the next four.
     monkeypatch.setattr(periodic, "EVENT_HOOKS", [lambda event: time.sleep(0.5)])

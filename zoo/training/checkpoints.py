@@ -60,7 +60,10 @@ def _leaf_shapes(tree) -> dict[tuple[str, ...], tuple[int, ...]]:
 
 
 class Checkpointer:
-    def __init__(self, directory: str | os.PathLike, *, max_to_keep: int):
+    """A run's checkpoints. `writer`: the training run's own, which removes the temporary folders of saves a killed
+    process left unfinished (Orbax's cleanup); a reader (load_model, a study) never does, as a run may be saving."""
+
+    def __init__(self, directory: str | os.PathLike, *, max_to_keep: int, writer: bool = False):
         self.manager = ocp.CheckpointManager(
             as_path(directory),
             item_names=("state", "data", "meta"),
@@ -69,7 +72,7 @@ class Checkpointer:
                 "data": grain.checkpoint.CheckpointHandler(),
                 "meta": ocp.JsonCheckpointHandler(),
             },
-            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=writer),
         )
         self.saving: int | None = None  # the step of the last save started
 

@@ -196,7 +196,9 @@ def restore(run: Run) -> dict | None:
     (broken ones are moved aside with a line each, never deleted); a fresh run gets the task's warm start.
     Returns results.json's contents when the workdir has already finished, else None."""
     run.data_iter = iter(run.task.train_batches())
-    run.checkpointer = Checkpointer(run.workdir / "checkpoints", max_to_keep=run.config.train.keep_checkpoints)
+    run.checkpointer = Checkpointer(
+        run.workdir / "checkpoints", max_to_keep=run.config.train.keep_checkpoints, writer=True
+    )
     abstract = jax.tree.map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), run.state, run.state_sharding
     )
