@@ -199,34 +199,41 @@ def _unmasked(row: int, ex: dict) -> dict:
     return {"inputs": ex["tokens"]}
 
 
-def train_batches(records_path: Path, config: ml_collections.ConfigDict, spec: MaskingSpec | None) -> grain.IterDataset:
-    """Infinite masked batches; row r of the run (step × batch + row) is masked with rng (seed, r).
-    `spec=None` (causal LM): the sequences as they are."""
+def open_split(records_path: Path) -> tuple[grain.MapDataset, np.ndarray]:
+    """A cached split's records and token counts, opened (the file stays open: deleted later, it is still read)."""
+    return data_lib.read_records(records_path), np.load(records_path.with_suffix(".counts.npy"))
+
+
+def train_batches(
+    records: grain.MapDataset, config: ml_collections.ConfigDict, spec: MaskingSpec | None
+) -> grain.IterDataset:
+    """Infinite masked batches of the training split's `records`; row r of the run (step × batch + row) is masked
+    with rng (seed, r). `spec=None` (causal LM): the sequences as they are."""
     return data_lib.train_batches(
-        data_lib.read_records(records_path),
+        records,
         global_batch=config.train.batch_size,
         seed=config.seed,
         row_transform=_unmasked if spec is None else _masker(spec, (config.seed,)),
     )
 
 
-def eval_batches(records_path: Path, config: ml_collections.ConfigDict, spec: MaskingSpec | None, split: str):
+def eval_batches(records: grain.MapDataset, config: ml_collections.ConfigDict, spec: MaskingSpec | None, split: str):
     """Every held-out sequence once, with masks fixed by (seed, split, index) (`spec=None`: unmasked)."""
     return data_lib.eval_batches(
-        data_lib.read_records(records_path),
+        records,
         global_batch=config.train.eval_batch_size or config.train.batch_size,
         row_transform=_unmasked if spec is None else _masker(spec, (config.seed, zlib.crc32(split.encode()))),
     )
 
 
-def unigram_perplexity(train_records: Path, eval_records: Path, scored_ids: np.ndarray) -> float:
+def unigram_perplexity(train_counts: np.ndarray, eval_counts: np.ndarray, scored_ids: np.ndarray) -> float:
     """Perplexity of the held-out tokens with ids `scored_ids` under the training split's unigram distribution
-    over those ids (add-one).
+    over those ids (add-one), from each split's token counts (`open_split`).
 
     The baseline a model that ignores context can at best reach: an MLM's masked targets are a uniform sample
     of the maskable tokens (`MaskingSpec.ordinary_ids`), a causal LM's are every token after [CLS].
     """
-    train = np.load(train_records.with_suffix(".counts.npy"))[scored_ids] + 1.0
-    held_out = np.load(eval_records.with_suffix(".counts.npy"))[scored_ids]
+    train = train_counts[scored_ids] + 1.0
+    held_out = eval_counts[scored_ids]
     log_p = np.log(train / train.sum())
     return float(np.exp(-(held_out * log_p).sum() / max(held_out.sum(), 1)))

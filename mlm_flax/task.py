@@ -76,10 +76,15 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         spec()  # checks the masking fields and the tokenizer's special symbols before anything is written
         return {split: pipeline.cache_split(config, split, tok, path) for split in ("train", "valid", "test")}
 
+    @functools.cache
+    def opened() -> dict[str, tuple]:
+        """Every split, opened when training starts: files deleted later are still read at evaluation."""
+        return {split: pipeline.open_split(path) for split, path in prepare().items()}
+
     def final_results(results: dict) -> dict:
-        files = prepare()
         scored = pipeline.next_token_ids(tokenizer()[0]) if causal else spec().ordinary_ids
-        return {"unigram_perplexity": pipeline.unigram_perplexity(files["train"], files["test"], scored)}
+        counts = {split: opened()[split][1] for split in ("train", "test")}
+        return {"unigram_perplexity": pipeline.unigram_perplexity(counts["train"], counts["test"], scored)}
 
     def batch_spec(batch: int):
         p = config.data.max_predictions
@@ -102,8 +107,8 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
             config.model,
             dict(vocab_size=lambda: tokenizer()[0].vocab_size),
         ),
-        train_batches=lambda: pipeline.train_batches(prepare()["train"], config, spec()),
-        eval_batches=lambda split: pipeline.eval_batches(prepare()[split], config, spec(), split),
+        train_batches=lambda: pipeline.train_batches(opened()["train"][0], config, spec()),
+        eval_batches=lambda split: pipeline.eval_batches(opened()[split][0], config, spec(), split),
         loss_fn=causal_lm_loss if causal else mlm_loss,
         prepare=prepare,
         batch_spec=batch_spec,

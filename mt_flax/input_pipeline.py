@@ -10,6 +10,7 @@ number of processes, and the Grain iterator over it is checkpointed with the run
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -263,10 +264,27 @@ def _process_rows(indices: np.ndarray) -> np.ndarray:
     return indices[data_lib.process_rows(len(indices), "rows per batch (a multiple of data.row_multiple)")]
 
 
-def train_batches(records_path: Path, config: ml_collections.ConfigDict) -> grain.IterDataset:
+@dataclasses.dataclass(frozen=True)
+class CachedSplit:
+    """A cached split, opened: its records (the file stays open: deleted later, it is still read), their lengths,
+    and the references and sentence-pair counts decoding is scored against."""
+
+    records: grain.MapDataset
+    lengths: np.ndarray
+    references: list[str]
+    pairs: dict[str, int]
+
+
+def open_split(records_path: Path) -> CachedSplit:
+    return CachedSplit(
+        data_lib.read_records(records_path), np.load(records_path.with_suffix(".lengths.npy")),
+        references(records_path), split_pairs(records_path),
+    )  # fmt: skip
+
+
+def train_batches(split: CachedSplit, config: ml_collections.ConfigDict) -> grain.IterDataset:
     """Infinite token-based batches of this process's rows; iterate for a checkpointable iterator."""
-    records = data_lib.read_records(records_path)
-    lengths = np.load(records_path.with_suffix(".lengths.npy"))
+    records, lengths = split.records, split.lengths
     kw = dict(
         max_length=config.model.max_length, max_tokens=config.data.max_tokens, row_multiple=config.data.row_multiple
     )
@@ -282,12 +300,11 @@ def train_batches(records_path: Path, config: ml_collections.ConfigDict) -> grai
     return ds.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
 
 
-def eval_batches(records_path: Path, config: ml_collections.ConfigDict):
+def eval_batches(split: CachedSplit, config: ml_collections.ConfigDict):
     """Every example once (bucket by bucket), as this process's rows of each global batch."""
-    records = data_lib.read_records(records_path)
-    lengths = np.load(records_path.with_suffix(".lengths.npy"))
+    records = split.records
     plan = batch_plan(
-        lengths,
+        split.lengths,
         max_length=config.model.max_length,
         max_tokens=config.data.max_tokens,
         row_multiple=config.data.row_multiple,

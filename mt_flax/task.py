@@ -21,7 +21,6 @@ from zoo.models.decoding import compile_translate, translate
 from zoo.progress import WorkProgress
 from zoo.text import BOS_ID, EOS_ID, PAD_ID, load_tokenizer
 from zoo.training import Task, flops, memory, token_cross_entropy
-from zoo.training import data as data_lib
 from zoo.training.config import read_run_config
 from zoo.training.state import restore_model
 
@@ -103,6 +102,11 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         tok, path = tokenizer()
         return {split: pipeline.cache_split(config, split, tok, path) for split in ("train", "valid", "test")}
 
+    @functools.cache
+    def opened() -> dict[str, pipeline.CachedSplit]:
+        """Every split, opened when training starts: files deleted later are still read at evaluation."""
+        return {split: pipeline.open_split(path) for split, path in prepare().items()}
+
     def loss_fn(model, batch, rngs, train):
         logits = model(batch["src"], batch["tgt_in"], rngs=rngs)
         weights = (batch["tgt_out"] != PAD_ID) * batch["weights"][:, None]
@@ -111,16 +115,13 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
     def generate_eval(model, split: str, workdir: Path | None) -> dict[str, float | str]:
         """BLEU/chrF of beam-search output with sacreBLEU's signatures; at the end, also {split}.{hyp,ref}.txt."""
-        records_path = prepare()[split]
-        records = data_lib.read_records(records_path)
-        refs = pipeline.references(records_path)
+        records, refs, pairs = opened()[split].records, opened()[split].references, opened()[split].pairs
         count = len(refs) if workdir is not None or not config.decode.valid_examples else config.decode.valid_examples
         count = min(count, len(refs))
         tok = tokenizer()[0]
         ids = translate_ids(model, config, [records[i]["src"] for i in range(count)])
         hyps = [tok.decode(x) for x in ids]
         scores = bleu.score(hyps, refs[:count])
-        pairs = pipeline.split_pairs(records_path)
         if workdir is not None and jax.process_index() == 0:
             for name, lines in (("hyp", hyps), ("ref", refs[:count])):
                 atomic_write_bytes(workdir / f"{split}.{name}.txt", "".join(x + "\n" for x in lines).encode("utf-8"))
@@ -147,8 +148,8 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
     return Task(
         build_model=ModelBuilder(EncoderDecoder, config.model, dict(src_vocab=vocab_size, tgt_vocab=vocab_size)),
-        train_batches=lambda: pipeline.train_batches(prepare()["train"], config),
-        eval_batches=lambda split: pipeline.eval_batches(prepare()[split], config),
+        train_batches=lambda: pipeline.train_batches(opened()["train"], config),
+        eval_batches=lambda split: pipeline.eval_batches(opened()[split], config),
         loss_fn=loss_fn,
         count_tokens=lambda b: int(np.count_nonzero(b["src"]) + np.count_nonzero(b["tgt_out"])),
         model_flops=lambda b: flops.encoder_decoder_step_flops(config.model, b, tokenizer()[0].vocab_size),

@@ -279,3 +279,22 @@ def test_bad_input_exits_with_status_2_and_one_line(tmp_path):
     assert proc.returncode == 2
     assert "mlm-train: error:" in proc.stderr and "empty corpus" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_data_folder_emptied_mid_run_is_still_evaluated(tmp_path, monkeypatch):
+    import shutil
+
+    from zoo.training import periodic
+
+    markov_corpus(tmp_path / "corpus")
+    config = tiny_config(tmp_path / "corpus", preset="lm_tiny")
+    config.train.update(steps=4, log_every=2, eval_every=2, checkpoint_every=4)
+
+    def empty_the_data_folder(event):
+        if event.step == 1:
+            shutil.rmtree(tmp_path / "corpus")  # the corpus and its cached splits (data.dir/cache)
+
+    monkeypatch.setattr(periodic, "EVENT_HOOKS", [empty_the_data_folder])
+    results = train_and_evaluate(config, tmp_path / "run", make_task(config))
+    assert not (tmp_path / "corpus").exists() and results["test_perplexity"] > 1 and results["unigram_perplexity"] > 1

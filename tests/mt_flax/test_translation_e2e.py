@@ -146,3 +146,25 @@ def test_document_level_run_and_bad_input(tmp_path):
     (data / "test.src").unlink()
     proc = _run("mt_flax", *base, f"--workdir={tmp_path / 'bad'}", "--config.data.cache_dir=" + str(tmp_path / "c3"))
     assert proc.returncode == 2 and "split 'test' is missing" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_data_folder_emptied_mid_run_is_still_evaluated(tmp_path, monkeypatch):
+    import shutil
+
+    from mt_flax.configs.translation import get_config
+    from mt_flax.task import make_task
+    from zoo.training import periodic, train_and_evaluate
+
+    _copy_task(tmp_path / "copy", counts=(("train", 200), ("valid", 8), ("test", 8)))
+    config = get_config("tiny")
+    config.data.update(source="text", dir=str(tmp_path / "copy"), src_lang="src", tgt_lang="tgt", vocab_size=64)
+    config.train.update(steps=4, log_every=2, eval_every=2, checkpoint_every=4)
+
+    def empty_the_data_folder(event):
+        if event.step == 1:
+            shutil.rmtree(tmp_path / "copy")  # the corpus and its cached splits, lengths and references
+
+    monkeypatch.setattr(periodic, "EVENT_HOOKS", [empty_the_data_folder])
+    results = train_and_evaluate(config, tmp_path / "run", make_task(config))
+    assert not (tmp_path / "copy").exists() and 0 <= results["bleu"] <= 100 and results["examples_scored"] == 8
