@@ -62,8 +62,8 @@ from zoo.training import train_and_evaluate
 from zoo.training.config import read_run_config
 from zoo.training.state import restore_model
 
-ARMS = {"relu, 1/√(n/2)": ("relu", True), "softmax": ("softmax", None)}
-ARM_NAMES = list(ARMS)
+RELU, SOFTMAX = "relu, 1/√(n/2)", "softmax"
+ARMS = {RELU: ("relu", True), SOFTMAX: ("softmax", None)}
 RUNS = Path("runs/studies/attention_distance")
 SEEDS = {"tiny": 3, "cpu": 8, "gpu": 8}
 STEPS = {"tiny": 4, "cpu": 700, "gpu": 3000}
@@ -263,14 +263,11 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
     relu, softmax = (
         Arm(f"{arm} mean distance", tuple(map(seed_distance, result["mean_distance"][arm]))) for arm in ARMS
     )
-    history = [
-        float(np.mean([s[i] for s in result["earlier_mean_distance"][ARM_NAMES[0]]])
-              - np.mean([s[i] for s in result["earlier_mean_distance"][ARM_NAMES[1]]]))
-        for i in range(len(result["read_at_steps"]) - 1)
-    ]  # fmt: skip
+    earlier = {arm: np.mean(result["earlier_mean_distance"][arm], axis=0) for arm in ARMS}  # at ¼ and ½ of the steps
+    history = (earlier[RELU] - earlier[SOFTMAX]).tolist()
     effect = SMALLEST_EFFECT * result["uniform_attention_distance"]
     part = decide(relu, softmax, higher_is_better=True, smallest_effect=effect, history=history)
-    if part.verdict == NOT_MEASURABLE:  # one reading per model at its end: seeds, not steps, are what a curve lacks
+    if part.verdict == NOT_MEASURABLE:  # the gap is read at three points, too few to extend: its budget is in seeds
         part = with_budget(part, seeds_for_gap(relu, softmax, smallest_effect=effect))
     parts["ReLU attends farther than softmax"] = part
     return combine(parts), parts
@@ -303,7 +300,7 @@ def report(result: dict, out_dir: Path) -> dict:
         for arm in ARMS
         for layer, heads in enumerate(distances[arm][0])
     )
-    heads = len(distances[ARM_NAMES[0]][0][0])
+    heads = len(distances[RELU][0][0])
     per_seed = "; ".join(
         f"{arm} {mean_pm_std([seed_distance(s) for s in distances[arm]], 1)} tokens over live heads, "
         f"{dead_heads(result, arm)} dead of {sum(len(h) for s in distances[arm] for h in s)}"
@@ -314,7 +311,7 @@ def report(result: dict, out_dir: Path) -> dict:
         f"{100 * max(result['test_top_prediction_share'][arm]):.0f}% at most)"
         for arm in ARMS
     )
-    config = config_for(ARM_NAMES[0], 0, preset, Path("data"))
+    config = config_for(RELU, 0, preset, Path("data"))
     model, gen = config.model, config.data.generator
     readme = study_readme(
         "attention_distance", preset,
