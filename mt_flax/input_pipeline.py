@@ -267,18 +267,20 @@ def _process_rows(indices: np.ndarray) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class CachedSplit:
     """A cached split, opened: its records (the file stays open: deleted later, it is still read), their lengths,
-    and the references and sentence-pair counts decoding is scored against."""
+    and for a held-out split the references and sentence-pair counts decoding is scored against (None for the
+    training split, which is never decoded: its references can be the size of the corpus)."""
 
     records: grain.MapDataset
     lengths: np.ndarray
-    references: list[str]
-    pairs: dict[str, int]
+    references: list[str] | None
+    pairs: dict[str, int] | None
 
 
-def open_split(records_path: Path) -> CachedSplit:
+def open_split(records_path: Path, *, scored: bool) -> CachedSplit:
+    """The split cached at `records_path`; `scored`: a held-out split, whose references are read too."""
     return CachedSplit(
         data_lib.read_records(records_path), np.load(records_path.with_suffix(".lengths.npy")),
-        references(records_path), split_pairs(records_path),
+        references(records_path) if scored else None, split_pairs(records_path) if scored else None,
     )  # fmt: skip
 
 

@@ -105,7 +105,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
     @functools.cache
     def opened() -> dict[str, pipeline.CachedSplit]:
         """Every split, opened when training starts: files deleted later are still read at evaluation."""
-        return {split: pipeline.open_split(path) for split, path in prepare().items()}
+        return {split: pipeline.open_split(path, scored=split != "train") for split, path in prepare().items()}
 
     def loss_fn(model, batch, rngs, train):
         logits = model(batch["src"], batch["tgt_in"], rngs=rngs)
@@ -115,7 +115,8 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
     def generate_eval(model, split: str, workdir: Path | None) -> dict[str, float | str]:
         """BLEU/chrF of beam-search output with sacreBLEU's signatures; at the end, also {split}.{hyp,ref}.txt."""
-        records, refs, pairs = opened()[split].records, opened()[split].references, opened()[split].pairs
+        held_out = opened()[split]
+        records, refs, pairs = held_out.records, held_out.references, held_out.pairs
         count = len(refs) if workdir is not None or not config.decode.valid_examples else config.decode.valid_examples
         count = min(count, len(refs))
         tok = tokenizer()[0]

@@ -45,6 +45,7 @@ from studies.verdict import (
     decide_threshold,
     failed_controls,
     judged,
+    mean_at,
     mean_std,
     needed_mean,
     with_budget,
@@ -89,11 +90,6 @@ def run(preset: str, out_dir: Path) -> dict:
     return report(result, out_dir)
 
 
-def _at(steps: list[int], curve: list[float], step: float) -> float:
-    """The curve's value at its recorded step nearest `step`."""
-    return curve[min(range(len(steps)), key=lambda j: abs(steps[j] - step))]
-
-
 def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float], unigram: float, noise: float):
     """(the verdict, each layer's): every layer's final score above THRESHOLD by the rule, once the models have
     measurably left the unigram plateau (a control over the seeds). `scores`: per seed, each layer's score at every
@@ -113,7 +109,8 @@ def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float
     for i in range(layers):
         arm = Arm(f"layer {i}", tuple(s[i] for s in final.values()))
         curve = [float(np.mean([per[step][i] for per in scores.values()])) for step in steps]
-        history = [_at(steps, curve, steps[-1] * f) for f in (0.25, 0.5)] if len(steps) >= 2 else None
+        logged = [list(zip(steps, curve, strict=True))]
+        history = [mean_at(logged, steps[-1] * f) for f in (0.25, 0.5)] if len(steps) >= 2 else None
         part = decide_threshold(arm, level, higher_is_better=True, history=history)
         # The curve is read where every seed was scored, and ends where the verdict reads the seeds.
         ends_together = all(max(per) == steps[-1] for per in scores.values()) if steps else False

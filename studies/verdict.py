@@ -140,15 +140,20 @@ def decide(
         return unjudged
     sign = 1.0 if higher_is_better else -1.0
     (m1, s1), (m2, s2) = mean_std(claimed.values), mean_std(other.values)
-    v1, v2 = s1**2 / len(claimed.values), s2**2 / len(other.values)
-    se = math.sqrt(v1 + v2)
-    # Welch–Satterthwaite degrees of freedom.
-    df = (v1 + v2) ** 2 / (v1**2 / (len(claimed.values) - 1) + v2**2 / (len(other.values) - 1)) if se else math.nan
+    se, df = _welch(s1, len(claimed.values), s2, len(other.values))
     gap = sign * (m1 - m2)
     t, p, p_equal = _tested(gap, se, df, smallest_effect)
     what = f"gap {m1 - m2:+.4g} between means {m1:.4g} ({claimed.name}) and {m2:.4g} ({other.name}), Welch's"
     signed = None if history is None else [sign * h for h in history]
     return _judge(what, gap, t, p, p_equal, smallest_effect, history=signed, trained=trained, proxy=proxy, alpha=alpha)
+
+
+def _welch(s1: float, n1: int, s2: float, n2: int) -> tuple[float, float]:
+    """The standard error of a gap between two means of seed spreads s1, s2 over n1, n2 seeds, and its
+    Welch–Satterthwaite degrees of freedom (NaN when neither arm varies)."""
+    v1, v2 = s1**2 / n1, s2**2 / n2
+    df = (v1 + v2) ** 2 / (v1**2 / (n1 - 1) + v2**2 / (n2 - 1)) if v1 + v2 else math.nan
+    return math.sqrt(v1 + v2), df
 
 
 def decide_threshold(
@@ -231,10 +236,10 @@ def earlier_gaps(
     """The `history` of a comparison: claimed − other's mean over seeds at a quarter and half of the training, from
     each seed's logged curve of (step, value) pairs."""
     last = max(run[-1][0] for run in (*claimed, *other))
-    return [_mean_at(claimed, last * f) - _mean_at(other, last * f) for f in (0.25, 0.5)]
+    return [mean_at(claimed, last * f) - mean_at(other, last * f) for f in (0.25, 0.5)]
 
 
-def _mean_at(runs: Sequence[Sequence[tuple[int, float]]], step: float) -> float:
+def mean_at(runs: Sequence[Sequence[tuple[int, float]]], step: float) -> float:
     """The mean over seeds of each curve's value at its logged step nearest `step`."""
     return statistics.fmean(min(run, key=lambda logged: abs(logged[0] - step))[1] for run in runs)
 
@@ -248,7 +253,7 @@ def converged(
     """A control for claims about trained-out models (the paper's): the seeds' mean curve (of (step, value) pairs)
     moved by less than `tolerance` of its last value over the last doubling of steps."""
     last = max(run[-1][0] for run in runs)
-    at_half, at_end = _mean_at(runs, last / 2), _mean_at(runs, last)
+    at_half, at_end = mean_at(runs, last / 2), mean_at(runs, last)
     change = abs(at_end - at_half) / abs(at_end)
     what = f"{name}: {at_half:.4g} at step ~{last // 2:,}, {at_end:.4g} at {last:,} ({100 * change:.1f}% change)"
     if change < tolerance:
@@ -338,7 +343,7 @@ def needed_gap(claimed: Arm, other: Arm, *, smallest_effect: float, alpha: float
     where that is more (its critical value at n₁ + n₂ − 2 degrees of freedom, the most Welch's can have: a lower
     bound of the need)."""
     (_, s1), (_, s2) = mean_std(claimed.values), mean_std(other.values)
-    se = math.sqrt(s1**2 / len(claimed.values) + s2**2 / len(other.values))
+    se, _ = _welch(s1, len(claimed.values), s2, len(other.values))
     df = len(claimed.values) + len(other.values) - 2
     return max(smallest_effect, float(_stats().t.ppf(1 - alpha / 2, df)) * se)
 
@@ -362,9 +367,8 @@ def seeds_for_gap(claimed: Arm, other: Arm, *, smallest_effect: float, alpha: fl
         return (f"the gap seen now ({gap:.3g}) is below the smallest effect that matters: more seeds would test it "
                 "as no effect (the two one-sided tests), not as the claimed gap")  # fmt: skip
     for n in range(max(len(claimed.values), len(other.values)) + 1, MAX_SEEDS + 1):
-        v1, v2 = s1**2 / n, s2**2 / n
-        df = (v1 + v2) ** 2 / ((v1**2 + v2**2) / (n - 1)) if v1 + v2 else 2 * n - 2  # Welch–Satterthwaite
-        if float(_stats().t.ppf(1 - alpha / 2, df)) * math.sqrt(v1 + v2) < gap:
+        se, df = _welch(s1, n, s2, n)
+        if float(_stats().t.ppf(1 - alpha / 2, df if se else 2 * n - 2)) * se < gap:
             return f"at the gap and spread seen now, Welch's test decides with ~{n} seeds per arm"
     return f"the gap seen now ({gap:.3g}) would need over {MAX_SEEDS} seeds per arm: no budget settles it"
 
