@@ -48,25 +48,27 @@ def check_lengths(**lengths: int) -> None:
             raise ValueError(f"{name} is {t}: attention needs at least one position")
 
 
-def check_attention_inputs(q: jax.Array, k: jax.Array, v: jax.Array, key_mask, causal) -> None:
-    """What every dot-product attention op (ReLU, softmax) needs of q, k, v `[batch, length, heads, head_dim]`,
-    the key mask `[batch, key_length]` and `causal` (equal lengths)."""
+def check_attention_inputs(q: jax.Array, k: jax.Array, v: jax.Array, key_mask, causal, *, linear: bool = False) -> None:
+    """What every attention op needs of q, k, v `[batch, length, heads, dim]` (φ(q), φ(k), v for `linear`), the
+    key mask `[batch, key_length]` and `causal` (equal lengths)."""
     check_causal(causal)
     check_key_mask(key_mask)
+    qn, kn, dim = ("phi_q", "phi_k", "dim") if linear else ("q", "k", "head_dim")
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
-            f"q, k, v must be [batch, length, heads, head_dim]; got shapes {q.shape}, {k.shape}, {v.shape}"
+            f"{qn}, {kn}, v must be [batch, length, heads, {dim}]; got shapes {q.shape}, {k.shape}, {v.shape}"
         )
-    check_floating(q=q, k=k, v=v)
-    check_lengths(query_length=q.shape[1], key_length=k.shape[1], head_dim=q.shape[3])
+    check_floating(**{qn: q, kn: k, "v": v})
+    check_lengths(query_length=q.shape[1], key_length=k.shape[1], **{"feature_dim" if linear else dim: q.shape[3]})
     if k.shape[0] != q.shape[0] or k.shape[2:] != q.shape[2:]:
-        raise ValueError(f"k shape {k.shape} does not match q shape {q.shape} (batch, heads, head_dim)")
+        raise ValueError(f"{kn} shape {k.shape} does not match {qn} shape {q.shape} (batch, heads, {dim})")
     if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v shape {v.shape} does not match k shape {k.shape} (batch, length, heads)")
+        raise ValueError(f"v shape {v.shape} does not match {kn} shape {k.shape} (batch, length, heads)")
     if key_mask is not None and key_mask.shape != k.shape[:2]:
         raise ValueError(f"key_mask shape {key_mask.shape} must be [batch, key_length] = {k.shape[:2]}")
     if causal and q.shape[1] != k.shape[1]:
-        raise ValueError(f"causal attention needs equal query and key lengths, got {q.shape[1]} and {k.shape[1]}")
+        kind = "linear attention" if linear else "attention"
+        raise ValueError(f"causal {kind} needs equal query and key lengths, got {q.shape[1]} and {k.shape[1]}")
 
 
 def is_concrete(x: object) -> bool:

@@ -32,15 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import checkify
 
-from kernels.checks import (
-    check_causal,
-    check_floating,
-    check_key_mask,
-    check_lengths,
-    check_non_negative,
-    check_options,
-    is_concrete,
-)
+from kernels.checks import check_attention_inputs, check_non_negative, check_options, is_concrete
 from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes, linear_attention_mosaic_gpu, supported
 from kernels.linear_attention.mosaic_tpu import linear_attention_mosaic_tpu
 from kernels.linear_attention.reference import reference
@@ -52,27 +44,6 @@ from kernels.options import LinearAttentionOptions
 from kernels.platforms import largest_head_dim
 
 DEFAULT_CHUNK = 64
-
-
-def _check(phi_q, phi_k, v, key_mask, causal):
-    check_causal(causal)
-    check_key_mask(key_mask)
-    if phi_q.ndim != 4 or phi_k.ndim != 4 or v.ndim != 4:
-        raise ValueError(
-            f"phi_q, phi_k, v must be [batch, length, heads, dim]; got shapes {phi_q.shape}, {phi_k.shape}, {v.shape}"
-        )
-    check_floating(phi_q=phi_q, phi_k=phi_k, v=v)
-    check_lengths(query_length=phi_q.shape[1], key_length=phi_k.shape[1], feature_dim=phi_q.shape[-1])
-    if phi_k.shape[:3] != v.shape[:3]:
-        raise ValueError(f"phi_k shape {phi_k.shape} does not match v shape {v.shape} (batch, length, heads)")
-    if phi_q.shape[0] != phi_k.shape[0] or phi_q.shape[2:] != phi_k.shape[2:]:
-        raise ValueError(f"phi_q shape {phi_q.shape} does not match phi_k shape {phi_k.shape} (batch, heads, dim)")
-    if key_mask is not None and key_mask.shape != phi_k.shape[:2]:
-        raise ValueError(f"key_mask shape {key_mask.shape} must be [batch, key_length] = {phi_k.shape[:2]}")
-    if causal and phi_q.shape[1] != phi_k.shape[1]:
-        raise ValueError(
-            f"causal linear attention needs equal query and key lengths, got {phi_q.shape[1]}, {phi_k.shape[1]}"
-        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,7 +124,7 @@ def linear_attention(
     `impl`: the implementation (module docstring), in place of `options.impl`; None: `options.impl`.
     """
     options = check_options(options, LinearAttentionOptions, "linear_attention", impl)
-    _check(phi_q, phi_k, v, key_mask, causal)
+    check_attention_inputs(phi_q, phi_k, v, key_mask, causal, linear=True)
     check_eps_mode(eps_mode)
     if isinstance(eps, numbers.Real) and not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"linear_attention eps={eps!r} must be a finite number > 0 (it keeps the denominator off 0)")

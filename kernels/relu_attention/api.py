@@ -40,22 +40,25 @@ from kernels.relu_attention.triton import relu_attention_triton
 from kernels.relu_attention.xla import relu_attention_xla, row_stats
 
 
-def _check_inputs(q, k, v, key_mask, gamma, causal, row_scale="sqrt_half"):
+def _prepare(q, k, v, key_mask, gamma, causal, row_scale, impl, options, *, fused_row_stats=False, plan=True):
+    """Checks the inputs; returns (options, the impl that runs, k, v with padded keys' rows zeroed, the bool key
+    mask, γ per head `[heads]` float32)."""
+    options = check_options(options, ReluAttentionOptions, "relu_attention", impl)
     check_attention_inputs(q, k, v, key_mask, causal)
     if row_scale not in ROW_SCALES:
         raise ValueError(f"unknown row_scale {row_scale!r}; valid: {', '.join(ROW_SCALES)}")
     h = q.shape[2]
-    gshape = jnp.shape(gamma)
-    if gshape not in ((), (1,), (h,)):
+    if (gshape := jnp.shape(gamma)) not in ((), (1,), (h,)):
         raise ValueError(f"gamma must be a scalar or have shape [heads]=({h},), got {gshape}")
     check_positive("gamma", gamma)
-
-
-def _prepare(q, k, key_mask, gamma):
-    if key_mask is None:
-        key_mask = jnp.ones(k.shape[:2], dtype=bool)
-    gamma_h = jnp.broadcast_to(jnp.asarray(gamma, jnp.float32).reshape(-1), (q.shape[2],))
-    return key_mask.astype(bool), gamma_h
+    impl = options.impl
+    if plan:
+        refusal = _mosaic_refusal(q, k, v, options, causal, fused_row_stats)
+        impl = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
+    k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
+    key_mask = jnp.ones(k.shape[:2], dtype=bool) if key_mask is None else key_mask.astype(bool)
+    gamma_h = jnp.broadcast_to(jnp.asarray(gamma, jnp.float32).reshape(-1), (h,))
+    return options, impl, k, v, key_mask, gamma_h
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,7 +101,7 @@ def _kernels(build: str, options: ReluAttentionOptions, q, k, v, key_mask, facto
 
 
 def _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options: ReluAttentionOptions, impl):
-    """The output by `impl` ("reference", "xla" or a Pallas build), on prepared inputs (`_prepare`)."""
+    """The output by `impl` ("reference", "xla" or a Pallas build), on `_prepare`d inputs."""
     if impl == "reference":
         return reference(q, k, v, key_mask, gamma_h, causal, row_scale)
     if impl == "xla":
@@ -142,12 +145,7 @@ def relu_attention(
       impl: the implementation (module docstring), in place of `options.impl`; None: `options.impl`.
       options: which implementation runs and how it is tiled (`kernels.options`); None: the defaults (impl "auto").
     """
-    options = check_options(options, ReluAttentionOptions, "relu_attention", impl)
-    _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
-    refusal = _mosaic_refusal(q, k, v, options, causal)
-    impl = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
-    k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
-    key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
+    options, impl, k, v, key_mask, gamma_h = _prepare(q, k, v, key_mask, gamma, causal, row_scale, impl, options)
     return _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl)
 
 
@@ -169,11 +167,10 @@ def relu_attention_row_stats(
     the XLA impl under `jax.checkpoint`, so neither forward nor backward holds the T×T matrix. Arguments as
     `relu_attention`.
     """
-    options = check_options(options, ReluAttentionOptions, "relu_attention", impl)
-    _check_inputs(q, k, k, key_mask, gamma, causal, row_scale)
-    k = zero_masked_rows(k, key_mask)
-    key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
-    return _row_stats(q, k, key_mask, gamma_h, causal, row_scale, options.impl, options.block_k(causal=causal))
+    options, impl, k, _, key_mask, gamma_h = _prepare(
+        q, k, k, key_mask, gamma, causal, row_scale, impl, options, plan=False
+    )
+    return _row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, options.block_k(causal=causal))
 
 
 def relu_attention_and_row_stats(
@@ -197,12 +194,9 @@ def relu_attention_and_row_stats(
     S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p). Other impls (and the TPU and
     Mosaic GPU kernels) compute the two separately. Arguments as `relu_attention`.
     """
-    options = check_options(options, ReluAttentionOptions, "relu_attention", impl)
-    _check_inputs(q, k, v, key_mask, gamma, causal, row_scale)
-    refusal = _mosaic_refusal(q, k, v, options, causal, fused_row_stats=True)
-    impl = options.plan(k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(q, v))
-    k, v = zero_masked_rows(k, key_mask), zero_masked_rows(v, key_mask)
-    key_mask, gamma_h = _prepare(q, k, key_mask, gamma)
+    options, impl, k, v, key_mask, gamma_h = _prepare(
+        q, k, v, key_mask, gamma, causal, row_scale, impl, options, fused_row_stats=True
+    )
     if impl != "triton":
         out = _attend(q, k, v, key_mask, gamma_h, causal, row_scale, options, impl)
         return out, *_row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, options.block_k(causal=causal))
