@@ -71,3 +71,12 @@ def pallas_against_reference(loss, args: tuple, grad_names: tuple[str, ...]):
         for name, g, r in zip(grad_names, grads, ref_grads, strict=True)
     }
     return out, ref, errors
+
+
+def assert_matches_reference(out, ref, errors: dict[str, float], dtype) -> None:
+    """`pallas_against_reference`'s results within the dtype's bounds: output (in `dtype`) and each gradient."""
+    chex.assert_type(out, dtype)
+    tol = bound(dtype)
+    chex.assert_trees_all_close(out.astype(jnp.float32), ref, atol=tol, rtol=tol)
+    for name, err in errors.items():
+        assert err < bound(dtype, "grad"), f"{name}: relative error {err:.2e}"
