@@ -17,6 +17,7 @@ import logging as std_logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 import jax
 import ml_collections
@@ -50,17 +51,17 @@ _STOP_GRACE = flags.DEFINE_float(
 )
 
 
-def parse_profile_steps(value: str | None) -> tuple[int, int] | None:
-    """ "FIRST,LAST" → (first, last), 1 ≤ first ≤ last; None stays None."""
-    return parse_ordered_pair(value, ",", "--profile_steps", "FIRST,LAST (two step numbers)") if value else None
-
-
-# Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run): one clear
-# line and exit status 2, no traceback.
-# I/O failures (OSError: a missing or unreadable file, a full disk) are reported the same way.
+# Errors a user can cause (bad config, bad data, a mismatched workdir, a diverged run, an I/O failure such as a
+# missing file or a full disk): one clear line and exit status 2, no traceback.
 USER_ERRORS = (ValueError, OSError, FloatingPointError, NoCheckpointRestores, MissingExtra, WorkdirBusy)
 # Another process of a multi-process run died: this one stops at once with this status.
 LOST_PEER_EXIT_CODE = 3
+
+
+def _fail(prog: str, message: object) -> NoReturn:
+    """A user's error: one line on stderr and exit status 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def unknown_override(argv: Sequence[str], config, flag: str = "config") -> str | None:
@@ -129,20 +130,16 @@ def flags_parser(prog: str) -> Callable[[list[str]], list[str]]:
         try:
             return flags.FLAGS(argv)
         except SyntaxError as e:  # a config file's: where, not the importer's traceback
-            print(f"{prog}: error: {e.filename}:{e.lineno}: {e.msg}", file=sys.stderr)
-            sys.exit(2)
+            _fail(prog, f"{e.filename}:{e.lineno}: {e.msg}")
         except (flags.Error, AttributeError, KeyError) as e:
             parser = flags.FLAGS["config"].parser if "config" in flags.FLAGS else None
             loaded = parser.config if isinstance(parser, _KeepsLoadedConfig) else None
-            message = unknown_override(argv[1:], loaded) or _last_error_line(str(e))
-            print(f"{prog}: error: {message}", file=sys.stderr)
-            sys.exit(2)
+            _fail(prog, unknown_override(argv[1:], loaded) or _last_error_line(str(e)))
         except Exception as e:  # raised by a config file's own code: its line, not the importer's traceback
             where = _config_file_line(e, argv)
             if where is None:
                 raise
-            print(f"{prog}: error: {where}: {type(e).__name__}: {e}", file=sys.stderr)
-            sys.exit(2)
+            _fail(prog, f"{where}: {type(e).__name__}: {e}")
 
     return parse
 
@@ -159,16 +156,6 @@ def _config_file_line(error: BaseException, argv: Sequence[str]) -> str | None:
     return where
 
 
-def config_file_problem(argv: Sequence[str], flag: str = "config") -> str | None:
-    """An error message when `--config=FILE[:preset]` names a file that does not exist, else None."""
-    for arg in argv:
-        if arg.startswith(f"--{flag}="):
-            path = arg.split("=", 1)[1].split(":", 1)[0]
-            if path and not os.path.isfile(path):
-                return f"--{flag}: no config file {path!r} (relative paths start at {os.getcwd()})"
-    return None
-
-
 def show_command_flags(main: Callable, *modules: str) -> None:
     """Makes `--help` list the command's own flags and this module's (absl lists only the main module's)."""
     by_module = flags.FLAGS.flags_by_module_dict()
@@ -183,10 +170,10 @@ def show_command_flags(main: Callable, *modules: str) -> None:
 def before_parsing(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = "") -> None:
     """What every command does before absl parses its flags: a `--config` file that does not exist is one line and
     exit status 2; `--help` prints the usage, the command's own flags and `help_epilogue`, and exits with 0."""
-    message = config_file_problem(sys.argv[1:])
-    if message:
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
+    for arg in sys.argv[1:]:
+        path = arg.split("=", 1)[1].split(":", 1)[0] if arg.startswith("--config=") else ""
+        if path and not os.path.isfile(path):
+            _fail(prog, f"--config: no config file {path!r} (relative paths start at {os.getcwd()})")
     show_command_flags(main)
     if any(arg in ("--help", "-h", "-?", "--helpshort") for arg in sys.argv[1:]):
         app.usage(shorthelp=True, writeto_stdout=True)
@@ -202,9 +189,11 @@ def check_backend(prog: str) -> None:
     except (RuntimeError, AssertionError) as e:
         asked = os.environ.get("JAX_PLATFORMS", "")
         detail = str(e).strip().splitlines()[0] if str(e).strip() else "no plugin for it is installed"
-        print(f"{prog}: error: JAX_PLATFORMS={asked!r} names a backend this machine cannot start ({detail}); unset "
-              "JAX_PLATFORMS to use the backends it has", file=sys.stderr)  # fmt: skip
-        sys.exit(2)
+        _fail(
+            prog,
+            f"JAX_PLATFORMS={asked!r} names a backend this machine cannot start ({detail}); unset JAX_PLATFORMS to "
+            "use the backends it has",
+        )
 
 
 def _orbax_errors_in_one_line(record: std_logging.LogRecord) -> bool:
@@ -244,15 +233,13 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
             print(f"{prog}: {e}", file=sys.stderr)
             sys.exit(distributed.PREEMPTED_EXIT_CODE)
         except app.UsageError as e:  # one line and the usual status of a usage error, not absl's usage text and 1
-            print(f"{prog}: error: {e}", file=sys.stderr)
-            sys.exit(2)
+            _fail(prog, e)
         except signals.Interrupted as e:
             signals.exit_interrupted(prog, e)
         except USER_ERRORS as e:
             if _DEBUG.value:
                 raise
-            print(f"{prog}: error: {' '.join(str(e).split()) if isinstance(e, OSError) else e}", file=sys.stderr)
-            sys.exit(2)
+            _fail(prog, " ".join(str(e).split()) if isinstance(e, OSError) else e)
         except jax.errors.JaxRuntimeError as e:
             if jax.process_count() == 1:
                 raise
@@ -304,12 +291,9 @@ def task_main(
     command_module: str,
     config_files: Mapping[str, config_fields.Sections],
 ) -> None:
-    """The whole of every training command (`lra-train`, `mt-train`, `mlm-train`, `mlm-finetune`).
-
-    `command_module` is the calling module's `__name__`: its docstring is the command's `--help` text, followed
-    by the config fields: the shared sections' and, per config file in `config_files`, its own sections'.
-    `--config=FILE:preset` (with `--config.a.b=v` overrides) and `--workdir`; `--plan_memory` prints the
-    per-device memory plan instead of training. The results dict is printed as JSON at the end."""
+    """The whole of every training command (`lra-train`, `mt-train`, `mlm-train`, `mlm-finetune`); prints the
+    results as JSON. `command_module`: the caller's `__name__`, whose docstring heads `--help` (then the config
+    fields of the shared sections and of each of `config_files`)."""
     config_flag = define_config_flag("Config file with a preset after ':'.")
     workdir_flag = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
     plan_flag = flags.DEFINE_bool(
@@ -339,7 +323,9 @@ def task_main(
             return
         if not workdir_flag.value:
             raise app.UsageError("--workdir is required")
-        profile = parse_profile_steps(profile_flag.value)
+        profile = None
+        if profile_flag.value:
+            profile = parse_ordered_pair(profile_flag.value, ",", "--profile_steps", "FIRST,LAST (two step numbers)")
         results = train_and_evaluate(config, workdir_flag.value, task, profile_steps=profile)
         print(json.dumps(results, indent=2, sort_keys=True))
 
@@ -360,11 +346,6 @@ def config_fields_help(config_files: Mapping[str, config_fields.Sections] | None
     return "\n".join(lines) + "\n"
 
 
-def train_rate(results: dict) -> str:
-    """A demo table's "train steps/s": the steps this run trained over this run's training time."""
-    return f"{results['train_steps_run'] / max(results['train_wall_time_this_run_s'], 1e-9):.2f}"
-
-
 def print_demo(
     title: str,
     rows: Sequence[tuple[str, str]],
@@ -376,14 +357,11 @@ def print_demo(
 ) -> None:
     """A demo's summary: the task's rows, train steps/s, `wall_time` (what it covers, seconds), any `notes`
     rows, then the workdir."""
-    timing = [("train steps/s", train_rate(results))]
+    # This run's steps over this run's training time.
+    timing = [("train steps/s", f"{results['train_steps_run'] / max(results['train_wall_time_this_run_s'], 1e-9):.2f}")]
     if "mfu" in results:  # the task counts its FLOPs (zoo/training/flops.py)
-        timing.append(
-            (
-                "MFU (model FLOPs / peak)",
-                f"{100 * results['mfu']:.1f}% of {results['peak_tflops_per_device']:.3g} TFLOP/s",
-            )
-        )
+        mfu = f"{100 * results['mfu']:.1f}% of {results['peak_tflops_per_device']:.3g} TFLOP/s"
+        timing.append(("MFU (model FLOPs / peak)", mfu))
     timing.append((f"wall time ({wall_time[0]})", f"{wall_time[1]:.0f} s"))
     print_table(title, [*rows, *timing, *notes, ("workdir", str(workdir))])
 

@@ -82,8 +82,7 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
 
 
 def small_run_config(steps: int, *, eval_every: int = 0, **fields) -> ml_collections.ConfigDict:
-    """The demo / tiny presets' training: `train_config` (cosine schedule, a log line every 50 steps) with a
-    checkpoint at every evaluation, or only at the end when there is none during training."""
+    """The demo / tiny presets' training: `train_config` with a checkpoint at every evaluation (else at the end)."""
     return train_config(steps=steps, eval_every=eval_every, checkpoint_every=eval_every or steps, **fields)
 
 
@@ -107,19 +106,14 @@ MESH_FIELDS: tuple[Field, ...] = (
 
 
 def mesh_config(**overrides) -> ml_collections.ConfigDict:
-    """Device-mesh axis sizes (default: every device on `data`), the logical-axis rules and the sharding
-    tolerance (`MESH_FIELDS`' defaults, with `overrides`)."""
+    """Device-mesh axis sizes, logical-axis rules and sharding tolerance (`MESH_FIELDS`' defaults, with `overrides`)."""
     return section(MESH_FIELDS, **overrides)
 
 
 def flatten_config(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten_config(v, key + "."))
-        else:
-            out[key] = v
+        out.update(flatten_config(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
     return out
 
 
@@ -195,19 +189,15 @@ def has_run_output(workdir: str | os.PathLike) -> bool:
     """Whether a run in `workdir` got as far as a checkpoint (good or moved aside as broken) or results.json:
     only then does its config.json describe something that a different config would alter."""
     workdir = as_path(workdir)
-    if (workdir / "results.json").exists():
-        return True
-    for name in ("checkpoints", "checkpoints_broken"):
-        directory = workdir / name
-        if directory.is_dir() and any(p.name.split(".")[0].isdigit() for p in directory.iterdir()):
-            return True
-    return False
+    return (workdir / "results.json").exists() or any(
+        (workdir / name).is_dir() and any(p.name.split(".")[0].isdigit() for p in (workdir / name).iterdir())
+        for name in ("checkpoints", "checkpoints_broken")
+    )
 
 
 def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
-    """Raises a one-line ValueError when `path` cannot be a directory this process writes into.
-
-    A URL (gs://...) is checked only for being a file: its permissions show at the first write."""
+    """Raises a one-line ValueError when `path` cannot be a directory this process writes into (a URL: when it is a
+    file; its permissions show at the first write)."""
     check_utf8_path(path, flag)
     path = as_path(path)  # file:// → local; an unsupported scheme or a missing package is an error here
     if is_url(path):
@@ -235,10 +225,8 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
 def check_output_file(
     path: str | os.PathLike, flag: str, suffixes: tuple[str, ...] = (), replace: str | None = None
 ) -> None:
-    """Raises a one-line ValueError when `path` cannot be a file this process writes (a directory, a folder it
-    cannot write into, or a suffix outside `suffixes` when given): checked before the work that produces it.
-
-    `replace` names the flag that allows replacing an existing file; given and unset, an existing file is refused."""
+    """Raises a one-line ValueError when `path` cannot be a file this process writes (checked before the work that
+    produces it). `replace`: the flag that allows replacing an existing file, which is refused when given."""
     if os.path.isdir(path):
         raise ValueError(f"{flag}={path} is a directory; give a file path")
     if replace and os.path.exists(path):
@@ -281,10 +269,9 @@ def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike) 
 def read_run_config(
     workdir: str | os.PathLike, *, reader: str, tasks: tuple[str, ...] = ()
 ) -> ml_collections.ConfigDict:
-    """A finished or running workdir's config.json, its model section with the fields added since it was written
-    at the values older runs computed with (`zoo.models.stored_model_config`). A missing or damaged file, and a run
-    of a task outside `tasks` (any task when empty), are refused naming the file; `reader` ends each message by
-    saying what reads which runs ("mt-translate reads mt-train runs")."""
+    """A workdir's config.json, model fields added since at their old values (`zoo.models.stored_model_config`).
+    A missing or damaged file, or a task outside `tasks` (when given), is refused; `reader` ends each message
+    ("mt-translate reads mt-train runs")."""
     path = as_path(workdir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; {reader}")

@@ -8,6 +8,7 @@ reads rows [p·B/P, (p+1)·B/P) of every global batch of B, so results do not de
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -86,13 +87,7 @@ def read_utf8_lines(path: str | os.PathLike) -> list[str]:
 
 def source_key(*parts: object) -> str:
     """A short hash of cache inputs; a `Path` part contributes its name, size and mtime (a changed file re-caches)."""
-    items = []
-    for part in parts:
-        if isinstance(part, Path):
-            st = part.stat()
-            items.append((part.name, st.st_size, st.st_mtime_ns))
-        else:
-            items.append(part)
+    items = [(p.name, (st := p.stat()).st_size, st.st_mtime_ns) if isinstance(p, Path) else p for p in parts]
     return hashlib.sha256(repr(items).encode()).hexdigest()[:16]
 
 
@@ -103,10 +98,8 @@ def file_digest(path: Path) -> str:
 
 
 def open_tfds(name: str, split: str, data_dir: str | None, alternative: str):
-    """`tfds.data_source(name, split)` (random access, no TensorFlow); a clear error when it is not prepared.
-
-    `alternative` names the offline config choice for the message (e.g. "data.source='text'").
-    """
+    """`tfds.data_source(name, split)` (random access, no TensorFlow); a clear error when it is not prepared, naming
+    the offline config choice `alternative` (e.g. "data.source='text'")."""
     try:
         import tensorflow_datasets as tfds
     except ImportError:
@@ -139,30 +132,25 @@ def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
 
 
 def write_records(path: str | os.PathLike, examples: Iterable[Example], *, progress: str | None = None) -> int:
-    """Writes examples to an ArrayRecord file atomically (a temporary file, then a rename); returns the count.
-
-    A failure part-way (a bad line in the source, a full disk) removes the temporary file. `progress` names
-    the work for a progress bar / periodic log line (examples/s)."""
+    """Writes examples to an ArrayRecord file atomically (a temporary file, removed on failure, then a rename);
+    returns the count. `progress` names the work for a progress bar / periodic log line (examples/s)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     writer = ArrayRecordWriter(str(tmp), "group_size:1")
     count = 0
-    bar = WorkProgress(progress, unit="examples") if progress else None
     try:
-        for ex in examples:
-            writer.write(serialization.msgpack_serialize(ex))
-            count += 1
-            if bar is not None:
-                bar.update()
+        with WorkProgress(progress, unit="examples") if progress else contextlib.nullcontext() as bar:
+            for ex in examples:
+                writer.write(serialization.msgpack_serialize(ex))
+                count += 1
+                if bar is not None:
+                    bar.update()
         writer.close()
     except BaseException:
         writer.close()
         tmp.unlink(missing_ok=True)
         raise
-    finally:
-        if bar is not None:
-            bar.close()
     os.replace(tmp, path)
     return count
 
@@ -210,15 +198,11 @@ def with_weights(ex: Example) -> Example:
     return {**ex, "weights": np.float32(1.0)}
 
 
-def local_batch_size(global_batch: int, what: str = "train.batch_size") -> int:
-    if global_batch % jax.process_count():
-        raise ValueError(f"{what}={global_batch} is not divisible by the {jax.process_count()} processes")
-    return global_batch // jax.process_count()
-
-
 def process_rows(global_batch: int, what: str = "train.batch_size") -> slice:
     """This process's rows [p·B/P, (p+1)·B/P) of every global batch of B rows."""
-    local = local_batch_size(global_batch, what)
+    if global_batch % jax.process_count():
+        raise ValueError(f"{what}={global_batch} is not divisible by the {jax.process_count()} processes")
+    local = global_batch // jax.process_count()
     start = jax.process_index() * local
     return slice(start, start + local)
 
@@ -232,13 +216,9 @@ def train_batches(
     row_transform: Callable[[int, Example], Example] | None = None,
     num_threads: int = 2,
 ) -> grain.IterDataset:
-    """Infinite batches of this process's rows; iterate it for a checkpointable iterator.
-
-    The global order is a seeded permutation per epoch, cut into global batches; process p reads rows
-    [p·B/P, (p+1)·B/P) of each. So every global batch, and the whole run, is the same for any number of
-    processes, and each process reads (and decodes) only its own rows. `row_transform(row, example)`
-    also gets the row's global number (step × global_batch + row in batch), e.g. to seed random masking.
-    """
+    """Infinite batches of this process's rows (module docstring); iterate it for a checkpointable iterator.
+    `row_transform(row, example)` also gets the row's global number (step × global_batch + row in batch), e.g. to
+    seed random masking."""
     if len(ds) == 0:
         raise ValueError("the training split is empty")
     rows_here = process_rows(global_batch)
@@ -264,12 +244,9 @@ def eval_batches(
     transform: Callable[[Example], Example] | None = None,
     row_transform: Callable[[int, Example], Example] | None = None,
 ) -> Iterator[Example]:
-    """Every example once, in order, as global batches; this process yields its rows of each.
-
-    Rows past the end are weight-0 copies of the first example, so every batch has one shape and every
-    process the same number of batches (collective evaluation on several hosts). `row_transform(i, example)`
-    gets the example's index in the split.
-    """
+    """Every example once, in order, as global batches; this process yields its rows of each. Rows past the end
+    are weight-0 copies of the first example: one shape, and every process the same number of batches (collective
+    evaluation). `row_transform(i, example)` gets the example's index in the split."""
     rows_here = process_rows(global_batch, "eval batch size")
     if len(ds) == 0:
         return

@@ -122,8 +122,7 @@ def encoder_step_flops(model: ml_collections.ConfigDict, batch: dict, fields: tu
 
 def cpu_matmul_tflops(size: int = 1024, repeats: int = 8, seconds: float = 1.0) -> float:
     """The float32 matmul rate of the default CPU device now, TFLOP/s: the best round of `repeats` matmuls within
-    `seconds`. The best, because a shared VM's rate comes in phases: consecutive rounds on a 2-core VM ranged
-    0.074–0.144 TFLOP/s, in runs of about a second."""
+    `seconds` (a shared VM's rate comes in phases: 0.074–0.144 TFLOP/s on a 2-core VM, phases of about a second)."""
     a = jnp.ones((size, size), jnp.float32)
     matmul = jax.jit(lambda x, y: x @ y)
     matmul(a, a).block_until_ready()  # compiled
@@ -143,8 +142,7 @@ CPU_PEAK_ENV = "ZOO_CPU_PEAK_TFLOPS"
 
 
 def cpu_peak_from_env() -> float | None:
-    """The rate that CPU_PEAK_ENV sets, or None when unset or empty; a value that is not a positive, finite
-    number is an error naming the variable."""
+    """The rate that CPU_PEAK_ENV sets, or None when unset or empty; not a positive, finite number: a ValueError."""
     text = os.environ.get(CPU_PEAK_ENV, "").strip()
     if not text:
         return None
@@ -162,19 +160,16 @@ _MEASURED_CPU_TFLOPS: list[float] = []  # this process's best measurement of the
 
 
 def measured_cpu_tflops() -> float:
-    """This process's float32 matmul rate (`cpu_matmul_tflops`), measured in half a second the first time it is
-    asked for (every training command pays it at start-up, so it may land in a slow phase, or beside other work);
-    after that the best of this process's measurements (`remeasure_cpu_tflops`). `lra_flax.efficiency` measures
-    beside its steps instead."""
+    """This process's float32 matmul rate: measured in half a second when first asked for (at a training command's
+    start, perhaps in a slow phase), then the best of this process's measurements (`remeasure_cpu_tflops`)."""
     if not _MEASURED_CPU_TFLOPS:
         _MEASURED_CPU_TFLOPS.append(cpu_matmul_tflops(seconds=0.5))
     return _MEASURED_CPU_TFLOPS[0]
 
 
 def remeasure_cpu_tflops() -> float:
-    """Measures the rate again (half a second) and keeps the better of it and the earlier one, for this process's
-    later runs too. For a run whose model FLOPs came faster than the rate it started with (MFU above 1): that
-    start-up measurement was taken in a slow phase or while the cores were busy with something else."""
+    """Measures the rate again (half a second) and keeps the better one, for this process's later runs too: for a
+    run whose MFU came out above 1, its start-up measurement taken in a slow phase or beside other work."""
     best = max(measured_cpu_tflops(), cpu_matmul_tflops(seconds=0.5))
     _MEASURED_CPU_TFLOPS[:] = [best]
     return best

@@ -43,7 +43,7 @@ from zoo.training.workdir_lock import WorkdirBusy, WorkdirLock
 
 
 def _finished_results(workdir: epath.Path, restored_step: int, steps: int) -> dict | None:
-    """results.json of a workdir whose training and final evaluation are complete, else None."""
+    """results.json of a workdir whose training and final evaluation are complete (said by process 0), else None."""
     path = workdir / "results.json"
     if restored_step != steps or not path.exists():
         return None
@@ -51,7 +51,11 @@ def _finished_results(workdir: epath.Path, restored_step: int, steps: int) -> di
         results = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None  # written atomically, so only a hand-edited file gets here: evaluate again
-    return results if results.get("steps") == float(steps) else None
+    if results.get("steps") != float(steps):
+        return None
+    if jax.process_index() == 0:
+        print(f"{workdir} already finished {steps} steps; results.json is unchanged", flush=True)
+    return results
 
 
 def finished_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) -> dict | None:
@@ -63,17 +67,12 @@ def finished_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: T
     if not ((workdir / "checkpoints" / str(steps)).exists() and (workdir / "results.json").exists()):
         return None
     check_run(config, workdir, task)
-    results = _finished_results(workdir, steps, steps)
-    if results is not None and jax.process_index() == 0:
-        print(f"{workdir} already finished {steps} steps; results.json is unchanged", flush=True)
-    return results
+    return _finished_results(workdir, steps, steps)
 
 
 def check_batch_rows(train_cfg: ml_collections.ConfigDict, task: Task) -> tuple[int, str]:
     """(rows that every batch is a multiple of, the config field that sets them); errors name the field.
-
-    train.batch_size has one meaning everywhere: examples per global batch. Token-batched tasks set it to
-    0 and size their batches in tokens, in rows that are a multiple of `task.row_multiple`."""
+    Token-batched tasks leave train.batch_size at 0: their rows are a multiple of `task.row_multiple`."""
     if task.row_multiple:
         if train_cfg.batch_size:
             raise ValueError(
@@ -173,9 +172,8 @@ def lock_workdir(run: Run) -> WorkdirLock:
 
 
 def prepare_data(run: Run) -> None:
-    """The task's data generated, read and cached (outside the workdir), so that bad data is reported before
-    the workdir is touched. Process 0 alone first, the others after it (they find the files made), so several
-    processes never write the same file."""
+    """The task's data generated, read and cached (outside the workdir, so bad data leaves it untouched); by
+    process 0 first, so several processes never write the same file."""
     first_process_then_others("prepare-data", run.task.prepare)
 
 
@@ -192,9 +190,8 @@ def open_workdir(run: Run) -> None:
 
 
 def restore(run: Run) -> dict | None:
-    """Opens the data iterator and the checkpointer and resumes from the newest checkpoint that restores
-    (broken ones are moved aside with a line each, never deleted); a fresh run gets the task's warm start.
-    Returns results.json's contents when the workdir has already finished, else None."""
+    """Opens the data iterator and the checkpointer and resumes from the newest checkpoint that restores; a fresh
+    run gets the task's warm start. Returns results.json's contents when the workdir has already finished."""
     run.data_iter = iter(run.task.train_batches())
     run.checkpointer = Checkpointer(
         run.workdir / "checkpoints", max_to_keep=run.config.train.keep_checkpoints, writer=True
@@ -213,8 +210,6 @@ def restore(run: Run) -> dict | None:
     finished = _finished_results(run.workdir, run.start_step, run.steps)
     if finished is not None:  # re-running a finished workdir changes nothing
         run.checkpointer.close()
-        if run.is_writer:
-            print(f"{run.workdir} already finished {run.steps} steps; results.json is unchanged", flush=True)
         return finished
     if run.is_writer:
         print(f"resumed from {run.workdir / 'checkpoints'} at step {run.start_step}", flush=True)
@@ -245,17 +240,16 @@ def start_clock(run: Run) -> Stopwatch:
             before = run.watch.peak_flops_per_s / 1e12
             rate = flops_lib.remeasure_cpu_tflops() / jax.local_device_count()
             if rate > before:
-                print(
+                said = (
                     f"MFU came out above 100%: the matmul rate measured again is {rate:.3g} TFLOP/s per device "
-                    f"(was {before:.3g}, taken while the cores were slower or busy); MFU is measured against it now",
-                    flush=True,
+                    f"(was {before:.3g}, taken while the cores were slower or busy); MFU is measured against it now"
                 )
             else:
-                print(
+                said = (
                     f"MFU came out above 100% and the matmul rate measured again is no higher ({before:.3g} TFLOP/s "
-                    "per device): the model's matmuls run faster than the 1,024² one the peak is taken from",
-                    flush=True,
+                    "per device): the model's matmuls run faster than the 1,024² one the peak is taken from"
                 )
+            print(said, flush=True)
             return rate * 1e12
 
     stated = run.is_writer and source != flops_lib.MEASURED_ON_THIS_HOST  # a measured peak says its own
@@ -263,9 +257,8 @@ def start_clock(run: Run) -> Stopwatch:
 
 
 def train_steps(run: Run, actions: list[PeriodicAction]) -> None:
-    """Train steps from `run.step` to the last, each followed by the periodic actions. Whatever stops the
-    loop (an error, Ctrl-C, preemption), the actions are closed and saves already under way are completed: a
-    good checkpoint is never abandoned half-written."""
+    """Train steps from `run.step` to the last, each followed by the periodic actions. Whatever stops the loop, the
+    actions are closed and saves under way completed: a good checkpoint is never abandoned half-written."""
     try:
         while run.step < run.steps:
             for action in actions:
@@ -326,12 +319,9 @@ def train_and_evaluate(
     *,
     profile_steps: tuple[int, int] | None = None,
 ) -> dict[str, float]:
-    """Trains `task` for `config.train.steps`, resuming from `workdir` when it holds a checkpoint.
-
-    Writes config.json, metrics.jsonl, TensorBoard events, checkpoints/ and results.json in `workdir`
-    and returns the results dict. `profile_steps=(first, last)` records a `jax.profiler` trace of those
-    train steps into workdir/profile (TensorBoard's profile plugin or Perfetto read it).
-    """
+    """Trains `task` for `config.train.steps`, resuming from `workdir` when it holds a checkpoint; writes
+    config.json, metrics.jsonl, TensorBoard events, checkpoints/ and results.json there and returns the results.
+    `profile_steps=(first, last)`: a `jax.profiler` trace of those train steps in workdir/profile."""
     workdir = as_path(workdir)
     finished = finished_run(config, workdir, task)
     if finished is not None:

@@ -17,9 +17,8 @@ from zoo.files import as_path, atomic_write_bytes, is_url
 
 
 def summarise(sums: dict[str, float]) -> dict[str, float]:
-    """Metric sums → means: every `x` becomes `x / count`, `correct` becomes `accuracy`,
-    `log_perplexity` becomes `perplexity` = exp(mean), the per-class counts `predictions` become
-    `top_prediction_share` (the share of the most frequent prediction)."""
+    """Metric sums → means (`x / count`); `correct` → `accuracy`, `log_perplexity` → `perplexity` = exp(mean),
+    per-class `predictions` → `top_prediction_share` (the most frequent prediction's share)."""
     count = max(sums.get("count", 0.0), 1.0)
     out = {}
     for k, v in sums.items():
@@ -41,15 +40,12 @@ class _UrlEventFile:
     def __init__(self, path: str):
         self.path = epath.Path(path)
         self.buffer = io.BytesIO()
-
-    def write(self, data: bytes) -> None:
-        self.buffer.write(data)
+        self.write = self.buffer.write
 
     def flush(self) -> None:
         self.path.write_bytes(self.buffer.getvalue())
 
-    def close(self) -> None:
-        self.flush()
+    close = flush
 
 
 class _UrlEventFiles:
@@ -95,12 +91,9 @@ def _read_records(path) -> list[tuple[str, dict]]:
 
 
 class MetricWriter:
-    """Appends one JSON object per logged step and split; mirrors scalars to TensorBoard.
-
-    `resume_step` drops lines past that step (they belong to steps the resumed run redoes), and when it is
-    `final_step` also the evaluation lines at it: the final evaluation follows the last checkpoint, so a run
-    stopped during it redoes it. Only the writing process (process 0) touches files.
-    """
+    """Appends one JSON object per logged step and split; mirrors scalars to TensorBoard. Lines past `resume_step`
+    are dropped (the resumed run redoes those steps), and at `final_step` the evaluation lines too (a run stopped
+    during the final evaluation redoes it). Only the writing process touches files."""
 
     def __init__(
         self, workdir: str | os.PathLike, *, resume_step: int, final_step: int | None = None, enabled: bool = True
@@ -119,7 +112,7 @@ class MetricWriter:
         self.lines: list[str] = []
         if self.path.exists():
             self.lines = [line for line, record in _read_records(self.path) if keep(record)]
-            atomic_write_bytes(self.path, "".join(line + "\n" for line in self.lines).encode())
+            self._rewrite()
         elif resume_step > 0:
             print(
                 f"{self.path} is missing: the run resumes at step {resume_step} and the file holds the steps after it "
@@ -134,13 +127,16 @@ class MetricWriter:
         record = {"step": int(step), "split": split, **{k: float(v) for k, v in metrics.items()}}
         self.lines.append(json.dumps(record))
         if is_url(self.path):  # object stores cannot append: the whole file each time (it stays small)
-            atomic_write_bytes(self.path, "".join(line + "\n" for line in self.lines).encode())
+            self._rewrite()
         else:
             with self.path.open("a") as f:
                 f.write(self.lines[-1] + "\n")
         for k, v in metrics.items():
             self.tb.add_scalar(f"{split}/{k}", float(v), int(step))
         self.tb.flush()
+
+    def _rewrite(self) -> None:
+        atomic_write_bytes(self.path, "".join(line + "\n" for line in self.lines).encode())
 
     def close(self) -> None:
         if self.tb is not None:
@@ -155,12 +151,10 @@ TIMING_METRICS = frozenset({"steps_per_sec", "tokens_per_sec", "input_wait_fract
 class Stopwatch:
     """Wall time and throughput between log points.
 
-    `remeasure` (where the peak is a rate measured on this host): called when an interval's MFU comes out above 1,
-    at most once per REMEASURE_EVERY_S, it returns the peak per device measured again (FLOP/s), and the better of
-    the two is kept; the time it takes is left out of the run's intervals and of its elapsed time. A measurement
-    that does not raise the peak ends it: MFU above 1 then comes from the model, not from the peak's measurement.
-    A peak that is not measured here (`peak_source`: a table, a field, the environment) and that a run exceeds is
-    said once: every MFU of the run is then wrong by the same factor."""
+    `remeasure` (a peak measured on this host): called when an interval's MFU exceeds 1 (at most once per
+    REMEASURE_EVERY_S, its time left out of the run's), it returns the peak per device measured again (FLOP/s); the
+    better is kept, and one that is no higher ends the remeasuring. A peak from `peak_source` (a table, a field,
+    the environment) that a run exceeds is said once."""
 
     REMEASURE_EVERY_S = 60.0
 
@@ -172,10 +166,7 @@ class Stopwatch:
         peak_source: str = "",
     ):
         self.start = self.last = time.perf_counter()
-        self.steps = 0
-        self.tokens = 0
-        self.flops = 0.0
-        self.waiting = 0.0
+        self.steps, self.tokens, self.flops, self.waiting = 0, 0, 0.0, 0.0
         self.peak_flops_per_s, self.devices = peak_flops_per_s, devices  # of one device; 0: unknown
         self.total_flops = 0.0  # every step since the start
         self.remeasure, self.remeasured_at = remeasure, -math.inf
