@@ -1,9 +1,8 @@
 """Orbax checkpoints of one run: train state, Grain iterator state and a JSON record (step, RNG, metrics).
 
-Orbax writes each step to a temporary directory and renames it when complete, so an interrupted save
-never replaces a good checkpoint. The trainer refuses to save a state whose loss is not finite. A step
-that does not restore (a file deleted, truncated or altered on disk) is moved aside into
-`<checkpoints>_broken/`, never deleted, and the previous step is tried (`restore_latest`).
+Orbax writes each step to a temporary directory and renames it when complete, so an interrupted save never
+replaces a good checkpoint. A step that does not restore is moved aside into `<checkpoints>_broken/`, never
+deleted, and the previous step is tried (`restore_latest`).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from zoo.files import as_path
+from zoo.training.optim import key_name
 
 
 class NoCheckpointRestores(RuntimeError):
@@ -49,14 +49,8 @@ def _check_json_files(step_dir: epath.Path) -> None:
 def _leaf_shapes(tree) -> dict[tuple[str, ...], tuple[int, ...]]:
     """Each array's path (dict keys, sequence indices and attribute names as text) and shape."""
 
-    def name(key) -> str:
-        for attribute in ("key", "idx", "name"):
-            if hasattr(key, attribute):
-                return str(getattr(key, attribute))
-        return str(key)
-
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {tuple(name(k) for k in path): tuple(leaf.shape) for path, leaf in leaves if hasattr(leaf, "shape")}
+    return {tuple(key_name(k) for k in path): tuple(leaf.shape) for path, leaf in leaves if hasattr(leaf, "shape")}
 
 
 class Checkpointer:
@@ -101,11 +95,8 @@ class Checkpointer:
     def restore_latest(
         self, abstract_state, data_iterator, *, report: Callable[[str], None] = print
     ) -> tuple[int, object, dict] | None:
-        """(step, state, meta) of the newest step that restores, or None when there is no checkpoint.
-
-        A step that fails is reported in one line (step, file or error) and moved aside, never deleted;
-        then the step before it is tried. Raises NoCheckpointRestores when steps existed and none restored.
-        """
+        """(step, state, meta) of the newest step that restores, or None when there is no checkpoint. A step that
+        fails is reported in one line and moved aside; raises NoCheckpointRestores when none restored."""
         tried = []
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
@@ -150,8 +141,8 @@ class Checkpointer:
         return restored.state, restored.meta
 
     def restore_state(self, step: int, abstract_state) -> object:
-        """Restores only the train state (inference, fine-tuning, inspection: no data iterator). A step that does
-        not restore is a ValueError saying whether the model differs from the one saved or the step is damaged."""
+        """Restores only the train state (no data iterator); a ValueError says whether the model differs from the
+        one saved or the step is damaged."""
         try:
             args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
             return self.manager.restore(step, args=args).state

@@ -1,13 +1,9 @@
 """Model FLOPs — the useful work of a train step, counted from the config — and the device's peak, for MFU.
 
-Counted (forward, per sequence; a train step is 3 × the forward: the backward does two matmuls per forward one;
-each mixer class counts its own work in `forward_flops`, zoo/mixers):
-  - attention-type mixers: the q/k/v/out projections (8·T·d·d_qkv) and the scores and weighted values
-    (4·P·d_qkv, P = T² pairs, or T(T+1)/2 when causal: the lower triangle, not the masked square);
-  - `linear`: the projections, the trainable feature maps' matmuls (or FAVOR+'s random projection) for q and k,
-    and the state products φ(k)ᵀv and φ(q)·S with the normaliser (4·T·H·m·d_h + 2·T·H·m);
-  - `gmlp` / `amlp`: the channel projections in and out, the spatial projection (2·P·width: the lower triangle
-    when causal) and aMLP's tiny attention;
+Counted (forward, per sequence; a train step is 3 × the forward: the backward does two matmuls per forward one):
+  - each mixer's matmuls, counted by its class's `forward_flops` (zoo/mixers): for attention the q/k/v/out
+    projections (8·T·d·d_qkv) and the scores and weighted values (4·P·d_qkv, P = T² pairs, or T(T+1)/2 when
+    causal: the lower triangle, not the masked square);
   - the FFN's two matmuls (4·T·d·d_mlp); a cross-attention's projections and scores (encoder-decoder);
   - the output projection onto the vocabulary where a model has one (translation, language models).
 Not counted: embedding lookups, element-wise work (activations, softmax, normalisation, masks, dropout), a

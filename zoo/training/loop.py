@@ -1,12 +1,8 @@
 """The training loop every task shares: check, set up, resume, train, evaluate, checkpoint, report.
 
-A task supplies a `Task` (model factory, batches, loss); the loop owns everything else, so LRA,
-translation and MLM behave the same: same workdir layout, same resume rules, same metrics. Its parts:
-`check_run` (every check that can fail on bad input), `setup` (the train step compiled and its memory
-checked; nothing is written before here), `prepare_data` (outside the workdir), `lock_workdir` (one run per
-workdir), `open_workdir` (config.json, the state), `restore` (the newest good checkpoint), `train_steps` (the
-step loop and its periodic actions, zoo/training/periodic.py) and `final_evaluation` (every split,
-results.json).
+A task supplies a `Task` (model factory, batches, loss); the loop owns everything else, so LRA, translation and
+MLM have the same workdir layout, resume rules and metrics. Its parts, in the order they run, are described in
+docs/architecture.md ("The training loop").
 """
 
 from __future__ import annotations

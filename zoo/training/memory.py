@@ -27,12 +27,10 @@ from zoo.training.steps import make_train_step
 from zoo.training.validate import validate_config
 
 
-def _device_bytes(state, shardings) -> int:
-    total = 0
-    for leaf, sharding in zip(jax.tree.leaves(state), jax.tree.leaves(shardings), strict=True):
-        # leaf.dtype.itemsize, not np.dtype(...): RNG key arrays (a redrawn feature map's stream) have JAX's own dtype.
-        total += int(np.prod(sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize
-    return total
+def _device_bytes(tree, shardings) -> int:
+    # leaf.dtype.itemsize, not np.dtype(...): RNG key arrays (a redrawn feature map's stream) have JAX's own dtype.
+    pairs = zip(jax.tree.leaves(tree), jax.tree.leaves(shardings), strict=True)
+    return sum(int(np.prod(sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize for leaf, sharding in pairs)
 
 
 def abstract_batch(task, config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> dict:
@@ -52,8 +50,8 @@ def compile_train_step(train_step, abstract, state_sharding, batch: dict):
 
 
 def step_bytes(compiled) -> int:
-    """Peak bytes one device holds while the compiled step runs: its arguments and outputs (less the donated
-    buffers the outputs reuse), temporaries and code, from XLA's memory analysis."""
+    """Peak bytes one device holds while the compiled step runs (XLA's memory analysis): arguments and outputs,
+    less the donated buffers the outputs reuse, temporaries and code."""
     a = compiled.memory_analysis()
     if a is None:  # a backend without the analysis
         return 0
@@ -132,9 +130,7 @@ def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
     rules = mesh_lib.rules_from_config(config.mesh)
     sharding = mesh_lib.state_shardings(abstract, mesh, rules)
     report = mesh_lib.sharding_report(abstract[0], mesh, rules)
-    model_state, opt_state = abstract[0], abstract[1]
-    param_state = nnx.filter_state(model_state, nnx.Param)
-    param_sharding = nnx.filter_state(sharding[0], nnx.Param)
+    param_state = nnx.filter_state(abstract[0], nnx.Param)
     batch = abstract_batch(task, config, mesh)
     shardings = mesh_lib.step_shardings(mesh, sharding)
     step = make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings)
@@ -142,9 +138,9 @@ def plan(config: ml_collections.ConfigDict, task) -> dict[str, float]:
     return {
         "devices": float(mesh.size),
         "mesh": dict(mesh.shape),
-        "parameters": float(_device_bytes(param_state, param_sharding)),
-        "optimizer_state": float(_device_bytes(opt_state, sharding[1])),
-        "batch": float(sum(int(np.prod(v.sharding.shard_shape(v.shape))) * v.dtype.itemsize for v in batch.values())),
+        "parameters": float(_device_bytes(param_state, nnx.filter_state(sharding[0], nnx.Param))),
+        "optimizer_state": float(_device_bytes(abstract[1], sharding[1])),
+        "batch": float(_device_bytes(batch, {k: v.sharding for k, v in batch.items()})),
         "activations_and_temporaries": float(analysis.temp_size_in_bytes),
         "parameter_count": float(sum(int(np.prod(x.shape)) for x in jax.tree.leaves(param_state))),
         "sharding_excess": report["excess_fraction"],

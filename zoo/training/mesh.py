@@ -120,10 +120,9 @@ def state_shardings(state, mesh: jax.sharding.Mesh, rules: Rules = LOGICAL_RULES
 def sharding_report(params: nnx.State, mesh: jax.sharding.Mesh, rules: Rules = LOGICAL_RULES) -> dict:
     """How evenly the parameters (abstract or real) split over the mesh's fsdp × tensor devices.
 
-    excess_fraction: 1 − (even split) / (what one device holds): 0 when every parameter is split over every
-        parameter axis, → 1 as more stays whole. What MaxText's sharding_tolerance bounds.
+    excess_fraction: 1 − (even split) / (what one device holds), what MaxText's sharding_tolerance bounds.
     unsplit: "path (shape): logical axis → mesh axis of size n" for each dimension a rule would split but
-        the axis size does not divide (silently replicated otherwise).
+        the axis size does not divide.
     """
     split_ways = parameter_shards(mesh)
     total = per_device = 0
@@ -142,13 +141,7 @@ def sharding_report(params: nnx.State, mesh: jax.sharding.Mesh, rules: Rules = L
                 where = "/".join(str(getattr(k, "key", k)) for k in path)
                 unsplit.append(f"{where} {tuple(x.shape)}: {name} → {want} of size {mesh.shape[want]}")
     excess = 1.0 - (total / split_ways) / per_device if per_device else 0.0
-    return {
-        "parameters": total,
-        "per_device": per_device,
-        "split_ways": split_ways,
-        "excess_fraction": excess,
-        "unsplit": unsplit,
-    }
+    return dict(parameters=total, per_device=per_device, split_ways=split_ways, excess_fraction=excess, unsplit=unsplit)
 
 
 def check_sharding(report: dict, tolerance: float) -> str:

@@ -39,7 +39,8 @@ WEIGHT_DECAY_MASKS = ("all", "no_norm_or_bias")
 NEVER_DECAYED = frozenset({"log_gamma", "spatial_bias"})
 
 
-def _key_name(key) -> str:
+def key_name(key) -> str:
+    """A pytree path entry as text: a dict key, an attribute name or a sequence index."""
     return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
 
 
@@ -62,7 +63,7 @@ def weight_decay_mask(mask: str):
     """optax's `mask` argument: parameters → a tree of bools (True = decay)."""
 
     def leaf_path(path) -> tuple[str, ...]:
-        names = tuple(map(_key_name, path))
+        names = tuple(map(key_name, path))
         return names[:-1] if names and names[-1] == "value" else names  # an nnx Variable's value attribute
 
     def tree(params):

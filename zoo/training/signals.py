@@ -4,14 +4,12 @@
   command exits with `PREEMPTED_EXIT_CODE` (the same command resumes).
 - Anywhere else (building data, compiling, the final evaluation) there is nothing to save: the command stops
   with `Interrupted` as soon as Python runs again, and exits 128 + the signal's number.
-- Either way, when the process has not ended `grace_s` seconds after the signal (a step, a compilation or a
-  native call that does not return), it exits at once with 128 + the signal's number; the last complete
-  checkpoint stands (checkpoints are written to a temporary name and renamed when complete). A second signal
-  exits at once.
+- Either way, a process still running `grace_s` seconds after the signal (a step, a compilation or a native
+  call that does not return), or given a second signal, exits at once with 128 + the signal's number; the
+  last complete checkpoint stands.
 
 The deadline is kept by a thread woken through `signal.set_wakeup_fd`, so it runs even while the main thread
-is inside a native call. Only one-process runs install this: several processes use JAX's preemption sync
-(every process stops at the same step), which handles SIGTERM itself.
+is inside a native call. Only one-process runs install this: several processes use JAX's preemption sync.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ class Interrupted(Exception):
 
 def exit_interrupted(prog: str, error: Interrupted) -> None:
     """Says why the command stops and exits with 128 + the signal's number at once: a normal exit would first wait
-    for the XLA computation under way (a decoding batch can take minutes), and the deadline's thread cannot run
-    while the interpreter shuts down. Nothing is lost: checkpoints are complete or not there."""
+    for the XLA computation under way, and the deadline's thread cannot run while the interpreter shuts down."""
     print(f"{prog}: {error}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(error.exit_code)
@@ -61,14 +58,6 @@ class StopSignals:
         self._previous_wakeup_fd = -1
         self._timer: threading.Timer | None = None
 
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
-    @property
-    def installed(self) -> bool:
-        return self._wakeup is not None
-
     def acknowledge(self) -> None:
         """The loop reached a step boundary after the signal and is saving: the deadline no longer applies."""
         if self._timer is not None:
@@ -76,7 +65,7 @@ class StopSignals:
 
     def install(self) -> bool:
         """Installs the handlers (the main thread only); returns whether it did."""
-        if threading.current_thread() is not threading.main_thread() or self.installed:
+        if threading.current_thread() is not threading.main_thread() or self._wakeup is not None:
             return False
         self.signum = None
         for signum in SIGNALS:
@@ -121,7 +110,7 @@ class StopSignals:
             "compilation or a native call that did not return); exiting now, the last complete checkpoint stands",
         )
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum, _frame) -> None:
         if self.signum is not None:  # the second signal: no more waiting
             _exit_now(
                 signum,
@@ -147,11 +136,8 @@ STOP = StopSignals()
 
 
 class PreemptionWatcher:
-    """Tells the loop when to checkpoint and stop.
-
-    Several processes: JAX's preemption sync point (every process agrees on the same step; JAX handles
-    SIGTERM). One process: `STOP`, installed for the loop when the command has not installed it already (a
-    library caller), and told that a request can now be honoured at a step boundary."""
+    """Tells the loop when to checkpoint and stop: several processes, at JAX's preemption sync point (the same step
+    for all); one process, when `STOP` was signalled (installed here for a library caller)."""
 
     def __init__(self, checkpoint_manager):
         self.manager = checkpoint_manager
@@ -163,7 +149,7 @@ class PreemptionWatcher:
     def reached(self, step: int) -> bool:
         if not self.single:
             return self.manager.reached_preemption(step)
-        if STOP.requested:
+        if STOP.signum is not None:
             STOP.acknowledge()
             return True
         return False

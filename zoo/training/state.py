@@ -1,9 +1,7 @@
 """The train state: an NNX (model, optimiser) pair, created directly with its shardings.
 
-The model is first built abstractly (`nnx.eval_shape`: no memory, and every config error surfaces
-here), its shardings are derived from the parameters' logical axes, and the real state is then made
-by a jitted initialiser with those output shardings, so no host or device ever holds an unsharded
-copy of a large model (on a single device, where there is nothing to shard, operation by operation).
+The model is first built abstractly (`nnx.eval_shape`: no memory; config errors surface here), its shardings
+come from the parameters' logical axes, and the real state is made straight into them (`init_state`).
 """
 
 from __future__ import annotations
@@ -48,11 +46,9 @@ def create_train_state(
 
 
 def init_state(build: Callable[[], tuple], sharding) -> nnx.State:
-    """The state made by a jitted initialiser straight into its shardings (no unsharded copy anywhere). On a
-    single device it is built operation by operation instead: there is no other copy to avoid, and an operation
-    compiles once per shape in a process, where a jitted initialiser is traced and compiled again for every run
-    (a tiny ListOps model on 2 CPU cores: 0.04 s against 0.5–0.6 s from a process's second run on; the same
-    values)."""
+    """The state made by a jitted initialiser straight into its shardings (no unsharded copy anywhere). On one
+    device, operation by operation: nothing to avoid copying, and its operations compile once per process where a
+    jitted initialiser compiles for every run (a tiny ListOps model: 0.04 s against 0.5 s; the same values)."""
     devices = {device for leaf in jax.tree.leaves(sharding) for device in leaf.device_set}
     if len(devices) == 1:
         with jax.default_device(devices.pop()):
@@ -68,10 +64,8 @@ def restore_model(
     step: int | None = None,
     model_config: ml_collections.ConfigDict | None = None,
 ) -> tuple[nnx.Module, int]:
-    """The model of a run's checkpoint (latest unless `step`) on this process's first device; returns (model, step).
-
-    `model_config`, when given, must be the one the checkpoint was trained with (its record says): another mixer
-    with the same parameter tree would restore without a word and compute something else."""
+    """(model, step) of a run's checkpoint (latest unless `step`) on this process's first device. `model_config`,
+    when given, must be the one the checkpoint records: another mixer with the same parameters would restore."""
     checkpointer = Checkpointer(checkpoint_dir, max_to_keep=1_000_000)
     try:
         steps = checkpointer.manager.all_steps()

@@ -1,9 +1,8 @@
 """Jitted train and eval steps over an NNX (model, optimiser) state, with explicit shardings.
 
-The state travels as `nnx.State` (split once from the graph); each step merges it, differentiates the
-loss with respect to the `nnx.Param` leaves, and returns the new state. Auxiliary losses sown by
-modules (`AuxLoss`) are added to the objective. Gradient accumulation runs micro-batches in a
-`lax.scan` inside one step, so one step is always one optimiser update.
+Each step merges the `nnx.State`, differentiates the loss (plus the `AuxLoss`es modules sow) with respect to the
+`nnx.Param` leaves and returns the new state. Gradient accumulation runs micro-batches in a `lax.scan` inside one
+step, so one step is always one optimiser update.
 """
 
 from __future__ import annotations
@@ -39,10 +38,8 @@ def _under_mesh(fn: Callable, mesh: jax.sharding.Mesh) -> Callable:
 
 
 def make_train_step(graphdef, loss_fn: LossFn, *, accum_steps: int, state_sharding, batch_sharding, replicated):
-    """Returns `step(state, batch, key) -> (state, metrics)` where metrics are summed over the batch.
-
-    Dropout keys are `fold_in(key, step)`, so a resumed run draws the same masks as an uninterrupted one.
-    """
+    """`step(state, batch, key) -> (state, metric sums)`. Dropout keys are `fold_in(key, step)`, so a resumed run
+    draws the same masks as an uninterrupted one."""
 
     def objective(params, rest, model_def, micro, key):
         # copy=True: fresh Variables at this trace level, so the forward may update non-parameter state.

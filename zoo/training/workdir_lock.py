@@ -73,9 +73,7 @@ def stale_reason(path: epath.Path, holder: dict, *, now: float | None = None) ->
         age = (now or time.time()) - path.stat().mtime
     except (OSError, AttributeError):
         return None
-    if age > STALE_AFTER_S:
-        return f"not refreshed for {age / 60:.0f} minutes"
-    return None
+    return f"not refreshed for {age / 60:.0f} minutes" if age > STALE_AFTER_S else None
 
 
 class WorkdirLock:
@@ -159,5 +157,5 @@ class WorkdirLock:
         self.acquire()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         self.release()
