@@ -89,11 +89,8 @@ def barrier(name: str) -> None:
 
 
 def first_process_then_others(name: str, fn: Callable[[], T]) -> T:
-    """Runs `fn` on process 0 first (e.g. generating or caching data), then on the others.
-
-    Others run `fn` after process 0 has finished, when its files exist; an error on process 0 is
-    raised there after the barrier, so the other processes are not left waiting.
-    """
+    """Runs `fn` on process 0 first (e.g. caching data), then on the others, which find its files; an error on
+    process 0 is raised there after the barrier, so the others are not left waiting."""
     if jax.process_count() == 1:
         return fn()
     if jax.process_index() == 0:

@@ -13,12 +13,9 @@ from flax import nnx
 
 
 def classification_loss(label_smoothing: float = 0.0, input_fields: tuple[str, ...] = ("inputs",)):
-    """Cross-entropy of `model(*batch[input_fields])` against `batch['targets']`, weighted by `batch['weights']`.
-
-    Label smoothing applies in training only; evaluation reports the plain cross-entropy and counts each predicted
-    class (`predictions`, summarised as the share of the most frequent one: a collapsed classifier's shows). A pair
-    task (e.g. LRA Retrieval) names two input fields.
-    """
+    """Cross-entropy of `model(*batch[input_fields])` against `batch['targets']`, weighted by `batch['weights']`;
+    label smoothing in training only. Evaluation also counts each predicted class (`predictions`: a collapsed
+    classifier shows)."""
 
     def loss_fn(model: nnx.Module, batch: dict, rngs: nnx.Rngs | None, train: bool):
         logits = model(*(batch[name] for name in input_fields), rngs=rngs)
@@ -42,24 +39,16 @@ def classification_loss(label_smoothing: float = 0.0, input_fields: tuple[str, .
 def token_cross_entropy(
     logits: jax.Array, targets: jax.Array, weights: jax.Array, *, label_smoothing: float = 0.0
 ) -> tuple[jax.Array, dict]:
-    """Per-token cross-entropy summed over positions with weight > 0 (translation, masked LM).
-
-    logits `[..., vocab]`, targets and weights `[...]`. Returns (objective sum, metric sums); the objective
-    uses label smoothing, the reported `loss` never does, and `log_perplexity` becomes `perplexity` =
-    exp(loss) when summarised. `count` is the number of scored tokens.
-    """
+    """Per-token cross-entropy summed over positions with weight > 0 (translation, masked LM): logits `[..., vocab]`,
+    targets and weights `[...]` → (objective sum, metric sums). Label smoothing applies to the objective only, not to
+    the reported `loss`; `count` is the number of scored tokens."""
     w = weights.astype(jnp.float32)
-    vocab = logits.shape[-1]
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
     objective = ce
     if label_smoothing:
-        smooth = optax.softmax_cross_entropy(logits, jnp.full(logits.shape, 1.0 / vocab, logits.dtype))
+        smooth = optax.softmax_cross_entropy(logits, jnp.full(logits.shape, 1.0 / logits.shape[-1], logits.dtype))
         objective = (1.0 - label_smoothing) * ce + label_smoothing * smooth
     loss_sum = jnp.sum(ce * w)
     correct = jnp.sum((jnp.argmax(logits, -1) == targets) * w)
-    return jnp.sum(objective * w), {
-        "loss": loss_sum,
-        "log_perplexity": loss_sum,
-        "correct": correct,
-        "count": jnp.sum(w),
-    }
+    sums = {"loss": loss_sum, "log_perplexity": loss_sum, "correct": correct, "count": jnp.sum(w)}
+    return jnp.sum(objective * w), sums

@@ -6,10 +6,9 @@ than a device has (`check_step_fits`). `--plan_memory` prints the plan instead o
     lra-train --config=lra_flax/configs/listops.py:lra_code --plan_memory --fake_cpu_devices=8 \\
         --config.mesh.data=2 --config.mesh.fsdp=2 --config.mesh.tensor=2
 
-Parameters and optimiser state are counted from their shardings (bytes of one device's shards);
-activations and temporaries come from XLA's memory analysis of the compiled step. With fake CPU
-devices the numbers describe the sharded program, not a GPU's allocator; they are for comparing
-meshes and configs, not an exact budget.
+Parameters and optimiser state are counted from their shardings; activations and temporaries come from XLA's
+memory analysis of the compiled step. With fake CPU devices the numbers are for comparing meshes and configs,
+not an exact budget.
 """
 
 from __future__ import annotations

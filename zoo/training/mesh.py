@@ -1,20 +1,13 @@
 """Device mesh and shardings: the one place that decides where parameters and batches live.
 
 Axes are (`data`, `fsdp`, `tensor`). Batches are split over data × fsdp, and so are the activations between
-blocks (`zoo.layers.common.constrain_batch_sharded`, active under the steps' mesh). Parameters carry logical
-axis names (`zoo.layers.logical`); the rules in `config.mesh.rules` map them to mesh axes (defaults:
-`LOGICAL_RULES`; "" means replicated):
+blocks (`zoo.layers.common.constrain_batch_sharded`). Parameters carry logical axis names (`zoo.layers.logical`),
+which the rules in `config.mesh.rules` (defaults: `LOGICAL_RULES`; "" means replicated) map to mesh axes.
 
-  embed → fsdp     (FSDP: the model dimension of every matrix is split over the fsdp axis)
-  heads → tensor   (tensor parallelism over attention heads)
-  mlp   → tensor   (and over the FFN hidden dimension)
-  vocab → tensor
-
-A dimension that its mesh axis does not divide stays whole (replicated), so any config runs on any mesh,
-but never silently: `sharding_report` measures how much more parameter memory each device holds than an
-even split over fsdp × tensor would give, names the parameters a rule could not split, and the loop fails
-above `config.mesh.sharding_tolerance` (as MaxText's). Optimiser state follows its parameter. Untagged
-parameters (norms, γ, SGU spatial weights) are replicated.
+A dimension that its mesh axis does not divide stays whole, so any config runs on any mesh, but never silently:
+`sharding_report` measures how much more parameter memory each device holds than an even fsdp × tensor split,
+and the loop fails above `config.mesh.sharding_tolerance` (as MaxText's). Optimiser state follows its parameter;
+untagged parameters (norms, γ, SGU spatial weights) are replicated.
 """
 
 from __future__ import annotations

@@ -29,6 +29,14 @@ KINDS = ("matmul", "layout", "random bits", "reduction", "elementwise", "control
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$")
 _COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
+# The kind of an instruction by its opcode alone (fusions and custom calls are judged by what they call).
+_OPCODE_KINDS = {
+    **dict.fromkeys(("dot", "convolution"), "matmul"),
+    **dict.fromkeys(("transpose", "copy", "copy-start", "copy-done"), "layout"),
+    "rng-bit-generator": "random bits",
+    **dict.fromkeys(("reduce", "reduce-window", "all-reduce"), "reduction"),
+    **dict.fromkeys(("while", "call", "conditional"), "control"),
+}
 
 
 def _computations(hlo_text: str) -> dict[str, list[tuple[str, str, str, bool]]]:
@@ -73,23 +81,11 @@ def op_kinds(hlo_text: str) -> dict[str, str]:
     kinds = {}
     for body in computations.values():
         for name, opcode, rest, _ in body:
-            if opcode in ("dot", "convolution"):
+            kind = _OPCODE_KINDS.get(opcode, "elementwise")
+            if opcode in ("fusion", "custom-call") and (called := _CALLS.findall(rest)):
+                kind = _fusion_kind(computations.get(called[0], []), computations)
+            if opcode == "custom-call" and "matmul" in rest.lower():
                 kind = "matmul"
-            elif opcode in ("transpose", "copy", "copy-start", "copy-done"):
-                kind = "layout"
-            elif opcode == "rng-bit-generator":
-                kind = "random bits"
-            elif opcode in ("reduce", "reduce-window", "all-reduce"):
-                kind = "reduction"
-            elif opcode in ("while", "call", "conditional"):
-                kind = "control"
-            elif opcode == "fusion" or opcode == "custom-call":
-                called = _CALLS.findall(rest)
-                kind = _fusion_kind(computations.get(called[0], []), computations) if called else "elementwise"
-                if opcode == "custom-call" and "matmul" in rest.lower():
-                    kind = "matmul"
-            else:
-                kind = "elementwise"
             kinds[name] = kind
     return kinds
 

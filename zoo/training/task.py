@@ -25,29 +25,22 @@ class Task:
     loss_fn:       (model, batch, rngs, train) → (objective sum, metric sums); see `zoo.training.losses`.
     count_tokens:  batch → number of real input tokens (for tokens/s).
     eval_splits:   splits evaluated during training (first one) and at the end (all).
-    row_multiple:  0 for fixed batches of train.batch_size examples; > 0 for tasks that batch by tokens
-                   (translation: data.max_tokens), whose batches hold a varying number of rows, always a
-                   multiple of this; train.batch_size must then be 0.
-    prepare:       () → {split: cached example file}; generates/caches data (process 0 first). Called
-                   before anything is written to the workdir, so bad data leaves it untouched. Cached.
-    batch_spec:    global batch size → {field: ShapeDtypeStruct} of the largest batch: every run compiles its
-                   train step for it and checks the step's memory before writing anything (a task without
-                   one skips that check); `--plan_memory` and the throughput benchmark use it too.
+    row_multiple:  0 for batches of train.batch_size examples; > 0 for tasks that batch by tokens (translation),
+                   whose rows vary in number, always a multiple of this (train.batch_size must then be 0).
+    prepare:       () → {split: cached example file}; generates/caches data (process 0 first), before anything
+                   is written to the workdir.
+    batch_spec:    global batch size → {field: ShapeDtypeStruct} of the largest batch, for which every run
+                   compiles its train step and checks its memory (None: no check); `--plan_memory` uses it too.
     artifacts:     () → {file name: path}; copied into the workdir with config.json (e.g. the tokenizer).
-    generate_eval: (model in eval mode, split, workdir or None) → extra metrics (e.g. BLEU of decoded
-                   output); called after each evaluation; `workdir` is given only at the end of training,
-                   for files the task writes there (e.g. hypotheses). Text values (e.g. a metric's
-                   signature) go to results.json only, not to the logs.
+    generate_eval: (model in eval mode, split, workdir or None) → extra metrics (e.g. BLEU); `workdir` only at
+                   the end, for files the task writes there. Text values go to results.json only.
     final_results: results → entries added to results.json under names of the task's choosing.
-    model_flops:   batch → the model FLOPs of one train step on it (zoo/training/flops.py: what is counted);
-                   gives every log line and results.json their TFLOP/s and MFU. None: not reported.
-    warm_start:    fresh train state → the state to start from (e.g. a pretrained encoder's parameters put
-                   in place); applied once, before step 0, never on resume.
-    scored:        what the loss's weights count, one per weight: evaluation reports their number under this
-                   name ("examples" for a classifier; "tokens" for a per-token loss: translation's target
-                   tokens, the masked positions of masked LM).
-    config_sections: the task's own config sections by name ({"data": its fields, ...}, declared in its config
-                   module): every run validates them with the shared ones before anything is written.
+    model_flops:   batch → the model FLOPs of one train step on it (zoo/training/flops.py), for TFLOP/s and MFU.
+    warm_start:    fresh train state → the state to start from (e.g. a pretrained encoder); never on resume.
+    scored:        what the loss's weights count ("examples"; "tokens" for a per-token loss): evaluation reports
+                   their number under this name.
+    config_sections: the task's own config sections by name ({"data": its fields, ...}), validated with the
+                   shared ones before anything is written.
     """
 
     build_model: Callable[[nnx.Rngs], nnx.Module]

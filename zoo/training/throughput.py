@@ -1,10 +1,8 @@
 """Measured training cost of a config: steps/s of real train steps and peak memory per device.
 
-Used by `lra-compare`'s efficiency table. The step is the one `train_and_evaluate` runs (same model, loss,
-optimiser, sharding) on a synthetic batch of `task.batch_spec`'s shapes; it is compiled, run `warmup` times,
-then timed over `steps` calls with the result blocked on. Memory is the device's peak allocation where the
-backend reports one (GPU, TPU: `memory_stats()["peak_bytes_in_use"]`), else the compiled step's memory
-analysis (arguments + outputs + temporaries − aliased, the CPU case); `memory_source` says which.
+Used by `lra-compare`'s efficiency table: `train_and_evaluate`'s step on a synthetic batch of `task.batch_spec`'s
+shapes, compiled, run `warmup` times, then timed over `steps` calls. Memory is the device's peak allocation where
+the backend reports one (GPU, TPU), else the compiled step's memory analysis (CPU); `memory_source` says which.
 """
 
 from __future__ import annotations
@@ -67,9 +65,8 @@ def measure(
         state, _ = compiled(state, batch, key)
     jax.block_until_ready(state)  # warmup may be 0
     # A CPU's peak is its matmul rate, measured beside the timed steps: a shared VM's rate drifts within minutes.
-    cpu_rates = [] if _measures_cpu_peak(config) else None
-    if cpu_rates is not None:
-        cpu_rates.append(flops.cpu_matmul_tflops())
+    measures_cpu = jax.local_devices()[0].platform == "cpu" and not config.train.get("peak_tflops_per_device", 0.0)
+    cpu_rates = [flops.cpu_matmul_tflops()] if measures_cpu else None
     start = time.perf_counter()
     for _ in range(steps):
         state, sums = compiled(state, batch, key)
@@ -108,8 +105,3 @@ def measure(
     if breakdown is not None:
         result["op_breakdown"] = breakdown
     return result
-
-
-def _measures_cpu_peak(config: ml_collections.ConfigDict) -> bool:
-    """Whether the peak is this host's measured matmul rate (a CPU, no `train.peak_tflops_per_device`)."""
-    return jax.local_devices()[0].platform == "cpu" and not config.train.get("peak_tflops_per_device", 0.0)

@@ -1,11 +1,9 @@
 """One validation pass over a resolved task config, before anything touches the workdir.
 
-Every field of `train`, `model` and `mesh` is checked against the rule it is declared with
-(zoo/training/config.py, zoo/models/config.py), a task's own sections (its `data`, ...) against its config
-module's declarations, and every mixer's options against their declarations in its
-module (zoo/mixers) — the inactive mixers' too, so that a typo set today does not wait for the day that mixer is
-chosen; then the mixers the model runs, and any other whose options differ from its defaults, are built (shapes
-only) for what their options must satisfy together. All problems are reported at once, each naming its field.
+Every field of the shared sections, the task's own and every mixer's options (the inactive mixers' too: a typo
+must not wait for the day that mixer is chosen) is checked against the rule it is declared with; then the mixers
+the model runs, and any other whose options differ from its defaults, are built (shapes only) for what their
+options must satisfy together. All problems are reported at once, each naming its field.
 """
 
 from __future__ import annotations
@@ -53,11 +51,9 @@ def _build_problem(cfg: ml_collections.ConfigDict) -> str | None:
 
 
 def _mixer_problems(model: ml_collections.ConfigDict) -> list[str]:
-    """Every mixer's options by their rules; built are the mixers `model.mixer` and `model.cross_mixer` name (the
-    second, softmax by default, is used by encoder-decoder models only, but the model section cannot say which
-    model it is for) and those whose options were changed. An unused mixer at its defaults is not this run's
-    concern (a build that failed there for the model's shapes would refuse a run that never builds it), and
-    building all nine took ~0.45 s of each command's start."""
+    """Every mixer's options by their rules; built are the mixers `model.mixer` and `model.cross_mixer` name and
+    those whose options were changed (an unused mixer at its defaults is not this run's concern, and building all
+    nine took ~0.45 s of each command's start)."""
     active = {model.mixer, model.get("cross_mixer")}
     problems = []
     for name in sorted(model.mixer_options.keys()):

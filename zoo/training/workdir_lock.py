@@ -1,14 +1,11 @@
 """One run per workdir: a lock file that names its holder.
 
-`workdir/lock` holds the holder's host, process id, start time and command line. A second run on the same
-workdir is refused with one line naming the holder. A lock left by a run that was killed is taken over: on the
-same host when its process no longer exists; from another host (a shared or remote workdir, where a process
-cannot be looked up) when the holder has not refreshed the file for `STALE_AFTER_S` seconds (a holder refreshes
-it every `REFRESH_EVERY_S`). In a multi-process run process 0 takes the lock for all of them.
+`workdir/lock` holds the holder's host, process id, start time and command line; a second run is refused with
+one line naming it. A killed run's lock is taken over: on the same host when its process no longer exists; from
+another host when the holder has not refreshed the file (every `REFRESH_EVERY_S`) for `STALE_AFTER_S` seconds.
 
 Local workdirs take the lock with an exclusive create (atomic); a URL workdir (gs://, s3://) has no such
-operation, so two runs started within a moment of each other there may both pass: the lock then catches the
-common case (a second run started while the first is going), not a race.
+operation, so there the lock catches a second run started while the first is going, not a race.
 """
 
 from __future__ import annotations
