@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from flax import nnx
 
 from zoo.layers.common import compute_dtype, dense
@@ -91,6 +92,18 @@ class MultiHeadMixer(nnx.Module):
 
     def attend(self, q, k, v, mask, causal):
         raise NotImplementedError
+
+    def attend_densely(self, q, k, v, mask, causal, weights, rngs, bias=None):
+        """Attention through explicit float32 probabilities `weights(scores, visible)` `[b, h, q, k]`, dropped by
+        model.attention_dropout (per element, rescaled by 1/(1 − rate), as flax's attention_dropout_rate)."""
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(q.shape[-1])
+        if bias is not None:
+            s = s + bias.astype(jnp.float32)
+        visible = jnp.ones((1, 1, 1, k.shape[1]), bool) if mask is None else mask[:, None, None, :]
+        if causal:
+            visible = visible & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))[None, None]
+        p = self.weights_dropout(weights(s, visible), rngs=rngs)
+        return jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v)
 
     def combine(self, o: jax.Array) -> jax.Array:
         """Merged heads `[batch, length, d_model]` → the output projection's input."""

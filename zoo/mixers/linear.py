@@ -54,9 +54,8 @@ def orthogonal_random_features(key: jax.Array, num_features: int, dim: int) -> j
 def favor_features(x, omega, *, is_query: bool, mask, causal: bool) -> jax.Array:
     """φ(x) = m^(−½)(exp(ωᵀx̂ − ‖x̂‖²/2 − stabiliser) + 1e-6), x̂ = x·d^(−¼); x `[B, T, H, d]`.
 
-    Queries subtract their own row max (it cancels in the normaliser). Keys share one stabiliser:
-    the max over real keys when not causal (so padding cannot change it), none when causal (a
-    sequence-wide max would let future keys change past outputs).
+    Queries subtract their own row max (it cancels in the normaliser). Keys share one stabiliser: the max over
+    real keys when not causal (padding cannot change it), none when causal (future keys must not change the past).
     """
     d, m = x.shape[-1], omega.shape[0]
     xs = x.astype(jnp.float32) * d**-0.25
@@ -123,9 +122,7 @@ class KernelLayer(nnx.Module):
 class FeatureMap(nnx.Module):
     def __init__(self, cfg, heads: int, d: int, *, rngs: nnx.Rngs):
         kind, depth = cfg.feature_map, cfg.kernel_depth
-        if kind not in FEATURE_MAPS:
-            raise ValueError(f"mixer 'linear': unknown feature_map {kind!r}; valid: {', '.join(FEATURE_MAPS)}")
-        if depth < 1 or (kind in _FIXED and depth != 1):
+        if kind in _FIXED and depth != 1:  # the option's own rule (one of, ≥ 1) is checked by mixers.build
             raise ValueError(f"mixer 'linear': kernel_depth={depth} is not valid for feature_map {kind!r}")
         self.kind = kind
         favor = kind == "favor"
@@ -138,16 +135,11 @@ class FeatureMap(nnx.Module):
         # regulariser) adds a string-keyed entry to every module, which a List's integer keys cannot be sorted
         # beside. Checkpoints store the keys as strings either way.
         self.depth = depth if kind not in _FIXED else 0
-        self.layers = (
-            nnx.Dict(
-                {
-                    str(i): KernelLayer(kind, heads, d, positive=(i == depth - 1), gate_rank=rank, rngs=rngs)
-                    for i in range(depth)
-                }
-            )
-            if kind not in _FIXED
-            else None
-        )
+        layers = {
+            str(i): KernelLayer(kind, heads, d, positive=(i == depth - 1), gate_rank=rank, rngs=rngs)
+            for i in range(self.depth)
+        }
+        self.layers = nnx.Dict(layers) if kind not in _FIXED else None
         self.deterministic = False
 
     def kernels(self) -> list[KernelLayer]:
@@ -177,10 +169,6 @@ class LinearAttention(MultiHeadMixer):
         self.feature_map = FeatureMap(cfg, self.num_heads, self.head_dim, rngs=rngs)
         self.eps = cfg.eps
         self.options = kernels.LinearAttentionOptions(impl=cfg.impl, chunk_size=cfg.chunk_size)
-        if cfg.eps_mode not in ("auto", *kernels.EPS_MODES):
-            raise ValueError(
-                f"mixer 'linear': unknown eps_mode {cfg.eps_mode!r}; valid: auto, {', '.join(kernels.EPS_MODES)}"
-            )
         self.eps_mode = cfg.eps_mode if cfg.eps_mode != "auto" else ("guard" if cfg.feature_map == "favor" else "add")
         self.orth_loss_weight = cfg.orth_loss_weight if cfg.feature_map in _ORTHOGONAL else 0.0
         self.deterministic = False

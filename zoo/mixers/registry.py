@@ -49,10 +49,8 @@ _REGISTRY: dict[str, _Entry] = {}
 
 
 def register(name: str, cls: type[nnx.Module], options: tuple[Field, ...] = ()) -> None:
-    """Registers `cls(cfg, *, rngs)` under `name` with its own options (`model.mixer_options.<name>.*`): each
-    a `Field` whose default, rule and help the config, the validation and the docs read. The class
-    counts its own model FLOPs: `cls.forward_flops(cfg, length, *, causal)`, one forward pass over one sequence
-    (every run's MFU divides by it; attention-type mixers inherit the count from `MultiHeadMixer`)."""
+    """Registers `cls(cfg, *, rngs)` under `name` with its own options (`model.mixer_options.<name>.*`). The class
+    counts its model FLOPs of one forward pass over one sequence: `cls.forward_flops(cfg, length, *, causal)`."""
     if name in _REGISTRY:
         raise ValueError(f"mixer {name!r} is registered twice")
     if not callable(getattr(cls, "forward_flops", None)):
@@ -66,18 +64,14 @@ def register(name: str, cls: type[nnx.Module], options: tuple[Field, ...] = ()) 
         raise ValueError(f"mixer {name!r} options {sorted(clash)} clash with shared fields")
     if len(set(names_)) != len(names_):
         raise ValueError(f"mixer {name!r} declares an option twice: {names_}")
-    declared = {f.name: _rule_kind(f) for entry in _REGISTRY.values() for f in entry.options}
+    kind = lambda field: field.rule.kind if field.rule is not None else None
+    declared = {f.name: kind(f) for entry in _REGISTRY.values() for f in entry.options}
     for field in options:  # a name means the same thing, with the same rule, in every mixer that has it
-        if field.name in declared and declared[field.name] != _rule_kind(field):
+        if field.name in declared and declared[field.name] != kind(field):
             raise ValueError(
-                f"mixer {name!r} declares option {field.name} as {_rule_kind(field)}; another mixer as "
-                f"{declared[field.name]}"
+                f"mixer {name!r} declares option {field.name} as {kind(field)}; another mixer as {declared[field.name]}"
             )
     _REGISTRY[name] = _Entry(cls, tuple(options))
-
-
-def _rule_kind(field: Field) -> str | None:
-    return field.rule.kind if field.rule is not None else None
 
 
 def names() -> list[str]:

@@ -163,7 +163,11 @@ class SoftmaxAttention(MultiHeadMixer):
         bias = None if self.relative_bias is None else self.position_bias(q.shape[1], causal).astype(q.dtype)
         dropout = self.weights_dropout.rate > 0 and not self.weights_dropout.deterministic
         if dropout and (bias is not None or self.options.impl not in ("auto", "xla")):
-            return self._attend_with_weights_dropout(q, k, v, mask, causal, bias, rngs)
+            # Neither cuDNN's nor XLA's fused attention takes a dropout: the probabilities are formed explicitly.
+            def weights(s, visible):
+                return jax.nn.softmax(jnp.where(visible, s, jnp.finfo(jnp.float32).min), axis=-1)
+
+            return self.attend_densely(q, k, v, mask, causal, weights, rngs, bias)
         if dropout:  # the blocked softmax forms and drops the weights block by block
             rate, key = self.weights_dropout.rate, self.weights_dropout.key(rngs)
             return kernels.softmax_attention(
@@ -173,21 +177,6 @@ class SoftmaxAttention(MultiHeadMixer):
             return kernels.softmax_attention(q, k, v, causal=causal, key_mask=mask, options=self.options)
         bias_mask = None if mask is None else mask[:, None, None, :]
         return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=bias_mask, is_causal=causal, implementation="xla")
-
-    def _attend_with_weights_dropout(self, q, k, v, mask, causal, bias, rngs):
-        """Training with model.attention_dropout and a position bias (or an implementation other than the
-        blocked XLA one): the probabilities formed explicitly (fp32), dropped per element and rescaled by
-        1/(1 − rate) as flax's attention_dropout_rate (broadcast_dropout=False) does in the LRA code; neither
-        cuDNN's nor XLA's fused attention takes a dropout."""
-        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(q.shape[-1])
-        if bias is not None:
-            s = s + bias.astype(jnp.float32)
-        visible = jnp.ones((1, 1, 1, k.shape[1]), bool) if mask is None else mask[:, None, None, :]
-        if causal:
-            visible = visible & jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))[None, None]
-        p = jax.nn.softmax(jnp.where(visible, s, jnp.finfo(jnp.float32).min), axis=-1)
-        p = self.weights_dropout(p, rngs=rngs)
-        return jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v)
 
     def init_cache(self, batch: int, max_length: int) -> dict:
         if self.relative_bias is not None:

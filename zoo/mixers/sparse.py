@@ -84,23 +84,15 @@ def entmax15(x: jax.Array, axis: int = -1) -> jax.Array:
     return jnp.moveaxis(jnp.where(empty, 0.0, jnp.maximum(x - tau_star, 0.0) ** 2), -1, axis)
 
 
-def _visibility(mask, tq, tk, batch, causal):
-    vis = jnp.ones((batch, 1, tq, tk), bool) if mask is None else mask[:, None, None, :]
-    if causal:
-        vis = vis & jnp.tril(jnp.ones((tq, tk), bool))[None, None]
-    return vis
-
-
 class SparseAttention(MultiHeadMixer):
     normaliser = staticmethod(sparsemax)
     has_attention_weights = True
 
     def attend(self, q, k, v, mask, causal, rngs=None):
-        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / jnp.sqrt(q.shape[-1])
-        vis = _visibility(mask, q.shape[1], k.shape[1], q.shape[0], causal)
-        p = jnp.where(vis, self.normaliser(jnp.where(vis, s, _MASKED)), 0.0)
-        p = self.weights_dropout(p, rngs=rngs)
-        return jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v)
+        def weights(s, visible):
+            return jnp.where(visible, self.normaliser(jnp.where(visible, s, _MASKED)), 0.0)
+
+        return self.attend_densely(q, k, v, mask, causal, weights, rngs)
 
 
 class EntmaxAttention(SparseAttention):

@@ -1,11 +1,9 @@
 """Batched greedy and beam-search decoding for `EncoderDecoder`, through each mixer's incremental state.
 
-Both run as one jitted `lax.while_loop`: the encoder runs once, then one decoder step per token with
-the mixers' caches (a key-value cache for attention, the running (S, z) for linear attention, the gate
-inputs for a causal SGU). Beam search keeps `beam_size` live hypotheses and `beam_size` finished ones
-per example and reorders every cache by the surviving beams; scores are log p / lp(length) with GNMT's
-lp(n) = ((5 + n) / 6)^alpha (alpha = 0: plain log-probability, and beam size 1 is then exactly greedy).
-Each example stops at its own limit `max_length_a · source length + max_length_b` (EOS is forced there).
+Both run as one jitted `lax.while_loop`: the encoder once, then one decoder step per token. Beam search keeps
+`beam_size` live and `beam_size` finished hypotheses per example, reordering every cache by the surviving beams;
+scores are log p / lp(length) (alpha = 0: plain log-probability, and beam size 1 is then exactly greedy). Each
+example stops at its own limit `max_length_a · source length + max_length_b` (EOS is forced there).
 """
 
 from __future__ import annotations
@@ -38,17 +36,19 @@ def _disallow(logits: jax.Array, force_eos: jax.Array, *, bos_id: int, eos_id: i
 LENGTH_PENALTIES = ("gnmt", "fairseq")
 
 
+def _check_form(form: str) -> None:
+    if form not in LENGTH_PENALTIES:
+        raise ValueError(
+            f"config field decode.length_penalty_form={form!r} is unknown; valid: {', '.join(LENGTH_PENALTIES)}"
+        )
+
+
 def _length_penalty(length: jax.Array, alpha: float, form: str = "gnmt") -> jax.Array:
     """What a finished hypothesis' log-probability is divided by: GNMT's ((5 + |y|) / 6)^α (Wu et al. 2016) or
     fairseq's |y|^α (sequence_generator.py: eos_scores / (step + 1) ** len_penalty); |y| counts EOS."""
+    _check_form(form)
     length = length.astype(jnp.float32)
-    if form == "gnmt":
-        return ((5.0 + length) / 6.0) ** alpha
-    if form == "fairseq":
-        return length**alpha
-    raise ValueError(
-        f"config field decode.length_penalty_form={form!r} is unknown; valid: {', '.join(LENGTH_PENALTIES)}"
-    )
+    return ((5.0 + length) / 6.0) ** alpha if form == "gnmt" else length**alpha
 
 
 def _reorder(cache, index: jax.Array, rows: int):
@@ -196,8 +196,7 @@ def translate(
     max_length_b: int = 10,
     **specials: int,
 ) -> jax.Array:
-    """Jitted decoding of a batch with an `EncoderDecoder` in eval mode (greedy when beam_size == 1 and alpha == 0).
-
+    """Jitted decoding of a batch with an `EncoderDecoder` in eval mode (greedy when beam_size == 1 and alpha == 0);
     `specials`: max_length, bos_id and eos_id, as `beam_search` takes them."""
     settings = dict(
         beam_size=beam_size, length_penalty=length_penalty, length_penalty_form=length_penalty_form,
@@ -216,11 +215,7 @@ def compile_translate(model: nnx.Module, src: jax.ShapeDtypeStruct, **settings) 
 
 def _jit_args(model: nnx.Module, settings: dict) -> tuple[nnx.GraphDef, nnx.State, dict]:
     """The model split for `_translate_jit`, and `settings` checked and typed as its static arguments."""
-    if settings["length_penalty_form"] not in LENGTH_PENALTIES:
-        raise ValueError(
-            f"config field decode.length_penalty_form={settings['length_penalty_form']!r} is unknown; valid: "
-            f"{', '.join(LENGTH_PENALTIES)}"
-        )
+    _check_form(settings["length_penalty_form"])
     typed = dict(
         length_penalty=float(settings["length_penalty"]), max_length_a=float(settings["max_length_a"]),
         max_length_b=int(settings["max_length_b"]),

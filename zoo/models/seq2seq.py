@@ -26,58 +26,58 @@ def _check_length(name: str, tokens: jax.Array, max_length: int) -> None:
         raise ValueError(f"{name} length {tokens.shape[-1]} exceeds model.max_length={max_length}")
 
 
-def _check_step(token: jax.Array) -> None:
-    if token.ndim != 2 or token.shape[1] != 1:
-        raise ValueError(f"a decoding step takes token [batch, 1], got shape {token.shape}")
+class _Generator(nnx.Module):
+    """What both models share: the output projection (or the tied target embedding) and the decoding cache."""
+
+    def _output(self, cfg: ml_collections.ConfigDict, tie: str, vocab: int, rngs: nnx.Rngs) -> None:
+        self.positional, self.max_length = cfg.positional, cfg.max_length
+        dtype = compute_dtype(cfg.dtype)
+        self.logits = None if tie != "none" else dense(cfg.d_model, vocab, ("embed", "vocab"), dtype=dtype, rngs=rngs)
+        self.dropout = Dropout(cfg.dropout, rngs=rngs)
+
+    def _project(self, x: jax.Array, embed: TokenEmbedding) -> jax.Array:
+        return (embed.attend(x) if self.logits is None else self.logits(x)).astype(jnp.float32)
+
+    def init_cache(self, batch: int, max_length: int | None = None) -> dict:
+        max_length = self.max_length if max_length is None else max_length
+        return {"layers": self.decoder.init_cache(batch, max_length), "index": jnp.zeros((), jnp.int32)}
+
+    def _step(self, token: jax.Array, cache: dict, embed: TokenEmbedding, **context) -> tuple[jax.Array, dict]:
+        """token `[batch, 1]` at position cache["index"] → (logits `[batch, 1, vocab]`, cache)."""
+        if token.ndim != 2 or token.shape[1] != 1:
+            raise ValueError(f"a decoding step takes token [batch, 1], got shape {token.shape}")
+        x = embed(token)
+        if self.positional != "none":
+            row = jax.lax.dynamic_slice_in_dim(sinusoidal_positions(self.max_length, x.shape[-1]), cache["index"], 1)
+            x = x + row[None].astype(x.dtype)
+        x, layers = self.decoder.decode(x, cache["layers"], **context)
+        return self._project(x, embed), {"layers": layers, "index": cache["index"] + 1}
 
 
-def _positions_at(x: jax.Array, index: jax.Array, kind: str, max_length: int) -> jax.Array:
-    """Adds the position encoding of `index` to a one-token input `[batch, 1, d]`."""
-    if kind == "none":
-        return x
-    row = jax.lax.dynamic_slice_in_dim(sinusoidal_positions(max_length, x.shape[-1]), index, 1)
-    return x + row[None].astype(x.dtype)
-
-
-class CausalLM(nnx.Module):
+class CausalLM(_Generator):
     """tokens `[batch, length]` → next-token logits `[batch, length, vocab]` (float32).
 
     model.tie_embeddings "decoder" (or "all"): the output projection is the input embedding table.
     """
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
-        dtype = compute_dtype(cfg.dtype)
         tie = check_tie_embeddings(cfg, TIE_EMBEDDINGS)
-        self.positional, self.max_length = cfg.positional, cfg.max_length
+        dtype = compute_dtype(cfg.dtype)
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         self.decoder = Decoder(cfg, rngs=rngs)
-        self.logits = (
-            None if tie != "none" else dense(cfg.d_model, vocab_size, ("embed", "vocab"), dtype=dtype, rngs=rngs)
-        )
-        self.dropout = Dropout(cfg.dropout, rngs=rngs)
-
-    def _project(self, x: jax.Array) -> jax.Array:
-        return (self.embed.attend(x) if self.logits is None else self.logits(x)).astype(jnp.float32)
+        self._output(cfg, tie, vocab_size, rngs)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
         _check_length("input", tokens, self.max_length)
         x = add_positions(self.embed(tokens), self.positional)
         x = self.decoder(self.dropout(x, rngs=rngs), mask=tokens != PAD_ID, rngs=rngs)
-        return self._project(x)
-
-    def init_cache(self, batch: int, max_length: int | None = None) -> dict:
-        max_length = self.max_length if max_length is None else max_length
-        return {"layers": self.decoder.init_cache(batch, max_length), "index": jnp.zeros((), jnp.int32)}
+        return self._project(x, self.embed)
 
     def decode(self, token: jax.Array, cache: dict) -> tuple[jax.Array, dict]:
-        """token `[batch, 1]` at position cache["index"] → (logits `[batch, 1, vocab]`, cache)."""
-        _check_step(token)
-        x = _positions_at(self.embed(token), cache["index"], self.positional, self.max_length)
-        x, layers = self.decoder.decode(x, cache["layers"])
-        return self._project(x), {"layers": layers, "index": cache["index"] + 1}
+        return self._step(token, cache, self.embed)
 
 
-class EncoderDecoder(nnx.Module):
+class EncoderDecoder(_Generator):
     """(source, target prefix) → logits; the decoder cross-attends through `model.cross_mixer`.
 
     model.tie_embeddings (fairseq's flags): "decoder" = the target embedding is also the output projection
@@ -93,7 +93,6 @@ class EncoderDecoder(nnx.Module):
                 f"model.tie_embeddings='all' needs one joint vocabulary; got {src_vocab} source and {tgt_vocab} "
                 "target tokens"
             )
-        self.positional, self.max_length = cfg.positional, cfg.max_length
         self.tgt_embed = TokenEmbedding(tgt_vocab, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         # "all": one module referenced twice (NNX keeps shared references: one parameter, summed gradients).
         self.src_embed = (
@@ -103,13 +102,7 @@ class EncoderDecoder(nnx.Module):
         )
         self.encoder = Encoder(cfg, rngs=rngs)
         self.decoder = Decoder(cfg, num_layers=cfg.num_decoder_layers or cfg.num_layers, cross=True, rngs=rngs)
-        self.logits = (
-            None if tie != "none" else dense(cfg.d_model, tgt_vocab, ("embed", "vocab"), dtype=dtype, rngs=rngs)
-        )
-        self.dropout = Dropout(cfg.dropout, rngs=rngs)
-
-    def _project(self, y: jax.Array) -> jax.Array:
-        return (self.tgt_embed.attend(y) if self.logits is None else self.logits(y)).astype(jnp.float32)
+        self._output(cfg, tie, tgt_vocab, rngs)
 
     def encode(self, src: jax.Array, *, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, jax.Array]:
         _check_length("source", src, self.max_length)
@@ -124,19 +117,12 @@ class EncoderDecoder(nnx.Module):
         y = self.decoder(
             self.dropout(y, rngs=rngs), mask=tgt_in != PAD_ID, context=enc, context_mask=src_mask, rngs=rngs
         )
-        return self._project(y)
-
-    def init_cache(self, batch: int, max_length: int | None = None) -> dict:
-        max_length = self.max_length if max_length is None else max_length
-        return {"layers": self.decoder.init_cache(batch, max_length), "index": jnp.zeros((), jnp.int32)}
+        return self._project(y, self.tgt_embed)
 
     def project_context(self, enc: jax.Array) -> list:
         """Cross-attention keys/values of every decoder layer, computed once per source for `decode`."""
         return self.decoder.project_context(enc)
 
     def decode(self, token, cache, enc, src_mask, context_kv: list | None = None) -> tuple[jax.Array, dict]:
-        """token `[batch, 1]` → (logits `[batch, 1, vocab]`, cache); pass `context_kv` to skip re-projecting enc."""
-        _check_step(token)
-        x = _positions_at(self.tgt_embed(token), cache["index"], self.positional, self.max_length)
-        x, layers = self.decoder.decode(x, cache["layers"], context=enc, context_mask=src_mask, context_kv=context_kv)
-        return self._project(x), {"layers": layers, "index": cache["index"] + 1}
+        """As `CausalLM.decode`, cross-attending to `enc`; pass `context_kv` to skip re-projecting it."""
+        return self._step(token, cache, self.tgt_embed, context=enc, context_mask=src_mask, context_kv=context_kv)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import io
+import itertools
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -37,14 +38,14 @@ class Tokenizer(Protocol):
 
 def _strip_specials(ids: Iterable[int]) -> list[int]:
     """Ids up to the first eos, without pad/bos."""
-    out = []
-    for i in ids:
-        i = int(i)
-        if i == EOS_ID:
-            break
-        if i not in (PAD_ID, BOS_ID):
-            out.append(i)
-    return out
+    return [i for i in itertools.takewhile(lambda i: i != EOS_ID, map(int, ids)) if i not in (PAD_ID, BOS_ID)]
+
+
+def _save(path: str | os.PathLike, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, data)
+    return path
 
 
 class SentencePieceTokenizer:
@@ -91,10 +92,7 @@ class SentencePieceTokenizer:
         )
 
     def save(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, self.proto)
-        return path
+        return _save(path, self.proto)
 
 
 def train_sentencepiece(
@@ -224,10 +222,7 @@ class WordTokenizer:
         return np.ones((self.vocab_size,), bool)
 
     def save(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, "".join(p + "\n" for p in self.pieces).encode("utf-8"))
-        return path
+        return _save(path, "".join(p + "\n" for p in self.pieces).encode("utf-8"))
 
 
 def load_tokenizer(path: str | os.PathLike) -> SentencePieceTokenizer | WordTokenizer:
