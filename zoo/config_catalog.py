@@ -1,6 +1,5 @@
-"""Every config section the project declares, in one place above them: what `--help` lists and what
-docs/config.md is generated from (`python -m zoo.config_catalog lra_flax.configs mt_flax.configs
-mlm_flax.configs > docs/config.md`). The sections import `zoo.config_fields`; this module imports them."""
+"""Every config section the project declares: what `--help` lists and docs/config.md is generated from
+(`python -m zoo.config_catalog lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md`)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ def mixer_sections() -> dict[str, tuple[Field, ...]]:
 
 
 def markdown(task_packages: Iterable[str] = ()) -> str:
-    """docs/config.md: every shared section's fields, every mixer's options, then the sections of each task
-    config file in `task_packages` (configs packages, such as `lra_flax.configs`)."""
+    """docs/config.md: the shared sections, every mixer's options, then each config file's own sections from
+    `task_packages` (configs packages, such as `lra_flax.configs`)."""
     parts = [
         "# Config fields",
         "",

@@ -1,14 +1,9 @@
 """Config fields declared once: name, default, allowed values and help.
 
-The shared config sections (`train`, `mesh` in zoo/training/config.py, `model` in zoo/models/config.py) are
-tuples of `Field`s. Their defaults build the sections, their rules validate them (zoo/training/validate.py),
-and their help is what the training commands' `--help` and docs/config.md print:
-
-    python -m zoo.config_catalog lra_flax.configs mt_flax.configs mlm_flax.configs > docs/config.md
-
-(the field tables, from `zoo.config_catalog`; a test keeps the file current). This module imports nothing of the
-project: the sections import it. A task's config module declares its own sections (`data`, ...)
-the same way, as `CONFIG_SECTIONS`; its `Task.config_sections` has them validated with the shared ones.
+The shared config sections (`train`, `mesh` in zoo/training/config.py, `model` in zoo/models/config.py) and each
+task config module's own (`CONFIG_SECTIONS`) are tuples of `Field`s: their defaults build the sections, their rules
+validate them (zoo/training/validate.py), their help is `--help` and docs/config.md (`zoo.config_catalog`). This
+module imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -26,8 +21,8 @@ import ml_collections
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """What values a field takes: `check(value)` is True for them; `what` completes "x=v must ...".
-    `kind` says it in a word for tables ("int ≥ 0", "one of ...")."""
+    """What values a field takes: `check(value)` is True for them; `what` completes "x=v must ..."; `kind` says it
+    in a word for tables ("int ≥ 0")."""
 
     check: Callable[[Any], bool]
     what: str
@@ -39,12 +34,11 @@ def _number(x) -> bool:
 
 
 def integer(low: int, high: int | None = None) -> Rule:
-    """An integer ≥ low and, when `high` is given, ≤ high: a size's upper bound refuses, in one line, a value
-    that would otherwise hang the model's construction or exhaust memory before any other check could run."""
+    """An integer ≥ low and, when `high` is given, ≤ high (a size's bound refuses a value that would hang the
+    model's construction or exhaust memory)."""
+    ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and low <= x <= (math.inf if high is None else high)
     if high is None:
-        ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= low
         return Rule(ok, f"must be an integer ≥ {low}", f"int ≥ {low}")
-    ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and low <= x <= high
     return Rule(ok, f"must be an integer in [{low}, {high:,}]", f"int in [{low}, {high:,}]")
 
 
@@ -95,8 +89,7 @@ def integers(low: int, high: int) -> Rule:
 
 @dataclasses.dataclass(frozen=True)
 class Field:
-    """One config field. A field with `fields` is a nested section of those (see `nested`): its default is
-    theirs and its rule is each of theirs."""
+    """One config field; one with `fields` is a nested section of those (see `nested`)."""
 
     name: str
     default: Any
@@ -106,8 +99,8 @@ class Field:
 
 
 def nested(name: str, fields: Iterable[Field], help: str, rule: Rule | None = None) -> Field:
-    """A section inside a section (`data.generator.seed`), declared by its own fields; `rule`, when given, is what
-    the fields must satisfy together (checked once each field passes its own)."""
+    """A section inside a section (`data.generator.seed`); `rule`, when given, is what the fields must satisfy
+    together (checked once each passes its own)."""
     return Field(name, None, rule, help, tuple(fields))
 
 
@@ -186,14 +179,12 @@ Sections = Mapping[str, tuple[Field, ...]]
 
 
 def config_file_sections(*modules: ModuleType) -> dict[str, Sections]:
-    """{config file: its own sections} of task config modules, each of which declares `CONFIG_SECTIONS` (its
-    `data` section, ...: what the shared sections do not have), keyed by the file's path in the repository."""
+    """{config file's path in the repository: its `CONFIG_SECTIONS`} of task config modules."""
     return {module.__name__.replace(".", "/") + ".py": module.CONFIG_SECTIONS for module in modules}
 
 
 def package_config_modules(package: str) -> list[ModuleType]:
-    """The config modules of a task package's configs package (`lra_flax.configs`): those that declare
-    `CONFIG_SECTIONS`, in file-name order."""
+    """The modules of a configs package (`lra_flax.configs`) that declare `CONFIG_SECTIONS`, by file name."""
     root = importlib.import_module(package)
     found = [importlib.import_module(f"{package}.{info.name}") for info in pkgutil.iter_modules(root.__path__)]
     return [module for module in found if hasattr(module, "CONFIG_SECTIONS")]

@@ -1,8 +1,7 @@
 """Paths the user gives (workdirs: local or a URL such as gs://bucket/run) and files written whole or not at all.
 
-Every workdir goes through `as_path`, an `etils.epath.Path`: a `gs://` or `s3://` workdir stays a URL all the
-way to Orbax, TensorBoard and the JSON files (pathlib would turn `gs://b/r` into the local `gs:/b/r`).
-Inputs that must be local (memory-mapped data caches) go through `require_local`, which says so.
+Every workdir goes through `as_path`, an `etils.epath.Path`, so a URL stays one (pathlib would turn `gs://b/r`
+into the local `gs:/b/r`); inputs that must be local go through `require_local`.
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ def is_url(path: str | os.PathLike) -> bool:
 
 
 def as_path(path: str | os.PathLike) -> epath.Path:
-    """`path` as an epath.Path: a gs:// or s3:// URL stays a URL; a local path (file:// too) becomes absolute (what
-    Orbax wants). Any other scheme, or one whose package is not installed, is a one-line error."""
+    """`path` as an epath.Path: a gs:// or s3:// URL stays a URL; a local path (file:// too) becomes absolute. Any
+    other scheme, or one whose package is not installed, is a one-line error."""
     text = _local(os.fspath(path))
     if not is_url(text):
         return epath.Path(os.path.abspath(text))
@@ -89,8 +88,7 @@ def require_local(path: str | os.PathLike, field: str) -> pathlib.Path:
 
 
 def refuse_to_replace(paths, output_dir: str | os.PathLike, tool: str) -> None:
-    """Raises ValueError when any of `paths` (what `tool` would write in `output_dir`) exists: a data command
-    pointed by mistake at a release folder, or at a user's own files, must not replace them (--overwrite)."""
+    """Raises ValueError when any of `paths` (what `tool` would write in `output_dir`) exists (--overwrite)."""
     existing = [str(p) for p in paths if pathlib.Path(p).exists()]
     if existing:
         raise ValueError(
@@ -109,9 +107,8 @@ def read_json(path: str | os.PathLike, hint: str = "move it away to have it made
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", **open_args) -> Iterator[IO]:
-    """`with atomic_open(path) as f:` writes a local `path` whole or not at all (a reader never sees half of it):
-    a temporary file beside it, renamed over it at the end of the block. Whatever fails, the temporary file is
-    removed, and an OS error (a full disk, a permission) names `path`. A missing parent folder is created."""
+    """`with atomic_open(path) as f:` writes a local `path` whole or not at all (a temporary file beside it, renamed
+    over it at the end). Whatever fails, the temporary file is removed; an OS error names `path`."""
     path = pathlib.Path(path)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
@@ -128,10 +125,8 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **open_args) -> Iterat
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Writes `path` whole or not at all, so a reader (another process, a re-run) never sees half of it.
-
-    Locally: `atomic_open`. Object stores (gs://, s3://) publish an object only when its upload completes, so a
-    direct write is already whole-or-nothing there (and renames are copies)."""
+    """Writes `path` whole or not at all: locally with `atomic_open`; an object store publishes an object only
+    when its upload completes, so a direct write is whole-or-nothing there."""
     if is_url(path):
         epath.Path(os.fspath(path)).write_bytes(data)
         return

@@ -4,18 +4,12 @@ tokens, beside the machine's compute roofline.
     python -m zoo.length_cost                                   # the default sweep (below), results in benchmarks/
     python -m zoo.length_cost --lengths=1024,4096 --mixers=softmax,linear --out=runs/scaling
 
-One mixer layer (the token mixer alone, its projections included), batch 1, d_model 256, 4 heads (head dim 64),
-causal (the language-model setting; `--causal=false` for encoders), float32 on a CPU and bfloat16 on an
-accelerator. Per (mixer, length): the median wall time of the jitted forward+backward after a warm-up, the peak
-memory XLA plans for it (arguments + outputs + temporaries), the model FLOPs (`zoo.training.flops`: 3 × the
-forward's, causal attention counting the lower triangle) and the roofline time = FLOPs / the device's peak
-(`peak_tflops_per_device`: on a CPU the float32 matmul rate measured in this process). A case whose planned memory
-exceeds `--memory_fraction` (0.75) of what the device has is recorded as not run, with the figure (XLA:CPU's
-plan undercounts the peak: softmax_dense at 16K fit its plan and was killed twice), and on a CPU softmax_dense
-stops at `--dense_max_length` (8K). Variants: "softmax" (the mixer's
-default implementation here), "softmax_dense" (XLA's whole-matrix softmax), "relu", "linear" (elu+1 feature map), "gmlp"
-(a T×T spatial gating matrix). Writes `scaling-<device>.json` and `scaling-<device>.svg` (time against length,
-log scale, each mixer's roofline dashed in its colour).
+One mixer layer (its projections included), batch 1, d_model 256, 4 heads, causal (`--causal=false` for
+encoders), float32 on a CPU and bfloat16 on an accelerator (docs/performance.md). Per (mixer, length): the median
+time of the jitted forward+backward, the memory XLA plans for it, the model FLOPs (`zoo.training.flops`) and the
+roofline time = FLOPs / the device's peak. A case planned above `--memory_fraction` of the device's memory is
+recorded as not run (XLA:CPU's plan undercounts the peak), and on a CPU softmax_dense stops at
+`--dense_max_length`. Writes `scaling-<device>.json` and `scaling-<device>.svg`.
 """
 
 from __future__ import annotations
@@ -56,7 +50,7 @@ def case_model(variant: str, length: int, *, d_model: int, heads: int, dtype: st
 
 
 def run_case(variant: str, length: int, args: argparse.Namespace, peak_tflops: float, limit: int | None) -> dict:
-    """One (mixer, length) measurement (module docstring)."""
+    """One (mixer, length) measurement."""
     model = case_model(variant, length, d_model=args.d_model, heads=args.heads, dtype=args.dtype)
     layer = mixers.build(mixer_config(model), rngs=nnx.Rngs(0))
     graph, params = nnx.split(layer)

@@ -1,14 +1,9 @@
-"""Parameter counts of a config's encoder, per layer and per sub-module, against the softmax baseline.
-
-The encoder stack only (its blocks and final norm): not token embeddings, positions, heads, nor a translation
-model's decoder. The baseline is the same stack with softmax attention as the token mixer, every other field
-as configured (a gMLP config keeps ffn=none).
+"""Parameter counts of a config's encoder stack, per layer and per sub-module, against the same stack with softmax
+attention (every other field as configured): the kernel paper's rule that a trainable feature map adds under 10%.
 
     python -m zoo.parameter_counts --config=lra_flax/configs/listops.py:demo [--config.model.mixer=linear]
 
-Checks the kernel paper's rule that a trainable feature map adds under 10% parameters: the last lines
-give the same encoder with softmax attention and the relative difference. Nothing is allocated: the
-model is built abstractly with `nnx.eval_shape`.
+Nothing is allocated: the model is built with `nnx.eval_shape`.
 """
 
 from __future__ import annotations
@@ -58,13 +53,13 @@ def describe(model_cfg: ml_collections.ConfigDict) -> str:
     baseline_cfg = model_cfg.copy_and_resolve_references()
     baseline_cfg.mixer = "softmax"
     base = total(parameter_counts(baseline_cfg))
-    lines.append(f"  {'total':<12} {n:>12,}")
-    lines.append(
-        f"  {'softmax':<12} {base:>12,}  (same encoder with softmax attention, ffn={model_cfg.ffn} as configured)"
-    )
-    lines.append(f"  extra parameters vs softmax: {n - base:+,} ({100 * (n - base) / base:+.2f}%)")
     path = softmax_attention_path(model_cfg, device_class())
-    lines.append(f"  softmax attention on this machine (the baseline's, and a softmax mixer's): {path}")
+    lines += [
+        f"  {'total':<12} {n:>12,}",
+        f"  {'softmax':<12} {base:>12,}  (same encoder with softmax attention, ffn={model_cfg.ffn} as configured)",
+        f"  extra parameters vs softmax: {n - base:+,} ({100 * (n - base) / base:+.2f}%)",
+        f"  softmax attention on this machine (the baseline's, and a softmax mixer's): {path}",
+    ]
     return "\n".join(lines)
 
 
@@ -72,8 +67,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     model = _CONFIG.value.model
-    # The model section checked as a training run checks it, and as the softmax baseline's (built below), so a bad
-    # field is one line naming it, not a traceback from inside a module.
+    # Checked as a training run checks it, the softmax baseline too: a bad field is one line naming it.
     baseline = model.copy_and_resolve_references()
     baseline.mixer = "softmax"
     problems = config_problems(ml_collections.ConfigDict({"model": model}))

@@ -28,8 +28,7 @@ def pyplot():
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> pathlib.Path | epath.Path:
-    """Writes `fig` to `path` (local or a URL) whole or not at all, then closes it; returns the path (a
-    pathlib.Path when local)."""
+    """Writes `fig` to `path` (local or a URL) whole or not at all, then closes it; returns the path."""
     path = as_path(path) if is_url(path) else pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     png = io.BytesIO()

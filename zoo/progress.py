@@ -14,8 +14,8 @@ from tqdm import tqdm
 
 
 def _bar(stream, *, enabled: bool = True, **tqdm_args) -> tqdm:
-    """A tqdm bar on `stream`, shown only where that is a terminal (tqdm's disable=None) and `enabled`: elsewhere the
-    callers print plain lines (tqdm would redraw with carriage returns, one garbled line in a log file)."""
+    """A tqdm bar on `stream`, shown only on a terminal (tqdm's disable=None) and when `enabled`: elsewhere the
+    callers print plain lines."""
     return tqdm(file=stream, dynamic_ncols=True, disable=None if enabled else True, **tqdm_args)
 
 
@@ -28,13 +28,6 @@ class WorkProgress:
         self.start = self.last = time.perf_counter()
         self.bar = _bar(self.stream, total=total, desc=desc, unit=unit)
 
-    def _line(self) -> str:
-        elapsed = time.perf_counter() - self.start
-        rate = self.count / elapsed if elapsed > 0 else 0.0
-        done = f"{self.count:,}" + (f"/{self.total:,}" if self.total else "")
-        eta = f", {(self.total - self.count) / rate:.0f} s left" if self.total and rate > 0 else ""
-        return f"{self.desc}: {done} {self.unit} in {elapsed:.0f} s ({rate:,.1f} {self.unit}/s{eta})"
-
     def update(self, n: int = 1) -> None:
         self.count += n
         if not self.bar.disable:
@@ -45,7 +38,12 @@ class WorkProgress:
 
     def _print(self) -> None:
         self.printed = self.count
-        print(self._line(), file=self.stream, flush=True)
+        elapsed = time.perf_counter() - self.start
+        rate = self.count / elapsed if elapsed > 0 else 0.0
+        done = f"{self.count:,}" + (f"/{self.total:,}" if self.total else "")
+        eta = f", {(self.total - self.count) / rate:.0f} s left" if self.total and rate > 0 else ""
+        line = f"{self.desc}: {done} {self.unit} in {elapsed:.0f} s ({rate:,.1f} {self.unit}/s{eta})"
+        print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
         self.bar.close()
@@ -74,10 +72,8 @@ class StepProgress:
     def log(self, step: int, split: str, metrics: dict[str, float]) -> None:
         if not self.enabled:
             return
-        parts = []
-        for k, v in metrics.items():
-            parts.append(f"{k}={v:.4g}" if isinstance(v, float) and not math.isnan(v) else f"{k}={v}")
-        line = f"[{split}] step {step}/{self.total} " + " ".join(parts)
+        shown = {k: f"{v:.4g}" if isinstance(v, float) and not math.isnan(v) else v for k, v in metrics.items()}
+        line = f"[{split}] step {step}/{self.total} " + " ".join(f"{k}={v}" for k, v in shown.items())
         if self.interactive:
             self.bar.set_postfix_str(
                 f"loss={metrics.get('loss', float('nan')):.3f} "

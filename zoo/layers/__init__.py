@@ -7,7 +7,6 @@ from zoo.layers.embeddings import (
     TokenEmbedding,
     add_positions,
     check_indices,
-    sinusoidal_positions,
 )
 from zoo.layers.ffn import FFN_KINDS, FeedForward
 from zoo.layers.heads import ClassificationHead
@@ -25,5 +24,4 @@ __all__ = [
     "compute_dtype",
     "dense",
     "logical",
-    "sinusoidal_positions",
 ]

@@ -16,10 +16,8 @@ BATCH_AXES = ("data", "fsdp")
 
 
 def constrain_batch_sharded(x: jax.Array) -> jax.Array:
-    """`x` [batch, ...] split over the batch axes of the mesh the step is traced under, whole along the rest.
-
-    Pins activations at block boundaries, so XLA's propagation cannot leave them replicated (or split along
-    the model dimension) between blocks. A no-op without a mesh (one device, decoding outside the steps)."""
+    """`x` [batch, ...] split over the batch axes of the mesh the step is traced under, whole along the rest: pins
+    activations at block boundaries, so XLA's propagation cannot leave them replicated. A no-op without a mesh."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or not set(BATCH_AXES) <= set(mesh.axis_names):
         return x
@@ -36,9 +34,8 @@ _UNCOLLECTED: set[str] = set()  # regularisers already said to be uncollected in
 
 def collects_aux_loss(module: nnx.Module, regulariser: str) -> bool:
     """Whether `module` runs inside `nnx.capture` (the train step's `with_aux_loss`), where a sown `AuxLoss` is
-    collected. Outside it (a model in training mode called directly) a regulariser has no consumer: sowing there
-    would add a variable to the module's state, which flax deprecates, so it is neither computed nor sown, and the
-    `regulariser` (what switched it on) is named once a process with how to collect it."""
+    collected. Outside it, sowing would add a variable to the module's state (which flax deprecates), so the
+    regulariser is skipped and `regulariser` (what switched it on) is named once a process."""
     if hasattr(module, "__captures__"):  # what `nnx.capture` sets on every module while it runs
         return True
     if regulariser not in _UNCOLLECTED:
@@ -60,11 +57,8 @@ def compute_dtype(name: str):
 
 
 def logical(initializer, *axes: str | None):
-    """`initializer` tagged with logical axis names, one per parameter dimension.
-
-    zoo.training.mesh maps them to mesh axes ("embed" → fsdp, "heads"/"mlp"/"vocab" → tensor); the
-    optimiser state of a parameter inherits its tag. Untagged parameters are replicated.
-    """
+    """`initializer` tagged with logical axis names, one per parameter dimension (zoo.training.mesh maps them to
+    mesh axes; untagged parameters are replicated)."""
     return nnx.with_metadata(initializer, logical_axes=tuple(axes))
 
 
@@ -79,14 +73,12 @@ def dense(
     init=None,
     bias_init=None,
 ):
-    """nnx.Linear whose kernel is tagged `axes` and whose bias is tagged with the output axis (defaults:
-    lecun_normal kernel, zero bias — flax's Dense)."""
-    init = init or nnx.initializers.lecun_normal()
+    """nnx.Linear whose kernel is tagged `axes` and whose bias the output axis (defaults: flax's Dense)."""
     return nnx.Linear(
         d_in,
         d_out,
         use_bias=use_bias,
-        kernel_init=logical(init, *axes),
+        kernel_init=logical(init or nnx.initializers.lecun_normal(), *axes),
         bias_init=logical(bias_init or nnx.initializers.zeros_init(), axes[1]),
         dtype=dtype,
         rngs=rngs,

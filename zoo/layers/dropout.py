@@ -1,13 +1,9 @@
 """Dropout with hashed 16-bit levels: `nnx.Dropout`'s interface, cheaper masks.
 
-`jax.random.bernoulli` draws one Threefry hash per value into memory; here value i takes a quarter of the hash of
-i // 4 (`kernels.numerics.dropout_keep_mask`): four values per hash, their decisions packed four to a byte where
-the last axis is a multiple of 8, and hashed where each value is masked otherwise. On this project's 2-core CPU a
-[4, 2000, 1024] float32 tensor's dropout adds 5 ms to a forward+backward (18 ms hashed where used; 28 ms for the
-forward alone when each group's hash was written out as two words). Same interface, key stream
-and switches as `nnx.Dropout` (`eval()`, `deterministic`, `rngs`); the rate is rounded to a multiple of 2^-16 and
-the kept values are scaled by the rounded keep probability, so the expectation is exact. Masks broadcast over
-`broadcast_dims` use `nnx.Dropout`'s own.
+`jax.random.bernoulli` draws one Threefry hash per value; here four values share one hash
+(`kernels.numerics.dropout_keep_mask`). Same interface, key stream and switches as `nnx.Dropout`; the rate is
+rounded to a multiple of 2^-16 and the kept values scaled by the rounded keep probability, so the expectation is
+exact. Masks broadcast over `broadcast_dims` use `nnx.Dropout`'s own.
 """
 
 from __future__ import annotations
@@ -21,9 +17,8 @@ from kernels.numerics import dropout_keep_mask, dropout_seed, keep_scale
 
 class Dropout(nnx.Dropout):
     def __init__(self, rate: float, *, rngs: nnx.Rngs | None = None, **kwargs):
-        """As `nnx.Dropout`, but from `rngs` it keeps only a "dropout" stream: a model built with
-        `nnx.Rngs(0, dropout=1)` trains without rngs at every call. Without that stream, rngs must come with each
-        call (forking the default stream here would change every parameter initialised after this layer)."""
+        """As `nnx.Dropout`, but from `rngs` it keeps only a "dropout" stream (forking the default stream would
+        change every parameter initialised after this layer); without one, rngs must come with each call."""
         keep = rngs if isinstance(rngs, nnx.RngStream) or (isinstance(rngs, nnx.Rngs) and "dropout" in rngs) else None
         super().__init__(rate, rngs=keep, **kwargs)
 
@@ -35,8 +30,8 @@ class Dropout(nnx.Dropout):
         return jnp.where(keep, inputs * keep_scale(self.rate), jnp.zeros((), inputs.dtype))
 
     def key(self, rngs=None) -> jax.Array:
-        """The masks' key, drawn as `nnx.Dropout` draws it: from `rngs` (an `nnx.Rngs`' stream of this module's
-        collection, a stream, or a key), else from the stream the module was built with."""
+        """The masks' key, drawn as `nnx.Dropout` draws it: from `rngs` (Rngs, a stream or a key), else from the
+        stream the module was built with."""
         rngs = self.rngs if rngs is None else rngs
         if isinstance(rngs, nnx.Rngs):
             return rngs[self.rng_collection]()

@@ -41,8 +41,8 @@ EMBED_SCALES = ("none", "sqrt_d")
 
 
 def check_indices(name: str, indices: jax.Array, size: int) -> None:
-    """Integer indices into a table of `size` rows, in [0, size) where they are concrete (under jit they cannot be
-    checked): a gather wraps -1 to the last row and gives NaN past the table, never an error of its own."""
+    """Integer indices into a table of `size` rows, in [0, size) where concrete: a gather wraps -1 to the last row
+    and gives NaN past the table, never an error of its own."""
     if not jnp.issubdtype(indices.dtype, jnp.integer):
         raise ValueError(f"{name} must be integers, got dtype {indices.dtype}")
     if is_concrete(indices) and indices.size:
@@ -83,20 +83,15 @@ class TokenEmbedding(nnx.Module):
         return x * math.sqrt(x.shape[-1]) if self.scale == "sqrt_d" else x
 
     def attend(self, h: jax.Array) -> jax.Array:
-        """Tied output logits `[..., vocab]`: h · Eᵀ, divided by √d for the N(0, 1) table so that logits stay
-        O(1) at initialisation either way."""
+        """Tied output logits `[..., vocab]`: h · Eᵀ, ÷ √d for the N(0, 1) table (O(1) at init either way)."""
         table = self.embed.embedding[...]
         logits = jnp.einsum("...d,vd->...v", h, table.astype(h.dtype))
         return logits * (1.0 / math.sqrt(table.shape[-1])) if self.scale == "none" else logits
 
 
 class LearnedPositions(nnx.Module):
-    """Learned absolute position embeddings: a `[max_length, d_model]` table N(0, stddev²) added to the inputs.
-
-    What matters is the scale relative to the token table (N(0, 1) here, `TokenEmbedding`): BERT draws both
-    from N(0, 0.02²), so a BERT here wants `stddev=1.0`; the LRA code draws positions from N(0, 0.02²) beside
-    N(0, 1) tokens (`model.position_init_stddev`).
-    """
+    """Learned absolute position embeddings: a `[max_length, d_model]` table N(0, stddev²) added to the inputs
+    (scale relative to N(0, 1) tokens: BERT's equal scales are `stddev=1.0`; model.position_init_stddev)."""
 
     def __init__(self, max_length: int, d_model: int, *, stddev: float, rngs: nnx.Rngs):
         init = logical(nnx.initializers.normal(stddev=stddev), None, "embed")

@@ -7,11 +7,8 @@ softmax_ln_memory  LayerNorm(Softmax(x Kᵀ) V)
 relu_memory        ReLU(x Kᵀ) V (the FFN without biases)
 none               no FFN sub-layer (gMLP blocks)
 
-A softmax memory's output is inert at a standard initialisation: its n weights are each ~1/n, so the output's
-variance is σ_V² · e / n (logits x·k ~ N(0, 1), Σ p² ≈ e / n), against 1/2 for a ReLU FFN initialised alike —
-4 orders of magnitude smaller at n 4,096. `ffn_init="softmax_matched"` draws V with variance n / (2e), so the
-softmax memory starts with a ReLU FFN's output variance (K as lecun_normal); under LayerNorm (softmax_ln_memory)
-the scale of V cancels.
+A softmax memory's output is inert at a standard initialisation: its variance is σ_V² · e / n (Σ p² ≈ e / n),
+against 1/2 for a ReLU FFN. `ffn_init="softmax_matched"` draws V with variance n / (2e), matching the ReLU FFN.
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ def _fan_in_uniform(fan_in: int):
 
 
 def initializers(kind: str, fan_in: int, *, values: bool = False) -> tuple:
-    """(kernel init, bias init) of an FFN layer with `fan_in` inputs, by model.ffn_init; `values`: the second
-    layer (a memory's V, fan_in = n)."""
+    """(kernel init, bias init) of an FFN layer with `fan_in` inputs, by model.ffn_init; `values`: the second."""
     if kind == "softmax_matched":  # variance n / (2e) for V (module docstring), lecun_normal for K
         scale = fan_in**2 / (2 * math.e) if values else 1.0
         return nnx.initializers.variance_scaling(scale, "fan_in", "truncated_normal"), nnx.initializers.zeros_init()

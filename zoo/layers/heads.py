@@ -14,8 +14,7 @@ POOLINGS = ("cls", "first", "mean")
 
 
 def pool(x: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
-    """`[batch, length, d]` → `[batch, d]`: the first position (a [CLS] token's, or with "first" the first input
-    token's), or the mean over real positions."""
+    """`[batch, length, d]` → `[batch, d]`: the first position ("cls", "first") or the mean over real positions."""
     if pooling in ("cls", "first"):
         return x[:, 0]
     if pooling == "mean":
@@ -25,9 +24,8 @@ def pool(x: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
 
 
 class ClassificationHead(nnx.Module):
-    """`layers` hidden Dense → ReLU layers, the first `hidden` wide and each next one half as wide, then the
-    logits: 1 is the LRA classifier head (common_layers.py's classifier_head), 2 its matching head
-    (Dense(mlp) → ReLU → Dense(mlp/2) → ReLU → Dense(classes))."""
+    """`layers` hidden Dense → ReLU layers, the first `hidden` wide and each next half as wide, then the logits
+    (1: the LRA classifier head, 2: its matching head)."""
 
     def __init__(self, d_in: int, hidden: int, num_classes: int, *, dtype, rngs: nnx.Rngs, layers: int = 1):
         if layers < 1 or hidden >> (layers - 1) < 1:

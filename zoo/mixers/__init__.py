@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from zoo.mixers import linear, relu, sgu, softmax, sparse  # noqa: F401  (registers the mixers)
 from zoo.mixers.registry import (
-    IMPL_OPTION,
     build,
     default_config,
     default_options,
-    forms_attention_weights,
     forward_flops,
     names,
     option_fields,
@@ -29,11 +27,9 @@ from zoo.mixers.registry import (
 )
 
 __all__ = [
-    "IMPL_OPTION",
     "build",
     "default_config",
     "default_options",
-    "forms_attention_weights",
     "forward_flops",
     "names",
     "option_fields",

@@ -1,9 +1,8 @@
 """Shared multi-head plumbing for attention-type mixers: projections, cross-attention, a key-value cache.
 
-Subclasses implement `attend(q, k, v, mask, causal)` on `[batch, length, heads, head_dim]` and may
-override `combine` (applied to the merged heads before the output projection). Incremental decoding
-through a key-value cache works for any `attend` that honours a key mask: the visible keys of the
-token at position i are cache slots 0..i, which also gives ReLU attention its n_i = i + 1.
+Subclasses implement `attend(q, k, v, mask, causal)` on `[batch, length, heads, head_dim]` and may override
+`combine` (on the merged heads, before the output projection). Decoding through the key-value cache works for any
+`attend` that honours a key mask: position i sees slots 0..i (which also gives ReLU attention its n_i = i + 1).
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ ATTENTION_INITS = ("xavier_uniform", "fairseq")
 
 
 def attention_initializers(kind: str, d_model: int) -> tuple:
-    """(kernel, bias) initialisers of the q/k/v projections by model.attention_init (the out projection is
-    xavier_uniform with zero bias either way)."""
+    """(kernel, bias) initialisers of the q/k/v projections by model.attention_init (out: xavier, zero bias)."""
     if kind == "xavier_uniform":
         return nnx.initializers.xavier_uniform(), None
     if kind == "fairseq":  # fairseq/modules/multihead_attention.py reset_parameters, nn.Linear's default bias
@@ -85,8 +83,7 @@ class MultiHeadMixer(nnx.Module):
 
     @staticmethod
     def forward_flops(cfg: ml_collections.ConfigDict, length: int, *, causal: bool) -> float:
-        """Model FLOPs of one forward pass over one sequence (zoo/training/flops.py says what counts): the
-        projections and the attention core. A mixer whose `attend` does other matmuls overrides it."""
+        """Model FLOPs of one forward pass over one sequence (zoo/training/flops.py): projections and core."""
         core = attention_core_flops(length, length, cfg.qkv_dim or cfg.d_model, causal)
         return MultiHeadMixer.projection_flops(cfg, length) + core
 
@@ -123,12 +120,8 @@ class MultiHeadMixer(nnx.Module):
         context_kv: dict | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> jax.Array:
-        """Self-attention over x, or cross-attention from x to `context` (keys/values) when given.
-        `rngs`: dropout on the attention weights (training; mixers with `has_attention_weights`).
-
-        `context_kv` (from `project_context`) replaces `context` with its projected keys and values, so
-        step-by-step decoding projects the encoder output once, not at every step.
-        """
+        """Self-attention over x, or cross-attention from x to `context` when given; `context_kv` (from
+        `project_context`) replaces `context` by its projected keys and values. `rngs`: attention dropout."""
         check_causal_flag(self.name, causal)
         if causal and not self.supports_causal:
             raise ValueError(f"mixer {self.name!r} has no causal form")

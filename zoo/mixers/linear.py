@@ -9,11 +9,8 @@ Feature maps φ (applied head-wise, the same φ for queries and keys, weights `[
   glu            Softplus(x W_f) ⊙ σ(x W_g)
   oglu           as glu with W_f orthogonal + regulariser, W_g He init
   aoglu          as oglu with a low-rank gate σ((x A) B), rank r = d/4 by default
-`kernel_depth` = k stacks k trainable kernels: the inner ones use the identity in place of Softplus,
-the last is positive. The orthogonality regulariser is sown as `AuxLoss` in training.
-
-`eps_mode` "auto" follows each feature map's reference code: "guard" (ε only where the denominator is
-below it, Performer) for favor, "add" (den + ε, fast-transformers) for the rest (kernels/linear_attention.py).
+`kernel_depth` = k stacks k trainable kernels (the inner ones without Softplus). The orthogonality regulariser is
+sown as `AuxLoss` in training. `eps_mode` "auto": "guard" (Performer's) for favor, "add" for the rest.
 """
 
 from __future__ import annotations
@@ -34,7 +31,6 @@ from zoo.mixers.registry import IMPL_OPTION, register
 FEATURE_MAPS = ("elu1", "relu", "favor", "softplus", "orth_softplus", "glu", "oglu", "aoglu")
 _FIXED = ("elu1", "relu", "favor")
 _ORTHOGONAL = ("orth_softplus", "oglu", "aoglu")
-_GATED = ("glu", "oglu", "aoglu")
 
 
 class RandomFeatures(nnx.Variable):
@@ -72,11 +68,6 @@ def favor_features(x, omega, *, is_query: bool, mask, causal: bool) -> jax.Array
     return (jnp.exp(log_phi - jax.lax.stop_gradient(stab)) + 1e-6) / math.sqrt(m)
 
 
-def _orthogonal_heads(rngs: nnx.Rngs, heads: int, d: int) -> jax.Array:
-    init = jax.nn.initializers.orthogonal()
-    return jax.vmap(lambda k: init(k, (d, d), jnp.float32))(jax.random.split(rngs.params(), heads))
-
-
 def orthogonality_penalty(w: jax.Array) -> jax.Array:
     """mean((W Wᵀ − I)²) over heads; ≈ 0 for orthogonal W."""
     eye = jnp.eye(w.shape[-1], dtype=jnp.float32)
@@ -91,7 +82,11 @@ class KernelLayer(nnx.Module):
         lecun = jax.nn.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
         he = jax.nn.initializers.he_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
         self.orthogonal = kind in _ORTHOGONAL
-        w_f = _orthogonal_heads(rngs, heads, d) if self.orthogonal else lecun(rngs.params(), (heads, d, d))
+        if self.orthogonal:
+            orthogonal = jax.nn.initializers.orthogonal()
+            w_f = jax.vmap(lambda k: orthogonal(k, (d, d), jnp.float32))(jax.random.split(rngs.params(), heads))
+        else:
+            w_f = lecun(rngs.params(), (heads, d, d))
         self.w_f = nnx.Param(w_f, logical_axes=("heads", None, None))
         self.positive = positive
         self.gate_kind = None
@@ -131,9 +126,8 @@ class FeatureMap(nnx.Module):
         # Redraws come from a stream of their own, kept (and checkpointed) as state.
         self.redraw_rngs = nnx.Rngs(favor=rngs.params()) if self.redraw else None
         rank = cfg.gate_rank or max(1, d // 4)
-        # A Dict keyed "0", "1", ..., not a List: inside a scanned block, nnx.capture (which collects the sown
-        # regulariser) adds a string-keyed entry to every module, which a List's integer keys cannot be sorted
-        # beside. Checkpoints store the keys as strings either way.
+        # A Dict keyed "0", "1", ..., not a List: inside a scanned block nnx.capture adds a string-keyed entry to
+        # every module, which a List's integer keys cannot be sorted beside.
         self.depth = depth if kind not in _FIXED else 0
         layers = {
             str(i): KernelLayer(kind, heads, d, positive=(i == depth - 1), gate_rank=rank, rngs=rngs)
@@ -175,8 +169,7 @@ class LinearAttention(MultiHeadMixer):
 
     @staticmethod
     def forward_flops(cfg, length: int, *, causal: bool) -> float:
-        """The projections, the feature maps' matmuls for q and k (FAVOR+: its random projection), and the state
-        products φ(k)ᵀv and φ(q)·S with the normaliser; the same work causal or not."""
+        """Projections, the feature maps of q and k, and the state products φ(k)ᵀv, φ(q)·S (causal or not)."""
         t, d, heads = length, cfg.d_model, cfg.num_heads
         d_qkv = cfg.qkv_dim or d
         d_h = d_qkv // heads

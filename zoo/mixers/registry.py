@@ -1,5 +1,5 @@
-"""Name → mixer class and its options, declared once (`zoo.config_fields.Field`: default, rule, help). Unknown
-names and fields are errors that list what is valid."""
+"""Name → mixer class and its options, declared once (`zoo.config_fields.Field`); unknown names and fields are
+errors that list what is valid."""
 
 from __future__ import annotations
 

@@ -21,10 +21,8 @@ _EPS = 1e-6
 
 
 def relu_regularisers(row_sum, row_xlogx, counts, query_mask, margin):
-    """(L_norm, L_ent) from per-row sums S_i, Σ a log a and visible counts n_i, averaged over real rows.
-
-    row_sum, row_xlogx: `[batch, length, heads]`; counts, query_mask: `[batch, length]`.
-    """
+    """(L_norm, L_ent) from per-row sums S_i, Σ a log a `[batch, length, heads]` and visible counts n_i
+    `[batch, length]`, averaged over real rows."""
     s = row_sum + _EPS
     entropy = -row_xlogx / s + (row_sum / s) * jnp.log(s)
     l_norm = jnp.abs(jnp.log(s))

@@ -2,12 +2,9 @@
 
     mixer(x) = (Z1 ⊙ (W · LN(Z2) + b [+ tiny_attn(x)])) V,   Z = GELU(x U),  Z1, Z2 = split(Z)
 
-x is the block's normed input (the encoder block applies the pre-LN and the residual), so an encoder
-with `ffn="none"` and this mixer is exactly a gMLP stack. W is n×n with n = max_length, initialised
-near zero with b = 1, so each block starts as an FFN. Padded rows of LN(Z2) are zeroed before the
-spatial projection, so padding never reaches real tokens. Causal: W is masked lower-triangular.
-Toeplitz: W_ij = w_{i−j}, 2n − 1 parameters. aMLP adds a single-head attention of width d_attn
-(64 in the paper) to the gate. The SGU mixes only within a sequence: cross-attention is an error.
+An encoder with `ffn="none"` and this mixer is exactly a gMLP stack. W is n×n (n = max_length), near zero with
+b = 1 at init, so each block starts as an FFN. Padded rows of LN(Z2) are zeroed, so padding never reaches real
+tokens. Causal: W lower-triangular. Toeplitz: W_ij = w_{i−j}. aMLP adds a one-head attention to the gate.
 
 `sgu_variant` is the paper's Table 3 ablation of the gating function s(Z), f(Z) = W · LN(Z) + b:
 
@@ -91,8 +88,7 @@ class SpatialGatingMixer(nnx.Module):
 
     @staticmethod
     def forward_flops(cfg, length: int, *, causal: bool) -> float:
-        """The channel projections in and out, the spatial projection (the lower triangle when causal) and
-        aMLP's tiny attention."""
+        """Channel projections, the spatial projection (lower triangle when causal) and aMLP's tiny attention."""
         t, d = length, cfg.d_model
         d_ffn = cfg.d_ffn or 6 * d
         width = d_ffn // 2 if cfg.sgu_variant == "split_multiplicative" else d_ffn
@@ -133,7 +129,6 @@ class SpatialGatingMixer(nnx.Module):
         return z1 * gate
 
     def __call__(self, x, *, mask=None, causal=False, context=None, context_mask=None, rngs=None):
-        """`rngs` is accepted as every mixer's is and unused: the gate has no attention weights to drop."""
         if context is not None:
             raise ValueError(f"mixer {self.name!r} mixes only within a sequence; it cannot be used as cross-attention")
         check_mixer_input(self.name, x, self.proj_in.in_features, mask)
@@ -192,11 +187,8 @@ register("amlp", SpatialGatingMixer, _sgu_options(64))
 
 
 def toeplitz_score(w) -> float:
-    """Share of a square matrix's energy explained by its diagonal means, in [0, 1].
-
-    T replaces every diagonal of W by its mean (the nearest Toeplitz matrix in Frobenius norm, an
-    orthogonal projection), so ‖T‖² / ‖W‖² is 1 for a Toeplitz W and about 2/n for i.i.d. zero-mean noise.
-    """
+    """‖T‖² / ‖W‖² in [0, 1], T the nearest Toeplitz matrix (each diagonal's mean): 1 for a Toeplitz W, about
+    2/n for i.i.d. zero-mean noise."""
     w = np.asarray(w, np.float64)
     if w.ndim != 2 or w.shape[0] != w.shape[1]:
         raise ValueError(f"toeplitz_score needs a square matrix, got shape {w.shape}")

@@ -1,15 +1,9 @@
 """Softmax attention, the baseline (docs/mixers.md), through `kernels.softmax_attention`.
 
-Option `relative_buckets` > 0 adds T5's learned relative position bias (one scalar per head and
-log-spaced distance bucket) to the scores: the "BERT + rel pos" baseline of the gMLP paper (docs/mixers.md).
-The bias is a dense `[heads, T, T]` term, so those models run JAX's dense attention with it.
-
-Option `implementation` is the op's impl (`kernels.SOFTMAX_IMPLS`): "auto" (the default: cuDNN flash attention
-on a GPU where it takes the inputs, splash attention on a TPU once it has passed there, the blocked XLA softmax
-elsewhere), "xla" (blocked over keys: memory O(T·block)), "dense" (`jax.nn.dot_product_attention` with XLA, the
-T×T scores materialised), "cudnn", "splash" or "reference". `zoo.parameter_counts` says which runs. On the cuDNN path a
-key mask is passed as per-example key lengths, which is exact for padding at the end of the sequence — the
-padding every task here makes; a mask with holes needs another implementation.
+Option `relative_buckets` > 0 adds T5's learned relative position bias (the gMLP paper's "BERT + rel pos"
+baseline): a dense `[heads, T, T]` term, so those models run JAX's dense attention. Option `implementation` is
+the op's impl; `zoo.parameter_counts` says which runs. On the cuDNN path a key mask is passed as per-example key
+lengths, exact for padding at the end of the sequence (every task's); a mask with holes needs another one.
 """
 
 from __future__ import annotations
@@ -30,11 +24,8 @@ from zoo.mixers.registry import register
 def relative_position_buckets(
     length: int, *, num_buckets: int, max_distance: int, bidirectional: bool = True
 ) -> np.ndarray:
-    """T5's bucket of key j relative to query i, `[length, length]` int32.
-
-    Half the buckets are exact distances, the rest log-spaced up to `max_distance` (further is the last
-    bucket); bidirectional splits the buckets between keys before and after the query.
-    """
+    """T5's bucket of key j relative to query i, `[length, length]` int32: half exact distances, the rest
+    log-spaced up to `max_distance`; bidirectional splits them between keys before and after the query."""
     relative = np.arange(length)[None, :] - np.arange(length)[:, None]  # key − query
     n = -relative
     buckets = np.zeros_like(n)
@@ -69,9 +60,8 @@ def check_implementation(option: str, relative_buckets: int = 0) -> None:
 def softmax_implementation(
     option: str, device: str, q: jax.Array, k: jax.Array, has_bias: bool, *, causal: bool
 ) -> str:
-    """What `implementation=option` runs on `device` (a generation, `kernels.platforms.device_class`) for queries
-    and keys like `q`, `k` (arrays or `jax.ShapeDtypeStruct`s) in causal or full attention: one of
-    `kernels.SOFTMAX_IMPLS` other than "auto"."""
+    """What `implementation=option` runs on `device` (`kernels.platforms.device_class`) for queries and keys like
+    `q`, `k` (arrays or `jax.ShapeDtypeStruct`s): one of `kernels.SOFTMAX_IMPLS` other than "auto"."""
     check_implementation(option)
     if has_bias:
         return "dense"
@@ -111,8 +101,7 @@ def softmax_attention_path(model_cfg, device: str) -> str:
 
 
 def run_softmax_path(config) -> str | None:
-    """`softmax_attention_path` of a run's config on this machine's backend, when its model is a softmax one
-    (results.json and lra-compare's tables name what computed every softmax figure); None otherwise."""
+    """`softmax_attention_path` of a run's config on this machine, when its model is a softmax one; else None."""
     model = config.get("model")
     if model is None or model.get("mixer") != "softmax" or "softmax" not in model.get("mixer_options", {}):
         return None

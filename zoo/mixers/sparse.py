@@ -17,9 +17,8 @@ _FLOOR = -1e4  # shifted scores are clipped here (anything below −2 is outside
 
 
 def _rows_last(x: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
-    """x as float32 with `axis` last and each row's max subtracted (both maps are shift-invariant, and
-    float32 loses the support at large offsets otherwise); a row with no finite entry becomes zeros, and
-    the returned flag marks it so that its output can be zeroed (it attends to nothing)."""
+    """(x as float32 with `axis` last minus each row's max, the rows with no finite entry): both maps are
+    shift-invariant, and float32 loses the support at large offsets otherwise. An empty row becomes zeros."""
     x = jnp.moveaxis(x.astype(jnp.float32), axis, -1)
     row_max = jnp.max(x, axis=-1, keepdims=True)
     empty = ~jnp.isfinite(row_max)
@@ -28,7 +27,8 @@ def _rows_last(x: jax.Array, axis: int) -> tuple[jax.Array, jax.Array]:
     return jnp.where(empty, 0.0, jnp.maximum(shifted, _FLOOR)), empty
 
 
-def _sparsemax_forward(x: jax.Array) -> jax.Array:
+@jax.custom_vjp
+def _sparsemax_last(x: jax.Array) -> jax.Array:
     """Sparsemax over the last axis of a shifted, finite-max row (sorting, Martins & Astudillo 2016)."""
     z = jnp.flip(jnp.sort(x, axis=-1), axis=-1)
     k = jnp.arange(1, x.shape[-1] + 1, dtype=jnp.float32)
@@ -39,13 +39,8 @@ def _sparsemax_forward(x: jax.Array) -> jax.Array:
     return jnp.maximum(x - tau, 0.0)
 
 
-@jax.custom_vjp
-def _sparsemax_last(x: jax.Array) -> jax.Array:
-    return _sparsemax_forward(x)
-
-
 def _sparsemax_fwd(x):
-    p = _sparsemax_forward(x)
+    p = _sparsemax_last(x)
     return p, p
 
 

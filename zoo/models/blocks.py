@@ -18,7 +18,7 @@ class Block(nnx.Module):
     "post": LN(x + Drop(mixer(x))); [LN(x + Drop(cross(x, context)))]; [LN(x + Drop(FFN(x)))]."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int, cross: bool, rngs: nnx.Rngs):
-        # Every declared rule, for models built from Python (the commands check them before anything is built).
+        # The declared rules, for models built from Python (the commands check them before anything is built).
         problems = field_problems(cfg, MODEL_FIELDS, "model")
         if problems:
             raise ValueError("config field " + "; ".join(problems))
@@ -38,18 +38,10 @@ class Block(nnx.Module):
         self.cross_norm = nnx.LayerNorm(cfg.d_model, epsilon=eps, dtype=dtype, rngs=rngs) if cross else None
         has_ffn = cfg.ffn != "none"
         self.ffn_norm = nnx.LayerNorm(cfg.d_model, epsilon=eps, dtype=dtype, rngs=rngs) if has_ffn else None
+        ffn_dropout = cfg.dropout if cfg.ffn_dropout == -1.0 else cfg.ffn_dropout
+        ffn_options = dict(layer_norm_eps=eps, gelu_approximate=cfg.gelu_approximate, init=cfg.ffn_init, dtype=dtype)
         self.ffn = (
-            FeedForward(
-                cfg.d_model,
-                cfg.mlp_dim,
-                kind=cfg.ffn,
-                dropout=cfg.dropout if cfg.ffn_dropout == -1.0 else cfg.ffn_dropout,
-                layer_norm_eps=eps,
-                gelu_approximate=cfg.gelu_approximate,
-                init=cfg.ffn_init,
-                dtype=dtype,
-                rngs=rngs,
-            )
+            FeedForward(cfg.d_model, cfg.mlp_dim, kind=cfg.ffn, dropout=ffn_dropout, **ffn_options, rngs=rngs)
             if has_ffn
             else None
         )

@@ -20,12 +20,8 @@ PAD_ID = 0
 class SequenceEncoder(nnx.Module):
     """tokens → [CLS] + embeddings + positions → encoder → pooled `[batch, d_model]`.
 
-    `cfg.pad_id` is the padding id (0 for text; -1 for pixels, where 0 is black and every token is real).
-    `cfg.max_length` counts input tokens (without [CLS]); `cfg.positional="learned"` learns one vector per
-    position, [CLS] included. `cfg.pooling`: "cls" prepends a learned [CLS] (zeros at init) and reads its
-    output, "first" reads the first token's (the LRA dual encoder's, which adds no [CLS]), "mean" averages.
-    `cfg.pixel_zero_is_padding` (the LRA code's quirk on pixel tasks: its padding mask is `inputs > 0`): black
-    pixels are hidden from attention as keys; they still count as positions for pooling, as there.
+    `cfg.max_length` counts input tokens (without [CLS]); "cls" pooling prepends a learned [CLS] (zeros at init).
+    `cfg.pixel_zero_is_padding` hides black pixels from attention as keys; they still count for pooling.
     """
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
@@ -75,11 +71,8 @@ class SequenceClassifier(nnx.Module):
 
 
 class DualEncoder(nnx.Module):
-    """Two texts through one shared encoder, no attention between them (LRA Retrieval).
-
-    `cfg.pair_features`: "nli" (default) gives the head [x1, x2, x1·x2, x1 − x2], the LRA paper's;
-    "concat" gives [x1, x2], what the released LRA code ran.
-    """
+    """Two texts through one shared encoder, no attention between them (LRA Retrieval). `cfg.pair_features`:
+    "nli" (default) gives the head [x1, x2, x1·x2, x1 − x2] (the LRA paper's), "concat" [x1, x2] (its code's)."""
 
     PAIR_FEATURES = ("nli", "concat")
 

@@ -20,11 +20,9 @@ TIE_EMBEDDINGS = ("none", "decoder", "all")
 _FFN_DROPOUT = Rule(lambda x: x == -1 or (isinstance(x, int | float) and 0 <= x < 1), "must be in [0, 1) or -1",
                     "[0, 1) or -1")  # fmt: skip
 
-# Fields that reproduce a reference implementation's block (the LRA code's `lra_code` presets, fairseq's
-# `iwslt_de_en`) default to this project's own choice: pre-LN, q/k/v as wide as the model, projections with
-# biases, no dropout on attention weights, the FFN's dropout = `dropout`, flax's lecun_normal FFN init.
-# Upper bounds of the size fields: far above any model this code is for (Path-X is 16K tokens), low enough that
-# a typo is refused in one line instead of a model whose construction hangs or exhausts memory.
+# Fields that reproduce a reference implementation's block (the `lra_code` presets, fairseq's `iwslt_de_en`)
+# default to this project's own choice. The size bounds are far above any model this code is for (Path-X is 16K
+# tokens), low enough that a typo is refused in one line instead of a model that hangs or exhausts memory.
 MAX_LAYERS = 1024
 MAX_WIDTH = 2**16
 MAX_LENGTH = 2**20
@@ -118,18 +116,16 @@ def mixer_config(
 
 
 def stored_model_config(stored: dict) -> ml_collections.ConfigDict:
-    """The model section of a workdir's config.json, with fields added since it was written at their defaults.
-
-    New model fields default to the computation older runs did (e.g. `remat="none"`), so a checkpoint made
-    before them still loads (`mt-translate`, `mlm-inspect`, `mlm-finetune`)."""
+    """The model section of a workdir's config.json, with fields added since it was written at their defaults (the
+    computation older runs did), so a checkpoint made before them still loads."""
     cfg = model_config()
     cfg.update(stored)
     return cfg
 
 
 def check_tie_embeddings(cfg: ml_collections.ConfigDict, choices: tuple[str, ...], model: str = "this model") -> str:
-    """model.tie_embeddings when `model` supports it (one of `choices`), else a one-line error: a model without
-    an output embedding (a classifier) refuses anything but "none" rather than ignore it."""
+    """model.tie_embeddings when `model` supports it (one of `choices`), else a one-line error (a classifier
+    refuses anything but "none" rather than ignore it)."""
     tie = cfg.get("tie_embeddings", "none")
     if tie not in choices:
         raise ValueError(f"model.tie_embeddings={tie!r} is not valid for {model}; valid: {', '.join(choices)}")

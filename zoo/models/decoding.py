@@ -51,11 +51,6 @@ def _length_penalty(length: jax.Array, alpha: float, form: str = "gnmt") -> jax.
     return ((5.0 + length) / 6.0) ** alpha if form == "gnmt" else length**alpha
 
 
-def _reorder(cache, index: jax.Array, rows: int):
-    """Gathers rows `index` of every cache leaf with a leading batch axis of size `rows`."""
-    return jax.tree.map(lambda x: x[index] if x.ndim and x.shape[0] == rows else x, cache)
-
-
 def greedy_search(
     model,
     src: jax.Array,
@@ -151,7 +146,8 @@ def beam_search(
         alive_logp, keep = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)
         alive_seq = jnp.take_along_axis(seqs, keep[:, :, None], axis=1)
         src_beam = jnp.take_along_axis(beam, keep, axis=1)
-        cache = _reorder(cache, (jnp.arange(batch)[:, None] * k + src_beam).reshape(rows), rows)
+        index = (jnp.arange(batch)[:, None] * k + src_beam).reshape(rows)  # of every leaf with a batch axis
+        cache = jax.tree.map(lambda x: x[index] if x.ndim and x.shape[0] == rows else x, cache)
         return t + 1, alive_seq, alive_logp, fin_seq, fin_score, cache
 
     init = (jnp.int32(0), alive_seq, alive_logp, fin_seq, fin_score, cache)

@@ -14,21 +14,11 @@ from zoo.models.blocks import Block
 REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
-def _stack_layer_axis(blocks: nnx.Module) -> None:
-    """Stacked parameters gain a leading layer dimension; their logical axes gain a name for it (None:
-    never split, every device runs every layer)."""
-    for _, variable in nnx.iter_graph(blocks):
-        if isinstance(variable, nnx.Variable) and variable.get_metadata().get("logical_axes") is not None:
-            variable.set_metadata(logical_axes=(None, *variable.get_metadata()["logical_axes"]))
-
-
 class Encoder(nnx.Module):
-    """Blocks and, with pre-LN blocks, a final LayerNorm over `[batch, length, d_model]` inputs (post-LN blocks
-    end in a LayerNorm already: fairseq's post-LN encoder has none after the stack).
+    """Blocks and, with pre-LN blocks, a final LayerNorm over `[batch, length, d_model]` inputs.
 
-    `model.scan_layers`: the blocks are one `Block` with every parameter stacked on a leading layer axis
-    (built by `nnx.vmap` over split keys), applied by `nnx.scan`; dropout keys are split per layer.
-    `layers()` gives the blocks one by one either way (incremental decoding, inspection).
+    `model.scan_layers`: one `Block` with every parameter stacked on a leading layer axis, applied by `nnx.scan`;
+    `layers()` gives the blocks one by one either way.
     """
 
     def __init__(
@@ -51,7 +41,9 @@ class Encoder(nnx.Module):
                 return Block(cfg, max_length=max_length, cross=cross, rngs=rngs)
 
             self.blocks = stacked_blocks(rngs)
-            _stack_layer_axis(self.blocks)
+            for _, variable in nnx.iter_graph(self.blocks):  # logical axes: None (never split) for the layer axis
+                if isinstance(variable, nnx.Variable) and variable.get_metadata().get("logical_axes") is not None:
+                    variable.set_metadata(logical_axes=(None, *variable.get_metadata()["logical_axes"]))
         else:
             self.blocks = nnx.List(
                 [Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)]

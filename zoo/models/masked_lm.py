@@ -28,11 +28,7 @@ from zoo.models.encoder import Encoder
 
 
 class TextEncoder(nnx.Module):
-    """tokens `[batch, length]` (id 0 = padding) → `[batch, length, d_model]`, bidirectional.
-
-    `cfg.positional`: "none" for gMLP (the spatial gating unit sees positions through W), "learned" for
-    BERT, or "sinusoidal". Length may not exceed `cfg.max_length` (the SGU's spatial size).
-    """
+    """tokens `[batch, length]` (id 0 = padding) → `[batch, length, d_model]`, bidirectional."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
@@ -58,12 +54,8 @@ class TextEncoder(nnx.Module):
 
 
 class MaskedLM(nnx.Module):
-    """tokens → logits `[batch, length, vocab]` (float32), or `[batch, P, vocab]` at `positions` `[batch, P]`.
-
-    Passing the masked positions (as BERT does) skips the vocabulary projection everywhere else.
-
-    Head (BERT's): Dense → GELU → LayerNorm, then the input embedding table transposed (tied) plus a bias.
-    """
+    """tokens → logits `[batch, length, vocab]` (float32), or `[batch, P, vocab]` at `positions` `[batch, P]` only.
+    Head (BERT's): Dense → GELU → LayerNorm, then the input embedding table transposed (tied) plus a bias."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)

