@@ -40,9 +40,7 @@ VARIANTS = {
 
 
 def case_model(variant: str, length: int, *, d_model: int, heads: int, dtype: str):
-    """The model config of one case: a one-layer model whose mixer is `variant`'s."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown scaling variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    """The model config of one case: a one-layer model whose mixer is `variant`'s (checked by `parse_args`)."""
     mixer, options = VARIANTS[variant]
     model = model_config(mixer=mixer, num_layers=1, d_model=d_model, num_heads=heads, max_length=length, dtype=dtype)
     model.mixer_options[mixer].update(options)

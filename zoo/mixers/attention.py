@@ -31,6 +31,14 @@ def attention_initializers(kind: str, d_model: int) -> tuple:
     raise ValueError(f"config field model.attention_init={kind!r} is unknown; valid: {', '.join(ATTENTION_INITS)}")
 
 
+def append_kv(cache: dict, k: jax.Array, v: jax.Array, i: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(keys, values, visible `[length]`): `cache`'s "k", "v" `[batch, length, heads, head_dim]` with position i's
+    k, v written in, and the slots it may see."""
+    keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), (0, i, 0, 0))
+    values = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), (0, i, 0, 0))
+    return keys, values, jnp.arange(keys.shape[1]) <= i
+
+
 def attention_pairs(length: int, causal: bool) -> float:
     """(query, key) pairs a mixer computes: the lower triangle T(T+1)/2 when causal, not the masked square."""
     return length * (length + 1) / 2 if causal else float(length) * length
@@ -157,9 +165,7 @@ class MultiHeadMixer(nnx.Module):
         check_decode_input(self.name, x, self.d_model, cache, "k", positions=True)
         i = cache["index"]
         q, k, v = (self._split(proj(x)) for proj in (self.query, self.key, self.value))
-        keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), (0, i, 0, 0))
-        values = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), (0, i, 0, 0))
-        visible = jnp.broadcast_to(jnp.arange(keys.shape[1]) <= i, keys.shape[:2])
-        o = self.attend(q, keys, values, visible, False)
+        keys, values, visible = append_kv(cache, k, v, i)
+        o = self.attend(q, keys, values, jnp.broadcast_to(visible, keys.shape[:2]), False)
         y = self.out(self.combine(o.reshape(x.shape[0], 1, -1)))
         return y, {"k": keys, "v": values, "index": i + 1}

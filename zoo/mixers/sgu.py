@@ -23,7 +23,7 @@ from flax import nnx
 
 from zoo.config_fields import BOOLEAN, Field, at_least, integer, one_of
 from zoo.layers.common import compute_dtype, dense
-from zoo.mixers.attention import attention_core_flops, attention_pairs
+from zoo.mixers.attention import append_kv, attention_core_flops, attention_pairs
 from zoo.mixers.inputs import check_causal_flag, check_decode_input, check_mixer_input
 from zoo.mixers.registry import register
 
@@ -49,11 +49,15 @@ class TinyAttention(nnx.Module):
 
     def decode(self, x, cache, i):
         q, k, v = jnp.split(self.qkv(x)[:, :, None, :], 3, axis=-1)
-        keys = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), (0, i, 0, 0))
-        values = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), (0, i, 0, 0))
-        visible = (jnp.arange(keys.shape[1]) <= i)[None, None, None, :]
-        y = jax.nn.dot_product_attention(q, keys, values, mask=visible)[:, :, 0]
+        keys, values, visible = append_kv(cache, k, v, i)
+        y = jax.nn.dot_product_attention(q, keys, values, mask=visible[None, None, None, :])[:, :, 0]
         return self.out(y), {"k": keys, "v": values}
+
+
+def _widths(cfg) -> tuple[int, int]:
+    """(d_ffn, the width of the gate and of V's input)."""
+    d_ffn = cfg.d_ffn or 6 * cfg.d_model
+    return d_ffn, d_ffn // 2 if cfg.sgu_variant == "split_multiplicative" else d_ffn
 
 
 class SpatialGatingMixer(nnx.Module):
@@ -62,16 +66,13 @@ class SpatialGatingMixer(nnx.Module):
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):
         d, n = cfg.d_model, cfg.max_length
-        d_ffn = cfg.d_ffn or 6 * d
+        d_ffn, width = _widths(cfg)
         if d_ffn % 2:
             raise ValueError(f"mixer {cfg.name!r}: d_ffn={d_ffn} must be even (it is split in two)")
-        if cfg.sgu_variant not in SGU_VARIANTS:
-            raise ValueError(f"mixer {cfg.name!r}: unknown sgu_variant {cfg.sgu_variant!r}; valid: {SGU_VARIANTS}")
         self.name, self.max_length, self.toeplitz = cfg.name, n, cfg.toeplitz
         self.variant = cfg.sgu_variant
         self.dtype = dtype = compute_dtype(cfg.dtype)
         self.proj_in = dense(d, d_ffn, ("embed", "mlp"), dtype=dtype, rngs=rngs)
-        width = d_ffn // 2 if self.variant == "split_multiplicative" else d_ffn  # of the gate and of V's input
         self.gate_norm = nnx.LayerNorm(width, epsilon=cfg.layer_norm_eps, dtype=dtype, rngs=rngs)
         self.gelu_approximate = cfg.gelu_approximate
         self.proj_out = dense(width, d, ("mlp", "embed"), dtype=dtype, rngs=rngs)
@@ -90,8 +91,7 @@ class SpatialGatingMixer(nnx.Module):
     def forward_flops(cfg, length: int, *, causal: bool) -> float:
         """Channel projections, the spatial projection (lower triangle when causal) and aMLP's tiny attention."""
         t, d = length, cfg.d_model
-        d_ffn = cfg.d_ffn or 6 * d
-        width = d_ffn // 2 if cfg.sgu_variant == "split_multiplicative" else d_ffn
+        d_ffn, width = _widths(cfg)
         total = 2 * t * d * d_ffn + 2 * attention_pairs(t, causal) * width + 2 * t * width * d
         if cfg.tiny_attention_dim:
             a = cfg.tiny_attention_dim

@@ -94,9 +94,8 @@ def softmax_attention_path(model_cfg, device: str) -> str:
         return f"{SOFTMAX_PATHS[impl]} (implementation={impl})"
     if impl != "xla":
         return f"{SOFTMAX_PATHS[impl]} ({here}; decoding steps: blocked XLA)"
-    why = f"no entry for {device} under jax {jax.__version__} in kernels.auto's table"
-    if device.startswith("cuda") and cudnn_refusal(q) is not None:
-        why = cudnn_refusal(q)
+    refusal = cudnn_refusal(q) if device.startswith("cuda") else None
+    why = refusal or f"no entry for {device} under jax {jax.__version__} in kernels.auto's table"
     return f"{SOFTMAX_PATHS['xla']}: {why} (here: {here})"
 
 

@@ -11,6 +11,7 @@ from zoo.layers.embeddings import EMBED_SCALES, POSITIONAL
 from zoo.layers.ffn import FFN_INITS, FFN_KINDS
 from zoo.layers.heads import POOLINGS
 from zoo.mixers.attention import ATTENTION_INITS
+from zoo.mixers.registry import SHARED_FIELDS
 
 NORMS = ("pre", "post")
 REMAT = ("none", "full", "dots")  # zoo.models.encoder.REMAT_POLICIES has the last two
@@ -107,10 +108,7 @@ def mixer_config(
     name = model.mixer if name is None else name
     cfg = mixers.default_config(name)  # raises, listing valid names, for an unknown mixer
     cfg.update(model.mixer_options[name])
-    cfg.d_model, cfg.num_heads, cfg.dtype = model.d_model, model.num_heads, model.dtype
-    for field in ("qkv_dim", "attention_bias", "attention_dropout", "attention_init"):  # attention-type mixers
-        cfg[field] = model[field]
-    cfg.layer_norm_eps, cfg.gelu_approximate = model.layer_norm_eps, model.gelu_approximate
+    cfg.update({field: model[field] for field in SHARED_FIELDS if field != "max_length"})
     cfg.max_length = model.max_length if max_length is None else max_length
     return cfg
 

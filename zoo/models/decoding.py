@@ -158,20 +158,10 @@ def beam_search(
     return best[:, 1:]
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=(
-        "graphdef",
-        "beam_size",
-        "max_length",
-        "length_penalty",
-        "length_penalty_form",
-        "max_length_a",
-        "max_length_b",
-        "bos_id",
-        "eos_id",
-    ),
-)
+_STATIC = "graphdef beam_size max_length length_penalty length_penalty_form max_length_a max_length_b bos_id eos_id"
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC.split())
 def _translate_jit(graphdef, state, src, *, beam_size, **kwargs):
     model = nnx.merge(graphdef, state)
     if beam_size == 1 and not kwargs["length_penalty"]:
