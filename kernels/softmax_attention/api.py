@@ -3,30 +3,20 @@
     s_ij = q_i·k_j / √d,   m_ij = key j visible to query i (key mask, and j ≤ i when causal)
     h_i  = Σ_j softmax_j(s_ij | m_ij) v_j        (a row with no visible key: h_i = 0)
 
-Dropout on the attention weights (`dropout_rate`, `dropout_key`; training): h_i = Σ_j a_ij z_ij / (1 − rate) v_j,
-z_ij kept with probability 1 − rate — flax's `attention_dropout_rate`, formed block by block inside impl "xla" (and
-"reference"), so training with it needs no T×T buffer either. z_ij is a function of (key, example, head, i, j)
-alone, the same whatever the blocks (`keep_mask`): 16 random bits decide each weight (the rate is rounded to
-1/65,536), a quarter of a Threefry hash. The loop over key blocks forms the next block's decisions, one hash for
-four weights, and carries them packed four to a byte (`keep_bits`); the query-tiled causal path forms each weight's
-where it is used (kernels/numerics.py says why).
+Dropout on the attention weights (`dropout_rate`, `dropout_key`; flax's `attention_dropout_rate`) is formed block
+by block inside impl "xla" (and "reference"), so training with it needs no T×T buffer either. Weight (i, j) is kept
+by a function of (key, example, head, i, j) alone, whatever the blocks (kernels/numerics.py says how).
 
-Implementations (`SoftmaxAttentionOptions.impl`):
+Implementations (`SoftmaxAttentionOptions.impl`; docs/kernels.md):
   "reference"  dense fp32 definition (for tests).
-  "xla"        blocked over keys with an online maximum and sum (Rabe & Staats 2021, "Self-attention does not need
-               O(n²) memory"; the forward of FlashAttention): memory O(T · xla_block_k), as the ReLU and linear
-               ops' "xla" impls; a custom VJP recomputes each block's scores from the saved log-sum-exp, five
-               matmuls a block. Causal self-attention is tiled over queries too (`kernels.blocking`): the work is
-               the lower triangle plus the diagonal blocks.
-  "dense"      `jax.nn.dot_product_attention(implementation="xla")`: XLA's fused softmax over the whole T×T
-               score matrix (what the zoo ran before this op existed).
-  "cudnn"      `jax.nn.dot_product_attention(implementation="cudnn")`: cuDNN flash attention (GPU, bf16/fp16,
-               head dim ≤ 128 and a multiple of 8). The key mask goes in as per-example key lengths, which is
-               exact for padding at the end of the sequence (every task here pads so).
-  "splash"     JAX's Pallas TPU splash attention (`kernels.softmax_attention.mosaic_tpu`); interpret mode on a CPU.
-  "auto"       "cudnn" on a GPU where cuDNN takes the inputs and there is more than one query; "splash" on a TPU
-               where `kernels/kernel_passes.json` records it passing on this device class (a kernel that only
-               lowered has not run); "xla" everywhere else.
+  "xla"        blocked over keys with an online maximum and sum (Rabe & Staats 2021; FlashAttention's forward),
+               memory O(T · xla_block_k), custom VJP from the saved log-sum-exp (xla.py).
+  "dense"      `jax.nn.dot_product_attention(implementation="xla")`: the whole T×T score matrix.
+  "cudnn"      `jax.nn.dot_product_attention(implementation="cudnn")` (GPU, bf16/fp16, head dim ≤ 128 and a
+               multiple of 8); the key mask goes in as key lengths, exact for trailing padding.
+  "splash"     JAX's Pallas TPU splash attention (mosaic_tpu.py); interpret mode on a CPU.
+  "auto"       what `kernels.auto`'s table picks on this device generation ("cudnn" needs more than one query),
+               else "xla".
 """
 
 from __future__ import annotations
@@ -39,15 +29,10 @@ import jax
 import jax.numpy as jnp
 
 from kernels.auto import pick
-from kernels.blocking import (
-    causal_block_k,
-    default_block_k,
-)
+from kernels.blocking import causal_block_k, default_block_k
 from kernels.checks import check_attention_inputs, check_options
 from kernels.masking import zero_masked_rows
-from kernels.numerics import (
-    dropout_seed,
-)
+from kernels.numerics import dropout_seed
 from kernels.platforms import largest_head_dim
 from kernels.softmax_attention.mosaic_tpu import SplashBlockSizes, softmax_attention_splash, splash_refusal
 from kernels.softmax_attention.reference import reference
