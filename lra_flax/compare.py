@@ -90,9 +90,8 @@ def check_sweep_dir(root: Path, *, must_exist: bool) -> None:
             f"--workdir={root} is a training run's workdir (it holds config.json), not a sweep's: give "
             "lra-compare a folder of its own"
         )
-    if not (root / "cells").is_dir():
-        if must_exist:
-            raise ValueError(f"--workdir={root} holds no sweep (no cells/ folder): run the sweep there first")
+    if must_exist and not (root / "cells").is_dir():
+        raise ValueError(f"--workdir={root} holds no sweep (no cells/ folder): run the sweep there first")
 
 
 def _items(node) -> tuple[tuple[str, object], ...]:
@@ -110,19 +109,12 @@ def cells(config: ml_collections.ConfigDict) -> list[Cell]:
         if ":" not in spec:
             raise ValueError(f"config field tasks.{task}={spec!r} must be 'config_module:preset'")
         task_overrides = _items(config.task_overrides.get(task)) if "task_overrides" in config else ()
-        for name, variant in config.variants.items():
-            for seed in config.seeds:
-                out.append(
-                    Cell(
-                        task=task,
-                        config_spec=spec,
-                        variant=name,
-                        mixer=variant.mixer,
-                        options=_items(variant.get("options")),
-                        seed=int(seed),
-                        overrides=tuple(sorted(_items(config.overrides) + task_overrides)),
-                    )
-                )
+        overrides = tuple(sorted(_items(config.overrides) + task_overrides))
+        out += [
+            Cell(task, spec, name, variant.mixer, _items(variant.get("options")), int(seed), overrides)
+            for name, variant in config.variants.items()
+            for seed in config.seeds
+        ]
     return out
 
 
@@ -254,30 +246,22 @@ def run_cell(cell: Cell, root: Path, *, env: dict | None = None) -> str:
 
 
 def _run_cell_process(cell: Cell, root: Path, env: dict | None) -> str:
-    workdir = cell.workdir(root)
+    workdir, cmd = cell.workdir(root), cell.train_command(root)
     (workdir / FAILED).unlink(missing_ok=True)
-    if (problem := config_problem(cell)) is not None:
-        with (workdir / "train.log").open("a") as log:
-            log.write(f"$ {' '.join(cell.train_command(root))}\nnot started: {problem}\n")
-        record = {"returncode": None, "reason": problem[:500], "command": cell.train_command(root)}
-        _write(workdir / FAILED, json.dumps(record, indent=1) + "\n")
-        return "failed"
+    returncode, reason = None, config_problem(cell)
     with (workdir / "train.log").open("a") as log:
-        log.write(f"$ {' '.join(cell.train_command(root))}\n")
-        log.flush()
-        proc = subprocess.run(
-            cell.train_command(root), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-        )
-    if proc.returncode == 0 and (workdir / RESULTS).exists():
-        return "done"
-    if proc.returncode == PREEMPTED_EXIT_CODE or proc.returncode < 0:
-        return "preempted"  # stopped from outside (preemption, a signal): not the cell's fault, resume later
-    tail = (workdir / "train.log").read_text()[-4000:]
-    record = {
-        "returncode": proc.returncode,
-        "reason": _reason(tail, proc.returncode),
-        "command": cell.train_command(root),
-    }
+        log.write(f"$ {' '.join(cmd)}\n" + ("" if reason is None else f"not started: {reason}\n"))
+        if reason is None:
+            log.flush()
+            env = {**os.environ, **(env or {})}
+            returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    if returncode is not None:
+        if returncode == 0 and (workdir / RESULTS).exists():
+            return "done"
+        if returncode == PREEMPTED_EXIT_CODE or returncode < 0:
+            return "preempted"  # stopped from outside (preemption, a signal): not the cell's fault, resume later
+        reason = _reason((workdir / "train.log").read_text()[-4000:], returncode)
+    record = {"returncode": returncode, "reason": reason[:500], "command": cmd}
     _write(workdir / FAILED, json.dumps(record, indent=1) + "\n")
     return "failed"
 
@@ -369,8 +353,7 @@ def run_efficiency(config: ml_collections.ConfigDict, root: str | os.PathLike, *
                 timeout=config.efficiency.timeout_s,
                 env={**os.environ, **(env or {})},
             )
-            output = proc.stdout + proc.stderr
-            returncode = proc.returncode
+            output, returncode = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired:
             output, returncode = "", None
         if not path.exists():
@@ -410,8 +393,8 @@ def efficiency_table(config: ml_collections.ConfigDict, rows: list[dict], baseli
     )
     lines = [header + " |", "|---" * (1 + 3 * len(lengths)) + "|"]
 
-    def ratio(value, base):
-        return f" (×{value / base:.2f})" if base else ""
+    def ratio(r, b, key):  # r's value as a multiple of the baseline's, where that was measured
+        return f" (×{r[key] / b[key]:.2f})" if b is not None and "error" not in b and b[key] else ""
 
     for variant in config.variants:
         cells_text = []
@@ -423,13 +406,11 @@ def efficiency_table(config: ml_collections.ConfigDict, rows: list[dict], baseli
                 shown = r["error"] if r["error"] == "out of memory" or r["error"].startswith("timed out") else "failed"
                 cells_text += [shown, shown, shown]
             else:
-                base_ok = b is not None and "error" not in b
-                cells_text.append(
-                    f"{r['steps_per_s']:.3g}" + (ratio(r["steps_per_s"], b["steps_per_s"]) if base_ok else "")
-                )
-                mem = r["memory_bytes"] / 2**20
-                cells_text.append(f"{mem:,.0f}" + (ratio(r["memory_bytes"], b["memory_bytes"]) if base_ok else ""))
-                cells_text.append(f"{100 * r['mfu']:.1f}%" if "mfu" in r else "—")
+                cells_text += [
+                    f"{r['steps_per_s']:.3g}" + ratio(r, b, "steps_per_s"),
+                    f"{r['memory_bytes'] / 2**20:,.0f}" + ratio(r, b, "memory_bytes"),
+                    f"{100 * r['mfu']:.1f}%" if "mfu" in r else "—",
+                ]
         lines.append(f"| {variant} | " + " | ".join(cells_text) + " |")
     sources = sorted({r["memory_source"] for r in rows if "memory_source" in r})
     devices = sorted({r["device"] for r in rows if "device" in r})
@@ -523,17 +504,21 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def _accuracies(rows: list[dict], variant: str, task: str) -> list[float]:
+    """Test accuracies (%) of the finished cells of `variant` on `task`."""
+    done = (r for r in rows if r["state"] == "done")
+    return [100 * r["test_accuracy"] for r in done if r["variant"] == variant and r["task"] == task]
+
+
 def accuracy_table(config: ml_collections.ConfigDict, rows: list[dict]) -> str:
     """Markdown, the LRA paper's Table 1 shape: variants × tasks (mean ± std over seeds, n), best in bold."""
     tasks = [t for t in TASK_ORDER if t in config.tasks] + [t for t in config.tasks if t not in TASK_ORDER]
     stats: dict[tuple[str, str], tuple[float, float, int] | str] = {}
     for variant in config.variants:
         for task in tasks:
-            cell_rows = [r for r in rows if r["variant"] == variant and r["task"] == task]
-            accs = [100 * r["test_accuracy"] for r in cell_rows if r["state"] == "done"]
-            if accs:
+            if accs := _accuracies(rows, variant, task):
                 stats[variant, task] = (*mean_std(accs), len(accs))
-            elif any(r["state"] == "failed" for r in cell_rows):
+            elif any(r["state"] == "failed" and (r["variant"], r["task"]) == (variant, task) for r in rows):
                 stats[variant, task] = "failed"
     best = {}
     for task in tasks:
@@ -599,15 +584,7 @@ def bubble_points(config: ml_collections.ConfigDict, rows: list[dict], efficienc
     lengths = sorted({L for (v, L) in measured if v == "softmax"}, reverse=True)
     points = []
     for variant in config.variants:
-        accs = []
-        for task in tasks:
-            done = [
-                100 * r["test_accuracy"]
-                for r in rows
-                if r["variant"] == variant and r["task"] == task and r["state"] == "done"
-            ]
-            if done:
-                accs.append(sum(done) / len(done))
+        accs = [sum(done) / len(done) for task in tasks if (done := _accuracies(rows, variant, task))]
         length = next((L for L in lengths if (variant, L) in measured), None)
         if len(accs) != len(tasks) or not tasks or length is None:
             continue
@@ -694,18 +671,9 @@ def accuracy_figure(config: ml_collections.ConfigDict, rows: list[dict], path: P
     width = 0.8 / max(len(variants), 1)
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks)), 3.6))
     for i, variant in enumerate(variants):
-        means, stds = [], []
-        for task in tasks:
-            accs = [
-                100 * r["test_accuracy"]
-                for r in rows
-                if r["task"] == task and r["variant"] == variant and r["state"] == "done"
-            ]
-            mean, std = mean_std(accs) if accs else (float("nan"), 0.0)
-            means.append(mean)
-            stds.append(std)
+        stats = [mean_std(a) if (a := _accuracies(rows, variant, task)) else (float("nan"), 0.0) for task in tasks]
         xs = [t + (i - (len(variants) - 1) / 2) * width for t in range(len(tasks))]
-        ax.bar(xs, means, width, yerr=stds, label=variant, capsize=2)
+        ax.bar(xs, [m for m, _ in stats], width, yerr=[sd for _, sd in stats], label=variant, capsize=2)
     ax.set_xticks(range(len(tasks)), tasks)
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"lra-compare {config.get('preset', '')}: mean ± std over seeds")

@@ -295,7 +295,7 @@ def seed_paddle(
     contrast: float,
     *,
     border: int,
-    stop_below: float | None,
+    stop_below: float | None = None,
 ) -> Snake | None:
     """A first paddle on a free spot at least `border` pixels inside; None when there is no room."""
     length, shape = params.paddle_length, mask.shape
@@ -409,16 +409,9 @@ def two_targets(
     mask = with_border(np.zeros(shape, np.float32), pad)
     blank = np.zeros(shape, np.float32)
 
-    first = seed_paddle(  # the first target's tail at least 2 × seed_distance from the border
-        rng,
-        blank,
-        mask,
-        params,
-        margin,
-        _pick(rng, params.paddle_contrasts) * contrasts[0],
-        border=2 * params.seed_distance,
-        stop_below=None,
-    )
+    contrast = _pick(rng, params.paddle_contrasts) * contrasts[0]
+    # The first target's tail at least 2 × seed_distance from the border.
+    first = seed_paddle(rng, blank, mask, params, margin, contrast, border=2 * params.seed_distance)
     if first is None:
         return None
     contrast = _pick(rng, params.paddle_contrasts) * contrasts[1]
@@ -464,16 +457,8 @@ def add_snakes(
         if no_room(mask, params, margin, border=1):
             break  # every further attempt would fail: the published generator tried them all, to no effect
         for _ in range(retrials + 1):
-            snake = seed_paddle(
-                rng,
-                image,
-                mask,
-                params,
-                margin,
-                _pick(rng, params.snake_contrasts),
-                border=1,
-                stop_below=0.01,
-            )
+            contrast = _pick(rng, params.snake_contrasts)
+            snake = seed_paddle(rng, image, mask, params, margin, contrast, border=1, stop_below=0.01)
             snake_mask = mask
             for _ in range(num_paddles - 1):
                 if snake is None:
@@ -545,23 +530,6 @@ def generate_image(params: PathfinderParams, seed: int, index: int) -> Sample:
     )
 
 
-def metadata_line(batch: int, index_in_batch: int, label: int, margin: int, params: PathfinderParams) -> str:
-    fields = [
-        f"imgs/{batch}",
-        f"sample_{index_in_batch}.png",
-        index_in_batch,
-        label,
-        params.continuity,
-        params.contour_length,
-        params.distractor_length,
-        params.paddle_length,
-        params.paddle_thickness,
-        margin,
-        len(params.paddle_contrasts),
-    ]
-    return " ".join(str(f) for f in fields)
-
-
 def write_batch(output_dir: str, params: PathfinderParams, seed: int, batch: int, start: int, count: int) -> int:
     """Images start..start+count−1 as batch `batch`; its metadata file last (atomically). Returns count."""
     out = Path(output_dir)
@@ -572,7 +540,11 @@ def write_batch(output_dir: str, params: PathfinderParams, seed: int, batch: int
         path = out / "imgs" / str(batch) / f"sample_{i}.png"
         with atomic_open(path, "wb") as f:
             Image.fromarray(sample.image, mode="L").save(f, format="PNG")
-        lines.append(metadata_line(batch, i, sample.label, sample.margin, params))
+        lines.append(
+            f"imgs/{batch} sample_{i}.png {i} {sample.label} {params.continuity} {params.contour_length} "
+            f"{params.distractor_length} {params.paddle_length} {params.paddle_thickness} {sample.margin} "
+            f"{len(params.paddle_contrasts)}"
+        )
     metadata = out / "metadata" / f"{batch}.npy"
     atomic_write_bytes(metadata, ("\n".join(lines) + "\n").encode())
     return count

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from zoo.config_fields import section
 from zoo.models import model_config
 from zoo.training import mesh_config, train_config
 
@@ -64,15 +65,9 @@ def byte_level_demo(config: ml_collections.ConfigDict, *, steps: int) -> None:
     )
 
 
-def base_config(task: str) -> ml_collections.ConfigDict:
-    """task, seed and mesh; the task's config adds data, model and train."""
-    config = ml_collections.ConfigDict()
-    config.task = task
-    config.seed = 0
-    config.mesh = mesh_config()
-    return config
-
-
-def check_preset(preset: str, presets: tuple[str, ...], task: str) -> None:
+def base_config(task: str, label: str, preset: str, presets: tuple[str, ...], data_fields) -> ml_collections.ConfigDict:
+    """task, seed, mesh and the data section; the task's config adds model and train. An unknown preset is refused,
+    naming the task by `label`."""
     if preset not in presets:
-        raise ValueError(f"unknown {task} preset {preset!r}; valid presets: {', '.join(presets)}")
+        raise ValueError(f"unknown {label} preset {preset!r}; valid presets: {', '.join(presets)}")
+    return ml_collections.ConfigDict({"task": task, "seed": 0, "mesh": mesh_config(), "data": section(data_fields)})

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra_flax.configs.common import base_config, check_preset, lra_code_model
-from zoo.config_fields import PATH, TEXT, Field, integer, one_of, section
+from lra_flax.configs.common import base_config, lra_code_model
+from zoo.config_fields import PATH, TEXT, Field, integer, one_of
 from zoo.models import model_config
-from zoo.training import train_config
+from zoo.training import small_run_config, train_config
 from zoo.training.data import TFDS_DATA_DIR, cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
@@ -57,26 +57,15 @@ def pixel_model(**fields) -> ml_collections.ConfigDict:
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
-    check_preset(preset, PRESETS, "Image")
-    config = base_config("image")
-    config.data = section(DATA_FIELDS)
+    config = base_config("image", "Image", preset, PRESETS, DATA_FIELDS)
     if preset == "demo":
         # 2 CPU cores: attention over T = 1,024 costs ∝ batch · d_model; at batch 32, d 64 a step took ~1.9 s.
         config.model = pixel_model(
             mixer="relu", num_layers=1, d_model=32, num_heads=4, mlp_dim=64, max_length=1024, dropout=0.1
         )
         config.model.pooling = "mean"
-        config.train = train_config(
-            steps=300,
-            batch_size=16,
-            learning_rate=3e-3,
-            schedule="cosine",
-            warmup_steps=30,
-            weight_decay=0.0,
-            log_every=50,
-            eval_every=0,
-            checkpoint_every=300,
-            eval_batch_size=128,
+        config.train = small_run_config(
+            300, batch_size=16, learning_rate=3e-3, warmup_steps=30, weight_decay=0.0, eval_batch_size=128
         )
     else:
         paper = preset == "paper"

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra_flax.configs.common import base_config, check_preset, lra_code_model, lra_code_train
-from zoo.config_fields import BOOLEAN, PATH, Field, integer, nested, section
+from lra_flax.configs.common import base_config, lra_code_model, lra_code_train
+from zoo.config_fields import BOOLEAN, PATH, Field, integer, nested
 from zoo.models import model_config
-from zoo.training import train_config
+from zoo.training import small_run_config
 from zoo.training.data import cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
@@ -57,9 +57,7 @@ CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
-    check_preset(preset, PRESETS, "ListOps")
-    config = base_config("listops")
-    config.data = section(DATA_FIELDS)
+    config = base_config("listops", "ListOps", preset, PRESETS, DATA_FIELDS)
     if preset == "demo":
         config.data.dir = "data/listops-demo"
         config.data.generator.update(
@@ -68,16 +66,8 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         config.model = model_config(
             mixer="relu", num_layers=2, d_model=128, num_heads=4, mlp_dim=256, max_length=128, dropout=0.0
         )
-        config.train = train_config(
-            steps=700,
-            batch_size=64,
-            learning_rate=1e-3,
-            schedule="cosine",
-            warmup_steps=70,
-            weight_decay=0.01,
-            log_every=50,
-            eval_every=350,
-            checkpoint_every=350,
+        config.train = small_run_config(
+            700, eval_every=350, batch_size=64, learning_rate=1e-3, warmup_steps=70, weight_decay=0.01
         )
     else:
         layers, mlp = (4, 1024) if preset == "lra_code" else (6, 2048)

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra_flax.configs.common import base_config, check_preset, lra_code_model
+from lra_flax.configs.common import base_config, lra_code_model
 from lra_flax.configs.image import pixel_model
 from lra_flax.pathfinder_generator import DIFFICULTY_DIRS
-from zoo.config_fields import BOOLEAN, PATH, TEXT, Field, integer, one_of, section
+from zoo.config_fields import BOOLEAN, PATH, TEXT, Field, integer, one_of
 from zoo.training import train_config
 
 PRESETS = ("demo", "lra_code", "pathx", "pathx_demo")
@@ -57,10 +57,8 @@ CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
-    check_preset(preset, PRESETS, "Pathfinder")
-    config = base_config("pathfinder")
-    resolution = 128 if preset.startswith("pathx") else 32
-    config.data = section(DATA_FIELDS, resolution=resolution)
+    config = base_config("pathfinder", "Pathfinder", preset, PRESETS, DATA_FIELDS)
+    config.data.resolution = 128 if preset.startswith("pathx") else 32
     config.data.num_images = {"demo": 4000, "lra_code": 200000, "pathx": 200000, "pathx_demo": 64}[preset]
     if preset == "demo":
         config.model = pixel_model(

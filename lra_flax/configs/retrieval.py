@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra_flax.configs.common import base_config, byte_level_demo, check_preset, lra_code_model, lra_code_train
-from zoo.config_fields import BOOLEAN, PATH, TEXT, Field, closed, fraction, integer, nested, section
+from lra_flax.configs.common import base_config, byte_level_demo, lra_code_model, lra_code_train
+from zoo.config_fields import BOOLEAN, PATH, TEXT, Field, closed, fraction, integer, nested
 from zoo.training.data import WHEEL_CACHE, cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
@@ -59,9 +59,7 @@ CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
-    check_preset(preset, PRESETS, "Retrieval")
-    config = base_config("retrieval")
-    config.data = section(DATA_FIELDS)
+    config = base_config("retrieval", "Retrieval", preset, PRESETS, DATA_FIELDS)
     if preset == "demo":
         byte_level_demo(config, steps=500)
     else:

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from lra_flax.configs.common import base_config, byte_level_demo, check_preset, lra_code_model, lra_code_train
-from zoo.config_fields import BOOLEAN, PATH, Field, fraction, integer, one_of, section
+from lra_flax.configs.common import base_config, byte_level_demo, lra_code_model, lra_code_train
+from zoo.config_fields import BOOLEAN, PATH, Field, fraction, integer, one_of
 from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE, cache_dir_field
 
 PRESETS = ("demo", "lra_code", "paper")
@@ -50,9 +50,7 @@ CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
-    check_preset(preset, PRESETS, "Text")
-    config = base_config("text")
-    config.data = section(DATA_FIELDS)
+    config = base_config("text", "Text", preset, PRESETS, DATA_FIELDS)
     if preset == "demo":
         byte_level_demo(config, steps=700)
     else:
