@@ -308,9 +308,7 @@ def run_sweep(
     return counts
 
 
-# ----------------------------------------------------------------------------------------------
-# Efficiency (the LRA paper's Table 2 shape): measured steps/s and memory per mixer and length
-# ----------------------------------------------------------------------------------------------
+# Efficiency (the LRA paper's Table 2 shape): measured steps/s and memory per mixer and length.
 
 OUT_OF_MEMORY_SIGNS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "MemoryError", "Cannot allocate")
 
@@ -453,11 +451,6 @@ def efficiency_figure(config: ml_collections.ConfigDict, rows: list[dict], path:
     fig.suptitle(f"lra-compare efficiency: {config.efficiency.task}")
     fig.tight_layout()
     return save_figure(fig, path)
-
-
-# ----------------------------------------------------------------------------------------------
-# Report
-# ----------------------------------------------------------------------------------------------
 
 
 def _results_problem(results) -> str | None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from lra_flax import generator_record
 from zoo.config_fields import Field
+from zoo.files import atomic_open
 from zoo.models import ModelBuilder, SequenceClassifier
 from zoo.training import Task, classification_loss, flops
 from zoo.training import data as data_lib
@@ -109,6 +110,19 @@ def ensure_split_files(
     if settings is not None:
         generator_record.write(data_dir, settings, files=names)
     return data_dir
+
+
+def write_split_files(
+    output_dir: str | os.PathLike, split_files: Mapping[str, str], lines: Mapping[str, Iterable[str]], header: str = ""
+) -> dict[str, Path]:
+    """Writes each split's `lines` (after `header`) into its release file `split_files[split]` under `output_dir`
+    (created, each file atomically); returns the paths in the order of `lines`."""
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    paths = {split: Path(output_dir) / split_files[split] for split in lines}
+    for split, path in paths.items():
+        with atomic_open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(header + "".join(lines[split]))
+    return paths
 
 
 def release_files(split_files: dict[str, str]) -> Callable[[str, Any], list[Path]]:

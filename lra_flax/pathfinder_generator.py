@@ -108,11 +108,6 @@ def lra_params(resolution: int, difficulty: str = "hard") -> PathfinderParams:
     )
 
 
-# ----------------------------------------------------------------------------------------------
-# Drawing primitives
-# ----------------------------------------------------------------------------------------------
-
-
 def bytescale(image: np.ndarray) -> np.ndarray:
     """min..max → 0..255 uint8 (scipy.misc's bytescale, which both imresize and imsave applied)."""
     image = np.asarray(image, np.float64)
@@ -219,11 +214,6 @@ def with_border(mask: np.ndarray, width: int) -> np.ndarray:
 def free_pixels(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rows, cols) where a mask is below 0.3 (a pixel counts as taken from 0.3 up)."""
     return np.nonzero(np.ceil(mask - 0.3) == 0)
-
-
-# ----------------------------------------------------------------------------------------------
-# Snakes
-# ----------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -469,11 +459,6 @@ def add_snakes(
                 image, mask = snake.image, np.maximum(snake_mask, snake.last_mask)
                 break
     return image, mask
-
-
-# ----------------------------------------------------------------------------------------------
-# Images
-# ----------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)

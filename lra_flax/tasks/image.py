@@ -63,11 +63,6 @@ NOTES = {
 Images = tuple[np.ndarray, np.ndarray]  # (uint8 [N, 32, 32], int labels [N])
 
 
-# ----------------------------------------------------------------------------------------------
-# Pixels
-# ----------------------------------------------------------------------------------------------
-
-
 def to_grey(rgb: np.ndarray) -> np.ndarray:
     """uint8 [..., 3] → uint8 [...] as the LRA code's tf.image.rgb_to_grayscale on uint8 images computes it
     (image/input_pipeline.py:72): convert_image_dtype to float32 (x · (1/255)), Σ_c w_c x_c in float32 with
@@ -86,11 +81,6 @@ def pad_to(images: np.ndarray, size: int = SIZE) -> np.ndarray:
         raise DataFormatError(f"images of {h}×{w} cannot be centred in {size}×{size}")
     top, left = (size - h) // 2, (size - w) // 2
     return np.pad(images, ((0, 0), (top, size - h - top), (left, size - w - left)))
-
-
-# ----------------------------------------------------------------------------------------------
-# Readers
-# ----------------------------------------------------------------------------------------------
 
 
 # The largest decompressed data file a reader accepts: Fashion-MNIST's training images are 47 MB, a 10,000×10,000
@@ -277,11 +267,6 @@ def fetch_fashion_mnist(cache_dir: str | os.PathLike) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     _unpack_deb_member_dir(debs[-1], FASHION_MNIST_DIR, target)
     return target
-
-
-# ----------------------------------------------------------------------------------------------
-# Splits, cache and the task
-# ----------------------------------------------------------------------------------------------
 
 
 def split_train(train: Images, valid_fraction: float = 0.1) -> tuple[Images, Images]:

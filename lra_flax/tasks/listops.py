@@ -9,10 +9,11 @@ byte-identical files. Files use the LRA release format: `basic_{train,val,test}.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ import ml_collections
 from lra_flax import input_pipeline
 from lra_flax.configs.listops import CONFIG_SECTIONS
 from lra_flax.tasks.spec import DataFlag, TaskSpec
-from zoo.files import atomic_open
 from zoo.progress import WorkProgress
 from zoo.training import Task
 
@@ -34,11 +34,6 @@ SPLIT_FILES = {"train": "basic_train.tsv", "valid": "basic_val.tsv", "test": "ba
 # Fixed vocabulary: padding first, then every token sorted, so ids never depend on data or process.
 VOCAB = ("<pad>", *sorted((*OPERATORS, END, *(str(d) for d in range(10)))))
 TOKEN_IDS = {tok: i for i, tok in enumerate(VOCAB)}
-
-
-# ----------------------------------------------------------------------------------------------
-# Generator
-# ----------------------------------------------------------------------------------------------
 
 
 def _generate_tree(rng: random.Random, depth: int, max_depth: int, max_args: int):
@@ -139,20 +134,8 @@ def generate(
     return list(seen.items())
 
 
-def write_tsv(path: str | os.PathLike, rows: Iterable[tuple[str, int]]) -> None:
-    with atomic_open(path, "w", newline="\n") as f:
-        f.write("Source\tTarget\n")
-        for source, target in rows:
-            f.write(f"{source}\t{target}\n")
-
-
 def write_dataset(
-    output_dir: str | os.PathLike,
-    *,
-    num_train: int,
-    num_valid: int,
-    num_test: int,
-    **generator,
+    output_dir: str | os.PathLike, *, num_train: int, num_valid: int, num_test: int, **generator
 ) -> dict[str, Path]:
     """Generates all splits at once (distinct across splits, as LRA) and writes the three TSVs.
 
@@ -161,21 +144,10 @@ def write_dataset(
     empty = [f"{name}={n}" for name, n in sizes.items() if n < 1]
     if empty:
         raise ValueError(f"ListOps split sizes must be at least 1: {', '.join(empty)}")
-    rows = generate(num_train + num_valid + num_test, progress=True, **generator)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    bounds = {"train": (0, num_train), "valid": (num_train, num_train + num_valid)}
-    bounds["test"] = (num_train + num_valid, len(rows))
-    paths = {}
-    for split, (lo, hi) in bounds.items():
-        paths[split] = output_dir / SPLIT_FILES[split]
-        write_tsv(paths[split], rows[lo:hi])
-    return paths
-
-
-# ----------------------------------------------------------------------------------------------
-# Tokenizer and task
-# ----------------------------------------------------------------------------------------------
+    rows = [f"{source}\t{target}\n" for source, target in generate(sum(sizes.values()), progress=True, **generator)]
+    cuts = (0, num_train, num_train + num_valid, len(rows))
+    lines = {split: rows[lo:hi] for split, (lo, hi) in zip(SPLIT_FILES, itertools.pairwise(cuts), strict=True)}
+    return input_pipeline.write_split_files(output_dir, SPLIT_FILES, lines, header="Source\tTarget\n")
 
 
 def tokenize(source: str) -> list[str]:
@@ -185,12 +157,10 @@ def tokenize(source: str) -> list[str]:
 
 def encode(source: str) -> list[int]:
     """Token ids; an unknown token raises KeyError naming it."""
-    ids = []
-    for tok in tokenize(source):
-        if tok not in TOKEN_IDS:
-            raise KeyError(f"unknown ListOps token {tok!r}")
-        ids.append(TOKEN_IDS[tok])
-    return ids
+    tokens = tokenize(source)
+    if unknown := [tok for tok in tokens if tok not in TOKEN_IDS]:
+        raise KeyError(f"unknown ListOps token {unknown[0]!r}")
+    return [TOKEN_IDS[tok] for tok in tokens]
 
 
 def ensure_data(data: ml_collections.ConfigDict) -> Path:

