@@ -80,36 +80,16 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             mixer="linear", num_layers=1, d_model=32, num_heads=2, mlp_dim=32, max_length=128 * 128, dropout=0.0,
             pooling="mean",
         )  # fmt: skip
-    if preset in ("demo", "lra_code"):
-        demo = preset == "demo"
-        config.train = train_config(
-            steps=300 if demo else 62400,
-            batch_size=32 if demo else 512,
-            learning_rate=2e-3 if demo else 1e-3,
-            schedule="cosine",
-            warmup_steps=30 if demo else 312,
-            weight_decay=0.0,
-            grad_clip_norm=1.0 if demo else 0.0,
-            log_every=50 if demo else 100,
-            eval_every=0 if demo else 1000,
-            checkpoint_every=150 if demo else 1000,
-            eval_batch_size=256 if demo else 0,
-        )
-    else:
-        demo = preset == "pathx_demo"
-        config.train = train_config(
-            steps=5 if demo else 500000,
-            batch_size=8 if demo else 64,
-            learning_rate=1e-3,
-            schedule="cosine",
-            warmup_steps=1 if demo else 2500,
-            weight_decay=0.0,
-            grad_clip_norm=1.0,
-            log_every=1 if demo else 100,
-            eval_every=0 if demo else 1000,
-            checkpoint_every=5 if demo else 1000,
-            eval_batch_size=8 if demo else 0,
-        )
+    # Cosine schedule, no weight decay; per preset:
+    names = ("steps", "batch_size", "learning_rate", "warmup_steps", "grad_clip_norm")
+    names += ("log_every", "eval_every", "checkpoint_every", "eval_batch_size")
+    train = {
+        "demo": (300, 32, 2e-3, 30, 1.0, 50, 0, 150, 256),
+        "lra_code": (62400, 512, 1e-3, 312, 0.0, 100, 1000, 1000, 0),
+        "pathx": (500000, 64, 1e-3, 2500, 1.0, 100, 1000, 1000, 0),
+        "pathx_demo": (5, 8, 1e-3, 1, 1.0, 1, 0, 5, 8),
+    }[preset]
+    config.train = train_config(schedule="cosine", weight_decay=0.0, **dict(zip(names, train, strict=True)))
     # A preset that names the release reads it; it generates data only when asked: a mistyped data.dir is
     # refused, not filled with synthetic data that the run would then train on.
     config.data.generate = preset.endswith("demo")

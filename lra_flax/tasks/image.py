@@ -64,10 +64,9 @@ Images = tuple[np.ndarray, np.ndarray]  # (uint8 [N, 32, 32], int labels [N])
 
 
 def to_grey(rgb: np.ndarray) -> np.ndarray:
-    """uint8 [..., 3] → uint8 [...] as the LRA code's tf.image.rgb_to_grayscale on uint8 images computes it
-    (image/input_pipeline.py:72): convert_image_dtype to float32 (x · (1/255)), Σ_c w_c x_c in float32 with
-    w = (0.2989, 0.5870, 0.1140), then convert_image_dtype back: the cast of gray · 255.5 to uint8, which
-    truncates — so (0, 255, 0) is 149, where rounding 0.587 · 255 would give 150."""
+    """uint8 [..., 3] → uint8 [...] as the LRA code's tf.image.rgb_to_grayscale computes it on uint8 images
+    (image/input_pipeline.py:72): in float32 on x / 255, then a truncating cast of grey · 255.5 to uint8 — so
+    (0, 255, 0) is 149, where rounding 0.587 · 255 would give 150."""
     x = np.asarray(rgb, np.uint8).astype(np.float32) * np.float32(1.0 / 255)
     w = GREY_WEIGHTS.astype(np.float32)
     grey = x[..., 0] * w[0] + x[..., 1] * w[1] + x[..., 2] * w[2]

@@ -167,10 +167,7 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
 
         def rows(examples=examples):
             for _, path, label in examples:
-                yield {
-                    "inputs": read_png(path, resolution).reshape(-1).astype(np.uint16),
-                    "targets": np.int32(label),
-                }
+                yield {"inputs": read_png(path, resolution).reshape(-1).astype(np.uint16), "targets": np.int32(label)}
 
         cache = input_pipeline.cache_path(
             data.cache_dir or data.dir, f"pathfinder{resolution}-{data.difficulty}-{split}", *key
