@@ -8,11 +8,8 @@ Presets (after the colon):
               lra-train --config=lra_flax/configs/image.py:demo --workdir=runs/image-demo
             Hardware: 2 CPU cores, about 5 minutes. Expected: test accuracy far above the 10% majority rate
             (docs/results.md has the measured figure). Not CIFAR-10: results.json's data_note says so.
-  lra_code  The LRA code's CIFAR-10 Transformer (docs/presets.md): softmax attention, 1 layer,
-            d 128, q/k/v 64 wide, 8 heads, MLP 128 (GELU), dropout 0.3 and 0.2 on attention weights, learned
-            positions, [CLS] pooling, black pixels hidden from attention (the LRA code's `inputs > 0` mask),
-            batch 256, 35k steps (~200 epochs of 45k), AdamW lr 5e-4 cosine with 175 warm-up steps, no weight
-            decay, no clipping.
+  lra_code  The LRA code's CIFAR-10 Transformer, softmax attention (every field: docs/presets.md), black pixels
+            hidden from attention (the LRA code's `inputs > 0` mask); 35k steps, ~200 epochs of 45k images.
               lra-train --config=lra_flax/configs/image.py:lra_code --workdir=runs/image \\
                 --config.data.source=cifar10 --config.data.dir=/path/to/cifar-10-batches-py
             Hardware: one GPU or TPU host. Expected: about 42% test accuracy with softmax attention (LRA

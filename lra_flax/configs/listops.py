@@ -7,10 +7,8 @@ Presets (after the colon):
               lra-train --config=lra_flax/configs/listops.py:demo --workdir=runs/listops-demo
             Hardware: 2 CPU cores, about 3 minutes. Expected: test accuracy well above the majority-class
             rate (about 12%); docs/results.md has the measured figure.
-  lra_code  The LRA code's ListOps Transformer (docs/presets.md): softmax attention, 2K tokens,
-            4 layers, d 512, 8 heads, MLP 1024 (GELU), dropout 0.1 and 0.1 on attention weights, batch 32,
-            5k steps, AdamW lr 0.05 with rsqrt decay and 1000 warmup steps, no clipping. Data: the LRA
-            release TSVs in data.dir, or 96k/2k/2k generated there with --config.data.generate=True.
+  lra_code  The LRA code's ListOps Transformer at 2K tokens, softmax attention (every field: docs/presets.md).
+            Data: the LRA release TSVs in data.dir, or 96k/2k/2k generated there with --config.data.generate=True.
               lra-train --config=lra_flax/configs/listops.py:lra_code --workdir=runs/listops \\
                 --config.data.dir=/path/to/lra_release/listops-1000
             Hardware: one GPU or TPU host. Expected: about 36-37% test accuracy with softmax

@@ -8,18 +8,14 @@ Presets (after the colon):
               Hardware: 2 CPU cores, about 5 minutes of training after ~5 minutes of generation. Expected:
               near the 50% majority rate — Pathfinder stays at chance for many models for thousands of steps;
               docs/results.md has the measured figure.
-  lra_code    The LRA code's Pathfinder-32 Transformer (docs/presets.md): softmax attention,
-              4 layers, d 32, q/k/v 16 wide, 4 heads, MLP 32 (GELU), dropout 0.2 and 0.1 on attention weights,
-              mean pooling, black pixels hidden from attention (the LRA code's `inputs > 0` mask), batch 512,
-              62,400 steps (200 epochs of 160k), AdamW lr 1e-3 cosine, weight decay 0, no clipping. Data:
-              LRA's release (data.dir = lra_release), or 200k images generated with --config.data.generate=True.
+  lra_code    The LRA code's Pathfinder-32 Transformer, softmax attention (every field: docs/presets.md), black
+              pixels hidden from attention (the LRA code's `inputs > 0` mask); 62,400 steps, 200 epochs of 160k.
+              Data: LRA's release (data.dir = lra_release), or 200k images generated with --config.data.generate=True.
                 lra-train --config=lra_flax/configs/pathfinder.py:lra_code --workdir=runs/pathfinder \\
                   --config.data.dir=/path/to/lra_release
               Hardware: one GPU or TPU host. Expected: about 71% with softmax attention (LRA paper 71.40).
-  pathx       The LRA code's Path-X (pathfinder128 hard, 16,384 tokens): softmax attention, 1 layer, d 32, q/k/v 16,
-              2 heads, MLP 32 (GELU), dropout 0.1 and 0.1 on attention weights, learned positions, mean pooling,
-              black pixels hidden, batch 64, 500k steps, 2,500 warm-up steps, lr 1e-3 cosine, grad clip 1.0.
-              Softmax attention's T×T scores are 1 GiB per head and example at fp32.
+  pathx       The LRA code's Path-X (pathfinder128 hard, 16,384 tokens), softmax attention, black pixels hidden
+              (docs/presets.md). Softmax attention's T×T scores are 1 GiB per head and example at fp32.
                 lra-train --config=lra_flax/configs/pathfinder.py:pathx --workdir=runs/pathx \\
                   --config.model.mixer=linear --config.data.dir=/path/to/lra_release
               Every model in the LRA paper failed Path-X (50%); S5 reaches 98.58.

@@ -7,10 +7,8 @@ Presets (after the colon):
               lra-train --config=lra_flax/configs/retrieval.py:demo --workdir=runs/retrieval-demo
             Hardware: 2 CPU cores, about 5 minutes. Expected: test accuracy clearly above 50% (balanced
             labels); docs/results.md has the measured figure. Not AAN: not comparable with LRA's numbers.
-  lra_code  The LRA code's dual encoder (docs/presets.md): softmax attention, 4K bytes per
-            document, 4 layers, d 128, 4 heads, MLP 512 (GELU), dropout 0.1 and 0.1 on attention weights, the
-            first byte's output as each document's encoding, [x1, x2] into a two-hidden-layer head, batch 32,
-            5k steps, AdamW lr 0.05 with rsqrt decay and 8000 warmup steps (never reached), no clipping.
+  lra_code  The LRA code's dual encoder, softmax attention, 4K bytes per document (every field: docs/presets.md):
+            the first byte's output as each document's encoding, [x1, x2] into a two-hidden-layer head.
               lra-train --config=lra_flax/configs/retrieval.py:lra_code --workdir=runs/retrieval \\
                 --config.data.dir=/path/to/lra_release/lra_release/tsv_data
             Hardware: one GPU or TPU host. Expected: about 57-59% with softmax attention (LRA paper 57.46,

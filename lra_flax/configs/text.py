@@ -8,9 +8,7 @@ Presets (after the colon):
             Hardware: 2 CPU cores, about 5 minutes. Expected: test accuracy clearly above the 50% majority
             rate; docs/results.md has the measured figure. The offline test split comes from IMDB's train
             half (results.json says so): not comparable with LRA's numbers.
-  lra_code  The LRA code's Text Transformer (docs/presets.md): softmax attention, 1K bytes,
-            4 layers, d 256, 4 heads, MLP 1024 (GELU), dropout 0.1 and 0.1 on attention weights, batch 32,
-            20k steps, AdamW lr 0.05 with rsqrt decay and 8000 warmup steps, weight decay 0.1, no clipping.
+  lra_code  The LRA code's Text Transformer at 1K bytes, softmax attention (every field: docs/presets.md).
               lra-train --config=lra_flax/configs/text.py:lra_code --workdir=runs/text \\
                 --config.data.source=aclimdb --config.data.dir=/path/to/aclImdb
             Hardware: one GPU or TPU host. Expected: about 64-65% test accuracy with softmax attention
