@@ -217,18 +217,6 @@ def label_entropy(records_path: str | os.PathLike) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def _pad_to(max_length: int, fields: Sequence[str]):
-    def pad(ex: dict) -> dict:
-        out = dict(ex)
-        for name in fields:
-            ids = np.zeros((max_length,), np.int32)
-            ids[: len(ex[name])] = ex[name]
-            out[name] = ids
-        return out
-
-    return pad
-
-
 def classification_task(
     config: ml_collections.ConfigDict,
     prepare: Callable[[], dict[str, Path]],
@@ -256,7 +244,14 @@ def classification_task(
 
     eval_batch = config.train.eval_batch_size or config.train.batch_size
     prepare = functools.cache(prepare)
-    pad = _pad_to(config.model.max_length, input_fields)
+    max_length = config.model.max_length
+
+    def pad(ex: dict) -> dict:
+        out = dict(ex)
+        for name in input_fields:
+            out[name] = np.zeros((max_length,), np.int32)
+            out[name][: len(ex[name])] = ex[name]
+        return out
 
     build_model = ModelBuilder(model_cls, config.model, dict(vocab_size=vocab_size, num_classes=num_classes))
 

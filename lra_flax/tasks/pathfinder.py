@@ -47,13 +47,10 @@ def dataset_dir(root: str | os.PathLike, resolution: int, difficulty: str) -> Pa
     return Path(root) / f"pathfinder{resolution}" / pathfinder_generator.DIFFICULTY_DIRS[difficulty]
 
 
-def _batch_number(path: Path) -> tuple[int, str]:
-    return (int(path.stem), "") if path.stem.isdigit() else (1 << 62, path.stem)
-
-
 def metadata_files(directory: Path) -> list[Path]:
     """`directory/metadata/*.npy` in batch order (numeric names first); empty when there are none."""
-    return sorted((Path(directory) / "metadata").glob("*.npy"), key=_batch_number)
+    files = (Path(directory) / "metadata").glob("*.npy")
+    return sorted(files, key=lambda path: (int(path.stem), "") if path.stem.isdigit() else (1 << 62, path.stem))
 
 
 def read_metadata(directory: str | os.PathLike) -> list[Example]:
