@@ -26,11 +26,9 @@ def read(directory: str | os.PathLike) -> dict | None:
     path = Path(directory) / RECORD
     if not path.exists():
         return None
-    record = read_json(path, "move it away (the data there is then used as it is)")
-    if not isinstance(record, dict):
-        raise ValueError(
-            f"{path} is not a generator record (a JSON object): move it away (the data there is then used as it is)"
-        )
+    remedy = "move it away (the data there is then used as it is)"
+    if not isinstance(record := read_json(path, remedy), dict):
+        raise ValueError(f"{path} is not a generator record (a JSON object): {remedy}")
     return record
 
 

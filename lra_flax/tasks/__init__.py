@@ -16,15 +16,9 @@ import ml_collections
 from lra_flax.tasks.spec import TaskSpec
 from zoo.training import Task
 
+_IMPORTED = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)]
 _MODULES: tuple[ModuleType, ...] = tuple(
-    sorted(
-        (
-            m
-            for info in pkgutil.iter_modules(__path__)
-            if hasattr(m := importlib.import_module(f"{__name__}.{info.name}"), "SPECS")
-        ),
-        key=lambda module: min(spec.column for spec in module.SPECS),
-    )
+    sorted((m for m in _IMPORTED if hasattr(m, "SPECS")), key=lambda module: min(spec.column for spec in module.SPECS))
 )
 
 REGISTRY: dict[str, TaskSpec] = {
