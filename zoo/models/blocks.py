@@ -7,10 +7,9 @@ import ml_collections
 from flax import nnx
 
 from zoo import mixers
-from zoo.config_fields import problems as field_problems
 from zoo.layers import FeedForward, compute_dtype
 from zoo.layers.dropout import Dropout
-from zoo.models.config import MODEL_FIELDS, mixer_config
+from zoo.models.config import mixer_config
 
 
 class Block(nnx.Module):
@@ -18,10 +17,6 @@ class Block(nnx.Module):
     "post": LN(x + Drop(mixer(x))); [LN(x + Drop(cross(x, context)))]; [LN(x + Drop(FFN(x)))]."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int, cross: bool, rngs: nnx.Rngs):
-        # The declared rules, for models built from Python (the commands check them before anything is built).
-        problems = field_problems(cfg, MODEL_FIELDS, "model")
-        if problems:
-            raise ValueError("config field " + "; ".join(problems))
         dtype = compute_dtype(cfg.dtype)
         eps = cfg.layer_norm_eps
         self.pre_norm = cfg.norm == "pre"

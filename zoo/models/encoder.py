@@ -6,9 +6,11 @@ import jax
 import ml_collections
 from flax import nnx
 
+from zoo.config_fields import problems as field_problems
 from zoo.layers import compute_dtype
 from zoo.layers.common import constrain_batch_sharded
 from zoo.models.blocks import Block
+from zoo.models.config import MODEL_FIELDS
 
 # model.remat → what jax.checkpoint keeps of a block for the backward pass (None: only its inputs).
 REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
@@ -30,6 +32,9 @@ class Encoder(nnx.Module):
         cross: bool = False,
         rngs: nnx.Rngs,
     ):
+        # The declared rules, once per stack, for models built from Python (the commands validate before building).
+        if problems := field_problems(cfg, MODEL_FIELDS, "model"):
+            raise ValueError("config field " + "; ".join(problems))
         max_length = cfg.max_length if max_length is None else max_length
         num_layers = cfg.num_layers if num_layers is None else num_layers
         self.num_layers, self.scan_layers = num_layers, bool(cfg.scan_layers)
