@@ -13,9 +13,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# ----------------------------------------------------------------------------------------------
 # Linear attention's denominator
-# ----------------------------------------------------------------------------------------------
 
 EPS_MODES = ("add", "guard")
 
@@ -36,9 +34,7 @@ def stabilise_denominator(den: jax.Array, eps: float, eps_mode: str) -> jax.Arra
     return den + jnp.where(jnp.abs(den) <= eps, 2 * eps, 0.0).astype(den.dtype)
 
 
-# ----------------------------------------------------------------------------------------------
 # ReLU attention's row statistics
-# ----------------------------------------------------------------------------------------------
 
 
 def xlogx(a: jax.Array) -> jax.Array:
@@ -46,9 +42,7 @@ def xlogx(a: jax.Array) -> jax.Array:
     return jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0)
 
 
-# ----------------------------------------------------------------------------------------------
 # Tiles and grids
-# ----------------------------------------------------------------------------------------------
 
 LANES = 128  # the lanes of a TPU vector register: the last dim of a Mosaic TPU tile is a multiple of this
 TRANS_B = (((1,), (1,)), ((), ()))  # `lax.dot_general` dimension numbers of x @ yᵀ
@@ -100,9 +94,7 @@ def tpu_interpret(interpret: bool | str):
     return pltpu.InterpretParams(detect_races=True, num_cores_or_threads=2)
 
 
-# ----------------------------------------------------------------------------------------------
 # Dropout's random bits
-# ----------------------------------------------------------------------------------------------
 
 # A value is kept when its 16 random bits are ≥ round(rate · 2^16); the rate is rounded to a multiple of 2^-16 and
 # `keep_scale` uses the rounded one, so the expectation is exact. The bits: value c of a row (counter `hi`) takes

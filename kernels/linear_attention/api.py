@@ -46,9 +46,7 @@ from kernels.platforms import largest_head_dim
 DEFAULT_CHUNK = 64
 
 
-# ----------------------------------------------------------------------------------------------
 # Which implementation runs, and the kernels
-# ----------------------------------------------------------------------------------------------
 
 
 def _mgpu_sizes(options: LinearAttentionOptions) -> MgpuChunkSizes:
@@ -97,9 +95,7 @@ def _kernels(build: str, options: LinearAttentionOptions, phi_q, phi_k, v, causa
     )  # fmt: skip
 
 
-# ----------------------------------------------------------------------------------------------
 # Public API
-# ----------------------------------------------------------------------------------------------
 
 
 def linear_attention(

@@ -107,9 +107,7 @@ def supported(
     return None
 
 
-# ----------------------------------------------------------------------------------------------
 # The two kernels
-# ----------------------------------------------------------------------------------------------
 
 
 def _chunk_prefix_mosaic(b: jax.Array, c: jax.Array, chunk: int, mode: str) -> jax.Array:
@@ -296,9 +294,7 @@ def _chunk_outputs_xla(a, b, c, p, r, chunk: int, mode: str) -> jax.Array:
 _KERNELS = {"mosaic": (_chunk_prefix_mosaic, _chunk_outputs_mosaic), "xla": (_chunk_prefix_xla, _chunk_outputs_xla)}
 
 
-# ----------------------------------------------------------------------------------------------
 # The chunked product and its VJP
-# ----------------------------------------------------------------------------------------------
 
 
 def _product_impl(a, b, c, r, mode, chunk, kernels):

@@ -52,9 +52,7 @@ def _t(x, dtype):
     return x.astype(jnp.float32).T.astype(dtype)
 
 
-# ----------------------------------------------------------------------------------------------
 # Forward
-# ----------------------------------------------------------------------------------------------
 
 
 def _fwd_kernel(q_ref, k_ref, v_ref, s0_ref, z0_ref, o_ref, den_ref, s_acc, z_acc, *, eps, eps_mode, causal):
@@ -108,9 +106,7 @@ def _forward(q, k, v, s0, z0, causal, eps, eps_mode, sizes, interpret):
     )(q, k, v, s0, z0)
 
 
-# ----------------------------------------------------------------------------------------------
 # Backward
-# ----------------------------------------------------------------------------------------------
 
 
 def _dq_kernel(k_ref, v_ref, q_ref, g_ref, h_ref, s0_ref, z0_ref, dq_ref, s_acc, z_acc, *, causal):
@@ -199,9 +195,7 @@ def _backward(q, k, v, g, h_lanes, totals, causal, sizes, interpret):
     return dq, dk, dv
 
 
-# ----------------------------------------------------------------------------------------------
 # custom VJP over padded, head-major inputs
-# ----------------------------------------------------------------------------------------------
 
 
 def _key_totals(k, v, causal):

@@ -61,9 +61,7 @@ def _prepare(q, k, v, key_mask, gamma, causal, row_scale, impl, options, *, fuse
     return options, impl, k, v, key_mask, gamma_h
 
 
-# ----------------------------------------------------------------------------------------------
 # Which implementation runs, and the kernels
-# ----------------------------------------------------------------------------------------------
 
 
 def _mosaic_refusal(q, k, v, options: ReluAttentionOptions, causal: bool, fused_row_stats: bool = False):
@@ -118,9 +116,7 @@ def _row_stats(q, k, key_mask, gamma_h, causal, row_scale, impl, block_k):
     return row_stats(q, k, key_mask, gamma_h, causal, row_scale, block_k)
 
 
-# ----------------------------------------------------------------------------------------------
 # Public API
-# ----------------------------------------------------------------------------------------------
 
 
 def relu_attention(

@@ -103,9 +103,7 @@ def _accumulate_over_last_axis(accumulators, accumulate, needed, finish) -> None
     pl.when(step == pl.num_programs(3) - 1)(finish)
 
 
-# ----------------------------------------------------------------------------------------------
 # Forward
-# ----------------------------------------------------------------------------------------------
 
 
 def _fwd_kernel(q_ref, k_ref, v_ref, valid_ref, factor_ref, o_ref, acc_ref, *, scale, causal, bq, bk):
@@ -151,9 +149,7 @@ def _forward(q, k, v, valid, factor_lanes, causal, scale, sizes, interpret):
     )(q, k, v, valid, factor_lanes)
 
 
-# ----------------------------------------------------------------------------------------------
 # Backward: dq and the per-row Σ p·dP (for dγ), then dk and dv
-# ----------------------------------------------------------------------------------------------
 
 
 def _dq_kernel(
@@ -269,9 +265,7 @@ def _backward(q, k, v, valid, factor_lanes, do, causal, scale, sizes, interpret)
     return dq, dk, dv_out, pdp[..., 0]
 
 
-# ----------------------------------------------------------------------------------------------
 # custom VJP over padded, head-major inputs
-# ----------------------------------------------------------------------------------------------
 
 
 def _lanes(factor):

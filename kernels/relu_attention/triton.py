@@ -120,9 +120,7 @@ def _key_loop(body, carry, i, block_q, block_k, num_k, causal):
     return lax.fori_loop(whole, end, functools.partial(body, masked=True), carry)
 
 
-# ----------------------------------------------------------------------------------------------
 # Forward
-# ----------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,9 +205,7 @@ def _forward(q, k, v, factor, dims, sizes, backend, interpret, row_stats=False):
     return tuple(outs) if row_stats else outs[0]
 
 
-# ----------------------------------------------------------------------------------------------
 # Backward: dq (+ per-row Σ p·dP for dγ), then dk and dv
-# ----------------------------------------------------------------------------------------------
 
 
 def _score_grad(s, vis, dp, factor, stats_grad):
@@ -334,9 +330,7 @@ def _backward(q, k, v, factor, do, dims, sizes, backend, interpret, stats_grad=(
     return dq, dk, dv, pdp
 
 
-# ----------------------------------------------------------------------------------------------
 # custom VJP over the caller's [B, T, H, D] arrays (only the O(B·H·T) row factor is padded)
-# ----------------------------------------------------------------------------------------------
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))

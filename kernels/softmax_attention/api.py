@@ -123,9 +123,7 @@ def _zero_empty_rows(out, key_mask, causal):
     return jnp.where(seen[:, :, None, None], out, jnp.zeros((), out.dtype))
 
 
-# ----------------------------------------------------------------------------------------------
 # Public API
-# ----------------------------------------------------------------------------------------------
 
 
 def softmax_attention(

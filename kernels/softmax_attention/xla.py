@@ -16,9 +16,7 @@ from kernels.blocking import block_causal, block_scores, key_blocks, lower_trian
 from kernels.numerics import VALUES_PER_HASH, keep_scale, unpack_keep_bits
 from kernels.softmax_attention.reference import keep_bits, keep_mask
 
-# ----------------------------------------------------------------------------------------------
 # Blocked XLA: an online maximum and sum over key blocks, custom VJP from the log-sum-exp
-# ----------------------------------------------------------------------------------------------
 
 _NO_KEY = -jnp.inf  # the running maximum of a row that has seen no visible key yet
 
