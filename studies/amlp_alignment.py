@@ -294,7 +294,7 @@ def report(result: dict, out_dir: Path) -> dict:
         for name in ARCHS
     )
     kjv_steps, batch = budget(preset)
-    readme = study_readme(
+    return write_study(out_dir, result, study_readme(
         "amlp_alignment", preset,
         title="aMLP's tiny attention where alignment across positions matters",
         claim="(gMLP paper, docs/mixers.md): gMLP's fixed spatial projection falls short where a task needs alignment "
@@ -309,9 +309,7 @@ def report(result: dict, out_dir: Path) -> dict:
         verdict=f"{verdict.verdict} — {verdict.reason}.",
         figure="amlp_alignment.png",
         notes=notes,
-    )  # fmt: skip
-    write_study(out_dir, result, readme)
-    return result
+    ))  # fmt: skip
 
 
 CLAIM = "aMLP's tiny attention helps where alignment across positions matters (gMLP)"

@@ -259,7 +259,7 @@ def report(result: dict, out_dir: Path) -> dict:
     rows += [f"| FAVOR+, m = {m} | 0 | {cell('favor', str(m))} |" for m in features]
     rows += [f"| {name} (trained {steps} steps) | {sizes[name]:,} | {cell('trained', name)} |" for name in names]
     table = "\n".join(rows)
-    readme = study_readme(
+    return write_study(out_dir, result, study_readme(
         "approximation", preset,
         title="How close each feature map gets to softmax attention",
         claim="(trainable-kernel paper, docs/mixers.md): a trainable feature map can approximate softmax attention "
@@ -278,9 +278,7 @@ def report(result: dict, out_dir: Path) -> dict:
         "orthogonal, not towards softmax). FAVOR+ is unbiased but its variance grows like exp(‖q̂‖² + ‖k̂‖²) with "
         f"‖x̂‖² ≈ √d ≈ {D**0.5:.1f} here, so even m = {features[-1]} is worse than the zero output; it needs "
         "small-norm inputs (as in the unit test on FAVOR+, where the error falls below 0.03).",
-    )  # fmt: skip
-    write_study(out_dir, result, readme)
-    return result
+    ))  # fmt: skip
 
 
 CLAIM = "a trainable feature map approximates softmax better than fixed ones; FAVOR+ improves with m (kernel paper)"

@@ -32,11 +32,12 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate, train_label_entropy
 from studies.common import (
     NOT_MEASURABLE,
+    arm_folder,
+    listops_config,
     logged_curve,
     result_preset,
     runs_root,
@@ -73,13 +74,7 @@ SMALLEST_EFFECT = 0.05  # of the uniform attention's distance: a gap smaller tha
 
 
 def config_for(arm: str, seed: int, preset: str, data_dir: Path):
-    mixer, factor = ARMS[arm]
-    config = get_config("demo")
-    config.seed = seed
-    config.data.dir = str(data_dir)
-    config.model.mixer = mixer
-    if factor is not None:
-        config.model.mixer_options.relu.variance_reduction = factor
+    config = listops_config(seed, data_dir, *ARMS[arm])
     steps = STEPS[preset]
     # Checkpoints at a quarter, half and all of the steps, all kept: the distances at each.
     config.train.update(steps=steps, eval_every=0, checkpoint_every=steps // 4, keep_checkpoints=4)
@@ -94,8 +89,7 @@ def config_for(arm: str, seed: int, preset: str, data_dir: Path):
 
 
 def arm_dir(root: Path, arm: str, seed: int) -> Path:
-    mixer, factor = ARMS[arm]
-    return root / (mixer if factor is None else f"{mixer}-{'factor' if factor else 'nofactor'}") / f"seed{seed}"
+    return root / arm_folder(*ARMS[arm]) / f"seed{seed}"
 
 
 def planned_runs(preset: str, root: Path) -> list[tuple[str, int, Path, ml_collections.ConfigDict]]:
@@ -313,7 +307,7 @@ def report(result: dict, out_dir: Path) -> dict:
     )
     config = config_for(RELU, 0, preset, Path("data"))
     model, gen = config.model, config.data.generator
-    readme = study_readme(
+    return write_study(out_dir, result, study_readme(
         "attention_distance", preset,
         title="Mean attention distance of trained ReLU and softmax attention",
         claim="(ReLUFormer, docs/mixers.md): ReLU attention captures more distant correlations than softmax attention.",
@@ -332,9 +326,7 @@ def report(result: dict, out_dir: Path) -> dict:
         + f"\n\nCells: mean ± std over seeds of the live heads' distance in tokens; uniform attention {uniform:.1f}.",
         verdict=f"{verdict.verdict} — {verdict.reason}.",
         figure="attention_distance.png",
-    )  # fmt: skip
-    write_study(out_dir, result, readme)
-    return result
+    ))  # fmt: skip
 
 
 CLAIM = "ReLU attention captures more distant correlations than softmax (ReLUFormer)"

@@ -12,6 +12,7 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
+from lra_flax.configs.listops import get_config as listops_demo
 from zoo.files import atomic_write_bytes, read_json
 from zoo.training import flops
 from zoo.training.config import check_output_dir, flatten_config
@@ -95,6 +96,22 @@ def gpu_work_seconds(*, programs: int, dispatches: int) -> float:
     return programs * GPU_COMPILE_S + dispatches * GPU_STEP_FLOOR_S
 
 
+def listops_config(seed: int, data_dir: Path, mixer: str, relu_factor: bool | None = None) -> ml_collections.ConfigDict:
+    """The `lra-train` ListOps demo config with `mixer` (`relu_factor`: ReLU's 1/√(n/2) factor on or off)."""
+    config = listops_demo("demo")
+    config.seed = seed
+    config.data.dir = str(data_dir)
+    config.model.mixer = mixer
+    if relu_factor is not None:
+        config.model.mixer_options.relu.variance_reduction = relu_factor
+    return config
+
+
+def arm_folder(mixer: str, relu_factor: bool | None) -> str:
+    """A ListOps arm's folder name: the mixer, with -factor / -nofactor where ReLU's factor is set."""
+    return mixer if relu_factor is None else f"{mixer}-{'factor' if relu_factor else 'nofactor'}"
+
+
 def logged_curve(workdir: Path, split: str, metric: str) -> tuple[list[int], list[float]]:
     """(steps, values) of `metric` as an lra-train run logged it on `split` (its metrics.jsonl)."""
     lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
@@ -114,18 +131,13 @@ class LedgerError(StudyError):
 
 
 class Ledger:
-    """What each finished training run of a study gave, one JSON line per run in OUT/runs.jsonl beside result.json.
+    """What each finished training run of a study gave, one JSON line per run in OUT/runs.jsonl beside result.json
+    (committed with `--record`, so a study resumed on another machine trains only the runs no commit recorded).
 
-    A study of hours is a few hundred KB of summaries: with `--record` the ledger sits in the committed folder, so
-    a study resumed on another machine (whose runs/ workdirs stayed behind) trains only the runs that no commit
-    has recorded. A line holds the run's key (its workdir relative to the study's runs), its resolved config
-    (flattened, the runs folder's path written as "<runs>": the same run under another folder or on another
-    machine is the same run) and the summary the study reads. A line is reused while every field it recorded has
-    the same value now; fields added to the configs since are left out of the comparison (a new field's default is
-    what older code computed, zoo/models/config.py), so only a changed or removed setting trains a run again, and
-    the command says which. The file is read again and rewritten whole after every run (atomic_write_bytes): a
-    study stopped at any moment leaves every run before it recorded. `runs` is the folder of the study's workdirs
-    (runs_root)."""
+    A line holds the run's key (its workdir relative to `runs`, the study's runs_root), its resolved config
+    (flattened, `runs` written as "<runs>": the same run elsewhere is the same run) and the summary the study reads.
+    A line is reused while every field it recorded has the same value now (fields added to the configs since are
+    left out: a new field's default is what older code computed). The file is rewritten whole after every run."""
 
     def __init__(self, path: Path, runs: Path):
         self.path, self.runs = path, str(runs)
@@ -194,11 +206,12 @@ class Ledger:
         atomic_write_bytes(self.path, text.encode())
 
 
-def write_study(out_dir: Path, result: dict, readme: str) -> None:
-    """result.json and README.md into `out_dir` (the figure is the study's to draw there)."""
+def write_study(out_dir: Path, result: dict, readme: str) -> dict:
+    """result.json and README.md into `out_dir` (the figure is the study's to draw there); returns `result`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out_dir / "result.json", (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
     atomic_write_bytes(out_dir / "README.md", readme.encode())
+    return result
 
 
 def study_readme(
@@ -263,14 +276,9 @@ def study_main(
     runs: Path | None = None,
 ) -> None:
     """`python -m studies.NAME [--tiny | --gpu] [--out DIR | --record] [--report]`: runs `run(preset, out_dir)`
-    and prints its verdict. `runs`: the study's shared folder of training runs (`runs_root`), checked as --out is
-    before any work, for the presets that train there.
-
-    Writes under runs/studies/NAME by default (NAME-tiny with --tiny, which checks the mechanics in seconds;
-    NAME-gpu with --gpu, the preset for one H100); `--record` replaces the committed results in
-    benchmarks/studies/NAME (NAME-gpu), nothing else writes there. With
-    `--report` (studies that separate measuring from judging) nothing is measured: the verdict, figure and
-    README.md are made again from the folder's result.json, under the rule as it stands."""
+    (where: `output_dir`) and prints its verdict; `--report` measures nothing and makes the verdict, figure and
+    README.md again from the folder's result.json. `runs`: the study's shared folder of training runs (`runs_root`),
+    checked as --out is before any work."""
     parser = argparse.ArgumentParser(prog=f"python -m studies.{name}", description=doc.split("\n\n")[0])
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--tiny", action="store_true", help="a few seconds: the mechanics, not the verdict")

@@ -216,7 +216,7 @@ def report(result: dict, out_dir: Path) -> dict:
         "initialisation) and softmax + LN; no FFN-less control (recorded before the controls)"
     )
     steps_text = "4 steps" if preset == "tiny" else f"{STEPS[preset]:,} steps of batch {budget(preset)[1]}"
-    readme = study_readme(
+    return write_study(out_dir, result, study_readme(
         "ffn_memory", preset,
         title="The FFN as a key-value memory: ReLU against softmax slots",
         claim="(ReLUFormer, docs/mixers.md): a ReLU memory beats a softmax memory at every slot count n "
@@ -233,9 +233,7 @@ def report(result: dict, out_dir: Path) -> dict:
         + ("" if verdict.verdict == REPRODUCED else f"; budget: {SETTLE}") + ".",
         figure="ffn_memory.png",
         notes="" if verdict.verdict == REPRODUCED else NOTES.format(steps=STEPS[preset]),
-    )  # fmt: skip
-    write_study(out_dir, result, readme)
-    return result
+    ))  # fmt: skip
 
 
 CLAIM = "FFN as key-value memory: ReLU beats a softmax memory, LayerNorm recovers most of the gap (ReLUFormer)"

@@ -170,7 +170,7 @@ def report(result: dict, out_dir: Path) -> dict:
         f"| {name} | {len(area[name])} | {mean_pm_std(area[name], 4)} | {mean_pm_std(accuracy[name], 1, scale=100)} |"
         for name in KERNELS
     )
-    readme = study_readme(
+    return write_study(out_dir, result, study_readme(
         "kernel_convergence", preset,
         title="Convergence of a one-layer OGLU vs the orthogonal linear kernel",
         claim="(trainable-kernel paper, docs/mixers.md): a single-layer OGLU converges faster and with less variance "
@@ -183,9 +183,7 @@ def report(result: dict, out_dir: Path) -> dict:
         f"|---|---|---|---|\n{rows}\n| majority class | — | — | {100 * result['majority_rate']:.1f} |",
         verdict=f"{verdict.verdict} — {verdict.reason}.",
         figure="kernel_convergence.png",
-    )  # fmt: skip
-    write_study(out_dir, result, readme)
-    return result
+    ))  # fmt: skip
 
 
 CLAIM = "a one-layer OGLU converges faster and with less variance than the orthogonal linear kernel (kernel paper)"

@@ -161,7 +161,7 @@ def report(result: dict, out_dir: Path) -> dict:
         for name in VARIANTS
         if name in perplexity
     )
-    readme = study_readme(
+    return write_study(out_dir, result, study_readme(
         "sgu_ablation", preset,
         title="The spatial gating unit's gating function (gMLP Table 3)",
         claim="(gMLP paper, docs/mixers.md, Table 3): multiplicative gating with a split (Z1 ⊙ f(Z2)) beats "
@@ -174,9 +174,7 @@ def report(result: dict, out_dir: Path) -> dict:
         verdict=f"{verdict.verdict} — measured, worst to best: {' > '.join(measured_order)}; {verdict.reason}.",
         figure="sgu_ablation.png",
         notes="" if verdict.verdict == REPRODUCED else _not_reproduced_note(perplexity, parameters, preset, parts),
-    )  # fmt: skip
-    write_study(out_dir, result, readme)
-    return result
+    ))  # fmt: skip
 
 
 def _not_reproduced_note(

@@ -39,14 +39,15 @@ from pathlib import Path
 
 import ml_collections
 
-from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate, train_label_entropy
 from studies.common import (
     LEDGER,
     NOT_MEASURABLE,
     Ledger,
+    arm_folder,
     as_preset,
+    listops_config,
     result_preset,
     runs_root,
     study_main,
@@ -83,23 +84,15 @@ GPU_STEPS, GPU_WARMUP = 300, 30
 
 def arm_dir(root: Path, arm: str, seed: int, learning_rate: float = LEARNING_RATES[0]) -> Path:
     """The workdir of one run (by default at the `cpu` grid's first learning rate)."""
-    mixer, factor = ARMS[arm]
-    name = mixer if factor is None else f"{mixer}-{'factor' if factor else 'nofactor'}"
-    return root / name / f"lr{learning_rate:g}" / f"seed{seed}"
+    return root / arm_folder(*ARMS[arm]) / f"lr{learning_rate:g}" / f"seed{seed}"
 
 
 def config_for(arm: str, seed: int, preset: str, data_dir: Path, learning_rate: float = LEARNING_RATES[0]):
-    mixer, factor = ARMS[arm]
     preset = as_preset(preset)
-    config = get_config("demo")
-    config.seed = seed
-    config.data.dir = str(data_dir)
-    config.model.mixer = mixer
+    config = listops_config(seed, data_dir, *ARMS[arm])
     config.model.norm = "post"
     config.train.grad_clip_norm = 0.0
     config.train.learning_rate = learning_rate
-    if factor is not None:
-        config.model.mixer_options.relu.variance_reduction = factor
     if preset == "tiny":
         config.data.generator.update(num_train=64, num_valid=16, num_test=16, min_length=20, max_length=64)
         config.model.max_length = 64
@@ -339,7 +332,7 @@ def report(result: dict, out_dir: Path) -> dict:
     )
     config = config_for("softmax", 0, preset, Path("data"))
     model, train = config.model, config.train
-    readme = study_readme(
+    return write_study(out_dir, result, study_readme(
         "stability", preset,
         title="Training stability of ReLU attention with and without the variance-reduction factor",
         claim="(ReLUFormer, docs/mixers.md): plain ReLU attention without the 1/√(n/2) factor trains unstably on long "
@@ -354,9 +347,7 @@ def report(result: dict, out_dir: Path) -> dict:
         f"accuracy there (majority class {100 * result['majority_rate']:.1f}%) |\n|---|---|---|---|---|\n" + rows,
         verdict=f"{verdict.verdict} — {verdict.reason}. Softmax is the reference, outside the verdict.",
         figure="stability.png",
-    )  # fmt: skip
-    write_study(out_dir, result, readme)
-    return result
+    ))  # fmt: skip
 
 
 CLAIM = "plain ReLU attention trains unstably; the 1/√(n/2) factor fixes it (ReLUFormer)"

@@ -154,7 +154,7 @@ def report(result: dict, out_dir: Path) -> dict:
         f"| {seed} | {perplexity[seed]:.1f} | " + " | ".join(f"{x:.2f}" for x in final[seed]) + " |" for seed in final
     )
     header = " | ".join(f"layer {i}" for i in range(len(mean_final)))
-    readme = study_readme(
+    return write_study(out_dir, result, study_readme(
         "toeplitz", preset,
         title="Toeplitz-like spatial weights in a gMLP trained on real text",
         claim="(gMLP paper, docs/mixers.md): the spatial weights W a gMLP learns on text are Toeplitz-like — bands "
@@ -167,9 +167,7 @@ def report(result: dict, out_dir: Path) -> dict:
         verdict=f"{verdict.verdict} — {verdict.reason}.",
         figure="toeplitz.png",
         notes="" if verdict.verdict == REPRODUCED else "see W (`toeplitz_weights.png`) and the curve per layer.",
-    )  # fmt: skip
-    write_study(out_dir, result, readme)
-    return result
+    ))  # fmt: skip
 
 
 CLAIM = "gMLP's spatial weights become Toeplitz-like on text (gMLP)"

@@ -117,7 +117,7 @@ def run(preset: str, out_dir: Path) -> dict:
         + " |"
         for kind in PREDICTED_SLOPE
     )
-    readme = study_readme(
+    return write_study(out_dir, result, study_readme(
         "variance", preset,
         title="Variance of attention outputs at initialisation (ReLUFormer)",
         claim="(ReLUFormer, docs/mixers.md): the output variance of plain ReLU attention grows with the number of keys "
@@ -132,9 +132,7 @@ def run(preset: str, out_dir: Path) -> dict:
         f"±{SLOPE_TOLERANCE} of the prediction by both one-sided t-tests over {draws} draws at α {ALPHA:g}): "
         f"{verdict.reason}.",
         figure="variance.png",
-    )  # fmt: skip
-    write_study(out_dir, result, readme)
-    return result
+    ))  # fmt: skip
 
 
 CLAIM = "ReLU attention's output variance grows with n, softmax's shrinks, 1/√(n/2) keeps it flat (ReLUFormer)"
