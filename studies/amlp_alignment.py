@@ -12,12 +12,9 @@ position is m tokens back and m changes from document to document (documents are
 sequences), so a fixed token-mixing matrix W cannot point at it; content-based attention can. Does not —
 *KJV*: the shared small MLM setting (`studies.mlm_setting`), where local, position-relative context is what
 predicts. Encoders: the `mlm_flax` demo presets (gMLP 4 layers, aMLP 3 layers with a 64-wide one-head
-attention in the gate, BERT 3 layers; d 128, matched in size as in the paper). Measured: held-out perplexity.
-Judged by the studies' rule (studies/verdict.py) in three parts (`judge`): the Transformer learns to copy (the
-control: otherwise the budget cannot show the claim, not measurable), aMLP beats gMLP on copy, and aMLP's gain
-over gMLP is larger on copy than on KJV. `--report` re-judges result.json without training. Each finished run's
-perplexities are recorded in the output folder's runs.jsonl (studies.common.Ledger; committed with `--record`), so
-a run of hours resumed on another machine trains only what that file lacks.
+attention in the gate, BERT 3 layers; d 128, matched in size as in the paper). Measured: held-out perplexity,
+judged in three parts (`judge`). Each finished run's perplexities are recorded in the output folder's runs.jsonl
+(studies.common.Ledger).
 """
 
 from __future__ import annotations
@@ -112,19 +109,14 @@ def config_for(task: str, arch: str, seed: int, preset: str, root: Path):
 def judge(
     perplexity: dict[str, dict[str, list[float]]], unigram: dict[str, float], half: dict | None = None
 ) -> tuple[Verdict, dict, str]:
-    """(verdict, each part's, what may explain it) under the studies' rule (studies/verdict.py) from the held-out
-    perplexities per task, encoder and seed.
+    """(verdict, each part's, what may explain it) from the held-out perplexities per task, encoder and seed.
 
     The parts: (1) the control — the Transformer learns to copy, its perplexity measurably below half the unigram
-    (every word of a document stands twice, so an encoder that copies predicts a masked word from its other
-    occurrence, almost surely unless both are masked: far below the unigram, a lenient bar); without it the budget
-    cannot show what alignment needs, and the claim is not measurable. (2) aMLP beats gMLP on copy — gMLP may stay
-    at chance there (that is the claim), so only aMLP must be past it; part 1 stands for the task being
-    learnable. (3) The gain is about
-    alignment: aMLP's per-seed log perplexity ratio to gMLP larger on copy than on KJV, where both must be past
-    the unigram. `half`: the held-out perplexities at each run's half-way checkpoint, per task, encoder and seed
-    (None where a run's checkpoint was not there to read), and "steps": the half-way step per task; part 2, when the
-    rule cannot judge it, then says the budget the gap's curve calls for."""
+    (an encoder that copies predicts a masked word from its other occurrence: far below the unigram, a lenient bar).
+    (2) aMLP beats gMLP on copy — gMLP may stay at chance there (that is the claim); part 1 stands for the task being
+    learnable. (3) The gain is about alignment: aMLP's per-seed log perplexity ratio to gMLP larger on copy than on
+    KJV, where both must be past the unigram. `half`: the held-out perplexities at each run's half-way checkpoint
+    (None where it was not there to read) and "steps": the half-way step per task, for part 2's budget."""
     arm = lambda task, name: Arm(f"{name} on {task}", tuple(perplexity[task][name]))
     level = dict(higher_is_better=False, trained=False)
     learned = control(decide_threshold(arm("copy", TRANSFORMER), plateau_line(unigram["copy"]), **level))
@@ -263,8 +255,7 @@ def run(preset: str, out_dir: Path) -> dict:
 
 
 def report(result: dict, out_dir: Path) -> dict:
-    """The verdict (`judge`), the figure and README.md from the perplexities in `result`; returns `result` with
-    the verdict and each part's."""
+    """The verdict (`judge`), the figure and README.md from the perplexities in `result`."""
     seeds, preset, unigram = result["seeds"], result_preset(result), result["unigram_perplexity"]
     perplexity, parameters = result["test_perplexity"], result["encoder_parameters"]
     tiny = preset == "tiny"

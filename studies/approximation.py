@@ -11,8 +11,7 @@ feature map φ gives φ(q)(φ(k)ᵀ v) / (φ(q)·Σ φ(k)), computed by the proj
 `kernels.linear_attention` exactly as the `linear` mixer does. Error: ‖approx − softmax‖ / ‖softmax‖ over a
 held-out draw of 128 sequences (`HELD_OUT`). Trainable kernels: Adam (lr 1e-2) on fresh draws every step,
 orthogonality regulariser included where the kernel has one; FAVOR+: mean over 4 draws of ω. Three seeds, each
-with its own held-out draw, ω draws, initialisation and training draws; judged by the studies' rule
-(studies/verdict.py). `--report` re-judges result.json without measuring.
+with its own held-out draw, ω draws, initialisation and training draws; judged by the studies' rule.
 """
 
 from __future__ import annotations
@@ -52,16 +51,12 @@ HELD_OUT = 128
 TRAINED = [("softplus", "softplus", 1), ("GLU", "glu", 1), ("OGLU", "oglu", 1), ("2×GLU", "glu", 2),
            ("3×AOGLU", "aoglu", 3)]  # fmt: skip
 XLA = kernels.LinearAttentionOptions(impl="xla")
-CHANCE_ERROR = 1.0  # the relative error of the zero output
 SMALLEST_EFFECT = 0.01  # of relative error: the smallest gap between two maps that matters
+PENALISED = ("oglu", "aoglu", "orth_softplus")  # kernels whose fit adds an orthogonality penalty to the loss it logs
 
 
 def draw(key: jax.Array, batch: int = BATCH) -> tuple[jax.Array, jax.Array, jax.Array]:
     return tuple(jax.random.normal(k, (batch, T, 1, D)) for k in jax.random.split(key, 3))
-
-
-def softmax_attention(q, k, v):
-    return jax.nn.dot_product_attention(q, k, v)
 
 
 def feature_map(kind: str, depth: int = 1, num_features: int = 256, seed: int = 0) -> FeatureMap:
@@ -80,22 +75,23 @@ def linear_attention(fm: FeatureMap, q, k, v):
 
 
 def relative_error(fm: FeatureMap, q, k, v) -> float:
-    target = softmax_attention(q, k, v)
+    target = jax.nn.dot_product_attention(q, k, v)
     return float(jnp.linalg.norm(linear_attention(fm, q, k, v) - target) / jnp.linalg.norm(target))
 
 
 def fit(fm: FeatureMap, steps: int, seed: int) -> list[float]:
     """Trains `fm` to reproduce softmax attention; returns the training loss every 50 steps."""
     optimizer = nnx.Optimizer(fm, optax.adam(1e-2), wrt=nnx.Param)
-    orth = fm.kind in ("oglu", "aoglu", "orth_softplus")
+    orth = fm.kind in PENALISED
 
     @nnx.jit
     def step(fm, optimizer, key):
         q, k, v = draw(key)
+        target = jax.nn.dot_product_attention(q, k, v)
 
         def loss(fm):
-            err = jnp.sum((linear_attention(fm, q, k, v) - softmax_attention(q, k, v)) ** 2)
-            return err / jnp.sum(softmax_attention(q, k, v) ** 2) + (0.1 * fm.penalty() if orth else 0.0)
+            err = jnp.sum((linear_attention(fm, q, k, v) - target) ** 2)
+            return err / jnp.sum(target**2) + (0.1 * fm.penalty() if orth else 0.0)
 
         value, grads = nnx.value_and_grad(loss)(fm)
         optimizer.update(fm, grads)
@@ -147,15 +143,12 @@ def planned_gpu_seconds() -> float:
 
 LOGGED_EVERY = 50  # `fit` logs its loss every this many steps
 WINDOW = 3  # logged points averaged at each end of a fit's curve: each is one draw of BATCH sequences, noisy alone
-PENALISED = ("oglu", "aoglu", "orth_softplus")  # kernels whose fit adds an orthogonality penalty to the loss it logs
 
 
 def fit_curve(per_seed: list[dict], name: str, steps: int) -> tuple[list[int], float, float] | None:
-    """A trained kernel's learning curve for the budget of a part the rule cannot judge: the steps at the middle and
-    at the end of its fit, how much its error fell between them, and that fall's standard error — the error being
-    √ of the fit's loss (the relative error on its training draws), averaged over seeds and over WINDOW logged
-    points at each end. The held-out error gives the level, this curve only the pace. None where the fit logged too
-    few points."""
+    """(the steps at the middle and end of a trained kernel's fit, how much its error — √ of the fit's loss, averaged
+    over seeds and WINDOW logged points at each end — fell between them, that fall's standard error), for the
+    budget of a part the rule cannot judge (the pace; the held-out error gives the level); None with too few points."""
     curves = [s["training_loss"][name] for s in per_seed]
     if min(map(len, curves)) < 3 * WINDOW:
         return None
@@ -198,9 +191,8 @@ def run(preset: str, out_dir: Path) -> dict:
 
 
 def report(result: dict, out_dir: Path) -> dict:
-    """The verdict under the studies' rule (studies/verdict.py), one family of parts: every trained kernel against
-    the better fixed map, and FAVOR+ at each m against the next smaller m. Writes the
-    figure and README.md; returns `result` with the verdict."""
+    """The verdict (parts: every trained kernel against the better fixed map, FAVOR+ at each m against the next
+    smaller m), the figure and README.md; returns `result` with the verdict."""
     seeds, features, steps, preset = result["seeds"], result["features"], result["steps"], result_preset(result)
     per_seed = result["per_seed"]
     values = lambda group, name: tuple(s[group][name] for s in per_seed)

@@ -15,10 +15,9 @@ apart, not as distance 0; a seed's figure is its mean over the live heads of eve
 and all of the steps (the checkpoints), for the gap's sign over the last two doublings.
 
 The paper's evidence is attention maps; the mean distance is the quantity such a map shows (how far from the
-query its weight lies), so it is taken as the paper's measure. Judged by the studies' rule (studies/verdict.py):
-each arm's models learned the task (the control), then ReLU's mean distance against softmax's, Welch's test, the
-smallest effect that matters SMALLEST_EFFECT of the uniform attention's distance. Runs are ordinary workdirs under
-runs/studies/attention_distance/ (re-running resumes). `--report` judges result.json again.
+query its weight lies), so it is taken as the paper's measure. Judged by the studies' rule: each arm's models
+learned the task (the control), then ReLU's mean distance against softmax's, Welch's test, the smallest effect
+that matters SMALLEST_EFFECT of the uniform attention's distance.
 """
 
 from __future__ import annotations
@@ -268,7 +267,7 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
 
 
 def report(result: dict, out_dir: Path) -> dict:
-    """The verdict under the studies' rule and README.md from the distances in `result` (the figure is run's)."""
+    """The verdict and README.md from the distances in `result` (the figure is run's)."""
     if "live_rows" not in result:
         raise ValueError("this result.json was measured before dead heads were counted apart: run the study again")
     preset = result_preset(result)

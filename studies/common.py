@@ -215,16 +215,7 @@ def write_study(out_dir: Path, result: dict, readme: str) -> dict:
 
 
 def study_readme(
-    name: str,
-    preset: str,
-    *,
-    title: str,
-    claim: str,
-    setting: str,
-    table: str,
-    verdict: str,
-    figure: str,
-    notes="",
+    name: str, preset: str, *, title: str, claim: str, setting: str, table: str, verdict: str, figure: str, notes=""
 ) -> str:
     """A study's README.md: the claim, the command (for `preset`, one of PRESETS) and setting, the measured table,
     the verdict, the figure."""

@@ -17,9 +17,8 @@ number of slots, 1,000 steps:
   n/(2e), which gives it a ReLU memory's output variance at initialisation;
 - `softmax_ln_memory`: LayerNorm(Softmax(x Kᵀ) V) (the scale of V cancels);
 and a control without an FFN. Measured: held-out next-token perplexity per seed. Each of the claim's three parts
-as docs/mixers.md states them (`PARTS`) is judged by the studies' rule (studies/verdict.py) with the FFN-less
-model's mean perplexity as the level to beat — a memory that does no measurable work cannot be compared; the
-claim is reproduced when all three parts are. `--report` re-judges result.json without training.
+as docs/mixers.md states them (`PARTS`) is judged by the studies' rule with the FFN-less model's mean perplexity
+as the level to beat — a memory that does no measurable work cannot be compared.
 
 Why a causal LM: the first version used the BERT encoder of the masked-LM setting, which stays on the unigram
 plateau for ~1,300 steps whatever the learning rate: `mlm_config("bert", 0, "cpu", RUNS, steps=S)` gave held-out
@@ -88,20 +87,13 @@ NOTES = (
 )
 
 
-def seed_means(perplexity: dict[str, dict[int, list[float]]]) -> dict[str, dict[int, float]]:
-    """Per FFN kind and n, the mean over seeds."""
-    return {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
-
-
 def judge(
     perplexity: dict[str, dict[int, list[float]]], level: float, steps: int
 ) -> tuple[Verdict, dict[str, Verdict]]:
-    """(the verdict, each part's) under the studies' rule (studies/verdict.py): the control first — every memory's
-    perplexity below `level` (the FFN-less model's mean; the unigram's for results without it) at every n, a
-    memory that does no measurable work cannot be compared — then each of `PARTS` at each n, one family. "LN
-    recovers most of the gap" is "softmax + LN below the midpoint of the softmax memory and ReLU", seed by seed (a
-    seed's runs share its data order). The metric is a proxy of the paper's (`PROXY`): no part can be "not
-    reproduced"."""
+    """(the verdict, each part's): the control first — every memory's perplexity below `level` (the FFN-less model's
+    mean; the unigram's for results without it) at every n — then each of `PARTS` at each n. "LN recovers most of
+    the gap" is "softmax + LN below the midpoint of the softmax memory and ReLU", seed by seed (a seed's runs share
+    its data order). The metric is a proxy of the paper's (`PROXY`): no part can be "not reproduced"."""
     relu = "ReLU memory" if "ReLU memory" in perplexity else "ReLU FFN"
     arm = lambda name, n, values=None: Arm(f"{name} at n {n:,}", tuple(values or perplexity[name][n]))
     slots = sorted(perplexity[relu])
@@ -171,18 +163,17 @@ def run(preset: str, out_dir: Path) -> dict:
 
 
 def report(result: dict, out_dir: Path) -> dict:
-    """The verdict (`judge`), the figure and README.md from the perplexities in `result`; returns `result` with
-    the verdict and each part's."""
-    seeds, slots, preset, unigram = (
+    """The verdict (`judge`), the figure and README.md from the perplexities in `result`."""
+    seeds, slots, unigram, preset = (
         result["seeds"],
         result["slots"],
-        result_preset(result),
         result["unigram_perplexity"],
+        result_preset(result),
     )
     perplexity = {k: {int(n): v for n, v in d.items()} for k, d in result["test_perplexity"].items()}
     control = result.get("control_perplexity")
     level = float(np.mean(control)) if control else unigram
-    mean = seed_means(perplexity)
+    mean = {name: {n: float(np.mean(p)) for n, p in per_n.items()} for name, per_n in perplexity.items()}
     verdict, parts = judge(perplexity, level, STEPS[preset])
     measured = ("seeds", "slots", "test_perplexity", "unigram_perplexity", "tiny", "preset")
     result = judged(result, measured + (("control_perplexity",) if control else ()), parts, verdict)

@@ -7,13 +7,10 @@ the orthogonal linear kernel" (docs/mixers.md). Learning curves and final scores
 
 The `lra-train` ListOps demo setting (short expressions, 2-layer d 128 encoder, batch 64) with the `linear`
 mixer and a one-layer kernel: `oglu` or `orth_softplus` (the paper's "orth. linear"), orthogonality
-regulariser λ 0.1 for both; seeds change the initialisation and the batch order. Each run is an ordinary
-workdir under runs/studies/kernel_convergence/ (re-running resumes). Judged by the studies' rule
-(studies/verdict.py): each kernel learned the task (the control: held-out accuracy past the majority class, no
-collapse onto one class), then faster — a smaller area under the training-loss curve (its mean over the logged
-steps), Welch's test, smallest effect SMALLEST_EFFECT — and steadier — a smaller variance of the final test
-accuracy between seeds, the F-test. Validation at a quarter, half and three quarters of the steps gives each
-part's history. `--report` re-judges result.json without training.
+regulariser λ 0.1 for both; seeds change the initialisation and the batch order. Judged by the studies' rule: each
+kernel learned the task (the control), then faster — a smaller area under the training-loss curve (its mean over
+the logged steps), Welch's test — and steadier — a smaller variance of the final test accuracy between seeds, the
+F-test. Validation at a quarter, half and three quarters of the steps gives each part's history.
 """
 
 from __future__ import annotations
@@ -101,9 +98,7 @@ SMALLEST_EFFECT = 0.01  # nats of mean training loss: a gap smaller than this is
 
 
 def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
-    """The verdict and its parts: each kernel learned the task (the control), then "faster" on the area under the
-    training-loss curve and "steadier" on the spread of the final test accuracy between seeds (the paper's
-    "variance between runs"); each part not measurable says its budget."""
+    """The verdict and its parts (module docstring); each part not measurable says its budget."""
     steps, accuracy = result["steps"], result["test_accuracy"]
     curves = {name: np.asarray(c) for name, c in result["train_loss"].items()}
     parts = {
@@ -138,8 +133,8 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
 
 
 def report(result: dict, out_dir: Path) -> dict:
-    """The verdict under the studies' rule (studies/verdict.py), the figure and README.md from the curves in
-    `result`; returns `result` with the verdict and the per-seed figures it rests on."""
+    """The verdict, the figure and README.md from the curves in `result`; returns `result` with the verdict and the
+    per-seed figures it rests on."""
     steps, preset = result["steps"], result_preset(result)
     curves = {name: np.asarray(c) for name, c in result["train_loss"].items()}
     accuracy = result["test_accuracy"]

@@ -11,9 +11,8 @@ variants without a split feed V all d_ffn features, so they have a third more en
 (U d·d_ffn + V d_ffn·d against d·d_ffn + d_ffn/2·d). The paper's table gives the split model more (102M against
 92M), so the verdict compares the unsplit variants with the split one at d_ffn 1,024, which has their weight
 count (to 0.2%: biases and LayerNorm differ); the split one at d_ffn 768 (a quarter fewer weights) is measured
-beside it and reported, outside the verdict. Measured: held-out masked-token perplexity per seed. Judged by the
-studies' rule (studies/verdict.py) pair by pair along the paper's order; reproduced if all three pairs are.
-`--report` re-judges result.json without training.
+beside it and reported, outside the verdict. Measured: held-out masked-token perplexity per seed, judged pair by
+pair along the paper's order.
 """
 
 from __future__ import annotations
@@ -92,9 +91,8 @@ def run(preset: str, out_dir: Path) -> dict:
 
 
 def report(result: dict, out_dir: Path) -> dict:
-    """The verdict under the studies' rule (studies/verdict.py) — each adjacent pair of the paper's order is a claim
-    of its own, and the ordering is reproduced when all three are — with README.md and, where `result` has the
-    training curves, the figure; returns `result` with the verdict."""
+    """The verdict (each adjacent pair of the paper's order a part), README.md and, where `result` has the training
+    curves, the figure; returns `result` with the verdict."""
     seeds, preset, unigram = result["seeds"], result_preset(result), result["unigram_perplexity"]
     perplexity, parameters = result["test_perplexity"], result["parameters"]
     means = {name: float(np.mean(p)) for name, p in perplexity.items()}

@@ -19,16 +19,13 @@ Each (arm, seed) climbs the learning-rate grid ×2 at a time from LEARNING_RATES
 diverges: a non-finite loss (the loop refuses to checkpoint it and stops) or a logged loss above twice the
 chance level ln 10 after warm-up. Its measure is the number of grid steps it climbed without diverging (0: only
 the first; −1: not even the first; the top of the grid when nothing diverged, a lower bound). Judged by the
-studies' rule (studies/verdict.py, `judge`): first the controls — each ReLU arm learned the task at its largest
-stable learning rate (held-out accuracy past the majority class, no collapse onto one class: a model at chance
-that does not diverge shows nothing about stability) — then the factor's arm against plain ReLU, higher is
-better, Welch's test with one grid step the smallest effect; softmax is the reference, outside the verdict. The
-grid must bracket both arms: one that stays stable at the top only gains (its true figure is higher), but one
-that diverges at the first learning rate in any seed is below the grid, and the verdict is "not measurable" until
-the grid reaches lower. Seeds change the initialisation and the batch order; the data is the same. Runs are
-ordinary workdirs under runs/studies/stability-lr/ (re-running resumes them), and each finished run's summary is
-recorded in the output folder's runs.jsonl (studies.common.Ledger): with `--record` that file is committed, and a
-re-run on another machine trains only what it lacks. `--report` re-judges result.json without training.
+studies' rule (`judge`): first the controls — each ReLU arm learned the task at its largest stable learning rate
+(a model at chance that does not diverge shows nothing about stability) — then the factor's arm against plain ReLU,
+higher is better, Welch's test with one grid step the smallest effect; softmax is the reference, outside the
+verdict. The grid must bracket both arms: one that stays stable at the top only gains (its true figure is higher),
+but one that diverges at the first learning rate in any seed is below the grid, and the verdict is "not
+measurable" until the grid reaches lower. Seeds change the initialisation and the batch order; the data is the
+same. Each finished run's summary is recorded in the output folder's runs.jsonl (studies.common.Ledger).
 """
 
 from __future__ import annotations
@@ -54,24 +51,11 @@ from studies.common import (
     study_readme,
     write_study,
 )
-from studies.verdict import (
-    Arm,
-    Verdict,
-    control,
-    decide,
-    failed_controls,
-    judged,
-    learned,
-    mean_pm_std,
-)
+from studies.verdict import Arm, Verdict, control, decide, failed_controls, judged, learned, mean_pm_std
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
 
-ARMS = {
-    "relu, 1/√(n/2)": ("relu", True),
-    "relu, no factor": ("relu", False),
-    "softmax": ("softmax", None),
-}
+ARMS = {"relu, 1/√(n/2)": ("relu", True), "relu, no factor": ("relu", False), "softmax": ("softmax", None)}
 CLAIMED, PLAIN = "relu, 1/√(n/2)", "relu, no factor"
 LEARNING_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
 # The `gpu` grid: ×4 a step from 2e-3 to twice the CPU grid's top, where nothing diverged on 2 CPU cores.
@@ -222,10 +206,8 @@ def at_largest_stable_rate(per_seed: list[list[dict]]) -> list[dict]:
 
 
 def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
-    """The verdict and its parts under the studies' rule. The controls first: each ReLU arm learned the task at its
-    largest stable learning rate (held-out accuracy measurably above the majority class; a model at chance that
-    does not diverge shows nothing about stability). Then the claim: the factor's arm climbs more grid steps than
-    plain ReLU's, higher is better; softmax is the reference, outside the verdict."""
+    """The verdict and its parts (module docstring): the controls first, then the factor's arm climbing more grid
+    steps than plain ReLU's."""
     learning_rates, runs = result["learning_rates"], result["runs"]
     parts = {}
     for arm in (CLAIMED, PLAIN):
@@ -269,7 +251,7 @@ def judge(result: dict) -> tuple[Verdict, dict[str, Verdict]]:
 
 
 def report(result: dict, out_dir: Path) -> dict:
-    """The verdict under the studies' rule, the figure and README.md from the runs in `result`."""
+    """The verdict, the figure and README.md from the runs in `result`."""
     if "learning_rates" not in result:
         raise ValueError("this result.json was recorded at one learning rate, before the sweep: run the study again")
     if "majority_rate" not in result or "label_entropy" not in result:

@@ -9,12 +9,11 @@ The shared setting (`studies.mlm_setting`: KJV, 1k vocabulary, 64-token sequence
 2,000 steps, a checkpoint every 250 kept) — the same workdirs as `studies.sgu_ablation`'s default gating, so
 running both trains them once. Score (`zoo.mixers.sgu.toeplitz_score`): the share of ‖W‖² explained by W's
 diagonal means, 1 for a Toeplitz matrix, about 2/n for noise (0.031 at n = 64; the demo's W stay there).
-Judged by the studies' rule (studies/verdict.py, `decide_threshold`): in every layer, the final score over seeds
-above THRESHOLD (and the noise level 2/n) by a one-sample t-test, each layer a part of one family, the score at a
-quarter and half of the steps its history; "not measurable" whenever the models have not left the unigram plateau
-(held-out perplexity under half the unigram's). The paper shows W as a figure; the score measures what the
-figure shows (how constant W's diagonals are), so it is taken as the paper's measure. `--report` re-judges
-result.json without reading the checkpoints again.
+Judged by the studies' rule (`decide_threshold`): in every layer, the final score over seeds above THRESHOLD (and
+the noise level 2/n), each layer a part, the score at a quarter and half of the steps its history; "not
+measurable" whenever the models have not left the unigram plateau (held-out perplexity under half the unigram's).
+The paper shows W as a figure; the score measures what the figure shows (how constant W's diagonals are), so it is
+taken as the paper's measure.
 """
 
 from __future__ import annotations
@@ -25,15 +24,7 @@ import ml_collections
 import numpy as np
 
 from mlm_flax.sgu_analysis import load_model, plot_spatial_weights, spatial_weights
-from studies.common import (
-    NOT_MEASURABLE,
-    plateau_line,
-    result_preset,
-    runs_root,
-    study_main,
-    study_readme,
-    write_study,
-)
+from studies.common import NOT_MEASURABLE, plateau_line, result_preset, runs_root, study_main, study_readme, write_study
 from studies.mlm_setting import RUNS, SEEDS, mlm_config, setting, train
 from studies.verdict import (
     MIN_SEEDS,
@@ -56,10 +47,6 @@ from zoo.plots import pyplot, save_figure
 THRESHOLD = 0.5
 
 
-def checkpoint_steps(workdir: Path) -> list[int]:
-    return sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
-
-
 def planned_runs(preset: str, root: Path) -> list[tuple[int, Path, ml_collections.ConfigDict]]:
     """(seed, workdir, config) of every run of the preset: studies.sgu_ablation's split arm."""
     return [
@@ -77,7 +64,7 @@ def run(preset: str, out_dir: Path) -> dict:
         results = train(config, workdir)
         perplexity[str(seed)] = results["test_perplexity"]
         scores[str(seed)] = {}
-        for step in checkpoint_steps(workdir):
+        for step in sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()):
             model, _, _ = load_model(workdir, step)
             scores[str(seed)][str(step)] = [toeplitz_score(w) for _, w in spatial_weights(model)]
         if seed == seeds[0]:
@@ -91,10 +78,8 @@ def run(preset: str, out_dir: Path) -> dict:
 
 
 def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float], unigram: float, noise: float):
-    """(the verdict, each layer's): every layer's final score above THRESHOLD by the rule, once the models have
-    measurably left the unigram plateau (a control over the seeds). `scores`: per seed, each layer's score at every
-    recorded step. A layer the rule cannot judge also gets the budget its mean score's curve says would settle it
-    (`budget_from_curve`)."""
+    """(the verdict, each layer's) (module docstring). `scores`: per seed, each layer's score at every recorded step;
+    a layer the rule cannot judge gets the budget its mean score's curve calls for (`budget_from_curve`)."""
     final = {seed: per[max(per)] for seed, per in scores.items()}
     layers = len(next(iter(final.values())))
     # The control: W is read only from models that learned more than word frequencies (held-out perplexity under
