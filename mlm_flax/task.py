@@ -9,7 +9,6 @@ from pathlib import Path
 import jax
 import ml_collections
 import numpy as np
-from flax import nnx
 
 from mlm_flax import input_pipeline as pipeline
 from mlm_flax.configs.pretrain import CONFIG_SECTIONS
@@ -31,11 +30,6 @@ def check_lengths(config: ml_collections.ConfigDict) -> None:
 
 
 TASKS = ("mlm", "clm")
-
-
-def build_model(config: ml_collections.ConfigDict, vocab_size: int, rngs: nnx.Rngs) -> MaskedLM | CausalLM:
-    model = CausalLM if config.task == "clm" else MaskedLM
-    return model(config.model, vocab_size=vocab_size, rngs=rngs)
 
 
 def mlm_loss(model, batch, rngs, train):
@@ -87,25 +81,23 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         return {"unigram_perplexity": pipeline.unigram_perplexity(counts["train"], counts["test"], scored)}
 
     def batch_spec(batch: int):
-        p = config.data.max_predictions
-        if causal:
-            return {
-                "inputs": jax.ShapeDtypeStruct((batch, config.data.seq_length), np.int32),
-                "weights": jax.ShapeDtypeStruct((batch,), np.float32),
-            }
-        return {
+        spec = {
             "inputs": jax.ShapeDtypeStruct((batch, config.data.seq_length), np.int32),
+            "weights": jax.ShapeDtypeStruct((batch,), np.float32),
+        }
+        if causal:
+            return spec
+        p = config.data.max_predictions
+        return {
+            **spec,
             "positions": jax.ShapeDtypeStruct((batch, p), np.int32),
             "targets": jax.ShapeDtypeStruct((batch, p), np.int32),
             "mask_weights": jax.ShapeDtypeStruct((batch, p), np.float32),
-            "weights": jax.ShapeDtypeStruct((batch,), np.float32),
         }
 
     return Task(
         build_model=ModelBuilder(
-            CausalLM if config.task == "clm" else MaskedLM,
-            config.model,
-            dict(vocab_size=lambda: tokenizer()[0].vocab_size),
+            CausalLM if causal else MaskedLM, config.model, dict(vocab_size=lambda: tokenizer()[0].vocab_size)
         ),
         train_batches=lambda: pipeline.train_batches(opened()["train"][0], config, spec()),
         eval_batches=lambda split: pipeline.eval_batches(opened()[split][0], config, spec(), split),

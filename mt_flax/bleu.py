@@ -19,15 +19,10 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     bleu = sacrebleu.metrics.BLEU(tokenize="13a")
     chrf = sacrebleu.metrics.CHRF()
     tok = sacrebleu.metrics.BLEU(tokenize="none")
-    bleu_score, chrf_score, tok_score = (
-        bleu.corpus_score(hyps, refs),
-        chrf.corpus_score(hyps, refs),
-        tok.corpus_score(hyps, refs),
-    )
     return {
-        "bleu": bleu_score.score,
-        "chrf": chrf_score.score,
-        "bleu_tokenized": tok_score.score,
+        "bleu": bleu.corpus_score(hyps, refs).score,
+        "chrf": chrf.corpus_score(hyps, refs).score,
+        "bleu_tokenized": tok.corpus_score(hyps, refs).score,
         "sacrebleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }

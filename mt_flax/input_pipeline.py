@@ -84,7 +84,7 @@ def _corpus_key(config, split: str) -> tuple:
     files = tuple(Path(d.dir) / f"{split}.{lang}" for lang in (d.src_lang, d.tgt_lang))
     if not all(f.is_file() for f in files):
         load_corpus(config, split)  # raises the reader's error, naming what is missing
-    return tuple(Path(d.dir) / f"{split}.{lang}" for lang in (d.src_lang, d.tgt_lang))
+    return files
 
 
 def load_or_train_tokenizer(config: ml_collections.ConfigDict) -> tuple[SentencePieceTokenizer | WordTokenizer, Path]:
@@ -201,9 +201,8 @@ def references(records_path: Path) -> list[str]:
 
 
 def bucket_lengths(max_length: int) -> list[int]:
-    """Padded lengths: 16, 32, 48, 64, then powers of 2 and 1.5 × powers of 2, capped at max_length.
-
-    Few buckets: each is one more compilation of the train and eval steps."""
+    """Padded lengths: 16, 32, 48, 64, then powers of 2 and 1.5 × powers of 2, capped at max_length (few buckets:
+    each is one more compilation of the train and eval steps)."""
     sizes = {16, 32, 48, 64}
     n = 64
     while n < max_length:
@@ -240,6 +239,12 @@ def batch_plan(
     if rng is not None:
         plan = [plan[i] for i in rng.permutation(len(plan))]
     return plan
+
+
+def plan_settings(config: ml_collections.ConfigDict) -> dict:
+    """`batch_plan`'s sizes from the config."""
+    d = config.data
+    return dict(max_length=config.model.max_length, max_tokens=d.max_tokens, row_multiple=d.row_multiple)
 
 
 def make_batch(records, length: int, indices: np.ndarray) -> dict[str, np.ndarray]:
@@ -286,10 +291,7 @@ def open_split(records_path: Path, *, scored: bool) -> CachedSplit:
 
 def train_batches(split: CachedSplit, config: ml_collections.ConfigDict) -> grain.IterDataset:
     """Infinite token-based batches of this process's rows; iterate for a checkpointable iterator."""
-    records, lengths = split.records, split.lengths
-    kw = dict(
-        max_length=config.model.max_length, max_tokens=config.data.max_tokens, row_multiple=config.data.row_multiple
-    )
+    records, lengths, kw = split.records, split.lengths, plan_settings(config)
     per_epoch = len(batch_plan(lengths, seed=None, **kw))
     plan = functools.lru_cache(maxsize=2)(lambda epoch: batch_plan(lengths, seed=config.seed, epoch=epoch, **kw))
 
@@ -304,13 +306,5 @@ def train_batches(split: CachedSplit, config: ml_collections.ConfigDict) -> grai
 
 def eval_batches(split: CachedSplit, config: ml_collections.ConfigDict):
     """Every example once (bucket by bucket), as this process's rows of each global batch."""
-    records = split.records
-    plan = batch_plan(
-        split.lengths,
-        max_length=config.model.max_length,
-        max_tokens=config.data.max_tokens,
-        row_multiple=config.data.row_multiple,
-        seed=None,
-    )
-    for length, indices in plan:
-        yield make_batch(records, length, _process_rows(indices))
+    for length, indices in batch_plan(split.lengths, seed=None, **plan_settings(config)):
+        yield make_batch(split.records, length, _process_rows(indices))

@@ -134,22 +134,18 @@ DATA_FIELDS: tuple[Field, ...] = (
 CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 
-def data_config(size: str) -> ml_collections.ConfigDict:
-    return section(
-        DATA_FIELDS,
-        vocab_size={"demo": 4000, "tiny": 500, "base": 32000}[size],
-        seq_length=_SIZES[size]["length"],
-        max_predictions={"demo": 20, "tiny": 10, "base": 20}[size],
-    )
-
-
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     arch, size = parse_preset(preset)
     config = ml_collections.ConfigDict()
     config.task = "clm" if arch == "lm" else "mlm"
     config.seed = 0
     config.mesh = mesh_config()
-    config.data = data_config(size)
+    config.data = section(
+        DATA_FIELDS,
+        vocab_size={"demo": 4000, "tiny": 500, "base": 32000}[size],
+        seq_length=_SIZES[size]["length"],
+        max_predictions={"demo": 20, "tiny": 10, "base": 20}[size],
+    )
     config.model = encoder_config(arch, size)
     if size == "demo":
         config.train = small_run_config(600, learning_rate=2e-3, warmup_steps=40, weight_decay=0.01, eval_every=200)
