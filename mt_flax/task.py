@@ -25,11 +25,6 @@ from zoo.training.config import read_run_config
 from zoo.training.state import restore_model
 
 
-def tokenizer_file_name(tokenizer_path: Path) -> str:
-    """The name the tokenizer gets in the workdir: spm.model or vocab.txt."""
-    return "spm.model" if Path(tokenizer_path).suffix == ".model" else "vocab.txt"
-
-
 def build_model(config: ml_collections.ConfigDict, vocab_size: int, rngs: nnx.Rngs) -> EncoderDecoder:
     return EncoderDecoder(config.model, src_vocab=vocab_size, tgt_vocab=vocab_size, rngs=rngs)
 
@@ -156,7 +151,8 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         model_flops=lambda b: flops.encoder_decoder_step_flops(config.model, b, tokenizer()[0].vocab_size),
         prepare=prepare,
         batch_spec=batch_spec,
-        artifacts=lambda: {tokenizer_file_name(tokenizer()[1]): tokenizer()[1]},
+        # The tokenizer's name in the workdir, where `load_run` looks for it.
+        artifacts=lambda: {"spm.model" if tokenizer()[1].suffix == ".model" else "vocab.txt": tokenizer()[1]},
         generate_eval=generate_eval,
         final_results=final_results,
         row_multiple=config.data.row_multiple,

@@ -83,11 +83,10 @@ def step_flops(config: ml_collections.ConfigDict) -> float:
 
 def gpu_seconds(configs: Iterable[ml_collections.ConfigDict]) -> float:
     """The planned time of a `gpu` preset's training runs on one H100 (see GPU_TFLOPS)."""
-    total = 0.0
-    for config in configs:
-        per_step = max(GPU_STEP_FLOOR_S, step_flops(config) / (GPU_TFLOPS * 1e12))
-        total += GPU_RUN_OVERHEAD_S + config.train.steps * per_step
-    return total
+    return sum(
+        GPU_RUN_OVERHEAD_S + config.train.steps * max(GPU_STEP_FLOOR_S, step_flops(config) / (GPU_TFLOPS * 1e12))
+        for config in configs
+    )
 
 
 def gpu_work_seconds(*, programs: int, dispatches: int) -> float:

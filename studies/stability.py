@@ -259,12 +259,8 @@ def report(result: dict, out_dir: Path) -> dict:
             "this result.json has no majority_rate or label_entropy (the controls' reference points): run the study "
             "again"
         )
-    seeds, learning_rates, runs, preset = (
-        result["seeds"],
-        result["learning_rates"],
-        result["runs"],
-        result_preset(result),
-    )
+    seeds, learning_rates, runs = result["seeds"], result["learning_rates"], result["runs"]
+    preset = result_preset(result)
     climbed = grid_steps_climbed(runs)
     verdict, parts = judge(result)
     measured = ("seeds", "learning_rates", "runs", "majority_rate", "label_entropy", "tiny", "preset")
