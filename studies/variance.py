@@ -82,12 +82,10 @@ def run(preset: str, out_dir: Path) -> dict:
                    for kind, v in per_draw.items()}  # fmt: skip
     slopes = {kind: mean_std(v)[0] for kind, v in draw_slopes.items()}
     parts = {
-        f"{kind}: slope {PREDICTED_SLOPE[kind]:+.0f} ± {SLOPE_TOLERANCE}": decide_within(
-            Arm(f"{kind} slope", tuple(draw_slopes[kind])),
-            PREDICTED_SLOPE[kind] - SLOPE_TOLERANCE,
-            PREDICTED_SLOPE[kind] + SLOPE_TOLERANCE,
+        f"{kind}: slope {slope:+.0f} ± {SLOPE_TOLERANCE}": decide_within(
+            Arm(f"{kind} slope", tuple(draw_slopes[kind])), slope - SLOPE_TOLERANCE, slope + SLOPE_TOLERANCE
         )
-        for kind in PREDICTED_SLOPE
+        for kind, slope in PREDICTED_SLOPE.items()
     }
     verdict = combine(parts)
     result = judged(
