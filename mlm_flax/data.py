@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bz2
 import html
+import itertools
 import os
 import random
 import re
@@ -48,13 +49,7 @@ def read_documents(path: str | os.PathLike, documents: str = "blank_lines") -> l
     if documents == "lines":
         docs = [line for line in lines if line]
     else:
-        docs, current = [], []
-        for line in [*lines, ""]:
-            if line:
-                current.append(line)
-            elif current:
-                docs.append("\n".join(current))
-                current = []
+        docs = ["\n".join(group) for nonblank, group in itertools.groupby(lines, key=bool) if nonblank]
     if not docs:
         raise DataFormatError(f"{path}: empty corpus (no non-blank line)")
     return docs

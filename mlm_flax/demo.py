@@ -29,8 +29,11 @@ def main(argv: list[str]) -> None:
     config.data.wheel_cache = _WHEEL_CACHE.value
     start = time.perf_counter()
     task = make_task(config)
+    at_start = config.copy_and_resolve_references()
+    with at_start.unlocked():
+        at_start.train.steps = 0
     with tempfile.TemporaryDirectory() as untrained:  # the same evaluation at step 0
-        before = train_and_evaluate(steps_override(config, 0), untrained, task)
+        before = train_and_evaluate(at_start, untrained, task)
     results = train_and_evaluate(config, _WORKDIR.value, task)
     rows = [
         ("model", f"{_ARCH.value}_demo ({config.model.num_layers} layers, d {config.model.d_model})"),
@@ -48,14 +51,6 @@ def main(argv: list[str]) -> None:
         "Masked language modelling demo (Wikipedia sample)", rows, results, workdir=_WORKDIR.value,
         wall_time=("data + train + eval", time.perf_counter() - start), notes=notes,
     )  # fmt: skip
-
-
-def steps_override(config, steps: int):
-    """A copy of `config` with train.steps replaced (used for the untrained evaluation)."""
-    copy = config.copy_and_resolve_references()
-    with copy.unlocked():
-        copy.train.steps = steps
-    return copy
 
 
 if __name__ == "__main__":
