@@ -229,7 +229,7 @@ def eval_batches(records: grain.MapDataset, config: ml_collections.ConfigDict, s
 def unigram_perplexity(train_counts: np.ndarray, eval_counts: np.ndarray, scored_ids: np.ndarray) -> float:
     """Perplexity of the held-out tokens with ids `scored_ids` under the training split's unigram distribution over
     those ids (add-one), from each split's token counts (`open_split`): the baseline a model that ignores context
-    can at best reach."""
+    can at best reach. `scored_ids`: an MLM's maskable ids (`MaskingSpec.ordinary_ids`); a causal LM's, every id."""
     train = train_counts[scored_ids] + 1.0
     held_out = eval_counts[scored_ids]
     log_p = np.log(train / train.sum())

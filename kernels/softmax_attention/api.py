@@ -5,7 +5,8 @@
 
 Dropout on the attention weights (`dropout_rate`, `dropout_key`; flax's `attention_dropout_rate`) is formed block
 by block inside impl "xla" (and "reference"), so training with it needs no T×T buffer either. Weight (i, j) is kept
-by a function of (key, example, head, i, j) alone, whatever the blocks (kernels/numerics.py says how).
+by a function of (key, example, head, i, j) alone, whatever the blocks (kernels/numerics.py says how); kept
+weights are scaled by 1/(1 − rate), the rate rounded to a multiple of 1/65,536.
 
 Implementations (`SoftmaxAttentionOptions.impl`; docs/kernels.md):
   "reference"  dense fp32 definition (for tests).

@@ -130,7 +130,7 @@ def test_post_ln_block_is_layernorm_after_each_residual_and_the_stack_has_no_fin
     assert models.Encoder(cfg, rngs=nnx.Rngs(0)).final_norm is None
     assert models.Encoder(_block_cfg(), rngs=nnx.Rngs(0)).final_norm is not None
     with pytest.raises(ValueError, match="model.norm='sandwich' must be one of pre, post"):
-        models.Encoder(_block_cfg(norm="sandwich"), rngs=nnx.Rngs(0))
+        models.Block(_block_cfg(norm="sandwich"), max_length=8, cross=False, rngs=nnx.Rngs(0))
 
 
 def test_models_and_mixers_built_from_python_keep_the_declared_rules():
@@ -139,7 +139,9 @@ def test_models_and_mixers_built_from_python_keep_the_declared_rules():
         models.model_config(d_modle=16)
     for field, value in [("dropout", 1.5), ("layer_norm_eps", -1.0), ("ffn_dropout", 2.0)]:
         with pytest.raises(ValueError, match=rf"config field model.{field}={value}"):
-            models.Encoder(_block_cfg(**{field: value}), rngs=nnx.Rngs(0))
+            models.Block(_block_cfg(**{field: value}), max_length=8, cross=False, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"config field model.dropout=1.5"):  # a stack checks once, for its blocks
+        models.Encoder(_block_cfg(dropout=1.5), rngs=nnx.Rngs(0))
     relu = mixers.default_config("relu")
     relu.update(d_model=16, num_heads=2, norm_loss_weight=-1.0)
     with pytest.raises(ValueError, match=r"model.mixer_options.relu.norm_loss_weight=-1.0"):
@@ -152,7 +154,7 @@ def test_ffn_dropout_apart_from_the_residual_dropout_and_ffn_initialisers():
     same = models.Block(_block_cfg(dropout=0.3), max_length=8, cross=False, rngs=nnx.Rngs(0))
     assert same.ffn.dropout.rate == 0.3  # -1: the residual rate (the LRA code's MlpBlock)
     with pytest.raises(ValueError, match="model.ffn_dropout=1.5 must be in"):
-        models.Encoder(_block_cfg(ffn_dropout=1.5), rngs=nnx.Rngs(0))
+        models.Block(_block_cfg(ffn_dropout=1.5), max_length=8, cross=False, rngs=nnx.Rngs(0))
     d, m = 64, 256
     lra = FeedForward(d, m, kind="gelu", dropout=0.0, init="xavier_uniform", dtype=jnp.float32, rngs=nnx.Rngs(0))
     bias = lra.wi.bias[...]

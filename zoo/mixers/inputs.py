@@ -33,7 +33,8 @@ def check_causal_flag(name: str, causal: object) -> None:
 
 def check_decode_input(name: str, x: jax.Array, d_model: int, cache, batch_leaf: str, positions: bool) -> None:
     """One decoding step: x `[batch, 1, d_model]` for the cache `init_cache(batch, ...)` made, at a position inside
-    it (`positions`: `cache[batch_leaf]` holds one entry per position on axis 1), checked where concrete."""
+    it (`positions`: `cache[batch_leaf]` holds one entry per position on axis 1). The position is checked where
+    concrete; under jit `dynamic_update_slice` would clamp an out-of-range one to the last slot."""
     if not isinstance(cache, dict) or batch_leaf not in cache:
         raise ValueError(f"mixer {name!r}: cache must be the dict init_cache returns, got {type(cache).__name__}")
     check_mixer_input(name, x, d_model)

@@ -9,14 +9,19 @@ from flax import nnx
 from zoo import mixers
 from zoo.layers import FeedForward, compute_dtype
 from zoo.layers.dropout import Dropout
-from zoo.models.config import mixer_config
+from zoo.models.config import check_model_fields, mixer_config
 
 
 class Block(nnx.Module):
     """model.norm "pre": x + Drop(mixer(LN x)); [x + Drop(cross(LN x, context))]; [x + Drop(FFN(LN x))].
     "post": LN(x + Drop(mixer(x))); [LN(x + Drop(cross(x, context)))]; [LN(x + Drop(FFN(x)))]."""
 
-    def __init__(self, cfg: ml_collections.ConfigDict, *, max_length: int, cross: bool, rngs: nnx.Rngs):
+    def __init__(
+        self, cfg: ml_collections.ConfigDict, *, max_length: int, cross: bool, rngs: nnx.Rngs, checked: bool = False
+    ):
+        """`checked`: the caller (`Encoder`) has checked `cfg`'s declared rules (`check_model_fields`) already."""
+        if not checked:
+            check_model_fields(cfg)
         dtype = compute_dtype(cfg.dtype)
         eps = cfg.layer_norm_eps
         self.pre_norm = cfg.norm == "pre"

@@ -6,6 +6,7 @@ import ml_collections
 
 from zoo import mixers
 from zoo.config_fields import BOOLEAN, Field, Rule, above, at_least, in_range, integer, one_of, section
+from zoo.config_fields import problems as field_problems
 from zoo.layers.common import DTYPES
 from zoo.layers.embeddings import EMBED_SCALES, POSITIONAL
 from zoo.layers.ffn import FFN_INITS, FFN_KINDS
@@ -128,3 +129,9 @@ def check_tie_embeddings(cfg: ml_collections.ConfigDict, choices: tuple[str, ...
     if tie not in choices:
         raise ValueError(f"model.tie_embeddings={tie!r} is not valid for {model}; valid: {', '.join(choices)}")
     return tie
+
+
+def check_model_fields(cfg: ml_collections.ConfigDict) -> None:
+    """The model fields' declared rules, for models built from Python (the commands validate before building)."""
+    if problems := field_problems(cfg, MODEL_FIELDS, "model"):
+        raise ValueError("config field " + "; ".join(problems))

@@ -6,11 +6,10 @@ import jax
 import ml_collections
 from flax import nnx
 
-from zoo.config_fields import problems as field_problems
 from zoo.layers import compute_dtype
 from zoo.layers.common import constrain_batch_sharded
 from zoo.models.blocks import Block
-from zoo.models.config import MODEL_FIELDS
+from zoo.models.config import check_model_fields
 
 # model.remat → what jax.checkpoint keeps of a block for the backward pass (None: only its inputs).
 REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
@@ -32,9 +31,7 @@ class Encoder(nnx.Module):
         cross: bool = False,
         rngs: nnx.Rngs,
     ):
-        # The declared rules, once per stack, for models built from Python (the commands validate before building).
-        if problems := field_problems(cfg, MODEL_FIELDS, "model"):
-            raise ValueError("config field " + "; ".join(problems))
+        check_model_fields(cfg)  # once for the stack, not once per block
         max_length = cfg.max_length if max_length is None else max_length
         num_layers = cfg.num_layers if num_layers is None else num_layers
         self.num_layers, self.scan_layers = num_layers, bool(cfg.scan_layers)
@@ -43,7 +40,7 @@ class Encoder(nnx.Module):
             @nnx.split_rngs(splits=num_layers)
             @nnx.vmap(in_axes=(0,), out_axes=0)
             def stacked_blocks(rngs: nnx.Rngs) -> Block:
-                return Block(cfg, max_length=max_length, cross=cross, rngs=rngs)
+                return Block(cfg, max_length=max_length, cross=cross, rngs=rngs, checked=True)
 
             self.blocks = stacked_blocks(rngs)
             for _, variable in nnx.iter_graph(self.blocks):  # logical axes: None (never split) for the layer axis
@@ -51,7 +48,7 @@ class Encoder(nnx.Module):
                     variable.set_metadata(logical_axes=(None, *variable.get_metadata()["logical_axes"]))
         else:
             self.blocks = nnx.List(
-                [Block(cfg, max_length=max_length, cross=cross, rngs=rngs) for _ in range(num_layers)]
+                [Block(cfg, max_length=max_length, cross=cross, rngs=rngs, checked=True) for _ in range(num_layers)]
             )
         self.remat = cfg.remat
         self.final_norm = (

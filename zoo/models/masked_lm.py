@@ -28,7 +28,8 @@ from zoo.models.encoder import Encoder
 
 
 class TextEncoder(nnx.Module):
-    """tokens `[batch, length]` (id 0 = padding) → `[batch, length, d_model]`, bidirectional."""
+    """tokens `[batch, length]` (id 0 = padding) → `[batch, length, d_model]`, bidirectional; length at most
+    `cfg.max_length` (the SGU's spatial size)."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)

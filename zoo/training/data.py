@@ -146,7 +146,7 @@ def write_records(path: str | os.PathLike, examples: Iterable[Example], *, progr
                 count += 1
                 if bar is not None:
                     bar.update()
-        writer.close()
+            writer.close()  # before the bar's closing line: a failed close never follows a line that looks done
     except BaseException:
         writer.close()
         tmp.unlink(missing_ok=True)

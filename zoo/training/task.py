@@ -35,7 +35,8 @@ class Task:
     generate_eval: (model in eval mode, split, workdir or None) → extra metrics (e.g. BLEU); `workdir` only at
                    the end, for files the task writes there. Text values go to results.json only.
     final_results: results → entries added to results.json under names of the task's choosing.
-    model_flops:   batch → the model FLOPs of one train step on it (zoo/training/flops.py), for TFLOP/s and MFU.
+    model_flops:   batch → the model FLOPs of one train step on it (zoo/training/flops.py), for TFLOP/s and MFU;
+                   None: neither is reported.
     warm_start:    fresh train state → the state to start from (e.g. a pretrained encoder); never on resume.
     scored:        what the loss's weights count ("examples"; "tokens" for a per-token loss): evaluation reports
                    their number under this name.
