@@ -14,12 +14,6 @@ import numpy as np
 from jax.experimental import checkify
 
 
-def check_floating(**arrays: jax.Array) -> None:
-    for name, x in arrays.items():
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise ValueError(f"{name} must be a floating-point array, got dtype {x.dtype}")
-
-
 def check_options(options, cls: type, op: str, impl: str | None = None):
     """`options`, or `cls()`'s defaults for None, with `impl` in place of its own where given (an op's `impl=`
     keyword, as `jax.nn.dot_product_attention`'s `implementation=`); another op's options class is an error."""
@@ -30,36 +24,33 @@ def check_options(options, cls: type, op: str, impl: str | None = None):
     return options if impl is None else dataclasses.replace(options, impl=impl)
 
 
-def check_key_mask(key_mask: jax.Array | None) -> None:
-    if key_mask is not None and not hasattr(key_mask, "dtype"):
-        raise ValueError(f"key_mask must be a bool array (True = real token), got a {type(key_mask).__name__}")
-    if key_mask is not None and key_mask.dtype != jnp.bool_:
-        raise ValueError(f"key_mask must be a bool array (True = real token), got dtype {key_mask.dtype}")
-
-
-def check_causal(causal: object) -> None:
-    if not isinstance(causal, bool | np.bool_):
-        raise ValueError(f"causal must be a bool, got {causal!r} ({type(causal).__name__})")
-
-
-def check_lengths(**lengths: int) -> None:
-    for name, t in lengths.items():
-        if t < 1:
-            raise ValueError(f"{name} is {t}: attention needs at least one position")
+def check_block_length(options, field: str) -> None:
+    """`options.<field>`, a block or chunk length: a positive whole number or None."""
+    value = getattr(options, field)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{type(options).__name__}.{field}: must be a positive whole number or None, got {value!r}")
 
 
 def check_attention_inputs(q: jax.Array, k: jax.Array, v: jax.Array, key_mask, causal, *, linear: bool = False) -> None:
     """What every attention op needs of q, k, v `[batch, length, heads, dim]` (φ(q), φ(k), v for `linear`), the
     key mask `[batch, key_length]` and `causal` (equal lengths)."""
-    check_causal(causal)
-    check_key_mask(key_mask)
+    if not isinstance(causal, bool | np.bool_):
+        raise ValueError(f"causal must be a bool, got {causal!r} ({type(causal).__name__})")
+    if key_mask is not None and getattr(key_mask, "dtype", None) != jnp.bool_:
+        got = f"dtype {key_mask.dtype}" if hasattr(key_mask, "dtype") else f"a {type(key_mask).__name__}"
+        raise ValueError(f"key_mask must be a bool array (True = real token), got {got}")
     qn, kn, dim = ("phi_q", "phi_k", "dim") if linear else ("q", "k", "head_dim")
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(
             f"{qn}, {kn}, v must be [batch, length, heads, {dim}]; got shapes {q.shape}, {k.shape}, {v.shape}"
         )
-    check_floating(**{qn: q, kn: k, "v": v})
-    check_lengths(query_length=q.shape[1], key_length=k.shape[1], **{"feature_dim" if linear else dim: q.shape[3]})
+    for name, x in {qn: q, kn: k, "v": v}.items():
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise ValueError(f"{name} must be a floating-point array, got dtype {x.dtype}")
+    lengths = {"query_length": q.shape[1], "key_length": k.shape[1], "feature_dim" if linear else dim: q.shape[3]}
+    for name, t in lengths.items():
+        if t < 1:
+            raise ValueError(f"{name} is {t}: attention needs at least one position")
     if k.shape[0] != q.shape[0] or k.shape[2:] != q.shape[2:]:
         raise ValueError(f"{kn} shape {k.shape} does not match {qn} shape {q.shape} (batch, heads, {dim})")
     if v.shape[:3] != k.shape[:3]:

@@ -22,6 +22,7 @@ import jax
 
 from kernels.auto import PALLAS_BACKENDS, pick, resolve_pallas_backend
 from kernels.blocking import default_block_k
+from kernels.checks import check_block_length
 from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes
 from kernels.linear_attention.mosaic_tpu import TpuChunkSizes
 from kernels.linear_attention.triton import LinearBlockSizes
@@ -56,6 +57,7 @@ class KernelOptions:
 
     OP: ClassVar[str]
     BLOCK_SIZES: ClassVar[dict[str, type]]  # Pallas build ("triton", "mosaic_gpu", "mosaic_tpu") → its tile sizes
+    LENGTH_FIELD: ClassVar[str]  # the op's own block or chunk length (positive or None)
 
     impl: str = "auto"
     pallas_backend: str | None = None
@@ -77,25 +79,16 @@ class KernelOptions:
         if not (mode is None or isinstance(mode, bool) or mode == "tpu"):
             raise self._error("pallas_interpret", f"must be True, False, 'tpu' or None, got {self.pallas_interpret!r}")
         sizes = self.pallas_block_sizes
-        if sizes is None:
-            return
-        if not isinstance(sizes, tuple(self.BLOCK_SIZES.values())):
+        if sizes is not None and not isinstance(sizes, tuple(self.BLOCK_SIZES.values())):
             valid = ", ".join(f"{t.__name__} ({build})" for build, t in self.BLOCK_SIZES.items())
             raise self._error("pallas_block_sizes", f"{type(sizes).__name__} are not {self.OP}'s; valid: {valid}")
         build = self.impl if self.impl in self.BLOCK_SIZES else LEGACY_BUILDS.get(self.pallas_backend)
         named = self.BLOCK_SIZES.get(build)
-        if named is not None and not isinstance(sizes, named):
+        if sizes is not None and named is not None and not isinstance(sizes, named):
             raise self._error(
                 "pallas_block_sizes", f"{type(sizes).__name__} are not the {build} kernels' ({named.__name__})"
             )
-
-    def _check_length(self, field: str, optional: bool) -> None:
-        """A block or chunk length: a positive whole number (or None where `optional`)."""
-        value = getattr(self, field)
-        if optional and value is None:
-            return
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self._error(field, f"must be a positive whole number{' or None' if optional else ''}, got {value!r}")
+        check_block_length(self, self.LENGTH_FIELD)
 
     def plan(
         self,
@@ -156,13 +149,10 @@ class ReluAttentionOptions(KernelOptions):
 
     OP: ClassVar[str] = "relu_attention"
     BLOCK_SIZES: ClassVar[dict[str, type]] = RELU_BLOCK_SIZES
+    LENGTH_FIELD: ClassVar[str] = "xla_block_k"
 
     pallas_block_sizes: PallasBlockSizes | TpuBlockSizes | MgpuBlockSizes | None = None
     xla_block_k: int | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        self._check_length("xla_block_k", optional=True)
 
     def block_k(self, *, causal: bool) -> int:
         """`xla_block_k`, or the platform's default for causal or non-causal attention when unset."""
@@ -179,10 +169,7 @@ class LinearAttentionOptions(KernelOptions):
 
     OP: ClassVar[str] = "linear_attention"
     BLOCK_SIZES: ClassVar[dict[str, type]] = LINEAR_BLOCK_SIZES
+    LENGTH_FIELD: ClassVar[str] = "chunk_size"
 
     pallas_block_sizes: LinearBlockSizes | TpuChunkSizes | MgpuChunkSizes | None = None
     chunk_size: int | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        self._check_length("chunk_size", optional=True)

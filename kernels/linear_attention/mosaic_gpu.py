@@ -46,7 +46,6 @@ from jax.experimental import pallas as pl
 from kernels.mosaic_gpu_tiles import load_reduced, masked_refusal, scores_tile, swizzled, visible
 from kernels.numerics import stabilise_denominator
 
-MODES = ("causal", "anticausal", "full")
 STATE_TILE = 64  # the prefix kernel's state tile: one 64 × 64 fp32 accumulator (32 registers a thread)
 STAGES = 2  # the prefix kernel's chunks in flight
 MAX_STATE_ENTRIES = 128 * 128

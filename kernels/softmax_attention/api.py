@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from kernels.auto import pick
 from kernels.blocking import causal_block_k, default_block_k
-from kernels.checks import check_attention_inputs, check_options
+from kernels.checks import check_attention_inputs, check_block_length, check_options
 from kernels.masking import zero_masked_rows
 from kernels.numerics import dropout_seed
 from kernels.platforms import largest_head_dim
@@ -63,9 +63,7 @@ class SoftmaxAttentionOptions:
         name = type(self).__name__
         if self.impl not in SOFTMAX_IMPLS:
             raise ValueError(f"{name}.impl: unknown softmax impl {self.impl!r}; valid: {', '.join(SOFTMAX_IMPLS)}")
-        block = self.xla_block_k
-        if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
-            raise ValueError(f"{name}.xla_block_k: must be a positive whole number or None, got {block!r}")
+        check_block_length(self, "xla_block_k")
         sizes = self.splash_block_sizes
         if sizes is not None and not isinstance(sizes, SplashBlockSizes):
             raise ValueError(f"{name}.splash_block_sizes: {type(sizes).__name__} are not SplashBlockSizes")
