@@ -12,6 +12,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 # The key-block length of the XLA impls by platform when the options leave it unset, causal and not, from
 # measurement on a 2-core CPU (fwd+bwd, fp32, D 64; docs/performance.md). Non-causal, 256 is as fast as 128 or faster
@@ -101,17 +102,21 @@ def pad_rows(x: jax.Array, rows: int, axis: int = 2) -> jax.Array:
     return jnp.pad(x, widths)
 
 
-def lower_triangle_gradients(num_blocks: int, length: int, tile) -> tuple[jax.Array, jax.Array, jax.Array]:
+def lower_triangle_gradients(num_blocks: int, block: int, length: int, tile, *rows):
     """The backward of block-causal self-attention from its tiles (query block i, key block j ≤ i).
 
-    `tile(i, j)` returns that tile's (dQ rows `[B, H, bk, d]`, dK, dV of key block j). Returns dQ `[B, H, length,
-    d]` and dK, dV stacked over key blocks; tiles in a block's future are never computed. Unrolled in Python, as
-    each query block has its own number of tiles: `block_causal` keeps it to MAX_CAUSAL_BLOCKS blocks."""
+    `rows`: (array, query axis) pairs, zero-padded to whole blocks (padded rows have dO = 0: they add nothing).
+    `tile(i, j, *their rows of query block i)` returns that tile's (dQ rows `[B, H, block, d]`, dK, dV of key
+    block j). Returns dQ `[B, H, length, d]` and dK, dV stacked over key blocks; tiles in a block's future are never
+    computed. Unrolled in Python, as each query block has its own number of tiles: `block_causal` keeps it to
+    MAX_CAUSAL_BLOCKS blocks."""
+    rows = [(pad_rows(x, num_blocks * block, axis), axis) for x, axis in rows]
     dq_blocks, dk_acc, dv_acc = [], [None] * num_blocks, [None] * num_blocks
     for i in range(num_blocks):
+        rows_i = [lax.slice_in_dim(x, i * block, (i + 1) * block, axis=axis) for x, axis in rows]
         dq_i = None
         for j in range(i + 1):
-            dq_ij, dk_ij, dv_ij = tile(i, j)
+            dq_ij, dk_ij, dv_ij = tile(i, j, *rows_i)
             dq_i = dq_ij if dq_i is None else dq_i + dq_ij
             dk_acc[j] = dk_ij if dk_acc[j] is None else dk_acc[j] + dk_ij
             dv_acc[j] = dv_ij if dv_acc[j] is None else dv_acc[j] + dv_ij

@@ -105,16 +105,12 @@ def _xla_bwd(causal, row_scale, block_k, residuals, d_out):
         return dq_rows, dk_t, dv_t
 
     if block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
-        rows = nb * bk
-        qp, dop = pad_rows(qh, rows), pad_rows(do_f, rows)
-        qp_t, dop_t = pad_rows(q_t, rows, axis=3), pad_rows(do_f_t, rows, axis=3)
 
-        def tile(i, j):
-            r = slice(i * bk, (i + 1) * bk)
-            rows_i = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r])
-            return block(*rows_i, kb[j], vb[j], mb[j], j, i * bk, causal=j == i)  # only diagonal tiles mask
+        def tile(i, j, *rows_i):  # only diagonal tiles mask
+            return block(*rows_i, kb[j], vb[j], mb[j], j, i * bk, causal=j == i)
 
-        dq, dk_b, dv_b = lower_triangle_gradients(nb, tq, tile)
+        rows = ((qh, 2), (q_t, 3), (do_f, 2), (do_f_t, 3))
+        dq, dk_b, dv_b = lower_triangle_gradients(nb, bk, tq, tile, *rows)
     else:
 
         def body(dq, xs):

@@ -151,18 +151,13 @@ def _xla_bwd(causal, block_k, rate, residuals, d_out):
         return dq_rows, dk_t, dv_t  # dK and dV transposed, [B, H, d, bk]
 
     if block_causal(q, k, causal, block_k):  # tiles (i, j) with query block i ≥ key block j only
-        rows = nb * bk
-        qp, dop = pad_rows(qh, rows), pad_rows(do, rows)
-        qp_t, dop_t = pad_rows(q_t, rows, axis=3), pad_rows(do_t, rows, axis=3)
-        lsep, deltap = pad_rows(lse, rows), pad_rows(delta, rows)  # padded rows: do = 0, so they add nothing
 
-        def causal_tile(i, j):
-            r = slice(i * bk, (i + 1) * bk)
-            rows_i = (qp[:, :, r], qp_t[..., r], dop[:, :, r], dop_t[..., r], lsep[:, :, r], deltap[:, :, r])
+        def causal_tile(i, j, *rows_i):
             keep = _block_keep(seed, rate, q, i * bk + jnp.arange(bk), j * bk, bk)
             return tile(*rows_i, kb[j], vb[j], mb[j], j, i * bk, j == i, keep)
 
-        dq, dk_b, dv_b = lower_triangle_gradients(nb, tq, causal_tile)
+        rows = ((qh, 2), (q_t, 3), (do, 2), (do_t, 3), (lse, 2), (delta, 2))
+        dq, dk_b, dv_b = lower_triangle_gradients(nb, bk, tq, causal_tile, *rows)
     else:
         block_bits = _key_loop_bits(seed, rate, q, bk)
 
