@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -181,12 +182,7 @@ def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0, check
     q, k, v = (jax.random.normal(key, shape, jnp.float32).astype(case.dtype) for key in keys[:3])
     cotangent = jax.random.normal(keys[3], shape, jnp.float32)
     fn = _fn(case)
-    fwd = jax.jit(fn)
-
-    def loss(q, k, v):
-        return jnp.sum(fn(q, k, v).astype(jnp.float32))
-
-    fwd_bwd = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    fwd_bwd = jax.jit(jax.grad(lambda *qkv: jnp.sum(fn(*qkv).astype(jnp.float32)), argnums=(0, 1, 2)))
     result = dataclasses.asdict(case)
     if check and case.length <= check_max_length:
         try:
@@ -194,7 +190,7 @@ def run_case(case: Case, repeats: int, check: bool = False, seed: int = 0, check
         except Exception as e:
             result["check_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
     peak, hbm = _peak(case.dtype)
-    for name, f, mult in (("forward", fwd, 1.0), ("forward_backward", fwd_bwd, 3.5)):
+    for name, f, mult in (("forward", jax.jit(fn), 1.0), ("forward_backward", fwd_bwd, 3.5)):
         try:
             compiled = f.lower(q, k, v).compile()  # once: timed and asked for its memory
             seconds = median_seconds(compiled, (q, k, v), repeats)
@@ -226,11 +222,9 @@ def shape_key(r: dict) -> tuple:
 def add_baseline_ratios(results: list[dict]) -> None:
     """Each result's times as multiples of its shape's softmax baseline (`BASELINES`: the first that ran)."""
     baselines = {}
-    for r in results:
-        if r["op"] == "softmax" and "forward_backward_ms" in r and r["impl"] in BASELINES:
-            current = baselines.get(shape_key(r))
-            if current is None or BASELINES.index(r["impl"]) < BASELINES.index(current["impl"]):
-                baselines[shape_key(r)] = r
+    ran = (r for r in results if r["op"] == "softmax" and "forward_backward_ms" in r and r["impl"] in BASELINES)
+    for r in sorted(ran, key=lambda r: BASELINES.index(r["impl"])):
+        baselines.setdefault(shape_key(r), r)
     for r in results:
         base = baselines.get(shape_key(r))
         if base is None:
@@ -332,8 +326,6 @@ def line_plot_svg(
 ) -> None:
     """A log-scale line plot of y against x (x evenly spaced by rank), one coloured line per series; `dashed`
     series (same labels, e.g. each line's roofline) are drawn in the same colour, dashed. Nothing without data."""
-    import math
-
     dashed = dashed or {}
     if not series:
         return

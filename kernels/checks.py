@@ -24,6 +24,11 @@ def check_options(options, cls: type, op: str, impl: str | None = None):
     return options if impl is None else dataclasses.replace(options, impl=impl)
 
 
+def check_causal(causal: object) -> None:
+    if not isinstance(causal, bool | np.bool_):
+        raise ValueError(f"causal must be a bool, got {causal!r} ({type(causal).__name__})")
+
+
 def check_block_length(options, field: str) -> None:
     """`options.<field>`, a block or chunk length: a positive whole number or None."""
     value = getattr(options, field)
@@ -34,8 +39,7 @@ def check_block_length(options, field: str) -> None:
 def check_attention_inputs(q: jax.Array, k: jax.Array, v: jax.Array, key_mask, causal, *, linear: bool = False) -> None:
     """What every attention op needs of q, k, v `[batch, length, heads, dim]` (φ(q), φ(k), v for `linear`), the
     key mask `[batch, key_length]` and `causal` (equal lengths)."""
-    if not isinstance(causal, bool | np.bool_):
-        raise ValueError(f"causal must be a bool, got {causal!r} ({type(causal).__name__})")
+    check_causal(causal)
     if key_mask is not None and getattr(key_mask, "dtype", None) != jnp.bool_:
         got = f"dtype {key_mask.dtype}" if hasattr(key_mask, "dtype") else f"a {type(key_mask).__name__}"
         raise ValueError(f"key_mask must be a bool array (True = real token), got {got}")
