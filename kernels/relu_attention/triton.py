@@ -333,44 +333,23 @@ def _backward(q, k, v, factor, do, dims, sizes, backend, interpret, stats_grad=(
 # custom VJP over the caller's [B, T, H, D] arrays (only the O(B·H·T) row factor is padded)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _attend(q, k, v, factor, dims, sizes, backend, interpret):
-    return _forward(q, k, v, factor, dims, sizes, backend, interpret)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _attend(q, k, v, factor, dims, sizes, backend, interpret, row_stats):
+    return _forward(q, k, v, factor, dims, sizes, backend, interpret, row_stats)
 
 
-def _attend_fwd(q, k, v, factor, dims, sizes, backend, interpret):
-    out = _forward(q, k, v, factor, dims, sizes, backend, interpret)
-    return out, (q, k, v, factor)
+def _attend_fwd(q, k, v, factor, dims, sizes, backend, interpret, row_stats):
+    return _forward(q, k, v, factor, dims, sizes, backend, interpret, row_stats), (q, k, v, factor)
 
 
-def _attend_bwd(dims, sizes, backend, interpret, residuals, do):
-    q, k, v, factor = residuals
-    dq, dk, dv, pdp = _backward(q, k, v, factor, do, dims, sizes, backend, interpret)
-    # out = factor · acc, so d(factor) = acc · dO = Σ_j p_ij dP_ij (the kernel's per-row sum).
-    return dq, dk, dv, pdp
+def _attend_bwd(dims, sizes, backend, interpret, row_stats, residuals, cotangents):
+    # out = factor · acc, so d(factor) = acc · dO = Σ_j p_ij dP_ij (the kernel's per-row sum); the row statistics
+    # (of unscaled p) do not depend on the factor.
+    do, *stats_grad = cotangents if row_stats else (cotangents,)
+    return _backward(*residuals, do, dims, sizes, backend, interpret, tuple(stats_grad))
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _attend_with_row_stats(q, k, v, factor, dims, sizes, backend, interpret):
-    return _forward(q, k, v, factor, dims, sizes, backend, interpret, row_stats=True)
-
-
-def _attend_with_row_stats_fwd(q, k, v, factor, dims, sizes, backend, interpret):
-    outs = _forward(q, k, v, factor, dims, sizes, backend, interpret, row_stats=True)
-    return outs, (q, k, v, factor)
-
-
-def _attend_with_row_stats_bwd(dims, sizes, backend, interpret, residuals, cotangents):
-    q, k, v, factor = residuals
-    do, g_sum, g_xlogx = cotangents
-    dq, dk, dv, pdp = _backward(q, k, v, factor, do, dims, sizes, backend, interpret, (g_sum, g_xlogx))
-    return dq, dk, dv, pdp  # the statistics of unscaled p do not depend on the factor
-
-
-_attend_with_row_stats.defvjp(_attend_with_row_stats_fwd, _attend_with_row_stats_bwd)
 
 
 def relu_attention_triton(
@@ -408,6 +387,6 @@ def relu_attention_triton(
     head, value = Extent.power_of_two(d), Extent.power_of_two(dv_dim)
     dims = _Dims(Extent(tq, tq_pad), Extent(tk, tk_pad), head, value, 1 / math.sqrt(d), causal)
     if not row_stats:
-        return _attend(q, k, v, factor, dims, sizes, backend, interpret)
-    out, p_sum, p_xlogx = _attend_with_row_stats(q, k, v, factor, dims, sizes, backend, interpret)
+        return _attend(q, k, v, factor, dims, sizes, backend, interpret, False)
+    out, p_sum, p_xlogx = _attend(q, k, v, factor, dims, sizes, backend, interpret, True)
     return out, p_sum[..., :tq], p_xlogx[..., :tq]
