@@ -128,13 +128,8 @@ def linear_attention(
         checkify.debug_check(
             jnp.isfinite(eps) & (eps > 0), "linear_attention eps={e} must be a finite number > 0", e=eps
         )
-    impl = options.plan(
-        phi_k.shape[1],
-        _mosaic_refusal(phi_q, v, options, causal),
-        causal=causal,
-        dtype=v.dtype,
-        head_dim=largest_head_dim(phi_q, v),
-    )
+    refusal = _mosaic_refusal(phi_q, v, options, causal)
+    impl = options.plan(phi_k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(phi_q, v))
     phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
     # φ must be non-negative: checked wherever the inputs are concrete (a negative feature gives any impl a
     # denominator near 0 and garbage out); the reference refuses NaN too, the others let it reach the output.

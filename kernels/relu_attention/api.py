@@ -87,14 +87,13 @@ def _kernels(build: str, options: ReluAttentionOptions, q, k, v, key_mask, facto
     sizes = options.block_sizes_for(build)
     if build == "mosaic_gpu":  # Hopper kernels (MgpuBlockSizes.backward picks the backward)
         return relu_attention_mosaic_gpu(q, k, v, key_mask, factor, causal=causal, block_sizes=sizes)
-    interpret = options.interpret()
     if build == "mosaic_tpu":
         return relu_attention_mosaic_tpu(
             q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, interpret=options.tpu_interpret()
         )
     return relu_attention_triton(
         q, k, v, key_mask, factor, causal=causal, block_sizes=sizes, backend=options.triton_platform(),
-        interpret=interpret, row_stats=row_stats,
+        interpret=options.interpret(), row_stats=row_stats,
     )  # fmt: skip
 
 

@@ -102,14 +102,10 @@ def cudnn_refusal(q: jax.Array) -> str | None:
 
 def _dense(q, k, v, key_mask, causal, implementation):
     if implementation == "cudnn":  # key lengths: exact for trailing padding
-        lengths = jnp.sum(key_mask, axis=-1, dtype=jnp.int32)
-        out = jax.nn.dot_product_attention(
-            q, k, v, key_value_seq_lengths=lengths, is_causal=causal, implementation="cudnn"
-        )
+        masking = {"key_value_seq_lengths": jnp.sum(key_mask, axis=-1, dtype=jnp.int32)}
     else:
-        out = jax.nn.dot_product_attention(
-            q, k, v, mask=key_mask[:, None, None, :], is_causal=causal, implementation="xla"
-        )
+        masking = {"mask": key_mask[:, None, None, :]}
+    out = jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation=implementation, **masking)
     return _zero_empty_rows(out, key_mask, causal)
 
 
@@ -149,7 +145,11 @@ def softmax_attention(
     """
     options = check_options(options, SoftmaxAttentionOptions, "softmax_attention", impl)
     check_attention_inputs(q, k, v, key_mask, causal)
-    rate = _check_dropout(dropout_rate, dropout_key)
+    if isinstance(dropout_rate, bool) or not isinstance(dropout_rate, numbers.Real) or not 0 <= dropout_rate <= 1:
+        raise ValueError(f"dropout_rate must be a number in [0, 1], got {dropout_rate!r}")
+    if dropout_rate and dropout_key is None:
+        raise ValueError(f"dropout_rate={dropout_rate} needs a dropout_key (a JAX PRNG key)")
+    rate = float(dropout_rate)
     impl = "xla" if rate and options.impl == "auto" else options.plan(q, k, causal=causal)
     if rate and impl not in ("xla", "reference"):
         raise ValueError(f"softmax impl {impl!r} takes no dropout on the weights (dropout_rate={rate}): use 'xla'")
@@ -173,12 +173,3 @@ def softmax_attention(
         return _zero_empty_rows(out, key_mask, causal)
     block_k = causal_block_k(q, k, causal, options.block_k(causal=causal))
     return softmax_attention_xla(q, k, v, key_mask, seed, causal, block_k, rate)
-
-
-def _check_dropout(rate, key) -> float:
-    """The dropout rate as a float, checked: in [0, 1], with a key when positive."""
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0.0 <= rate <= 1.0:
-        raise ValueError(f"dropout_rate must be a number in [0, 1], got {rate!r}")
-    if rate and key is None:
-        raise ValueError(f"dropout_rate={rate} needs a dropout_key (a JAX PRNG key)")
-    return float(rate)
