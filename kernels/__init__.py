@@ -1,7 +1,6 @@
 """Attention ops shared by the model zoo (ReLU, linear, and the softmax baseline): reference, blocked/chunked XLA
-and Pallas implementations
-(Mosaic TPU, Triton, Mosaic GPU; `kernels.platforms` says which runs where), chosen and tiled by each op's
-options dataclass (`kernels.options`). kernels/README.md: which module holds what.
+and Pallas implementations (Mosaic TPU, Triton, Mosaic GPU; `kernels.platforms` says which runs where), chosen and
+tiled by each op's options dataclass (`kernels.options`). kernels/README.md: which module holds what.
 
 This package imports only jax (and numpy), so its tests and benchmarks run on any machine with jax installed.
 """

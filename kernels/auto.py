@@ -38,9 +38,8 @@ GENERATIONS = ("cpu", "cuda-sm80", "cuda-sm90", "cuda-sm100", "tpu-v5e", "tpu-v5
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Entry:
-    """One row of `TABLE`: `impl` runs `op` on `device` under jax `jax_minor` for inputs in `dtypes` whose largest
-    head dim is at most `max_head_dim`, in `mode` ("causal", "full" or "both"), from key length `min_length` on.
-    `tests` and `benchmark`: the committed files (paths from the repository root) it rests on."""
+    """One row of `TABLE` (module docstring); `mode`: "causal", "full" or "both"; `tests`, `benchmark`: paths from
+    the repository root."""
 
     op: str
     device: str

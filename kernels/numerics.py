@@ -1,8 +1,5 @@
-"""Numerics and shapes that the ops and their kernel backends share.
-
-The dispatchers (`relu_attention`, `linear_attention`) and every backend (`*_pallas`, `*_tpu`, `*_mgpu`) import
-what they share from here, and this module imports only jax: no backend needs a dispatcher or another backend
-for a helper, so the package's imports cannot form a circle (tests/kernels/test_import_graph.py).
+"""Numerics and shapes that the ops and their kernel backends share. It imports only jax: no backend needs a
+dispatcher or another backend for a helper, so the imports form no circle (tests/kernels/test_import_graph.py).
 """
 
 from __future__ import annotations

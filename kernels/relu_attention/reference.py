@@ -34,19 +34,16 @@ def visible_key_counts(key_mask: jax.Array, *, causal: bool, q_length: int | Non
 ROW_SCALES = ("sqrt_half", "count", "none")
 
 
-def row_factor(counts: jax.Array, gamma_h: jax.Array, row_scale: str) -> jax.Array:
-    """1 / (γ_h · r(n_i)) as `[batch, heads, q_length]` float32, r = √(n/2), n or 1 by `row_scale`."""
+def mask_factor(key_mask: jax.Array, gamma_h: jax.Array, causal: bool, row_scale: str, q_length: int) -> jax.Array:
+    """The row factor 1 / (γ_h · r(n_i)) `[batch, heads, q_length]` float32 for a key mask, r = √(n/2), n or 1 by
+    `row_scale` (n_i: `visible_key_counts`)."""
+    counts = visible_key_counts(key_mask, causal=causal, q_length=q_length)[:, None, :]
     inv_gamma = 1.0 / gamma_h.astype(jnp.float32)[None, :, None]
     if row_scale == "sqrt_half":
-        return inv_gamma * lax.rsqrt(counts[:, None, :] / 2.0)
+        return inv_gamma * lax.rsqrt(counts / 2.0)
     if row_scale == "count":
-        return inv_gamma / counts[:, None, :]
-    return jnp.broadcast_to(inv_gamma, (counts.shape[0], gamma_h.shape[0], counts.shape[1]))
-
-
-def mask_factor(key_mask: jax.Array, gamma_h: jax.Array, causal: bool, row_scale: str, q_length: int) -> jax.Array:
-    """The row factor `[batch, heads, q_length]` for a key mask: `row_factor` of the visible-key counts."""
-    return row_factor(visible_key_counts(key_mask, causal=causal, q_length=q_length), gamma_h, row_scale)
+        return inv_gamma / counts
+    return jnp.broadcast_to(inv_gamma, (counts.shape[0], gamma_h.shape[0], q_length))
 
 
 def reference_weights(q, k, key_mask, gamma_h, causal, row_scale):
