@@ -29,8 +29,7 @@ GPU — JAX 0.10's GPU interpret mode has no rule for their layout casts and acc
 Limits (`supported` says why not; reviewed against JAX's attention_mgpu: kernels/README.md): bf16 inputs of one
 dtype (fp16's range is too small for the rounded prefix state), m and d_v multiples of 64 with m·d_v ≤ 128²,
 chunk·(max(m, d_v) + 1.5·chunk) ≤ 200·128 (chunk 64 at dims up to 256), lengths whole chunks, no causal masks with
-CUDA 12.8–12.9.0. Neither `impl="auto"` nor `pallas_backend="gpu"` selects these kernels until
-`kernels.auto.TABLE` has an entry for them, from a run where their tests passed on a Hopper GPU.
+CUDA 12.8–12.9.0. `impl="auto"` and `pallas_backend="gpu"` run them only from a `kernels.auto` entry.
 """
 
 from __future__ import annotations

@@ -8,16 +8,15 @@ the row factor 1/(γ r(n_i)) scales the rows before the store, and causal blocks
 one-warpgroup variant (also for d_v ≠ d) issues its own copies and leaves the factor to an XLA pass.
 
 Padded keys are made invisible by zeroing their value rows in XLA (ReLU attention, unlike softmax, then needs
-no score mask). Backward (`MgpuBlockSizes.backward`): a Mosaic
-dq kernel (with the per-row Σ p·dP that gives d factor) and a dk/dv kernel, each streaming the other side's
-tiles through `stages` TMA slots and, when causal, visiting only the tiles that touch the diagonal or lie
-below it — or the Triton kernels of `relu_attention_triton` (same residuals).
+no score mask). Backward (`MgpuBlockSizes.backward`): a Mosaic dq kernel (with the per-row Σ p·dP that gives
+d factor) and a dk/dv kernel, each streaming the other side's tiles through `stages` TMA slots and, when causal,
+visiting only the tiles that touch the diagonal or lie below it — or the Triton kernels of
+`relu_attention_triton` (same residuals).
 
-Status: lowers for CUDA on a CPU (tests/kernels/test_relu_attention_mosaic_gpu.py, `jax.export`); JAX's GPU
+It lowers for CUDA on a CPU (tests/kernels/test_relu_attention_mosaic_gpu.py, `jax.export`); JAX's GPU
 interpret mode (jax 0.10) cannot run wgmma on transposed shared-memory refs, so its numbers are checked only
-on a GPU (benchmarks/gpu/session.sh, step `kernel-tests`). Neither `impl="auto"` nor `pallas_backend="gpu"`
-selects it until `kernels/kernel_passes.json` records its tests passing on a Hopper GPU (`kernels.platforms`);
-`pallas_backend="mosaic_gpu"` asks for it by name.
+on a GPU (benchmarks/gpu/session.sh, step `kernel-tests`). `impl="auto"` and `pallas_backend="gpu"` run it
+only from a `kernels.auto` entry; `pallas_backend="mosaic_gpu"` asks for it by name.
 Limits (`supported`, reviewed against JAX's attention_mgpu: kernels/README.md): bf16/fp16 inputs of one dtype,
 head dims multiples of 64 up to 256 (up to 128 with the Mosaic backward), lengths whole tiles (64 by default;
 the Triton kernels mask ragged tails, this one does not yet), 2–32 stages, no causal masks with CUDA 12.8–12.9.0.
