@@ -11,11 +11,7 @@ from kernels.linear_attention.mosaic_tpu import TpuChunkSizes
 from kernels.linear_attention.triton import LinearBlockSizes
 from kernels.numerics import EPS_MODES
 from kernels.options import IMPLS, LinearAttentionOptions, ReluAttentionOptions
-from kernels.relu_attention.api import (
-    relu_attention,
-    relu_attention_and_row_stats,
-    relu_attention_row_stats,
-)
+from kernels.relu_attention.api import relu_attention, relu_attention_and_row_stats, relu_attention_row_stats
 from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes
 from kernels.relu_attention.mosaic_tpu import TpuBlockSizes
 from kernels.relu_attention.reference import visible_key_counts

@@ -151,11 +151,10 @@ def resolve_pallas_backend(
         return backend
     if capability == "local":
         capability = platforms.gpu_compute_capability()
-    if capability is None or capability[0] != 9:
-        return "gpu"
-    if not passed(op, "mosaic_gpu", f"cuda-sm{capability[0]}{capability[1]}", table=table):
-        return "gpu"  # never passed on a Hopper GPU: Triton
-    return "mosaic_gpu" if mosaic_refusal() is None else "gpu"
+    hopper = capability is not None and capability[0] == 9  # Mosaic GPU only where its tests passed on Hopper
+    if hopper and passed(op, "mosaic_gpu", f"cuda-sm{capability[0]}{capability[1]}", table=table):
+        return "mosaic_gpu" if mosaic_refusal() is None else "gpu"
+    return "gpu"
 
 
 def markdown(table: tuple[Entry, ...] | None = None) -> str:

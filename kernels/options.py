@@ -90,29 +90,20 @@ class KernelOptions:
             )
         check_block_length(self, self.LENGTH_FIELD)
 
-    def plan(
-        self,
-        length: int,
-        mosaic_refusal: Callable[[], str | None],
-        *,
-        causal: bool,
-        dtype,
-        head_dim: int,
-    ) -> str:
+    def plan(self, length: int, mosaic_refusal: Callable[[], str | None], *, causal: bool, dtype, head_dim: int) -> str:
         """What runs at key `length`: "reference", "xla" or a Pallas build ("triton", "mosaic_gpu", "mosaic_tpu").
         "auto" follows `kernels.auto.pick` for inputs of this `dtype` and largest head dim `head_dim` in this
         attention mode; "pallas" the build `pallas_backend` names (`kernels.auto.resolve_pallas_backend`).
         `mosaic_refusal()`: why the Mosaic GPU kernels cannot take the inputs (None: they can)."""
-        impl = self.impl
-        if impl == "auto":
-            impl = pick(
+        if self.impl == "auto":
+            return pick(
                 self.OP, causal=causal, length=length, dtype=dtype, head_dim=head_dim,
                 refusals={"mosaic_gpu": mosaic_refusal},
             )  # fmt: skip
-        if impl == "pallas":
+        if self.impl == "pallas":
             backend = resolve_pallas_backend(self.pallas_backend, mosaic_refusal, op=self.OP)
             return LEGACY_BUILDS.get(backend, "triton")  # "gpu", or a CPU's name: Triton (interpreted there)
-        return impl
+        return self.impl
 
     def interpret(self) -> bool:
         """Whether the kernels run in interpret mode: `pallas_interpret` ("tpu" counts), by default on a CPU."""

@@ -28,12 +28,7 @@ from kernels.checks import check_attention_inputs, check_options, check_positive
 from kernels.masking import zero_masked_rows
 from kernels.options import ReluAttentionOptions
 from kernels.platforms import largest_head_dim
-from kernels.relu_attention.mosaic_gpu import (
-    MgpuBlockSizes,
-    default_block_sizes,
-    relu_attention_mosaic_gpu,
-    supported,
-)
+from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes, default_block_sizes, relu_attention_mosaic_gpu, supported
 from kernels.relu_attention.mosaic_tpu import relu_attention_mosaic_tpu
 from kernels.relu_attention.reference import ROW_SCALES, mask_factor, reference, reference_row_stats
 from kernels.relu_attention.triton import relu_attention_triton
