@@ -402,15 +402,13 @@ def parse_args(argv=None, accelerator: bool | None = None) -> argparse.Namespace
     p.add_argument("--relu_impls", type=_csv(str), default=None)
     p.add_argument("--linear_impls", type=_csv(str), default=None)
     p.add_argument("--softmax_impls", type=_csv(str), default=None, help="default: cudnn/splash, xla, dense")
-    for flag, what in (
-        (
-            "relu_blocks",
-            'Triton ReLU block sizes to compare, "bq,bk,bq_bwd,bk_bwd,warps,stages;..." or by field, '
-            '"block_q=128,block_k_dkv=32;..."',
-        ),
-        ("linear_blocks", 'Triton linear block sizes to compare, "chunk,warps,stages;..."'),
-        ("mgpu_blocks", 'Mosaic GPU ReLU block sizes to compare, "block_q,block_k,stages;..."'),
-    ):
+    blocks_help = {
+        "relu_blocks": 'Triton ReLU block sizes to compare, "bq,bk,bq_bwd,bk_bwd,warps,stages;..." or by field, '
+        '"block_q=128,block_k_dkv=32;..."',
+        "linear_blocks": 'Triton linear block sizes to compare, "chunk,warps,stages;..."',
+        "mgpu_blocks": 'Mosaic GPU ReLU block sizes to compare, "block_q,block_k,stages;..."',
+    }
+    for flag, what in blocks_help.items():
         p.add_argument(f"--{flag}", type=lambda s: s.split(";"), default=None, help=what)
     p.add_argument(
         "--xla",

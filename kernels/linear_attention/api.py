@@ -52,11 +52,9 @@ DEFAULT_CHUNK = 64
 def _mgpu_sizes(options: LinearAttentionOptions) -> MgpuChunkSizes:
     """The Mosaic GPU kernels' sizes the options ask for; ValueError if they are another build's or invalid."""
     sizes = options.pallas_block_sizes
-    if sizes is not None:
-        if not isinstance(sizes, MgpuChunkSizes):
-            raise ValueError(f"block sizes {type(sizes).__name__} are not MgpuChunkSizes")
-        return sizes
-    return MgpuChunkSizes(chunk=options.chunk_size) if options.chunk_size else MgpuChunkSizes()
+    if sizes is not None and not isinstance(sizes, MgpuChunkSizes):
+        raise ValueError(f"block sizes {type(sizes).__name__} are not MgpuChunkSizes")
+    return sizes or (MgpuChunkSizes(chunk=options.chunk_size) if options.chunk_size else MgpuChunkSizes())
 
 
 def _mosaic_refusal(phi_q, v, options: LinearAttentionOptions, causal: bool):

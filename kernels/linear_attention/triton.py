@@ -261,7 +261,7 @@ def _forward(q, k, v, t_pad, causal, eps, eps_mode, sizes, backend, interpret):
     dims = _Dims.of(t, t_pad, m, dv, block)
     kernel = functools.partial(_fwd_kernel, chunk=sizes.chunk, eps=eps, eps_mode=eps_mode, causal=causal, dims=dims)
     # Every column block computes the same denominator; each writes it (identical values).
-    out, den = _call(
+    return _call(
         kernel,
         (q, k, v),
         [jax.ShapeDtypeStruct((b, t, h, dv), v.dtype), jax.ShapeDtypeStruct((b, h, t_pad), jnp.float32)],
@@ -274,7 +274,6 @@ def _forward(q, k, v, t_pad, causal, eps, eps_mode, sizes, backend, interpret):
         m_pad,
         n_blocks,
     )
-    return out, den
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8, 9))
