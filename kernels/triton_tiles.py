@@ -17,8 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# `jax.experimental.pallas.triton` is imported when a masked tile is traced, not here, as in
-# linear_attention/mosaic_tpu.py: most processes that import `kernels` never trace a Triton kernel.
+# `jax.experimental.pallas.triton` is imported when a masked tile is traced, not here (linear_attention/mosaic_tpu.py).
 
 
 @dataclasses.dataclass(frozen=True)

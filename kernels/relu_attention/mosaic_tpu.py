@@ -30,9 +30,7 @@ from jax.experimental import pallas as pl
 
 from kernels.numerics import LANES, TRANS_B, padded_lengths, tpu_interpret
 
-# `jax.experimental.pallas.tpu` is imported by the functions that build the kernels, not here, as in
-# linear_attention/mosaic_tpu.py: CPU and GPU runs never use it, and every process that imports `kernels` would
-# pay for it.
+# `jax.experimental.pallas.tpu` is imported where the kernels are built, not here (linear_attention/mosaic_tpu.py).
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,9 +19,7 @@ import jax.numpy as jnp
 
 from kernels.numerics import LANES, round_up
 
-# JAX's splash kernels are imported by `softmax_attention_splash`, not here, as in linear_attention/mosaic_tpu.py:
-# only TPU runs (and the tests that export for TPU) use them, and every process that imports `kernels` would pay
-# for them.
+# JAX's splash kernels are imported by `softmax_attention_splash`, not here (linear_attention/mosaic_tpu.py).
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
