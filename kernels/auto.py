@@ -22,8 +22,7 @@ import jax.numpy as jnp
 
 from kernels import platforms
 
-# `pallas_backend` (the older way to name a Pallas build, with impl "pallas"): "tpu" (Mosaic TPU), "triton",
-# "mosaic_gpu", "gpu" (Mosaic GPU on Hopper once it has an entry there, else Triton) or None (the platform's).
+# `pallas_backend`'s names (with impl "pallas", the older way to name a Pallas build; `KernelOptions` says each).
 PALLAS_BACKENDS = ("tpu", "gpu", "triton", "mosaic_gpu")
 OPS = ("relu_attention", "linear_attention", "softmax_attention")
 # The implementations an entry may name, per op: the Pallas builds, and JAX's own for softmax.

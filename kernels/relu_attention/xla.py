@@ -28,31 +28,26 @@ def tile_weights(s, vis, causal: bool):
     return jnp.where(vis, jax.nn.relu(s), 0.0) if causal else jax.nn.relu(s)
 
 
-def _causal_forward(qh, kb, vb, mb, bk, nb, factor, out_dtype):
-    """Query block i against key blocks j ≤ i, tile by tile: `[B, H, nb·bk, d_v]` float32, factor applied."""
-    qp = pad_rows(qh, nb * bk)
-    out_blocks = []
-    for i in range(nb):
-        rows = qp[:, :, i * bk : (i + 1) * bk]
-        acc = None
-        for j in range(i + 1):
-            s, vis = block_scores(rows, kb[j], mb[j], j, bk, j == i, q_offset=i * bk)
-            p = tile_weights(s, vis, j == i)  # below the diagonal: all causal-visible
-            pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(out_dtype), vb[j], preferred_element_type=jnp.float32)
-            acc = pv if acc is None else acc + pv
-        out_blocks.append(acc)
-    return jnp.concatenate(out_blocks, axis=2) * pad_rows(factor, nb * bk)[..., None]
-
-
 def _xla_forward(q, k, v, key_mask, gamma_h, causal, row_scale, block_k):
     """The output `[B, T, H, d_v]` in float32 (cast by the caller)."""
     b, tq, h, _ = q.shape
     factor = mask_factor(key_mask, gamma_h, causal, row_scale, tq)
     kb, vb, mb, bk, nb = key_blocks(k, v, key_mask, block_k)
     qh = q.transpose(0, 2, 1, 3)
-    if block_causal(q, k, causal, block_k):
-        acc = _causal_forward(qh, kb, vb, mb, bk, nb, factor, v.dtype)[:, :, :tq]
-        return acc.transpose(0, 2, 1, 3)
+    if block_causal(q, k, causal, block_k):  # query block i against key blocks j ≤ i, tile by tile
+        qp = pad_rows(qh, nb * bk)
+        out_blocks = []
+        for i in range(nb):
+            rows = qp[:, :, i * bk : (i + 1) * bk]
+            acc = None
+            for j in range(i + 1):
+                s, vis = block_scores(rows, kb[j], mb[j], j, bk, j == i, q_offset=i * bk)
+                p = tile_weights(s, vis, j == i)  # below the diagonal: all causal-visible
+                pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), vb[j], preferred_element_type=jnp.float32)
+                acc = pv if acc is None else acc + pv
+            out_blocks.append(acc)
+        acc = jnp.concatenate(out_blocks, axis=2) * pad_rows(factor, nb * bk)[..., None]
+        return acc[:, :, :tq].transpose(0, 2, 1, 3)
 
     def body(acc, xs):
         kj, vj, mj, j = xs
