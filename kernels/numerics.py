@@ -179,12 +179,10 @@ def dropout_keep_mask(seed: jax.Array, rate: float, shape: tuple[int, ...]) -> j
 
 
 def _packed_keep_mask(seed: jax.Array, rate: float, shape: tuple[int, ...]) -> jax.Array:
-    """`dropout_keep_mask` with one hash per four values: a two-iteration loop over the halves of the last axis
-    writes the decisions packed four to a byte (`dropout_keep_bits`), and the mask reads them back. XLA fuses an
-    elementwise hash into every operation that uses the mask — in a train step the forward's select and two or
-    three of the backward's products each hash every value again — but it does not fuse across a loop, so the
-    bytes are written once (a [4, 2000, 1024] float32 tensor on a 2-core CPU: dropout's forward+backward 18 → 5 ms
-    over the unmasked computation)."""
+    """`dropout_keep_mask` with one hash per four values, written packed by a two-iteration loop over the halves of
+    the last axis (the comment above `DROPOUT_LEVELS`: why) and read back: in a train step the forward's select and
+    two or three of the backward's products would each hash every value again (a [4, 2000, 1024] float32 tensor on
+    a 2-core CPU: dropout's forward+backward 18 → 5 ms over the unmasked computation)."""
     *lead, last = shape
     width = last // (2 * VALUES_PER_HASH)  # bytes of a row in each half
     half_shape = (*lead, width)

@@ -178,11 +178,10 @@ def relu_attention_and_row_stats(
     """`relu_attention`'s output and `relu_attention_row_stats`' (S_i, E_i), `[batch, q_length, heads]`.
 
     With the Triton kernels (impl "triton", or "pallas" with pallas_backend "gpu", which picks them here on Hopper
-    too; interpret mode on a CPU) the forward kernel accumulates
-    Σ_j p_ij and Σ_j p_ij log p_ij of the unscaled p = ReLU(s)·m in the pass that computes the output, and
-    the backward kernels take their cotangents: no second T² pass. With a row factor f_i > 0,
-    S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p). Other impls (and the TPU and
-    Mosaic GPU kernels) compute the two separately. Arguments as `relu_attention`.
+    too; interpret mode on a CPU) the forward kernel accumulates Σ_j p_ij and Σ_j p_ij log p_ij of the unscaled
+    p = ReLU(s)·m in the pass that computes the output, and the backward kernels take their cotangents: no second
+    T² pass. With a row factor f_i > 0, S_i = f_i Σ p and E_i = Σ f p log(f p) = f_i (log f_i · Σ p + Σ p log p).
+    Other impls (and the TPU and Mosaic GPU kernels) compute the two separately. Arguments as `relu_attention`.
     """
     options, impl, k, v, key_mask, gamma_h = _prepare(
         q, k, v, key_mask, gamma, causal, row_scale, impl, options, fused_row_stats=True
