@@ -21,10 +21,7 @@ def check_eps_mode(eps_mode: str) -> None:
 
 
 def stabilise_denominator(den: jax.Array, eps: float, eps_mode: str) -> jax.Array:
-    """The normaliser with ε applied by `eps_mode` (kernels/linear_attention.py); its derivative is 1 either way.
-
-    "add": den + ε everywhere (fast-transformers). "guard": den + 2ε only where |den| ≤ ε (FAVOR+).
-    """
+    """The normaliser with ε applied by `eps_mode` (kernels/linear_attention/api.py); its derivative is 1 either way."""
     check_eps_mode(eps_mode)  # here too: the decoding step reaches it without the op's checks
     if eps_mode == "add":
         return den + eps
