@@ -85,7 +85,7 @@ def _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate):
     scale = keep_scale(rate)
     if block_causal(q, k, causal, block_k):  # query block i meets key blocks j ≤ i only
         qp = pad_rows(qh, nb * bk)
-        outs, lses = [], []
+        finished = []  # (output, log-sum-exp) of each query block
         for i in range(nb):
             rows = qp[:, :, i * bk : (i + 1) * bk]
             carry = _start((b, h, bk), v.shape[-1])
@@ -93,10 +93,8 @@ def _xla_forward(q, k, v, key_mask, seed, causal, block_k, rate):
                 s, vis = block_scores(rows, kb[j], mb[j], j, bk, j == i, q_offset=i * bk)
                 keep = _block_keep(seed, rate, q, i * bk + jnp.arange(bk), j * bk, bk)
                 carry = _online_block(carry, s, vis, vb[j], keep, scale)
-            out_i, lse_i = _finish(carry)
-            outs.append(out_i)
-            lses.append(lse_i)
-        out, lse = jnp.concatenate(outs, axis=2)[:, :, :tq], jnp.concatenate(lses, axis=2)[:, :, :tq]
+            finished.append(_finish(carry))
+        out, lse = (jnp.concatenate(parts, axis=2)[:, :, :tq] for parts in zip(*finished, strict=True))
     else:
         block_bits = _key_loop_bits(seed, rate, q, bk)
 
