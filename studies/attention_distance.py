@@ -59,8 +59,7 @@ from studies.verdict import (
 from zoo.mixers.attention import MultiHeadMixer
 from zoo.plots import pyplot, save_figure
 from zoo.training import train_and_evaluate
-from zoo.training.config import read_run_config
-from zoo.training.state import restore_model
+from zoo.training.state import load_model
 
 RELU, SOFTMAX = "relu, 1/√(n/2)", "softmax"
 ARMS = {RELU: ("relu", True), SOFTMAX: ("softmax", None)}
@@ -163,20 +162,9 @@ def mean_distance(weights: np.ndarray, real: np.ndarray) -> tuple[np.ndarray, np
     return np.where(live >= DEAD_ROW_SHARE, mean, np.nan), live
 
 
-def load_run(workdir: Path, step: int | None = None):
-    """(model in eval mode at `step`, the latest by default; config; task) of an lra-train workdir."""
-    config = read_run_config(workdir, reader="attention_distance reads its lra-train runs")
-    task = make_task(config)
-    model, _ = restore_model(task.build_model, config.train, workdir / "checkpoints", step=step,
-                             model_config=config.model)  # fmt: skip
-    model.eval()
-    return model, config, task
-
-
-def distances_at(workdir: Path, step: int, inputs: np.ndarray) -> tuple[list, list, np.ndarray, np.ndarray]:
-    """Per layer and head, the distance (None: dead) and live-row share of the model at `step`, and the last
-    layer's weights `[batch, heads, query, key]` and real positions `[batch, length]`."""
-    model, _, _ = load_run(workdir, step)
+def distances_at(model: nnx.Module, inputs: np.ndarray) -> tuple[list, list, np.ndarray, np.ndarray]:
+    """Per layer and head, the distance (None: dead) and live-row share of `model`, and the last layer's weights
+    `[batch, heads, query, key]` and real positions `[batch, length]`."""
     distances, live = [], []
     for weights, real in attention_matrices(model, inputs):
         d, share = mean_distance(weights, real)
@@ -197,7 +185,7 @@ def run(preset: str, out_dir: Path) -> dict:
         task = make_task(config)
         results = train_and_evaluate(config, workdir, task)
         inputs = next(iter(task.eval_batches("test")))["inputs"][:EXAMPLES]
-        at_steps = [distances_at(workdir, step, inputs) for step in read_at]
+        at_steps = [distances_at(load_model(workdir, step)[0], inputs) for step in read_at]
         distances, live, weights, real = at_steps[-1]
         earlier[arm].append([seed_distance(d) for d, *_ in at_steps[:-1]])
         last_loss = logged_curve(workdir, "train", "loss")[1][-1]

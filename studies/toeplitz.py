@@ -35,8 +35,8 @@ from studies.verdict import (
     control,
     decide_threshold,
     failed_controls,
+    history_means,
     judged,
-    mean_at,
     mean_std,
     needed_mean,
     with_budget,
@@ -95,7 +95,7 @@ def judge(scores: dict[str, dict[int, list[float]]], perplexity: dict[str, float
         arm = Arm(f"layer {i}", tuple(s[i] for s in final.values()))
         curve = [float(np.mean([per[step][i] for per in scores.values()])) for step in steps]
         logged = [list(zip(steps, curve, strict=True))]
-        history = [mean_at(logged, steps[-1] * f) for f in (0.25, 0.5)] if len(steps) >= 2 else None
+        history = history_means(logged) if len(steps) >= 2 else None
         part = decide_threshold(arm, level, higher_is_better=True, history=history)
         # The curve is read where every seed was scored, and ends where the verdict reads the seeds.
         ends_together = all(max(per) == steps[-1] for per in scores.values()) if steps else False

@@ -236,7 +236,13 @@ def earlier_gaps(
     """The `history` of a comparison: claimed − other's mean over seeds at a quarter and half of the training, from
     each seed's logged curve of (step, value) pairs."""
     last = max(run[-1][0] for run in (*claimed, *other))
-    return [mean_at(claimed, last * f) - mean_at(other, last * f) for f in (0.25, 0.5)]
+    return [c - o for c, o in zip(history_means(claimed, last), history_means(other, last), strict=True)]
+
+
+def history_means(runs: Sequence[Sequence[tuple[int, float]]], last: float | None = None) -> list[float]:
+    """The `history` of a level: the mean over seeds at a quarter and half of `last` (default: the runs' last step)."""
+    last = max(run[-1][0] for run in runs) if last is None else last
+    return [mean_at(runs, last * f) for f in (0.25, 0.5)]
 
 
 def mean_at(runs: Sequence[Sequence[tuple[int, float]]], step: float) -> float:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lra_flax.tasks import make_task
 from studies import (
     amlp_alignment,
     approximation,
@@ -28,6 +29,7 @@ from studies import (
 from studies.common import NOT_MEASURABLE
 from studies.verdict import NOT_REPRODUCED, PARTLY, REPRODUCED
 from zoo.training.distributed import Preempted
+from zoo.training.state import load_model
 
 
 def _files(out_dir, figure):
@@ -349,7 +351,8 @@ def test_attention_distance_reads_the_matrices_the_models_apply(tmp_path):
     assert "| softmax | 1 |" in readme
     # The read-out matrices are what the mixers compute: applied to other values they give attend's output.
     for arm in attention_distance.ARMS:
-        model, _, task = attention_distance.load_run(attention_distance.arm_dir(tmp_path / "runs", arm, 0))
+        model, config = load_model(attention_distance.arm_dir(tmp_path / "runs", arm, 0))
+        task = make_task(config)
         inputs = next(iter(task.eval_batches("test")))["inputs"][:2]
         records = []
         with attention_distance.recording_attention(records):
