@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.zoo.test_training import tiny_loop_run
-from zoo.training import loop, periodic
+from zoo.training import loop, memory, periodic
 from zoo.training.distributed import Preempted
 from zoo.training.metrics import Stopwatch
 
@@ -143,13 +143,25 @@ def test_check_run_writes_nothing_on_a_bad_config(tmp_path):
     assert mesh.devices.size == 1 and not (tmp_path / "run").exists()
 
 
-def test_setup_compiles_and_writes_nothing_then_data_is_prepared_then_open_workdir_writes_the_config(tmp_path):
-    prepared = []
-    config, task = tiny_loop_run(4, prepare=lambda: prepared.append(1) or {})
+def test_setup_prepares_the_data_then_compiles_and_writes_nothing_then_open_workdir_writes_the_config(
+    tmp_path, monkeypatch
+):
+    events = []
+    compile_train_step = memory.compile_train_step
+    monkeypatch.setattr(memory, "compile_train_step", lambda *a: events.append("compile") or compile_train_step(*a))
+
+    def missing_data():
+        events.append("prepare")
+        raise FileNotFoundError("data.dir=typo has no ListOps TSVs")
+
+    config, task = tiny_loop_run(4, prepare=missing_data)
+    with pytest.raises(FileNotFoundError, match="data.dir=typo"):  # said before the compilation, not after it
+        loop.setup(config, tmp_path / "run", task)
+    assert events == ["prepare"] and not (tmp_path / "run").exists()
+
+    config, task = tiny_loop_run(4, prepare=lambda: events.append("prepare") or {})
     run = loop.setup(config, tmp_path / "run", task)
-    assert prepared == [] and not (tmp_path / "run").exists() and run.state is None
-    loop.prepare_data(run)
-    assert prepared == [1] and not (tmp_path / "run").exists()
+    assert events == ["prepare", "prepare", "compile"] and not (tmp_path / "run").exists() and run.state is None
     loop.open_workdir(run)
     assert (tmp_path / "run/config.json").exists() and run.state is not None
     assert run.step == run.start_step == 0 and run.steps == 4 and run.pending == {}

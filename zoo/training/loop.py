@@ -110,8 +110,9 @@ def check_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task
 
 
 def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) -> Run:
-    """Every check, then the train step compiled for the task's largest batch and checked against a device's
-    memory (the state's bytes first, before compiling). Writes nothing: `open_workdir` does, once this passed."""
+    """Every check, the data prepared, then the train step compiled for the task's largest batch and checked against
+    a device's memory (the state's bytes first, before the data). Writes nothing in the workdir: `open_workdir`
+    does, once this passed."""
     mesh = check_run(config, workdir, task)
     build = state_builder(task.build_model, config.train, config.seed)
     graphdef, abstract = abstract_state(build)
@@ -124,6 +125,9 @@ def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) ->
         print(sharding_line, flush=True)
     state_sharding = mesh_lib.state_shardings(abstract, mesh, rules)
     memory.check_state_fits(abstract, state_sharding, config.train)
+    # Generated, read and cached outside the workdir, process 0 first: a missing or malformed data set is reported
+    # before the minute a large model's compilation can take.
+    first_process_then_others("prepare-data", task.prepare)
     shardings = mesh_lib.step_shardings(mesh, state_sharding)
     train_step = make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings)
     if task.batch_spec is not None:
@@ -167,15 +171,9 @@ def lock_workdir(run: Run) -> WorkdirLock:
     return lock
 
 
-def prepare_data(run: Run) -> None:
-    """The task's data generated, read and cached (outside the workdir, so bad data leaves it untouched); by
-    process 0 first, so several processes never write the same file."""
-    first_process_then_others("prepare-data", run.task.prepare)
-
-
 def open_workdir(run: Run) -> None:
     """The sharded train state, then config.json, the task's artifacts and the model's recipe (model.json). Call
-    with the workdir's lock held (`lock_workdir`), after `prepare_data`."""
+    with the workdir's lock held (`lock_workdir`)."""
     run.state = init_state(run.build, run.state_sharding)
     if run.is_writer:
         write_config(run.config, run.workdir)
@@ -323,7 +321,6 @@ def train_and_evaluate(
     if finished is not None:
         return finished
     run = setup(config, workdir, task)
-    prepare_data(run)
     lock = lock_workdir(run)
     try:
         open_workdir(run)
@@ -345,6 +342,6 @@ def train_and_evaluate(
 
 __all__ = [
     "EVENT_HOOKS", "LoopEvent", "Run", "Task", "check_batch_rows", "check_run", "evaluate", "final_evaluation",
-    "finished_run", "lock_workdir", "open_workdir", "prepare_data", "restore", "setup", "train_and_evaluate",
+    "finished_run", "lock_workdir", "open_workdir", "restore", "setup", "train_and_evaluate",
     "train_steps",
 ]  # fmt: skip
