@@ -273,8 +273,7 @@ def report(result: dict, out_dir: Path) -> dict:
         ax.errorbar(names, [mean[task][n] for n in names], yerr=[mean_std(perplexity[task][n])[1] for n in names],
                     fmt="none", color="black", capsize=3)  # fmt: skip
         ax.axhline(unigram[task], color="grey", linestyle=":", label="unigram")
-        ax.set_yscale("log")
-        ax.set_title(f"{task}: held-out perplexity")
+        ax.set(yscale="log", title=f"{task}: held-out perplexity")
         ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, out_dir / "amlp_alignment.png")

@@ -230,19 +230,16 @@ def report(result: dict, out_dir: Path) -> dict:
                   yerr=[spread("favor", str(m)) for m in features], fmt="o-", capsize=3, label="FAVOR+")  # fmt: skip
     for kind in ("elu1", "relu"):
         left.axhline(mean("fixed", kind), linestyle="--", color="gray" if kind == "elu1" else "k", label=kind)
-    left.set_xscale("log")
-    left.set_xlabel("random features m")
-    left.set_ylabel("relative error vs softmax attention")
+    left.set(xscale="log", xlabel="random features m", ylabel="relative error vs softmax attention")
     left.legend(fontsize=8)
     names = [name for name, _, _ in TRAINED]
     right.errorbar([sizes[n] for n in names], [mean("trained", n) for n in names],
                    yerr=[spread("trained", n) for n in names], fmt="s", color="C2", capsize=3)  # fmt: skip
-    right.set_xscale("log")
     for name in names:
         xy = (sizes[name], mean("trained", name))
         right.annotate(name, xy, fontsize=8, xytext=(3, 3), textcoords="offset points")
-    right.set_xlabel("trainable parameters (one head)")
-    right.set_title("trained to reproduce softmax (mean ± std over seeds)")
+    right.set(xscale="log", xlabel="trainable parameters (one head)",
+              title="trained to reproduce softmax (mean ± std over seeds)")  # fmt: skip
     fig.tight_layout()
     save_figure(fig, out_dir / "approximation.png")
 

@@ -187,9 +187,8 @@ def report(result: dict, out_dir: Path) -> dict:
     if control:
         ax.axhline(level, color="grey", linestyle=":", label=f"{CONTROL} (control)")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("slots n (FFN hidden size)")
-    ax.set_ylabel("held-out next-token perplexity")
-    ax.set_title("FFN as key-value memory, KJV causal LM (mean ± std over seeds)")
+    ax.set(xlabel="slots n (FFN hidden size)", ylabel="held-out next-token perplexity",
+           title="FFN as key-value memory, KJV causal LM (mean ± std over seeds)")  # fmt: skip
     ax.legend()
     save_figure(fig, out_dir / "ffn_memory.png")
 

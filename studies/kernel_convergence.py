@@ -155,9 +155,7 @@ def report(result: dict, out_dir: Path) -> dict:
         mean, std = c.mean(axis=0), c.std(axis=0, ddof=1)
         ax.plot(steps, mean, label=f"{name} (mean of {len(c)})")
         ax.fill_between(steps, mean - std, mean + std, alpha=0.25)
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.set_title("One-layer trainable kernels on ListOps: mean ± std over seeds")
+    ax.set(xlabel="step", ylabel="training loss", title="One-layer trainable kernels on ListOps: mean ± std over seeds")
     ax.legend()
     save_figure(fig, out_dir / "kernel_convergence.png")
 

@@ -146,10 +146,8 @@ def report(result: dict, out_dir: Path) -> dict:
                 steps, losses = zip(*curve, strict=True)
                 ax.plot(steps, np.exp(losses), color=f"C{i}", alpha=0.85, label=name if j == 0 else None)
         ax.axhline(unigram, color="grey", linestyle=":", label="unigram (no context)")
-        ax.set_yscale("log")
-        ax.set_xlabel("step")
-        ax.set_ylabel("training perplexity (masked tokens)")
-        ax.set_title("SGU gating variants (gMLP Table 3), one line per seed")
+        ax.set(yscale="log", xlabel="step", ylabel="training perplexity (masked tokens)",
+               title="SGU gating variants (gMLP Table 3), one line per seed")  # fmt: skip
         ax.legend(fontsize=8)
         save_figure(fig, out_dir / "sgu_ablation.png")
 

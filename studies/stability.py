@@ -294,10 +294,8 @@ def report(result: dict, out_dir: Path) -> dict:
                 if r["diverged"]:
                     ax.plot([x], [y], "x", color=colour, markersize=10)
     ax.axhline(DIVERGED_LOSS, color="grey", linestyle=":", label="diverged above (2 ln 10)")
-    ax.set_xscale("log")
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel("last logged training loss (× : diverged)")
-    ax.set_title(f"Post-LN, no clipping, {inputs} ListOps: one line per seed")
+    ax.set(xscale="log", xlabel="learning rate", ylabel="last logged training loss (× : diverged)",
+           title=f"Post-LN, no clipping, {inputs} ListOps: one line per seed")  # fmt: skip
     ax.legend(fontsize=8)
     save_figure(fig, out_dir / "stability.png")
 

@@ -128,10 +128,8 @@ def report(result: dict, out_dir: Path) -> dict:
             ax.plot(steps, layers[:, layer], color=f"C{layer}", marker="o", alpha=0.8, label=label)
     ax.axhline(noise, color="grey", linestyle=":", label=f"noise ≈ 2/n = {noise:.3f}")
     ax.axhline(THRESHOLD, color="black", linestyle="--", linewidth=0.8, label=f"threshold {THRESHOLD}")
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("Toeplitz score of W")
-    ax.set_title("gMLP spatial weights on the KJV, one line per layer and seed")
+    ax.set(ylim=(0, 1), xlabel="step", ylabel="Toeplitz score of W",
+           title="gMLP spatial weights on the KJV, one line per layer and seed")  # fmt: skip
     ax.legend(fontsize=8)
     save_figure(fig, out_dir / "toeplitz.png")
 

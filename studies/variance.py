@@ -103,9 +103,8 @@ def run(preset: str, out_dir: Path) -> dict:
         (line,) = ax.loglog(lengths, var, "o-", label=f"{kind}: slope {slopes[kind]:+.2f}")
         predicted = var[0] * (np.asarray(lengths) / lengths[0]) ** PREDICTED_SLOPE[kind]
         ax.loglog(lengths, predicted, "--", color=line.get_color(), alpha=0.5)
-    ax.set_xlabel("keys n")
-    ax.set_ylabel("Var(attention output) at initialisation")
-    ax.set_title("Output variance vs n (dashed: predicted slope)")
+    ax.set(xlabel="keys n", ylabel="Var(attention output) at initialisation",
+           title="Output variance vs n (dashed: predicted slope)")  # fmt: skip
     ax.legend(fontsize=8)
     save_figure(fig, out_dir / "variance.png")
 
