@@ -104,13 +104,9 @@ def test_same_seed_same_masks_and_new_seed_new_masks():
     assert not np.array_equal(a["positions"], c["positions"])
 
 
-@pytest.mark.parametrize(
-    "kw, field",
-    [(dict(rate=0.0), "mask_rate"), (dict(mask_fraction=0.95, random_fraction=0.1), "mask_token_fraction")],
-)
-def test_bad_masking_fields_are_named(kw, field):
-    with pytest.raises(ValueError, match=field):
-        _spec(**kw)
+def test_mask_and_random_fractions_over_one_are_refused_naming_both_fields():
+    with pytest.raises(ValueError, match="data.mask_token_fraction=0.95 and data.random_token_fraction=0.1"):
+        _spec(mask_fraction=0.95, random_fraction=0.1)
 
 
 def test_the_budget_counts_the_whole_sequence_as_bert_does_or_the_maskable_tokens_when_asked():
@@ -120,5 +116,3 @@ def test_the_budget_counts_the_whole_sequence_as_bert_does_or_the_maskable_token
     chosen = {budget: int(mask_tokens(tokens, np.random.default_rng(0), _spec(budget=budget))["mask_weights"].sum())
               for budget in ("sequence", "maskable")}  # fmt: skip
     assert chosen == {"sequence": 10, "maskable": 9}
-    with pytest.raises(ValueError, match="data.mask_budget='all' must be one of sequence, maskable"):
-        _spec(budget="all")
