@@ -40,8 +40,6 @@ KJV_CODE = "k"
 def read_documents(path: str | os.PathLike, documents: str = "blank_lines") -> list[str]:
     """A UTF-8 text file's documents: blank-line separated (their lines joined by newlines), or one per line."""
     path = Path(path)
-    if documents not in ("blank_lines", "lines"):
-        raise ValueError(f"config field data.documents={documents!r} is unknown; valid: blank_lines, lines")
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {path} does not exist")
     text = decode_utf8(path.read_bytes(), str(path))
@@ -191,8 +189,6 @@ OFFLINE_CORPORA = {"wiki_sample": (WIKI_WHEEL, wiki_sample_documents), "kjv": (B
 
 def offline_splits(name: str, wheel_cache: str | os.PathLike, fraction: float) -> dict[str, list[str]]:
     """An offline corpus (`wiki_sample` or `kjv`) split into train / valid / test by whole documents."""
-    if name not in OFFLINE_CORPORA:
-        raise ValueError(f"unknown offline corpus {name!r}; valid: {', '.join(OFFLINE_CORPORA)}")
     return holdout_split(OFFLINE_CORPORA[name][1](wheel_cache), fraction)
 
 

@@ -71,9 +71,7 @@ def _corpus_key(config: ml_collections.ConfigDict) -> tuple:
         )
     if d.source in mlm_data.OFFLINE_CORPORA:
         return (d.source, mlm_data.OFFLINE_CORPORA[d.source][0], d.holdout_fraction)
-    if d.source == "tfds":
-        return ("tfds", d.tfds_name, d.tfds_text_field, d.tfds_max_documents)
-    raise ValueError(f"config field data.source={d.source!r} is unknown; valid: wiki_sample, kjv, text, tfds")
+    return ("tfds", d.tfds_name, d.tfds_text_field, d.tfds_max_documents)
 
 
 # Parsing the Wikipedia XML takes seconds: once per process, not once per split.
@@ -82,7 +80,7 @@ _offline_splits = functools.lru_cache(maxsize=4)(mlm_data.offline_splits)
 
 def load_documents(config: ml_collections.ConfigDict, split: str) -> list[str]:
     d = config.data
-    _corpus_key(config)  # validates data.source
+    _corpus_key(config)  # refuses a train.txt in data.dir that this source would not read
     if d.source == "text":
         return mlm_data.text_splits(d.dir, d.documents, d.holdout_fraction)[split]
     if d.source == "tfds":

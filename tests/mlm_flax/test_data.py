@@ -19,8 +19,6 @@ def test_documents_blank_line_and_line_modes(tmp_path):
     f.write_text("first doc line one\nline  two\n\n\nsecond doc\n\n")
     assert data.read_documents(f) == ["first doc line one\nline two", "second doc"]
     assert data.read_documents(f, "lines") == ["first doc line one", "line two", "second doc"]
-    with pytest.raises(ValueError, match="data.documents"):
-        data.read_documents(f, "paragraphs")
 
 
 def test_bad_text_files_are_named(tmp_path):
