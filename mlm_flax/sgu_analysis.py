@@ -30,11 +30,9 @@ def load_model(workdir: str | os.PathLike, step: int | None = None):
     vocab = SentencePieceTokenizer.load(workdir / TOKENIZER_FILE).vocab_size
     if config.task == "mlm":
         build = lambda rngs: MaskedLM(config.model, vocab_size=vocab, rngs=rngs)
-    elif config.task == "mlm_finetune":
+    else:  # mlm_finetune: read_run_config refused every other task
         classes = len(glue.task_spec(config.data.task).labels)
         build = lambda rngs: TextClassifier(config.model, vocab_size=vocab, num_classes=classes, rngs=rngs)
-    else:  # read_run_config refused every other task
-        raise AssertionError(config.task)
     model, step = restore_model(build, config.train, workdir / "checkpoints", step=step, model_config=config.model)
     return model, config, step
 
