@@ -141,8 +141,6 @@ def resolve_pallas_backend(
     interpreted). `mosaic_refusal()` says why the Mosaic GPU kernels cannot take the inputs (None: they can);
     `capability` defaults to the local GPU's. "gpu" picks Mosaic GPU on Hopper only where `op`'s Mosaic GPU
     kernels have an entry in `table` (default `TABLE`) for that generation."""
-    if requested is not None and requested not in PALLAS_BACKENDS:
-        raise ValueError(f"unknown pallas_backend {requested!r}; valid: {', '.join(PALLAS_BACKENDS)}")
     backend = requested or jax.default_backend()
     if backend == "triton":
         return "gpu"

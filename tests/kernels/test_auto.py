@@ -73,10 +73,8 @@ def test_hopper_runs_triton_until_mosaic_gpu_has_passed_there(op):
     assert resolve_pallas_backend("mosaic_gpu", _takes, (9, 0), op=op, table=()) == "mosaic_gpu"  # by name
 
 
-def test_default_is_the_running_platform_and_unknown_names_are_refused():
+def test_default_is_the_running_platform():
     assert resolve_pallas_backend(None, _takes, None) == jax.default_backend()
-    with pytest.raises(ValueError, match="unknown pallas_backend 'cuda'; valid: tpu, gpu, triton, mosaic_gpu"):
-        resolve_pallas_backend("cuda", _takes, None)
 
 
 def test_this_machine_reports_its_capability_or_none():
