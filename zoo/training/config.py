@@ -13,7 +13,7 @@ from zoo.config_fields import Field, Rule, above, at_least, in_range, integer, o
 from zoo.files import as_path, atomic_write_bytes, check_utf8_path, is_url, read_json
 from zoo.models import stored_model_config
 from zoo.training.mesh import LOGICAL_RULES, PARAMETER_AXES
-from zoo.training.optim import SCHEDULES
+from zoo.training.optim import SCHEDULES, WEIGHT_DECAY_MASKS
 
 # Fields that may change when a run is resumed: they alter when things happen, not what is computed.
 RESUMABLE_FIELDS = frozenset(
@@ -55,7 +55,7 @@ TRAIN_FIELDS: tuple[Field, ...] = (
           "decay to 0 at train.steps; constant: linear warmup, then constant"),
     Field("warmup_steps", 100, integer(0, 10**9), "steps of linear warm-up"),
     Field("weight_decay", 0.1, at_least(0), "AdamW's decoupled weight decay"),
-    Field("weight_decay_mask", "all", one_of("all", "no_norm_or_bias"), "which parameters decay: all, or none of "
+    Field("weight_decay_mask", "all", one_of(*WEIGHT_DECAY_MASKS), "which parameters decay: all, or none of "
           "the norms and biases (BERT); never γ or the SGU bias (zoo/training/optim.py)"),
     Field("b1", 0.9, in_range(0, 1), "Adam's β₁"),
     Field("b2", 0.98, in_range(0, 1), "Adam's β₂"),
