@@ -81,8 +81,6 @@ def test_sqrt_d_embeddings_are_fairseqs_parametrisation():
     h = jax.random.normal(jax.random.key(1), (3, d))
     np.testing.assert_allclose(scaled.attend(h), h @ table.T, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(plain.attend(h), h @ plain.embed.embedding[...].T / math.sqrt(d), rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="model.embed_scale='x' is unknown"):
-        TokenEmbedding(vocab, d, dtype=jnp.float32, rngs=nnx.Rngs(0), scale="x")
 
 
 def test_fairseq_attention_initialisers():
