@@ -47,22 +47,11 @@ IMPLEMENTATIONS = tuple(impl for impl in kernels.SOFTMAX_IMPLS if impl != "refer
 BIAS_IMPLEMENTATIONS = ("auto", "dense")
 
 
-def check_implementation(option: str, relative_buckets: int = 0) -> None:
-    if option not in IMPLEMENTATIONS:
-        raise ValueError(f"softmax implementation={option!r} is unknown; valid: {', '.join(IMPLEMENTATIONS)}")
-    if relative_buckets and option not in BIAS_IMPLEMENTATIONS:
-        raise ValueError(
-            f"softmax implementation={option!r} takes no position bias; with relative_buckets={relative_buckets} "
-            f"use one of {', '.join(BIAS_IMPLEMENTATIONS)} (JAX's dense attention)"
-        )
-
-
 def softmax_implementation(
     option: str, device: str, q: jax.Array, k: jax.Array, has_bias: bool, *, causal: bool
 ) -> str:
     """What `implementation=option` runs on `device` (`kernels.platforms.device_class`) for queries and keys like
     `q`, `k` (arrays or `jax.ShapeDtypeStruct`s): one of `kernels.SOFTMAX_IMPLS` other than "auto"."""
-    check_implementation(option)
     if has_bias:
         return "dense"
     return kernels.SoftmaxAttentionOptions(impl=option).plan(q, k, device, causal=causal)
@@ -124,7 +113,11 @@ class SoftmaxAttention(MultiHeadMixer):
         self.relative_buckets, self.relative_max_distance = cfg.relative_buckets, cfg.relative_max_distance
         if self.relative_buckets and self.relative_buckets < 4:
             raise ValueError(f"mixer {cfg.name!r}: relative_buckets={self.relative_buckets} must be 0 (off) or ≥ 4")
-        check_implementation(cfg.implementation, self.relative_buckets)
+        if self.relative_buckets and cfg.implementation not in BIAS_IMPLEMENTATIONS:
+            raise ValueError(
+                f"softmax implementation={cfg.implementation!r} takes no position bias; with relative_buckets="
+                f"{self.relative_buckets} use one of {', '.join(BIAS_IMPLEMENTATIONS)} (JAX's dense attention)"
+            )
         self.options = kernels.SoftmaxAttentionOptions(impl=cfg.implementation)
         # Zero init: the model starts as plain softmax attention.
         self.relative_bias = (

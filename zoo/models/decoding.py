@@ -36,17 +36,9 @@ def _disallow(logits: jax.Array, force_eos: jax.Array, *, bos_id: int, eos_id: i
 LENGTH_PENALTIES = ("gnmt", "fairseq")
 
 
-def _check_form(form: str) -> None:
-    if form not in LENGTH_PENALTIES:
-        raise ValueError(
-            f"config field decode.length_penalty_form={form!r} is unknown; valid: {', '.join(LENGTH_PENALTIES)}"
-        )
-
-
 def _length_penalty(length: jax.Array, alpha: float, form: str = "gnmt") -> jax.Array:
     """What a finished hypothesis' log-probability is divided by: GNMT's ((5 + |y|) / 6)^α (Wu et al. 2016) or
     fairseq's |y|^α (sequence_generator.py: eos_scores / (step + 1) ** len_penalty); |y| counts EOS."""
-    _check_form(form)
     length = length.astype(jnp.float32)
     return ((5.0 + length) / 6.0) ** alpha if form == "gnmt" else length**alpha
 
@@ -200,8 +192,7 @@ def compile_translate(model: nnx.Module, src: jax.ShapeDtypeStruct, **settings) 
 
 
 def _jit_args(model: nnx.Module, settings: dict) -> tuple[nnx.GraphDef, nnx.State, dict]:
-    """The model split for `_translate_jit`, and `settings` checked and typed as its static arguments."""
-    _check_form(settings["length_penalty_form"])
+    """The model split for `_translate_jit`, and `settings` typed as its static arguments (decode.* are validated)."""
     typed = dict(
         length_penalty=float(settings["length_penalty"]), max_length_a=float(settings["max_length_a"]),
         max_length_b=int(settings["max_length_b"]),
