@@ -86,7 +86,7 @@ def test_causal_lm_tying_and_errors():
     np.testing.assert_allclose(lm(tokens), np.asarray(hidden, np.float64) @ table.T / math.sqrt(D), atol=1e-4)
     with pytest.raises(ValueError, match="needs one joint vocabulary; got 11 source and 12 target"):
         models.EncoderDecoder(_cfg("all"), src_vocab=V, tgt_vocab=V + 1, rngs=nnx.Rngs(0))
-    with pytest.raises(ValueError, match="model.tie_embeddings='both' is not valid"):
+    with pytest.raises(ValueError, match="model.tie_embeddings='both' must be one of none, decoder, all"):
         models.CausalLM(_cfg("both"), vocab_size=V, rngs=nnx.Rngs(0))
 
 

@@ -16,7 +16,6 @@ from zoo.layers import TokenEmbedding, add_positions, compute_dtype, dense
 from zoo.layers.dropout import Dropout
 from zoo.layers.embeddings import sinusoidal_positions
 from zoo.models.classifiers import PAD_ID
-from zoo.models.config import TIE_EMBEDDINGS, check_tie_embeddings
 from zoo.models.encoder import Decoder, Encoder
 
 
@@ -61,7 +60,7 @@ class CausalLM(_Generator):
     """
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
-        tie = check_tie_embeddings(cfg, TIE_EMBEDDINGS)
+        tie = cfg.get("tie_embeddings", "none")  # its one_of rule: check_model_fields (Encoder, Decoder)
         dtype = compute_dtype(cfg.dtype)
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         self.decoder = Decoder(cfg, rngs=rngs)
@@ -87,7 +86,7 @@ class EncoderDecoder(_Generator):
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, src_vocab: int, tgt_vocab: int, rngs: nnx.Rngs):
         dtype = compute_dtype(cfg.dtype)
-        tie = check_tie_embeddings(cfg, TIE_EMBEDDINGS)
+        tie = cfg.get("tie_embeddings", "none")  # its one_of rule: check_model_fields (Encoder, Decoder)
         if tie == "all" and src_vocab != tgt_vocab:
             raise ValueError(
                 f"model.tie_embeddings='all' needs one joint vocabulary; got {src_vocab} source and {tgt_vocab} "
