@@ -92,8 +92,6 @@ _LRA_RESOLUTIONS = {
 
 def lra_params(resolution: int, difficulty: str = "hard") -> PathfinderParams:
     """The parameters of LRA's pathfinder32 and pathfinder128 (Path-X) data, at an LRA difficulty."""
-    if difficulty not in DIFFICULTIES:
-        raise ValueError(f"difficulty={difficulty!r}; valid: {', '.join(DIFFICULTIES)}")
     if resolution not in _LRA_RESOLUTIONS:
         raise ValueError(f"resolution={resolution}: LRA's Pathfinder is 32 (pathfinder32) or 128 (Path-X)")
     fields = dict(_LRA_RESOLUTIONS[resolution])

@@ -42,8 +42,6 @@ Example = tuple[str, Path, int]  # (metadata file:line, image path, label)
 
 def dataset_dir(root: str | os.PathLike, resolution: int, difficulty: str) -> Path:
     """`root/pathfinder<resolution>/<difficulty dir>` (LRA's release layout)."""
-    if difficulty not in pathfinder_generator.DIFFICULTY_DIRS:
-        raise ValueError(f"difficulty={difficulty!r}; valid: {', '.join(pathfinder_generator.DIFFICULTY_DIRS)}")
     return Path(root) / f"pathfinder{resolution}" / pathfinder_generator.DIFFICULTY_DIRS[difficulty]
 
 

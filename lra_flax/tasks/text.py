@@ -27,7 +27,7 @@ import ml_collections
 import numpy as np
 
 from lra_flax import input_pipeline
-from lra_flax.configs.text import CONFIG_SECTIONS, SOURCES
+from lra_flax.configs.text import CONFIG_SECTIONS
 from lra_flax.input_pipeline import DataFormatError
 from lra_flax.tasks.spec import TaskSpec
 from zoo.text import WheelFile, fetch_wheel_member
@@ -140,8 +140,6 @@ def _release_key(root: Path, split: str) -> tuple:
 def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
     """Caches train / valid / test under data.cache_dir (the loop runs it on process 0 first)."""
     data, max_length = config.data, config.model.max_length
-    if data.source not in SOURCES:
-        raise ValueError(f"config field data.source={data.source!r} is unknown; valid: {', '.join(SOURCES)}")
     cache_dir = data_lib.cache_root(data, reads_dir=data.source == "aclimdb", default="data/lra-text")
     settings = ("imdb-bytes-v1", max_length, data.truncate)
 

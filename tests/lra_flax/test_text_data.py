@@ -126,8 +126,6 @@ def test_prepare_from_aclimdb_uses_test_as_valid(tmp_path):
     assert input_pipeline.label_entropy(splits["test"]) == pytest.approx(math.log(2))
 
 
-def test_unknown_source_and_unprepared_tfds_are_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="data.source='web' is unknown; valid: wheel, aclimdb, tfds"):
-        text.prepare(_config(tmp_path, source="web"))
+def test_unprepared_tfds_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"'imdb_reviews' is not prepared in .*tfds.*data.source='wheel'"):
         text.prepare(_config(tmp_path, source="tfds", tfds_data_dir=str(tmp_path / "tfds")))
