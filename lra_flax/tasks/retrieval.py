@@ -121,14 +121,8 @@ def write_bible_pairs(
     return input_pipeline.write_split_files(output_dir, SPLIT_FILES, lines)
 
 
-def check_max_doc_bytes(value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"config field data.max_doc_bytes={value!r} must be an integer ≥ 1 (LRA: 10000)")
-
-
 def read_pairs(path: str | os.PathLike, *, max_doc_bytes: int):
     """Yields (where, label, bytes1, bytes2) from an AAN-format TSV; each text cut to `max_doc_bytes`."""
-    check_max_doc_bytes(max_doc_bytes)
     for line_no, (label, _id1, _id2, text1, text2) in input_pipeline.read_tsv(path, None, num_fields=5):
         where = f"{path}:{line_no}"
         for column, text in (("text1", text1), ("text2", text2)):
@@ -175,7 +169,6 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
-    check_max_doc_bytes(config.data.max_doc_bytes)  # before anything is compiled or read
     if config.model.pair_features not in DualEncoder.PAIR_FEATURES:
         raise ValueError(
             f"config field model.pair_features={config.model.pair_features!r} is unknown; "
