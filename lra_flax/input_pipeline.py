@@ -84,8 +84,6 @@ def ensure_split_files(
     describe); files not written by the generator (a release's, a user's) are used as they are, and said so.
     """
     data_dir = Path(data.dir)
-    if data_dir.is_file():
-        raise NotADirectoryError(f"data.dir={data_dir} is a file, not a directory")
     names = list(split_files.values())
     missing = [f for f in names if not (data_dir / f).exists()]
     settings = data.generator.to_dict() if "generator" in data else None
