@@ -31,14 +31,10 @@ SUBCOMMANDS = data_writers()  # every registered task that writes data, by its n
 
 
 def define_task_flags() -> None:
-    """Each sub-command's own flags, from its registry entry; the help names the task (`foreign_flags` reads it)."""
-    owner: dict[str, str] = {}
+    """Each sub-command's own flags, from its registry entry; the help names the task (`foreign_flags` reads it).
+    A name two tasks (or a task and the shared flags) define is absl's DuplicateFlagError, at import."""
     for task in SUBCOMMANDS:
         for flag in REGISTRY[task].data_flags:
-            if flag.name in owner or flag.name in flags.FLAGS:
-                also = owner.get(flag.name, "lra-data's shared flags")
-                raise ValueError(f"lra-data: {task}'s flag --{flag.name} is defined twice (also by {also})")
-            owner[flag.name] = task
             text = f"{task}: {flag.help}"
             if flag.choices:
                 flags.DEFINE_enum(flag.name, flag.default, list(flag.choices), text)

@@ -52,8 +52,6 @@ def read_tsv(
     """Yields (line number, fields) for each data line of a TSV; `header` is its first line, or None for none."""
     path = Path(path)
     num_fields = len(header) if header is not None else num_fields
-    if num_fields is None:
-        raise ValueError("read_tsv needs a header or num_fields")
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
             line = decode_utf8(raw, str(path), line_no).rstrip("\r\n")

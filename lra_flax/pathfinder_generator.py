@@ -67,15 +67,6 @@ class PathfinderParams:
     max_distractor_retrials: int = 4
     max_paddle_retrials: int = 2
 
-    def __post_init__(self):
-        blown = self.paddle_thickness * self.antialias_scale
-        if blown != round(blown):
-            raise ValueError(
-                f"paddle_thickness={self.paddle_thickness} × antialias_scale={self.antialias_scale} must be whole"
-            )
-        if self.contour_length < 1 or not self.paddle_margins or not self.snake_contrasts:
-            raise ValueError(f"contour_length, paddle_margins and snake_contrasts must be non-empty: {self}")
-
 
 # Per resolution: what LRA's generator scripts set (the distractor count is this number // distractor length).
 _LRA_RESOLUTIONS = {
