@@ -4,7 +4,6 @@ import sqlite3
 import subprocess
 import sys
 
-import ml_collections
 import numpy as np
 import pytest
 
@@ -186,21 +185,15 @@ def test_make_batch_shifts_targets_and_weights_padding():
     assert not batch["src"][1].any()
 
 
-def test_unknown_source_is_a_config_error(tmp_path):
-    config = _config(tmp_path)
-    config.data.source = "web"
-    with pytest.raises(ValueError, match="data.source='web' is unknown"):
-        input_pipeline.load_corpus(config, "train")
-    assert isinstance(config, ml_collections.ConfigDict)
-
-
 @pytest.mark.parametrize("source", ["text", "bible", "tfds"])
 def test_one_language_on_both_sides_is_refused_before_reading_or_writing(tmp_path, source):
     config = _config(tmp_path)
     config.data.update(source=source, src_lang="en", tgt_lang="en")
     before = sorted(tmp_path.rglob("*"))
-    for prepare in (input_pipeline.load_corpus, input_pipeline.load_or_train_tokenizer):
-        args = (config, "train") if prepare is input_pipeline.load_corpus else (config,)
+    for prepare, args in (
+        (input_pipeline.load_or_train_tokenizer, (config,)),  # the task's two ways in: the tokenizer,
+        (input_pipeline.cache_split, (config, "train", None, tmp_path / "spm.model")),  # and a split's cache
+    ):
         with pytest.raises(ValueError, match=r"data.src_lang and data.tgt_lang are both 'en': a translation needs"):
             prepare(*args)
     assert sorted(tmp_path.rglob("*")) == before  # the Bible source wrote nothing
