@@ -169,12 +169,6 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
-    if config.model.pair_features not in DualEncoder.PAIR_FEATURES:
-        raise ValueError(
-            f"config field model.pair_features={config.model.pair_features!r} is unknown; "
-            f"valid: {', '.join(DualEncoder.PAIR_FEATURES)}"
-        )
-
     return input_pipeline.classification_task(
         config,
         lambda: prepare(config),

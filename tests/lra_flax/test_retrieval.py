@@ -165,5 +165,5 @@ def test_concat_features_are_the_lra_code_variant():
     assert model.head.hidden.kernel[...].shape[0] == 2 * D
     x1, x2 = model.encoder(A), model.encoder(B)
     chex.assert_trees_all_close(model.features(x1, x2), jnp.concatenate([x1, x2], -1))
-    with pytest.raises(ValueError, match="pair_features='dot'; valid: nli, concat"):
+    with pytest.raises(ValueError, match="model.pair_features='dot' is unknown; valid: nli, concat"):
         _dual("dot")

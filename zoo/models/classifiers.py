@@ -79,7 +79,8 @@ class DualEncoder(nnx.Module):
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs):
         self.pair_features = cfg.get("pair_features", "nli")
         if self.pair_features not in self.PAIR_FEATURES:
-            raise ValueError(f"pair_features={self.pair_features!r}; valid: {', '.join(self.PAIR_FEATURES)}")
+            valid = ", ".join(self.PAIR_FEATURES)
+            raise ValueError(f"model.pair_features={self.pair_features!r} is unknown; valid: {valid}")
         check_tie_embeddings(cfg, ("none",), "a classifier (it has no output embedding)")
         self.encoder = SequenceEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
         dtype = compute_dtype(cfg.dtype)
