@@ -2,6 +2,7 @@
 final_evaluation (zoo/training/loop.py, periodic.py). The whole loop's behaviour (resume equals an uninterrupted
 run, preemption, broken checkpoints) is tested in test_training.py and tests/lra_flax/test_train_cli.py."""
 
+import dataclasses
 import json
 import types
 
@@ -143,25 +144,30 @@ def test_check_run_writes_nothing_on_a_bad_config(tmp_path):
     assert mesh.devices.size == 1 and not (tmp_path / "run").exists()
 
 
-def test_setup_prepares_the_data_then_compiles_and_writes_nothing_then_open_workdir_writes_the_config(
+def test_setup_prepares_the_data_then_builds_and_compiles_and_writes_nothing_then_open_workdir_writes_the_config(
     tmp_path, monkeypatch
 ):
     events = []
     compile_train_step = memory.compile_train_step
     monkeypatch.setattr(memory, "compile_train_step", lambda *a: events.append("compile") or compile_train_step(*a))
 
+    def recorded(task):  # a tokenizer trained on the data sizes a model: the data comes before the model
+        return dataclasses.replace(task, build_model=lambda rngs: events.append("build") or task.build_model(rngs))
+
     def missing_data():
         events.append("prepare")
         raise FileNotFoundError("data.dir=typo has no ListOps TSVs")
 
     config, task = tiny_loop_run(4, prepare=missing_data)
-    with pytest.raises(FileNotFoundError, match="data.dir=typo"):  # said before the compilation, not after it
-        loop.setup(config, tmp_path / "run", task)
+    with pytest.raises(FileNotFoundError, match="data.dir=typo"):  # said before any model is built or compiled
+        loop.setup(config, tmp_path / "run", recorded(task))
     assert events == ["prepare"] and not (tmp_path / "run").exists()
 
+    events.clear()
     config, task = tiny_loop_run(4, prepare=lambda: events.append("prepare") or {})
-    run = loop.setup(config, tmp_path / "run", task)
-    assert events == ["prepare", "prepare", "compile"] and not (tmp_path / "run").exists() and run.state is None
+    run = loop.setup(config, tmp_path / "run", recorded(task))
+    assert events[0] == "prepare" and events[1] == "build" and events[-1] == "compile", events
+    assert not (tmp_path / "run").exists() and run.state is None
     loop.open_workdir(run)
     assert (tmp_path / "run/config.json").exists() and run.state is not None
     assert run.step == run.start_step == 0 and run.steps == 4 and run.pending == {}

@@ -14,7 +14,7 @@ from flax import nnx
 @dataclasses.dataclass
 class ModelBuilder:
     """`rngs → cls(cfg, **kwargs, rngs=rngs)`; a keyword given as a callable is called when the model is built (a
-    vocabulary size read from data prepared later). `spec()`, what was built, is the workdir's model.json."""
+    vocabulary size read from the prepared data). `spec()`, what was built, is the workdir's model.json."""
 
     cls: type
     cfg: ml_collections.ConfigDict

@@ -110,10 +110,13 @@ def check_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task
 
 
 def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) -> Run:
-    """Every check, the data prepared, then the train step compiled for the task's largest batch and checked against
-    a device's memory (the state's bytes first, before the data). Writes nothing in the workdir: `open_workdir`
-    does, once this passed."""
+    """Every check, the data prepared, then the train state's and the train step's memory checked against a device's
+    (the step compiled for the task's largest batch). Writes nothing in the workdir: `open_workdir` does, once this
+    passed."""
     mesh = check_run(config, workdir, task)
+    # Generated, read and cached outside the workdir, process 0 first, before the model is built (a tokenizer trained
+    # on the data sizes its vocabulary): a missing or malformed data set is reported before any compilation.
+    first_process_then_others("prepare-data", task.prepare)
     build = state_builder(task.build_model, config.train, config.seed)
     graphdef, abstract = abstract_state(build)
     rules = mesh_lib.rules_from_config(config.mesh)
@@ -125,9 +128,6 @@ def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) ->
         print(sharding_line, flush=True)
     state_sharding = mesh_lib.state_shardings(abstract, mesh, rules)
     memory.check_state_fits(abstract, state_sharding, config.train)
-    # Generated, read and cached outside the workdir, process 0 first: a missing or malformed data set is reported
-    # before the minute a large model's compilation can take.
-    first_process_then_others("prepare-data", task.prepare)
     shardings = mesh_lib.step_shardings(mesh, state_sharding)
     train_step = make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings)
     if task.batch_spec is not None:
