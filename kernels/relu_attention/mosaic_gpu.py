@@ -684,8 +684,8 @@ def _backward_fused(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes
         grid=(tk // (2 * bk), h, b), grid_names=("k_tiles", "heads", "batch"), num_threads=3, thread_name="wg"
     )
 
-    @pl.core_map(mesh)
-    def _():
+    @pl.kernel(mesh=mesh)  # no outputs: it writes the closed-over refs (`pl.core_map` is deprecated in jax 0.11)
+    def backward():
         pl.run_scoped(
             kernel,
             (
@@ -708,6 +708,7 @@ def _backward_fused(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes
             collective_axes="wg",
         )
 
+    backward()
     dq, dk, dv, pdp = (jax.freeze(ref) for ref in outs)
     return dq.astype(dtype), dk, dv, pdp
 
