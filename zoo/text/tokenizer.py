@@ -96,13 +96,7 @@ class SentencePieceTokenizer:
 
 
 def train_sentencepiece(
-    texts: Iterable[str],
-    *,
-    vocab_size: int,
-    user_symbols: Sequence[str] = (),
-    model_type: str = "unigram",
-    character_coverage: float = 0.9995,
-    max_sentences: int = 2_000_000,
+    texts: Iterable[str], *, vocab_size: int, user_symbols: Sequence[str] = ()
 ) -> SentencePieceTokenizer:
     """Trains a SentencePiece model in memory on `texts` (one sentence or document per item)."""
     fixed = len(_SPECIALS) + len(user_symbols)  # pad, unk, bos, eos and the symbols: not pieces of text
@@ -116,20 +110,20 @@ def train_sentencepiece(
         raise ValueError("cannot train a tokenizer: the corpus is empty")
     out = io.BytesIO()
     start = time.perf_counter()
-    print(f"training SentencePiece ({model_type}, vocab {vocab_size}) on {len(texts):,} texts...", flush=True)
+    print(f"training SentencePiece (unigram, vocab {vocab_size}) on {len(texts):,} texts...", flush=True)
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(texts),
             model_writer=out,
             vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
+            model_type="unigram",
+            character_coverage=0.9995,
             pad_id=PAD_ID,
             unk_id=UNK_ID,
             bos_id=BOS_ID,
             eos_id=EOS_ID,
             user_defined_symbols=list(user_symbols),
-            input_sentence_size=max_sentences,
+            input_sentence_size=2_000_000,
             shuffle_input_sentence=True,
             max_sentence_length=1 << 16,
             hard_vocab_limit=False,  # a small corpus may not support the full size: use what it supports
@@ -149,9 +143,9 @@ def train_sentencepiece(
 
 
 class WordTokenizer:
-    """Whitespace tokens of already-tokenised text; `bpe_separator` ("@@ " for fairseq BPE) is undone on decode."""
+    """Whitespace tokens of already-tokenised text; fairseq's BPE separator "@@ " is undone on decode."""
 
-    def __init__(self, pieces: Sequence[str], bpe_separator: str = "@@ "):
+    def __init__(self, pieces: Sequence[str]):
         if tuple(pieces[: len(_SPECIALS)]) != _SPECIALS:
             raise ValueError(f"a word vocabulary must start with {_SPECIALS}")
         first = {}
@@ -164,12 +158,9 @@ class WordTokenizer:
         self.pieces = list(pieces)
         self.ids = {p: i for i, p in enumerate(self.pieces)}
         self.vocab_size = len(self.pieces)
-        self.bpe_separator = bpe_separator
 
     @classmethod
-    def build(
-        cls, texts: Iterable[str], *, user_symbols: Sequence[str] = (), max_size: int = 0, bpe_separator: str = "@@ "
-    ) -> WordTokenizer:
+    def build(cls, texts: Iterable[str], *, user_symbols: Sequence[str] = (), max_size: int = 0) -> WordTokenizer:
         """Most frequent tokens first, ties by the token itself, so the vocabulary is deterministic."""
         counts = collections.Counter(tok for t in texts for tok in t.split())
         if not counts:
@@ -179,7 +170,7 @@ class WordTokenizer:
         ranked = [t for t in ranked if t not in fixed]
         if max_size:
             ranked = ranked[: max(0, max_size - len(fixed))]
-        return cls([*fixed, *ranked], bpe_separator)
+        return cls([*fixed, *ranked])
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> WordTokenizer:
@@ -208,9 +199,7 @@ class WordTokenizer:
     def detokenize(self, text: str) -> str:
         """`text` as `decode` writes its output: BPE pieces joined into words (fairseq's --remove-bpe). A
         reference must go through this too, or every word BPE split can never match a hypothesis."""
-        if self.bpe_separator:
-            text = (text + " ").replace(self.bpe_separator, "").strip()
-        return text
+        return (text + " ").replace("@@ ", "").strip()
 
     def piece_to_id(self, piece: str) -> int:
         if piece not in self.ids:

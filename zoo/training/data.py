@@ -214,7 +214,6 @@ def train_batches(
     seed: int,
     transform: Callable[[Example], Example] | None = None,
     row_transform: Callable[[int, Example], Example] | None = None,
-    num_threads: int = 2,
 ) -> grain.IterDataset:
     """Infinite batches of this process's rows (module docstring); iterate it for a checkpointable iterator.
     `row_transform(row, example)` also gets the row's global number (step × global_batch + row in batch), e.g. to
@@ -234,7 +233,7 @@ def train_batches(
     if transform is not None:
         rows = rows.map(transform)
     batches = rows.map(with_weights).batch(local, drop_remainder=True, batch_fn=_stack)
-    return batches.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=4))
+    return batches.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
 
 
 def eval_batches(
