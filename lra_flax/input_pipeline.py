@@ -113,7 +113,6 @@ def write_split_files(
 ) -> dict[str, Path]:
     """Writes each split's `lines` (after `header`) into its release file `split_files[split]` under `output_dir`
     (created, each file atomically); returns the paths in the order of `lines`."""
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
     paths = {split: Path(output_dir) / split_files[split] for split in lines}
     for split, path in paths.items():
         with atomic_open(path, "w", encoding="utf-8", newline="\n") as f:

@@ -56,8 +56,7 @@ def read_documents(path: str | os.PathLike, documents: str = "blank_lines") -> l
 def write_documents(path: str | os.PathLike, docs: Sequence[str]) -> Path:
     """Writes documents separated by blank lines (the `blank_lines` form), atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, "".join(d.strip() + "\n\n" for d in docs).encode("utf-8"))
+    atomic_write_bytes(path, "".join(d.strip() + "\n\n" for d in docs).encode("utf-8"))  # creates the folder
     return path
 
 
@@ -242,7 +241,6 @@ def markov_corpus(
     syllables = ["ba", "ke", "lo", "mi", "nu", "pa", "ri", "so", "tu", "ve", "xa", "zo"]
     vocab = sorted({"".join(rng.choice(syllables) for _ in range(3)) for _ in range(3 * words)})[:words]
     successor = {w: rng.choice(vocab) for w in vocab}
-    d.mkdir(parents=True, exist_ok=True)
     for split, n in docs:
         out = []
         for _ in range(n):
@@ -252,5 +250,5 @@ def markov_corpus(
                 w = successor[w] if rng.random() < follow else rng.choice(vocab)
                 seq.append(w)
             out.append(" ".join(seq))
-        atomic_write_bytes(d / f"{split}.txt", "".join(x + "\n\n" for x in out).encode("utf-8"))
+        write_documents(d / f"{split}.txt", out)
     return vocab

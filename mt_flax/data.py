@@ -100,7 +100,6 @@ def bible_corpus(
 def write_parallel(corpus: Corpus, output_dir: str | os.PathLike, split: str, src_lang: str, tgt_lang: str) -> None:
     """Writes a corpus in `read_parallel`'s format (a blank line pair between documents)."""
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     src_lines, tgt_lines = [], []
     for i, (s, t) in enumerate(zip(corpus.source, corpus.target, strict=True)):
         if i and corpus.doc_ids[i] != corpus.doc_ids[i - 1]:

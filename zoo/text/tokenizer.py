@@ -43,8 +43,7 @@ def _strip_specials(ids: Iterable[int]) -> list[int]:
 
 def _save(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, data)  # creates the folder
     return path
 
 
