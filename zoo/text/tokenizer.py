@@ -159,17 +159,16 @@ class WordTokenizer:
         self.vocab_size = len(self.pieces)
 
     @classmethod
-    def build(cls, texts: Iterable[str], *, user_symbols: Sequence[str] = (), max_size: int = 0) -> WordTokenizer:
+    def build(cls, texts: Iterable[str], *, max_size: int = 0) -> WordTokenizer:
         """Most frequent tokens first, ties by the token itself, so the vocabulary is deterministic."""
         counts = collections.Counter(tok for t in texts for tok in t.split())
         if not counts:
             raise ValueError("cannot build a vocabulary: the corpus is empty")
         ranked = sorted(counts, key=lambda tok: (-counts[tok], tok))
-        fixed = [*_SPECIALS, *user_symbols]
-        ranked = [t for t in ranked if t not in fixed]
+        ranked = [t for t in ranked if t not in _SPECIALS]
         if max_size:
-            ranked = ranked[: max(0, max_size - len(fixed))]
-        return cls([*fixed, *ranked])
+            ranked = ranked[: max(0, max_size - len(_SPECIALS))]
+        return cls([*_SPECIALS, *ranked])
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> WordTokenizer:
