@@ -6,7 +6,7 @@ import ml_collections
 
 from zoo.config_fields import section
 from zoo.models import model_config
-from zoo.training import mesh_config, train_config
+from zoo.training import task_config, train_config
 
 # The LRA code read for these presets: google-research/long-range-arena at commit cd31e5c (docs/presets.md,
 # "lra_code vs the LRA code"; tests/lra_flax/test_lra_code_presets.py cites file and line per field).
@@ -70,4 +70,4 @@ def base_config(task: str, label: str, preset: str, presets: tuple[str, ...], da
     naming the task by `label`."""
     if preset not in presets:
         raise ValueError(f"unknown {label} preset {preset!r}; valid presets: {', '.join(presets)}")
-    return ml_collections.ConfigDict({"task": task, "seed": 0, "mesh": mesh_config(), "data": section(data_fields)})
+    return task_config(task, data=section(data_fields))

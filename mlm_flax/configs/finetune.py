@@ -25,7 +25,7 @@ import ml_collections
 
 from mlm_flax.configs import pretrain
 from zoo.config_fields import TEXT, Field, integer, one_of, section
-from zoo.training import mesh_config, small_run_config, train_config
+from zoo.training import small_run_config, task_config, train_config
 from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE
 
 TASKS = ("polarity", "sst2", "mnli")
@@ -62,17 +62,13 @@ def get_config(preset: str = "polarity") -> ml_collections.ConfigDict:
             f"preset {preset!r}: {arch!r} is a causal language model, not an encoder to fine-tune; "
             f"valid encoders: {', '.join(pretrain.ENCODERS)}"
         )
-    config = ml_collections.ConfigDict()
-    config.task = "mlm_finetune"
-    config.seed = 0
-    config.mesh = mesh_config()
-    config.pretrained = section(PRETRAINED_FIELDS)
-    config.data = section(
+    data = section(
         DATA_FIELDS,
         task=task,
         source="polarity_sample" if task == "polarity" else "glue_tsv",
         dir={"sst2": "data/glue/SST-2", "mnli": "data/glue/MNLI"}.get(task, ""),
     )
+    config = task_config("mlm_finetune", pretrained=section(PRETRAINED_FIELDS), data=data)
     config.model = pretrain.encoder_config(arch, size)
     config.model.dropout = 0.1
     if task == "polarity":

@@ -35,7 +35,7 @@ import ml_collections
 
 from zoo.config_fields import BOOLEAN, PATH, TEXT, Field, closed, fraction, integer, one_of, section
 from zoo.models import model_config
-from zoo.training import mesh_config, small_run_config, train_config
+from zoo.training import small_run_config, task_config, train_config
 from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE
 
 ENCODERS = ("gmlp", "amlp", "bert", "bert_relpos")  # what mlm-finetune and mlm-inspect take
@@ -134,16 +134,13 @@ CONFIG_SECTIONS = {"data": DATA_FIELDS}
 
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     arch, size = parse_preset(preset)
-    config = ml_collections.ConfigDict()
-    config.task = "clm" if arch == "lm" else "mlm"
-    config.seed = 0
-    config.mesh = mesh_config()
-    config.data = section(
+    data = section(
         DATA_FIELDS,
         vocab_size={"demo": 4000, "tiny": 500, "base": 32000}[size],
         seq_length=_SIZES[size]["length"],
         max_predictions={"demo": 20, "tiny": 10, "base": 20}[size],
     )
+    config = task_config("clm" if arch == "lm" else "mlm", data=data)
     config.model = encoder_config(arch, size)
     if size == "demo":
         config.train = small_run_config(600, learning_rate=2e-3, warmup_steps=40, weight_decay=0.01, eval_every=200)

@@ -34,7 +34,7 @@ import ml_collections
 from zoo.config_fields import FINITE, PATH, TEXT, Field, Rule, at_least, integer, integers, nested, one_of, section
 from zoo.models import model_config
 from zoo.models.decoding import LENGTH_PENALTIES
-from zoo.training import mesh_config, small_run_config, train_config
+from zoo.training import small_run_config, task_config, train_config
 from zoo.training.data import TFDS_DATA_DIR, WHEEL_CACHE
 
 PRESETS = ("demo", "tiny", "iwslt_de_en")
@@ -102,12 +102,7 @@ CONFIG_SECTIONS = {"data": DATA_FIELDS, "decode": DECODE_FIELDS}
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     if preset not in PRESETS:
         raise ValueError(f"unknown translation preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    config = ml_collections.ConfigDict()
-    config.task = "translation"
-    config.seed = 0
-    config.mesh = mesh_config()
-    config.data = section(DATA_FIELDS)
-    config.decode = section(DECODE_FIELDS)
+    config = task_config("translation", data=section(DATA_FIELDS), decode=section(DECODE_FIELDS))
     if preset == "demo":
         config.data.update(vocab_size=2000, max_tokens=3072)
         config.decode.valid_examples = 85

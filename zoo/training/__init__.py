@@ -1,6 +1,6 @@
 """The training harness shared by every task: optimiser, steps, loop, checkpoints, metrics, mesh, data."""
 
-from zoo.training.config import ConfigMismatchError, mesh_config, small_run_config, train_config
+from zoo.training.config import ConfigMismatchError, mesh_config, small_run_config, task_config, train_config
 from zoo.training.loop import Task, evaluate, train_and_evaluate
 from zoo.training.losses import classification_loss, token_cross_entropy
 from zoo.training.optim import make_optimizer, make_schedule
@@ -17,6 +17,7 @@ __all__ = [
     "make_schedule",
     "mesh_config",
     "small_run_config",
+    "task_config",
     "token_cross_entropy",
     "train_and_evaluate",
     "train_config",

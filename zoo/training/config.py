@@ -110,6 +110,12 @@ def mesh_config(**overrides) -> ml_collections.ConfigDict:
     return section(MESH_FIELDS, **overrides)
 
 
+def task_config(task: str, **sections: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A preset's first fields: `task` (the task it runs), seed 0 and the mesh, then the task's own `sections`
+    (`data=section(DATA_FIELDS)`, ...); the preset adds model and train."""
+    return ml_collections.ConfigDict({"task": task, "seed": 0, "mesh": mesh_config(), **sections})
+
+
 def flatten_config(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
