@@ -172,19 +172,17 @@ def prepare(config: ml_collections.ConfigDict) -> dict[str, Path]:
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
-    def final_results(results):
+    def data_note():
         directory = dataset_dir(config.data.dir, config.data.resolution, config.data.difficulty)
         if (settings := generator_record.read(directory)) is not None:  # written beside metadata/ by the generator
-            note = f"generated here: {settings['num_images']} images, seed {settings['seed']} (LRA's parameters)"
-            return {"data_note": note}
-        return {}
+            return f"generated here: {settings['num_images']} images, seed {settings['seed']} (LRA's parameters)"
 
     return input_pipeline.classification_task(
         config,
         lambda: prepare(config),
         vocab_size=PIXEL_VOCAB_SIZE,
         num_classes=NUM_CLASSES,
-        final_results=final_results,
+        data_note=data_note,
         config_sections=CONFIG_SECTIONS,
     )
 
