@@ -22,21 +22,19 @@ def lra_code_model(**fields) -> ml_collections.ConfigDict:
     return model_config(**{**block, **fields})
 
 
-def lra_code_train(
-    *, steps: int, warmup_steps: int, batch_size: int = 32, grad_clip_norm: float = 0.0
-) -> ml_collections.ConfigDict:
+def lra_code_train(*, steps: int, warmup_steps: int) -> ml_collections.ConfigDict:
     """AdamW (β2 0.98, ε 1e-9, weight decay 0.1), lr 0.05 with linear warmup then rsqrt decay, no gradient
     clipping (the text tasks' train.py clips nothing)."""
     return train_config(
         steps=steps,
-        batch_size=batch_size,
+        batch_size=32,
         learning_rate=0.05,
         schedule="rsqrt",
         warmup_steps=warmup_steps,
         weight_decay=0.1,
         b2=0.98,
         eps=1e-9,
-        grad_clip_norm=grad_clip_norm,
+        grad_clip_norm=0.0,
         log_every=100,
         eval_every=1000,
         checkpoint_every=1000,
