@@ -361,7 +361,6 @@ def run_efficiency(config: ml_collections.ConfigDict, root: str | os.PathLike, *
                 error = "out of memory"
             else:
                 error = _reason(output, returncode)
-            path.parent.mkdir(parents=True, exist_ok=True)
             _write(path, json.dumps({"mixer": config.variants[variant].mixer, "length": length, "error": error}) + "\n")
         ran += 1
         result = read_json(path)

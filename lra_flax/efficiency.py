@@ -13,7 +13,6 @@ process, not the sweep: lra-compare then records the entry as "out of memory".
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jax
 from absl import app, flags
@@ -61,9 +60,7 @@ def main(argv: list[str]) -> None:
     if "op_breakdown" in result:
         print(step_profile.format_breakdown(result["op_breakdown"]))
     if _OUTPUT.value:
-        out = Path(_OUTPUT.value)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(out, (text + "\n").encode())
+        atomic_write_bytes(_OUTPUT.value, (text + "\n").encode())
 
 
 def run() -> None:

@@ -507,7 +507,6 @@ def generate_image(params: PathfinderParams, seed: int, index: int) -> Sample:
 def write_batch(output_dir: str, params: PathfinderParams, seed: int, batch: int, start: int, count: int) -> int:
     """Images start..start+count−1 as batch `batch`; its metadata file last (atomically). Returns count."""
     out = Path(output_dir)
-    (out / "imgs" / str(batch)).mkdir(parents=True, exist_ok=True)
     lines = []
     for i in range(count):
         sample = generate_image(params, seed, start + i)
