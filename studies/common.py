@@ -111,10 +111,15 @@ def arm_folder(mixer: str, relu_factor: bool | None) -> str:
     return mixer if relu_factor is None else f"{mixer}-{'factor' if relu_factor else 'nofactor'}"
 
 
+def logged_metrics(workdir: Path, split: str) -> list[dict]:
+    """The metrics a run (lra-train, mlm-train) logged on `split`, in step order (its metrics.jsonl)."""
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    return [m for m in map(json.loads, lines) if m["split"] == split]
+
+
 def logged_curve(workdir: Path, split: str, metric: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of `metric` as an lra-train run logged it on `split` (its metrics.jsonl)."""
-    lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    logged = [m for m in lines if m["split"] == split]
+    """(steps, values) of `metric` as a run logged it on `split` (`logged_metrics`)."""
+    logged = logged_metrics(workdir, split)
     return [m["step"] for m in logged], [m[metric] for m in logged]
 
 

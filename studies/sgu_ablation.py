@@ -24,8 +24,17 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
-from studies.common import NOT_MEASURABLE, plateau_line, result_preset, runs_root, study_main, study_readme, write_study
-from studies.mlm_setting import RUNS, SEEDS, budget, mlm_config, setting, train, train_curve
+from studies.common import (
+    NOT_MEASURABLE,
+    logged_metrics,
+    plateau_line,
+    result_preset,
+    runs_root,
+    study_main,
+    study_readme,
+    write_study,
+)
+from studies.mlm_setting import RUNS, SEEDS, budget, mlm_config, setting, train
 from studies.verdict import (
     NOT_REPRODUCED,
     REPRODUCED,
@@ -81,7 +90,7 @@ def run(preset: str, out_dir: Path) -> dict:
         results = train(config, workdir)
         perplexity[name].append(results["test_perplexity"])
         parameters[name] = total(parameter_counts(config.model))
-        curves[name].append([(m["step"], m["loss"]) for m in train_curve(workdir)])
+        curves[name].append([(m["step"], m["loss"]) for m in logged_metrics(workdir, "train")])
     result = {
         "seeds": SEEDS[preset], "test_perplexity": perplexity, "parameters": parameters,
         "train_curves": curves, "unigram_perplexity": results["unigram_perplexity"], "tiny": preset == "tiny",

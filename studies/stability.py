@@ -30,7 +30,6 @@ same. Each finished run's summary is recorded in the output folder's runs.jsonl 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -45,6 +44,7 @@ from studies.common import (
     arm_folder,
     as_preset,
     listops_config,
+    logged_metrics,
     result_preset,
     runs_root,
     study_main,
@@ -97,13 +97,6 @@ def config_for(arm: str, seed: int, preset: str, data_dir: Path, learning_rate: 
     return config
 
 
-def logged(workdir: Path) -> list[dict]:
-    path = workdir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [m for m in map(json.loads, path.read_text().splitlines()) if m["split"] == "train"]
-
-
 def has_diverged(train: list[dict], warmup_steps: int) -> bool:
     """A logged loss after warm-up that is non-finite or above twice the chance level."""
     return any(not math.isfinite(m["loss"]) or m["loss"] > DIVERGED_LOSS for m in train if m["step"] > warmup_steps)
@@ -123,7 +116,7 @@ def train_one(arm: str, seed: int, learning_rate: float, preset: str, root: Path
         results, error = train_and_evaluate(config, workdir, make_task(config)), None
     except FloatingPointError as e:  # the loop stops at a non-finite loss and keeps the last good state
         results, error = {}, str(e).split(";")[0]
-    train = logged(workdir)
+    train = logged_metrics(workdir, "train") if (workdir / "metrics.jsonl").exists() else []
     summary = {
         "learning_rate": learning_rate,
         "steps": [m["step"] for m in train],

@@ -801,8 +801,8 @@ def test_every_study_trains_exactly_its_planned_runs(tmp_path, monkeypatch):
     for study in (ffn_memory, sgu_ablation, amlp_alignment):
         monkeypatch.setattr(study, "train", train)
         monkeypatch.setattr(study, "report", lambda result, out_dir: result)
-        if hasattr(study, "train_curve"):
-            monkeypatch.setattr(study, "train_curve", lambda workdir: [])
+        if hasattr(study, "logged_metrics"):
+            monkeypatch.setattr(study, "logged_metrics", lambda workdir, split: [])
         trained.clear()
         study.run("gpu", tmp_path)
         root = common.runs_root("gpu", tmp_path, mlm_setting.RUNS)
