@@ -20,10 +20,18 @@ from pathlib import Path
 import ml_collections
 import numpy as np
 
-from lra_flax.configs.listops import get_config
 from lra_flax.tasks import make_task
 from lra_flax.tasks.listops import held_out_majority_rate
-from studies.common import NOT_MEASURABLE, logged_curve, result_preset, runs_root, study_main, study_readme, write_study
+from studies.common import (
+    NOT_MEASURABLE,
+    listops_config,
+    logged_curve,
+    result_preset,
+    runs_root,
+    study_main,
+    study_readme,
+    write_study,
+)
 from studies.verdict import (
     Arm,
     Verdict,
@@ -49,10 +57,7 @@ STEPS = {"tiny": 4, "cpu": 300, "gpu": 3000}
 
 
 def config_for(kernel: str, seed: int, preset: str, data_dir: Path):
-    config = get_config("demo")
-    config.seed = seed
-    config.data.dir = str(data_dir)
-    config.model.mixer = "linear"
+    config = listops_config(seed, data_dir, "linear")
     config.model.mixer_options.linear.update(feature_map=kernel, kernel_depth=1)
     steps = STEPS[preset]
     # Validation at a quarter, half and three quarters of the steps: the spread's sign over the last two doublings.
