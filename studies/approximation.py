@@ -198,7 +198,7 @@ def report(result: dict, out_dir: Path) -> dict:
     values = lambda group, name: tuple(s[group][name] for s in per_seed)
     arm = lambda group, name, label=None: Arm(label or name, values(group, name))
     mean = lambda group, name: mean_std(values(group, name))[0]
-    spread = lambda group, name: mean_std(values(group, name))[1] if len(seeds) > 1 else 0.0
+    spread = lambda group, name: mean_std(values(group, name))[1]
     best_fixed = min(("elu1", "relu"), key=lambda kind: mean("fixed", kind))
     # Fitted kernels are trained (a "not reproduced" would need their error along the fit); FAVOR+'s error at each
     # m is a draw of random features, measured once.
@@ -243,7 +243,7 @@ def report(result: dict, out_dir: Path) -> dict:
     fig.tight_layout()
     save_figure(fig, out_dir / "approximation.png")
 
-    cell = lambda group, name: f"{mean(group, name):.3f} ± {spread(group, name):.3f}"
+    cell = lambda group, name: mean_pm_std(values(group, name), 3)
     rows = [f"| {kind} (fixed) | 0 | {cell('fixed', kind)} |" for kind in ("elu1", "relu")]
     rows += [f"| FAVOR+, m = {m} | 0 | {cell('favor', str(m))} |" for m in features]
     rows += [f"| {name} (trained {steps} steps) | {sizes[name]:,} | {cell('trained', name)} |" for name in names]
@@ -277,13 +277,13 @@ PAPER = "qualitative (trained below fixed maps)"
 def summary(result: dict) -> str:
     """The README's figures of a committed result.json (studies.table)."""
     per_seed, n = result["per_seed"], len(result["seeds"])
-    fixed = {kind: mean_std([s["fixed"][kind] for s in per_seed]) for kind in per_seed[0]["fixed"]}
-    best = min(fixed, key=lambda kind: fixed[kind][0])
+    fixed = {kind: [s["fixed"][kind] for s in per_seed] for kind in per_seed[0]["fixed"]}
+    best = min(fixed, key=lambda kind: mean_std(fixed[kind])[0])
     trained = {name: [s["trained"][name] for s in per_seed] for name in per_seed[0]["trained"]}
     worst, best_trained = (f(trained, key=lambda name: mean_std(trained[name])[0]) for f in (max, min))
     favor = [mean_pm_std([s["favor"][str(m)] for s in per_seed], 2) for m in result["features"]]
     return (
-        f"relative error, {n} seeds: best fixed map ({best}) {fixed[best][0]:.3f} ± {fixed[best][1]:.3f}; trained "
+        f"relative error, {n} seeds: best fixed map ({best}) {mean_pm_std(fixed[best], 3)}; trained "
         f"from {mean_pm_std(trained[best_trained], 3)} ({best_trained}) to {mean_pm_std(trained[worst], 3)} ({worst}); "
         f"FAVOR+ {favor[0]} (m {result['features'][0]}) → {favor[-1]} (m {result['features'][-1]:,})"
     )

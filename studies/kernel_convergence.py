@@ -191,9 +191,9 @@ PAPER = "qualitative (learning curves)"
 def summary(result: dict) -> str:
     """The README's figures of a committed result.json (studies.table)."""
     area = {name: [float(np.mean(c)) for c in curves] for name, curves in result["train_loss"].items()}
-    (m1, s1), (m2, s2) = mean_std(area["OGLU"]), mean_std(area["orth. linear"])
+    loss = [mean_pm_std(area[name], 3) for name in KERNELS]
     spread = [100 * mean_std(result["test_accuracy"][name])[1] for name in KERNELS]
-    return (f"mean training loss {m1:.3f} ± {s1:.3f} (OGLU) vs {m2:.3f} ± {s2:.3f}; final test accuracy's std between "
+    return (f"mean training loss {loss[0]} (OGLU) vs {loss[1]}; final test accuracy's std between "
             f"runs {spread[0]:.2f} vs {spread[1]:.2f} points, {len(result['seeds'])} seeds")  # fmt: skip
 
 

@@ -37,7 +37,7 @@ from studies.verdict import (
     failed_controls,
     history_means,
     judged,
-    mean_std,
+    mean_pm_std,
     needed_mean,
     with_budget,
 )
@@ -161,7 +161,7 @@ def summary(result: dict) -> str:
     """The README's figures of a committed result.json (studies.table)."""
     final = [per[max(per, key=int)] for per in result["scores"].values()]
     layers = zip(*final, strict=True)
-    cells = [f"{mean_std(list(scores))[0]:.2f} ± {mean_std(list(scores))[1]:.2f}" for scores in layers]
+    cells = [mean_pm_std(scores, 2) for scores in layers]
     return f"final Toeplitz score per layer {', '.join(cells)} (claim: > {THRESHOLD}), {len(final)} seeds"
 
 
