@@ -24,8 +24,9 @@ import ml_collections
 import numpy as np
 
 from mlm_flax.sgu_analysis import load_model, plot_spatial_weights, spatial_weights
+from studies import sgu_ablation
 from studies.common import NOT_MEASURABLE, plateau_line, result_preset, runs_root, study_main, study_readme, write_study
-from studies.mlm_setting import RUNS, SEEDS, mlm_config, setting, train
+from studies.mlm_setting import RUNS, setting, train
 from studies.verdict import (
     MIN_SEEDS,
     REPRODUCED,
@@ -49,11 +50,8 @@ THRESHOLD = 0.5
 
 def planned_runs(preset: str, root: Path) -> list[tuple[int, Path, ml_collections.ConfigDict]]:
     """(seed, workdir, config) of every run of the preset: studies.sgu_ablation's split arm."""
-    return [
-        (seed, root / f"gmlp-split_multiplicative-seed{seed}",
-         mlm_config("gmlp", seed, preset, root, sgu_variant="split_multiplicative"))
-        for seed in SEEDS[preset]
-    ]  # fmt: skip
+    runs = sgu_ablation.planned_runs(preset, root)
+    return [(config.seed, workdir, config) for arm, workdir, config in runs if arm == sgu_ablation.SPLIT]
 
 
 def run(preset: str, out_dir: Path) -> dict:
