@@ -24,7 +24,7 @@ from flax import nnx
 from mlm_flax.configs.pretrain import get_config
 from mlm_flax.data import markov_corpus
 from mlm_flax.task import make_task
-from studies.common import as_preset, runs_root
+from studies.common import runs_root
 from zoo.training import mesh as mesh_lib
 from zoo.training import train_and_evaluate
 from zoo.training.run import evaluate
@@ -42,7 +42,7 @@ def mlm_config(
     """ARCH in gmlp | amlp | bert | lm (`mlm_flax.configs.pretrain`; lm: a causal LM) at the shared setting of
     `preset` (studies.common.PRESETS), its data cached under `root`; `steps` replaces the preset's (STEPS,
     GPU_STEPS). `tiny`: seconds, on a small Markov-chain corpus written there (no download), for the tests."""
-    tiny = as_preset(preset) == "tiny"
+    tiny = preset == "tiny"
     config = get_config(f"{arch}_tiny" if tiny else f"{arch}_demo")
     config.seed = seed
     if arch in ("gmlp", "amlp"):
@@ -74,12 +74,12 @@ def budget(preset: str) -> tuple[int, int]:
     return STEPS, get_config("gmlp_demo").train.batch_size
 
 
-def setting(preset: str, arch: str = "gMLP") -> str:
+def setting(preset: str) -> str:
     """The setting in words, for a study's README."""
     if preset == "tiny":
         return "tiny: a Markov-chain corpus, 4 steps"
     steps, batch = budget(preset)
-    return f"KJV, 1k vocabulary, 64 tokens, 4-layer d 128 {arch}, {steps:,} steps of batch {batch}"
+    return f"KJV, 1k vocabulary, 64 tokens, 4-layer d 128 gMLP, {steps:,} steps of batch {batch}"
 
 
 def prepare(preset: str, root: Path) -> Path:

@@ -42,7 +42,6 @@ from studies.common import (
     NOT_MEASURABLE,
     Ledger,
     arm_folder,
-    as_preset,
     listops_config,
     logged_metrics,
     result_preset,
@@ -72,7 +71,6 @@ def arm_dir(root: Path, arm: str, seed: int, learning_rate: float = LEARNING_RAT
 
 
 def config_for(arm: str, seed: int, preset: str, data_dir: Path, learning_rate: float = LEARNING_RATES[0]):
-    preset = as_preset(preset)
     config = listops_config(seed, data_dir, *ARMS[arm])
     config.model.norm = "post"
     config.train.grad_clip_norm = 0.0
