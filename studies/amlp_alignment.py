@@ -297,7 +297,6 @@ def report(result: dict, out_dir: Path) -> dict:
         table="| encoder | encoder parameters | copy: held-out perplexity | KJV: held-out perplexity "
         "(mean ± std over seeds) |\n|---|---|---|---|\n" + rows,
         verdict=f"{verdict.verdict} — {verdict.reason}.",
-        figure="amlp_alignment.png",
         notes=notes,
     ))  # fmt: skip
 

@@ -312,7 +312,6 @@ def report(result: dict, out_dir: Path) -> dict:
         + rows
         + f"\n\nCells: mean ± std over seeds of the live heads' distance in tokens; uniform attention {uniform:.1f}.",
         verdict=f"{verdict.verdict} — {verdict.reason}.",
-        figure="attention_distance.png",
     ))  # fmt: skip
 
 

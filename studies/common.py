@@ -219,17 +219,17 @@ def write_study(out_dir: Path, result: dict, readme: str) -> dict:
 
 
 def study_readme(
-    name: str, preset: str, *, title: str, claim: str, setting: str, table: str, verdict: str, figure: str, notes=""
+    name: str, preset: str, *, title: str, claim: str, setting: str, table: str, verdict: str, notes=""
 ) -> str:
     """A study's README.md: the claim, the command (for `preset`, one of PRESETS) and setting, the measured table,
-    the verdict, the figure."""
+    the verdict, the figure (NAME.png, the study's to draw)."""
     preset = as_preset(preset)
     command = f"python -m studies.{name}" + ("" if preset == "cpu" else f" --{preset}")
     parts = [f"# {title}", f"**Claim** {claim}", f"**Setting**: `{command}` — {setting}", table]
     parts.append(f"**Verdict**: {verdict}")
     if notes:
         parts.append(f"**What may explain it**: {notes}")
-    parts.append(f"![{name}]({figure})")
+    parts.append(f"![{name}]({name}.png)")
     return "\n\n".join(parts) + "\n"
 
 

@@ -221,7 +221,6 @@ def report(result: dict, out_dir: Path) -> dict:
         + "\n".join(rows),
         verdict=f"{verdict.verdict} ({held_parts}); each part's reason, n by n, is in result.json (`parts`)"
         + ("" if verdict.verdict == REPRODUCED else f"; budget: {SETTLE}") + ".",
-        figure="ffn_memory.png",
         notes="" if verdict.verdict == REPRODUCED else NOTES.format(steps=STEPS[preset]),
     ))  # fmt: skip
 

@@ -180,7 +180,6 @@ def report(result: dict, out_dir: Path) -> dict:
         table="| kernel | seeds | mean training loss over the run | test accuracy % |\n"
         f"|---|---|---|---|\n{rows}\n| majority class | — | — | {100 * result['majority_rate']:.1f} |",
         verdict=f"{verdict.verdict} — {verdict.reason}.",
-        figure="kernel_convergence.png",
     ))  # fmt: skip
 
 

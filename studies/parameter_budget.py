@@ -116,7 +116,6 @@ def run(study_preset: str, out_dir: Path) -> dict:
         verdict=f"{verdict.verdict} — every row but {STACKED} under {100 * BUDGET:.0f}%: "
         f"{'yes' if worst < BUDGET else 'no'} (largest {100 * worst:.2f}%); a third stacked GLU beyond it on "
         f"{len(over)} of {len(TASKS)} tasks (" + ", ".join(f"{t} {100 * extra[STACKED][t]:.2f}%" for t in TASKS) + ").",
-        figure="parameter_budget.png",
     ))  # fmt: skip
 
 

@@ -177,7 +177,6 @@ def report(result: dict, out_dir: Path) -> dict:
         table="| s(Z) | paper perplexity | here: held-out perplexity, mean (per seed) | encoder parameters |\n"
         "|---|---|---|---|\n" + rows,
         verdict=f"{verdict.verdict} — measured, worst to best: {' > '.join(measured_order)}; {verdict.reason}.",
-        figure="sgu_ablation.png",
         notes="" if verdict.verdict == REPRODUCED else _not_reproduced_note(perplexity, parameters, preset, parts),
     ))  # fmt: skip
 

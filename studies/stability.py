@@ -313,7 +313,6 @@ def report(result: dict, out_dir: Path) -> dict:
         table="| attention | largest stable learning rate (per seed) | grid steps climbed | diverged at | test "
         f"accuracy there (majority class {100 * result['majority_rate']:.1f}%) |\n|---|---|---|---|---|\n" + rows,
         verdict=f"{verdict.verdict} — {verdict.reason}. Softmax is the reference, outside the verdict.",
-        figure="stability.png",
     ))  # fmt: skip
 
 

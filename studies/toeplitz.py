@@ -146,7 +146,6 @@ def report(result: dict, out_dir: Path) -> dict:
         table=f"| seed | held-out perplexity | {header} (final Toeplitz score) |\n"
         f"|---|---|{'---|' * len(mean_final)}\n" + rows,
         verdict=f"{verdict.verdict} — {verdict.reason}.",
-        figure="toeplitz.png",
         notes="" if verdict.verdict == REPRODUCED else "see W (`toeplitz_weights.png`) and the curve per layer.",
     ))  # fmt: skip
 

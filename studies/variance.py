@@ -128,7 +128,6 @@ def run(preset: str, out_dir: Path) -> dict:
         verdict=f"{verdict.verdict} under the rule of studies/verdict.py (each fitted log–log slope inside "
         f"±{SLOPE_TOLERANCE} of the prediction by both one-sided t-tests over {draws} draws at α {ALPHA:g}): "
         f"{verdict.reason}.",
-        figure="variance.png",
     ))  # fmt: skip
 
 
