@@ -439,7 +439,7 @@ def learned(
                                            f"{collapsed}")  # fmt: skip
     if part.verdict != REPRODUCED and last_losses is not None and label_entropy is not None:
         part = with_budget(part, chance_loss_budget(last_losses, label_entropy))
-    return dataclasses.replace(part, control=True)
+    return control(part)
 
 
 def control(part: Verdict) -> Verdict:
