@@ -46,7 +46,19 @@ def test_the_make_targets_install_the_pins_file_into_a_venv_of_their_own_and_ci_
         assert "$(LOWER)/.installed" in rule.splitlines()[0] and "$(LOWER)/bin/python -m pytest" in rule, target
     assert ".venv-lower-pins/" in (ROOT / ".gitignore").read_text().splitlines()
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert ci.index("make test") < ci.index("make test-lower-pins-fast")
+    assert ci.index("make test") < ci.index("make test-lower-pins-fast") < ci.index("  make test-newest-fast")
+
+
+def test_the_newest_releases_are_tested_in_a_venv_of_their_own_on_python_3_12():
+    makefile = (ROOT / "Makefile").read_text()
+    install = _make_rule(makefile, "$(NEWEST)/.installed")
+    assert "$(PYTHON_NEWEST) -m venv $(NEWEST)" in install and '-e ".[test]"' in install and " -c " not in install
+    rule = _make_rule(makefile, "test-newest-fast")
+    assert (
+        "$(NEWEST)/.installed" in rule.splitlines()[0]
+        and '$(NEWEST)/bin/python -m pytest $(XDIST) -q -m "not e2e"' in rule
+    )
+    assert ".venv-newest/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
 def test_the_places_that_name_the_project_s_packages_name_the_ones_pyproject_installs():
@@ -60,5 +72,5 @@ def test_the_places_that_name_the_project_s_packages_name_the_ones_pyproject_ins
     # The Makefile's bytecode rules compile them (and benchmarks, tests).
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^PACKAGES := (.*)$", makefile, flags=re.M)[1].split() == list(PACKAGES)
-    for target in ("bytecode", "test-lower-pins-fast"):
+    for target in ("bytecode", "test-lower-pins-fast", "test-newest-fast"):
         assert "compileall -q $(PACKAGES) benchmarks tests" in _make_rule(makefile, target), target
