@@ -684,7 +684,6 @@ def _backward_fused(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes
         grid=(tk // (2 * bk), h, b), grid_names=("k_tiles", "heads", "batch"), num_threads=3, thread_name="wg"
     )
 
-    @pl.kernel(mesh=mesh)  # no outputs: it writes the closed-over refs (`pl.core_map` is deprecated in jax 0.11)
     def backward():
         pl.run_scoped(
             kernel,
@@ -708,7 +707,12 @@ def _backward_fused(q, k, v, factor, d_out, *, causal: bool, scale: float, sizes
             collective_axes="wg",
         )
 
-    backward()
+    # It writes the closed-over output refs. jax 0.11 deprecates `pl.core_map`; 0.10's `pl.kernel` would alias every
+    # closed-over ref, the inputs too (5 more buffers XLA may copy), where its `core_map` aliases those written.
+    if jax.__version_info__ < (0, 11):
+        pl.core_map(mesh)(backward)
+    else:
+        pl.kernel(backward, mesh=mesh)()
     dq, dk, dv, pdp = (jax.freeze(ref) for ref in outs)
     return dq.astype(dtype), dk, dv, pdp
 

@@ -144,14 +144,14 @@ def test_check_run_writes_nothing_on_a_bad_config(tmp_path):
     assert mesh.devices.size == 1 and not (tmp_path / "run").exists()
 
 
-def test_setup_prepares_the_data_then_builds_and_compiles_and_writes_nothing_then_open_workdir_writes_the_config(
+def test_setup_builds_the_model_then_prepares_the_data_then_compiles_and_writes_nothing_then_open_workdir_writes(
     tmp_path, monkeypatch
 ):
     events = []
     compile_train_step = memory.compile_train_step
     monkeypatch.setattr(memory, "compile_train_step", lambda *a: events.append("compile") or compile_train_step(*a))
 
-    def recorded(task):  # a tokenizer trained on the data sizes a model: the data comes before the model
+    def recorded(task):
         return dataclasses.replace(task, build_model=lambda rngs: events.append("build") or task.build_model(rngs))
 
     def missing_data():
@@ -159,14 +159,23 @@ def test_setup_prepares_the_data_then_builds_and_compiles_and_writes_nothing_the
         raise FileNotFoundError("data.dir=typo has no ListOps TSVs")
 
     config, task = tiny_loop_run(4, prepare=missing_data)
-    with pytest.raises(FileNotFoundError, match="data.dir=typo"):  # said before any model is built or compiled
+    with pytest.raises(FileNotFoundError, match="data.dir=typo"):  # said before the compilation, not after it
         loop.setup(config, tmp_path / "run", recorded(task))
-    assert events == ["prepare"] and not (tmp_path / "run").exists()
+    assert events[0] == "build" and events[-1] == "prepare" and "compile" not in events, events
+    assert not (tmp_path / "run").exists()
+
+    events.clear()
+    config, task = tiny_loop_run(4, prepare=lambda: events.append("prepare") or {})
+    config.train.device_memory_gib = 1e-6  # a state that cannot fit is refused before any data is prepared
+    with pytest.raises(ValueError, match="parameters and optimiser state need.*Nothing was written"):
+        loop.setup(config, tmp_path / "run", recorded(task))
+    assert "prepare" not in events and "build" in events
 
     events.clear()
     config, task = tiny_loop_run(4, prepare=lambda: events.append("prepare") or {})
     run = loop.setup(config, tmp_path / "run", recorded(task))
-    assert events[0] == "prepare" and events[1] == "build" and events[-1] == "compile", events
+    assert events[0] == "build" and events.count("prepare") == 1 and events[-1] == "compile", events
+    assert events.index("prepare") > max(i for i, e in enumerate(events) if e == "build")
     assert not (tmp_path / "run").exists() and run.state is None
     loop.open_workdir(run)
     assert (tmp_path / "run/config.json").exists() and run.state is not None

@@ -110,15 +110,13 @@ def check_run(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task
 
 
 def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) -> Run:
-    """Every check, the data prepared, then the train state's and the train step's memory checked against a device's
-    (the step compiled for the task's largest batch). Writes nothing in the workdir: `open_workdir` does, once this
-    passed."""
+    """Every check: the model built abstractly and its state's memory checked, then the data prepared, then the train
+    step compiled for the task's largest batch and its memory checked against a device's. Writes nothing in the
+    workdir: `open_workdir` does, once this passed."""
     mesh = check_run(config, workdir, task)
-    # Generated, read and cached outside the workdir, process 0 first, before the model is built (a tokenizer trained
-    # on the data sizes its vocabulary): a missing or malformed data set is reported before any compilation.
-    first_process_then_others("prepare-data", task.prepare)
     build = state_builder(task.build_model, config.train, config.seed)
-    graphdef, abstract = abstract_state(build)
+    # Process 0 first: mt's and mlm's models take their vocabulary from a tokenizer trained on the data and cached.
+    graphdef, abstract = first_process_then_others("build-model", lambda: abstract_state(build))
     rules = mesh_lib.rules_from_config(config.mesh)
     sharding_line = mesh_lib.check_sharding(
         mesh_lib.sharding_report(abstract[0], mesh, rules), config.mesh.sharding_tolerance
@@ -128,6 +126,9 @@ def setup(config: ml_collections.ConfigDict, workdir: epath.Path, task: Task) ->
         print(sharding_line, flush=True)
     state_sharding = mesh_lib.state_shardings(abstract, mesh, rules)
     memory.check_state_fits(abstract, state_sharding, config.train)
+    # Generated, read and cached outside the workdir, process 0 first: a missing or malformed data set is reported
+    # before the compilation, which can take a minute for a large model.
+    first_process_then_others("prepare-data", task.prepare)
     shardings = mesh_lib.step_shardings(mesh, state_sharding)
     train_step = make_train_step(graphdef, task.loss_fn, accum_steps=config.train.grad_accum_steps, **shardings)
     if task.batch_spec is not None:
