@@ -59,6 +59,8 @@ def test_fairseq_length_penalty_divides_by_the_length():
     np.testing.assert_allclose(_length_penalty(lengths, 1.0, "fairseq"), [1.0, 4.0, 9.0])
     np.testing.assert_allclose(_length_penalty(lengths, 0.5, "fairseq"), [1.0, 2.0, 3.0])
     np.testing.assert_allclose(_length_penalty(lengths, 1.0, "gnmt"), [1.0, 1.5, 14 / 6])
+    with pytest.raises(ValueError, match="length_penalty_form='wu' is unknown"):
+        _length_penalty(lengths, 1.0, "wu")
 
 
 def test_sqrt_d_embeddings_are_fairseqs_parametrisation():
@@ -79,6 +81,8 @@ def test_sqrt_d_embeddings_are_fairseqs_parametrisation():
     h = jax.random.normal(jax.random.key(1), (3, d))
     np.testing.assert_allclose(scaled.attend(h), h @ table.T, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(plain.attend(h), h @ plain.embed.embedding[...].T / math.sqrt(d), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="model.embed_scale='x' is unknown"):
+        TokenEmbedding(vocab, d, dtype=jnp.float32, rngs=nnx.Rngs(0), scale="x")
 
 
 def test_fairseq_attention_initialisers():

@@ -51,6 +51,11 @@ def test_softmax_matched_init_gives_a_softmax_memory_a_relu_ffns_output_variance
         FeedForward(d, slots, kind="relu", dropout=0.0, dtype=jnp.float32, rngs=nnx.Rngs(0), init="softmax_matched")
 
 
+def test_unknown_ffn_kind():
+    with pytest.raises(ValueError, match=r"unknown ffn kind 'swish'; valid: relu, gelu, softmax_memory"):
+        FeedForward(D, 8, kind="swish", dropout=0.0, dtype=jnp.float32, rngs=nnx.Rngs(0))
+
+
 def test_every_block_can_use_every_ffn():
     for kind in FFN_KINDS:
         cfg = models.model_config(d_model=D, num_heads=2, mlp_dim=8, max_length=6, dropout=0.0, ffn=kind)
@@ -160,6 +165,8 @@ def test_ffn_dropout_apart_from_the_residual_dropout_and_ffn_initialisers():
         bound = 1 / np.sqrt(fan_in)
         for p in (layer.kernel[...], layer.bias[...]):
             assert float(jnp.max(jnp.abs(p))) <= bound and float(jnp.max(jnp.abs(p))) > 0.9 * bound
+    with pytest.raises(ValueError, match="model.ffn_init='he' is unknown"):
+        FeedForward(d, m, kind="relu", dropout=0.0, init="he", dtype=jnp.float32, rngs=nnx.Rngs(0))
 
 
 def test_attention_dropout_on_a_mixer_without_attention_weights_warns_once(monkeypatch):
@@ -215,3 +222,18 @@ def test_first_token_pooling_adds_no_cls_and_deeper_heads_halve():
     one = models.SequenceClassifier(models.model_config(d_model=16, num_heads=2, mlp_dim=32, max_length=8),
                                     vocab_size=20, num_classes=2, rngs=nnx.Rngs(0))  # fmt: skip
     assert one.head.deeper is None  # a one-layer head keeps the parameter layout of older checkpoints
+
+
+def test_the_layers_refuse_a_value_outside_their_choices_by_name():
+    """zoo.layers built from Python, with no config validation in front: a typo is refused, not taken for the
+    last branch of a dispatch."""
+    from zoo.layers.embeddings import add_positions
+    from zoo.layers.heads import ClassificationHead, pool
+
+    x, mask = jnp.ones((1, 3, D)), jnp.ones((1, 3), bool)
+    with pytest.raises(ValueError, match="unknown pooling 'max'; valid: cls, first, mean"):
+        pool(x, mask, "max")
+    with pytest.raises(ValueError, match="unknown positional encoding 'rope'"):
+        add_positions(x, "rope")
+    with pytest.raises(ValueError, match="a head of 0 hidden layers"):
+        ClassificationHead(D, 8, 2, dtype=jnp.float32, rngs=nnx.Rngs(0), layers=0)

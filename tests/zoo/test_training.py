@@ -53,6 +53,8 @@ def test_cosine_and_constant_schedules():
     assert float(cos(110)) < 1e-9 and float(cos(5)) == pytest.approx(5e-4)
     const = make_schedule(train_config(schedule="constant", learning_rate=2e-3, warmup_steps=4))
     np.testing.assert_allclose([float(const(s)) for s in (2, 4, 50)], [1e-3, 2e-3, 2e-3], rtol=1e-5)
+    with pytest.raises(ValueError, match=r"train.schedule='linear' is unknown; valid: rsqrt, cosine, constant"):
+        make_schedule(train_config(schedule="linear"))
 
 
 def _setup(accum=1, dtype="float32", label_smoothing=0.0, dropout=0.0, mixer="relu", rows_seen=None, **mixer_options):

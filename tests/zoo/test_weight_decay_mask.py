@@ -66,3 +66,8 @@ def test_bert_mask_spares_norms_and_biases():
 )
 def test_decays(path, mask, expected):
     assert decays(path, mask) is expected
+
+
+def test_unknown_mask_names_the_field():
+    with pytest.raises(ValueError, match=r"train.weight_decay_mask='bert'.*valid: all, no_norm_or_bias"):
+        decays(("w",), "bert")

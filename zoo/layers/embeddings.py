@@ -31,8 +31,10 @@ def add_positions(x: jax.Array, kind: str, offset: int = 0) -> jax.Array:
         return x
     if kind == "learned":
         raise ValueError("learned positions are parameters: this model supports only 'sinusoidal' or 'none'")
-    table = sinusoidal_positions(offset + x.shape[1], x.shape[-1])[offset:]  # "sinusoidal"
-    return x + table[None].astype(x.dtype)
+    if kind == "sinusoidal":
+        table = sinusoidal_positions(offset + x.shape[1], x.shape[-1])[offset:]
+        return x + table[None].astype(x.dtype)
+    raise ValueError(f"unknown positional encoding {kind!r}; valid: {', '.join(POSITIONAL)}")
 
 
 EMBED_SCALES = ("none", "sqrt_d")
@@ -60,6 +62,8 @@ class TokenEmbedding(nnx.Module):
     """
 
     def __init__(self, vocab_size: int, d_model: int, *, dtype, rngs: nnx.Rngs, scale: str = "none"):
+        if scale not in EMBED_SCALES:
+            raise ValueError(f"config field model.embed_scale={scale!r} is unknown; valid: {', '.join(EMBED_SCALES)}")
         self.scale = scale
         stddev = 1.0 if scale == "none" else d_model**-0.5
         self.embed = nnx.Embed(

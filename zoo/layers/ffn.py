@@ -41,7 +41,9 @@ def initializers(kind: str, fan_in: int, *, values: bool = False) -> tuple:
         return nnx.initializers.lecun_normal(), nnx.initializers.zeros_init()
     if kind == "xavier_uniform":  # the LRA code's MlpBlock (common_layers.py): bias_init normal(stddev=1e-6)
         return nnx.initializers.xavier_uniform(), nnx.initializers.normal(stddev=1e-6)
-    return _fan_in_uniform(fan_in), _fan_in_uniform(fan_in)  # "torch"
+    if kind == "torch":
+        return _fan_in_uniform(fan_in), _fan_in_uniform(fan_in)
+    raise ValueError(f"config field model.ffn_init={kind!r} is unknown; valid: {', '.join(FFN_INITS)}")
 
 
 class FeedForward(nnx.Module):
@@ -58,6 +60,8 @@ class FeedForward(nnx.Module):
         gelu_approximate: bool = True,
         init: str = "lecun_normal",
     ):
+        if kind not in FFN_KINDS or kind == "none":
+            raise ValueError(f"unknown ffn kind {kind!r}; valid: {', '.join(k for k in FFN_KINDS if k != 'none')}")
         bias = kind not in _MEMORY
         if init == "softmax_matched" and kind not in ("softmax_memory", "softmax_ln_memory"):
             raise ValueError(

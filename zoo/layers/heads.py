@@ -17,8 +17,10 @@ def pool(x: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
     """`[batch, length, d]` → `[batch, d]`: the first position ("cls", "first") or the mean over real positions."""
     if pooling in ("cls", "first"):
         return x[:, 0]
-    w = mask.astype(x.dtype)[..., None]  # "mean"
-    return (x * w).sum(1) / jnp.maximum(w.sum(1), 1)
+    if pooling == "mean":
+        w = mask.astype(x.dtype)[..., None]
+        return (x * w).sum(1) / jnp.maximum(w.sum(1), 1)
+    raise ValueError(f"unknown pooling {pooling!r}; valid: {', '.join(POOLINGS)}")
 
 
 class ClassificationHead(nnx.Module):
@@ -26,7 +28,7 @@ class ClassificationHead(nnx.Module):
     (1: the LRA classifier head, 2: its matching head)."""
 
     def __init__(self, d_in: int, hidden: int, num_classes: int, *, dtype, rngs: nnx.Rngs, layers: int = 1):
-        if hidden >> (layers - 1) < 1:  # model.head_layers ≥ 1 is its declared rule
+        if layers < 1 or hidden >> (layers - 1) < 1:
             raise ValueError(f"a head of {layers} hidden layers halving from {hidden} units is not possible")
         widths = [hidden >> i for i in range(layers)]
         self.hidden = dense(d_in, hidden, ("embed", "mlp"), dtype=dtype, rngs=rngs)

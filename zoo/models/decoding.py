@@ -39,6 +39,8 @@ LENGTH_PENALTIES = ("gnmt", "fairseq")
 def _length_penalty(length: jax.Array, alpha: float, form: str = "gnmt") -> jax.Array:
     """What a finished hypothesis' log-probability is divided by: GNMT's ((5 + |y|) / 6)^α (Wu et al. 2016) or
     fairseq's |y|^α (sequence_generator.py: eos_scores / (step + 1) ** len_penalty); |y| counts EOS."""
+    if form not in LENGTH_PENALTIES:
+        raise ValueError(f"length_penalty_form={form!r} is unknown; valid: {', '.join(LENGTH_PENALTIES)}")
     length = length.astype(jnp.float32)
     return ((5.0 + length) / 6.0) ** alpha if form == "gnmt" else length**alpha
 

@@ -24,8 +24,9 @@ def make_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
         return rsqrt
     if train.schedule == "cosine":
         return optax.warmup_cosine_decay_schedule(0.0, base, warmup, max(int(train.steps), warmup + 1), 0.0)
-    # "constant": train.schedule is one of SCHEDULES (checked by zoo/training/validate.py)
-    return optax.join_schedules([optax.linear_schedule(0.0, base, warmup), optax.constant_schedule(base)], [warmup])
+    if train.schedule == "constant":
+        return optax.join_schedules([optax.linear_schedule(0.0, base, warmup), optax.constant_schedule(base)], [warmup])
+    raise ValueError(f"config field train.schedule={train.schedule!r} is unknown; valid: {', '.join(SCHEDULES)}")
 
 
 # train.weight_decay_mask: which parameters AdamW decays.
@@ -45,6 +46,10 @@ def key_name(key) -> str:
 
 def decays(path: tuple[str, ...], mask: str) -> bool:
     """Whether the parameter at `path` (module names down to the parameter's) is decayed under `mask`."""
+    if mask not in WEIGHT_DECAY_MASKS:
+        raise ValueError(
+            f"config field train.weight_decay_mask={mask!r} is unknown; valid: {', '.join(WEIGHT_DECAY_MASKS)}"
+        )
     name = path[-1]
     if name in NEVER_DECAYED:
         return False
