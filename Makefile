@@ -101,7 +101,8 @@ PYTHON_NEWEST ?= $(firstword $(shell python3.12 -c 'import sys; print(sys.execut
   $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12))
 
 newest-python:
-	@test -n "$(PYTHON_NEWEST)" || { echo "no Python 3.12 found: set PYTHON_NEWEST" >&2; exit 1; }
+	@test -n "$(PYTHON_NEWEST)" && $(PYTHON_NEWEST) -c 'import ensurepip, venv' 2>/dev/null \
+	  || { echo "no Python 3.12 with venv found: set PYTHON_NEWEST" >&2; exit 1; }
 	@echo $(PYTHON_NEWEST)
 
 $(NEWEST)/.installed: pyproject.toml | newest-python

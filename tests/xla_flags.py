@@ -2,7 +2,8 @@
 commands whose training steps, not their compilation, take the time."""
 
 import os
-from importlib.metadata import version
+
+import jaxlib  # its version only: XLA reads XLA_FLAGS later, when jax starts a backend
 
 # LLVM's cheapest settings and XLA:CPU's older (non-MLIR) fusion emitters. Measured on this 2-core CPU with a cold
 # compilation cache: LLVM's settings compile about 40% faster (tests/zoo/test_scan_layers.py); the older emitters
@@ -13,7 +14,7 @@ from importlib.metadata import version
 # Text demo train steps compiled 6-12% faster so (1.14 → 1.00 s, 1.59 → 1.49 s; quiet machine, three runs each).
 # jaxlib 0.11 has only the new emitters, and aborts on a flag it does not know.
 _OLD_EMITTERS = (
-    " --xla_cpu_use_fusion_emitters=false" if tuple(map(int, version("jaxlib").split(".")[:2])) < (0, 11) else ""
+    " --xla_cpu_use_fusion_emitters=false" if tuple(map(int, jaxlib.__version__.split(".")[:2])) < (0, 11) else ""
 )
 FAST_COMPILE = (
     f"--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true{_OLD_EMITTERS}"
