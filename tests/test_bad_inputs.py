@@ -18,6 +18,7 @@ import dataclasses
 import gzip
 import io
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -586,8 +587,30 @@ def _classifier(tie: str, cls: str = "SequenceClassifier"):
     return getattr(models, cls)(cfg, vocab_size=5, num_classes=2, rngs=nnx.Rngs(0))
 
 
+# Every public model's size arguments, each 2 (a valid size); a case sets one to a bad value.
+MODEL_SIZES = {
+    "SequenceClassifier": ("vocab_size", "num_classes"), "DualEncoder": ("vocab_size", "num_classes"),
+    "TextClassifier": ("vocab_size", "num_classes"), "SequenceEncoder": ("vocab_size",),
+    "TextEncoder": ("vocab_size",), "MaskedLM": ("vocab_size",), "CausalLM": ("vocab_size",),
+    "EncoderDecoder": ("src_vocab", "tgt_vocab"), "Encoder": (), "Decoder": (),
+}  # fmt: skip
+
+
+def _model(cls: str, sizes: dict | None = None, options: Callable | None = None, **fields):
+    """Builds `zoo.models.<cls>` from Python; `options(cfg.mixer_options)` edits the mixers' options first."""
+    from flax import nnx
+
+    from zoo import models
+
+    cfg = models.model_config(**dict(num_layers=2, d_model=8, num_heads=2, mlp_dim=8, max_length=8) | fields)
+    if options is not None:
+        options(cfg.mixer_options)
+    kwargs = {name: 2 for name in MODEL_SIZES[cls]} | (sizes or {})
+    return getattr(models, cls)(cfg, **kwargs, rngs=nnx.Rngs(0))
+
+
 def _model_cases() -> list[Case]:
-    return [
+    cases = [
         Case(
             "model",
             f"{cls} tie_embeddings={tie}",
@@ -597,6 +620,62 @@ def _model_cases() -> list[Case]:
         for cls in ("SequenceClassifier", "DualEncoder")
         for tie in ("decoder", "all")
     ]
+    for cls, sizes in MODEL_SIZES.items():  # refused at the model's entry, not by jax once arrays are made
+        cases.append(
+            Case(
+                "model",
+                f"{cls} d_model=-1",
+                lambda t, c=cls: _model(c, d_model=-1),
+                Error(ValueError, r"^config field model.d_model=-1 must be an integer in \[1, 65,536\]$"),
+            )
+        )
+        cases += [Case("model", f"{cls} {size}={value}", lambda t, c=cls, s=size, v=value: _model(c, {s: v}),
+                       Error(ValueError, rf"^{cls}: {size}={value!r} must be an integer ≥ 1$"))
+                  for size in sizes for value in (0, -1, 2.5)]  # fmt: skip
+    # Every mixer's options, the inactive ones' too, as the commands check them (model.mixer is relu).
+    relu = (
+        "variance_reduction, gamma_init, gamma_learnable, norm_loss_weight, entropy_loss_weight, entropy_margin, impl"
+    )
+    options = {
+        "an inactive mixer's option out of its choices": (
+            lambda o: setattr(o.linear, "feature_map", "gluu"),
+            r"model.mixer_options.linear.feature_map='gluu' must be one of elu1, relu, favor",
+        ),
+        "an inactive mixer's unknown option": (
+            lambda o: o.linear.__setitem__("feature_mapp", "glu"),
+            r"model.mixer_options.linear has no field 'feature_mapp'; valid: feature_map, kernel_depth",
+        ),
+        "an unknown mixer's options": (
+            lambda o: o.__setitem__("relux", {"gamma_init": 2.0}),
+            r"model.mixer_options.relux: unknown mixer 'relux'; valid mixers: amlp, .*relu, relu_l",
+        ),
+        "the active mixer's unknown option": (
+            lambda o: o.relu.__setitem__("norm_los_weight", 0.1),
+            rf"model.mixer_options.relu has no field 'norm_los_weight'; valid: {relu}$",
+        ),
+    }
+    for name, (edit, pattern) in options.items():
+        for cls in ("SequenceClassifier", "Encoder", "EncoderDecoder"):
+            cases.append(Case("model", f"{cls}: {name}", lambda t, c=cls, e=edit: _model(c, options=e),
+                              Error(ValueError, rf"^config field {pattern}")))  # fmt: skip
+        cases.append(Case("mixer option", f"validated: {name}", lambda t, e=edit: _validated(e),
+                          Works(lambda problems, p=pattern: any(re.match(p, line) for line in problems))))  # fmt: skip
+    for name, given, pattern in [
+        ("a typo", {"relu": {"typo": 1}}, rf"relu has no field 'typo'; valid: {relu}$"),
+        ("an unknown mixer", {"relux": {}}, r"relux: unknown mixer 'relux'; valid mixers: amlp, "),
+        ("not a section", {"relu": 3}, rf"relu=3 must be a section of its options: {relu}$"),
+    ]:  # fmt: skip
+        cases.append(Case("model", f"model_config(mixer_options=...) with {name}",
+                          lambda t, g=given: model_config(mixer_options=g),
+                          Error(ValueError, rf"^model_config: model.mixer_options.{pattern}")))  # fmt: skip
+    return cases
+
+
+def _validated(edit: Callable) -> list[str]:
+    """What the commands' validation says of a config whose mixer options `edit` changed."""
+    config = _base_config()
+    edit(config.model.mixer_options)
+    return config_problems(config)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from zoo.layers import ClassificationHead, TokenEmbedding, add_positions, comput
 from zoo.layers.dropout import Dropout
 from zoo.layers.embeddings import LearnedPositions
 from zoo.layers.heads import pool
-from zoo.models.config import check_tie_embeddings
+from zoo.models.config import check_model, check_tie_embeddings
 from zoo.models.encoder import Encoder
 
 PAD_ID = 0
@@ -24,7 +24,10 @@ class SequenceEncoder(nnx.Module):
     `cfg.pixel_zero_is_padding` hides black pixels from attention as keys; they still count for pooling.
     """
 
-    def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
+    def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs, checked: bool = False):
+        """`checked`: the model that holds this encoder has checked `cfg` and `vocab_size` already."""
+        if not checked:
+            check_model(cfg, "SequenceEncoder", vocab_size=vocab_size)
         dtype = compute_dtype(cfg.dtype)
         self.max_length, self.pooling, self.positional = cfg.max_length, cfg.pooling, cfg.positional
         self.pad_id = cfg.get("pad_id", PAD_ID)
@@ -32,7 +35,7 @@ class SequenceEncoder(nnx.Module):
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         self.cls = nnx.Param(jnp.zeros((cfg.d_model,), jnp.float32)) if cfg.pooling == "cls" else None
         extra = 1 if cfg.pooling == "cls" else 0
-        self.encoder = Encoder(cfg, max_length=cfg.max_length + extra, rngs=rngs)
+        self.encoder = Encoder(cfg, max_length=cfg.max_length + extra, rngs=rngs, checked=True)
         self.positions = (
             LearnedPositions(cfg.max_length + extra, cfg.d_model, stddev=cfg.position_init_stddev, rngs=rngs)
             if cfg.positional == "learned"
@@ -60,8 +63,9 @@ class SequenceClassifier(nnx.Module):
     """tokens `[batch, length]` → logits `[batch, num_classes]` (Dense → ReLU → Dense head)."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs):
+        check_model(cfg, "SequenceClassifier", vocab_size=vocab_size, num_classes=num_classes)
         check_tie_embeddings(cfg, ("none",), "a classifier (it has no output embedding)")
-        self.encoder = SequenceEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
+        self.encoder = SequenceEncoder(cfg, vocab_size=vocab_size, rngs=rngs, checked=True)
         self.head = ClassificationHead(
             cfg.d_model, cfg.mlp_dim, num_classes, dtype=compute_dtype(cfg.dtype), rngs=rngs, layers=cfg.head_layers
         )
@@ -81,8 +85,9 @@ class DualEncoder(nnx.Module):
         if self.pair_features not in self.PAIR_FEATURES:
             valid = ", ".join(self.PAIR_FEATURES)
             raise ValueError(f"model.pair_features={self.pair_features!r} is unknown; valid: {valid}")
+        check_model(cfg, "DualEncoder", vocab_size=vocab_size, num_classes=num_classes)
         check_tie_embeddings(cfg, ("none",), "a classifier (it has no output embedding)")
-        self.encoder = SequenceEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
+        self.encoder = SequenceEncoder(cfg, vocab_size=vocab_size, rngs=rngs, checked=True)
         dtype = compute_dtype(cfg.dtype)
         width = (4 if self.pair_features == "nli" else 2) * cfg.d_model
         self.head = ClassificationHead(width, cfg.mlp_dim, num_classes, dtype=dtype, rngs=rngs, layers=cfg.head_layers)

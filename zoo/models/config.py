@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping
+
 import ml_collections
 
 from zoo import mixers
@@ -98,6 +101,10 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
     unknown = sorted(set(overrides) - set(cfg.keys()))
     if unknown:  # a misspelt field would otherwise be kept beside the real one, which keeps its default
         raise ValueError(f"model_config: unknown field(s) {', '.join(unknown)}; valid: {', '.join(sorted(cfg.keys()))}")
+    options = overrides.get("mixer_options")
+    if isinstance(options, Mapping | ml_collections.ConfigDict):  # the same: a misspelt mixer or option
+        if problems := [p for name in options.keys() for p in mixer_option_problems(name, options[name], values=False)]:
+            raise ValueError("model_config: " + "; ".join(problems))
     cfg.update(overrides)
     return cfg
 
@@ -131,7 +138,36 @@ def check_tie_embeddings(cfg: ml_collections.ConfigDict, choices: tuple[str, ...
     return tie
 
 
+def mixer_option_problems(name: str, options, *, values: bool = True) -> list[str]:
+    """model.mixer_options.<name> by mixer `name`'s declared options: an unknown mixer, an unknown field and, with
+    `values`, a value its rule refuses; one line each, naming the field."""
+    prefix = f"model.mixer_options.{name}"
+    if name not in mixers.names():
+        return [f"{prefix}: unknown mixer {name!r}; valid mixers: {', '.join(mixers.names())}"]
+    fields = mixers.option_fields(name)
+    valid = ", ".join(f.name for f in fields) or "none (it has no options)"
+    if not isinstance(options, Mapping | ml_collections.ConfigDict):
+        return [f"{prefix}={options!r} must be a section of its options: {valid}"]
+    unknown = sorted(set(options.keys()) - {f.name for f in fields})
+    problems = [f"{prefix} has no field {key!r}; valid: {valid}" for key in unknown]
+    return problems + (field_problems(options, fields, prefix) if values else [])
+
+
 def check_model_fields(cfg: ml_collections.ConfigDict) -> None:
-    """The model fields' declared rules, for models built from Python (the commands validate before building)."""
-    if problems := field_problems(cfg, MODEL_FIELDS, "model"):
+    """The model fields' declared rules and every mixer's options' (the inactive mixers' too, as the commands'
+    validation), for models built from Python (the commands validate before building)."""
+    problems = field_problems(cfg, MODEL_FIELDS, "model")
+    options = cfg.get("mixer_options") or {}
+    problems += [p for name in sorted(options.keys()) for p in mixer_option_problems(name, options[name])]
+    if problems:
         raise ValueError("config field " + "; ".join(problems))
+
+
+def check_model(cfg: ml_collections.ConfigDict, model: str, **sizes: int) -> None:
+    """A public model's entry, before any array is made: its `sizes` arguments (vocab_size, num_classes: integers
+    ≥ 1) and `check_model_fields`. The layers it builds are told `checked=True`, so nothing is checked twice."""
+    rule = integer(1)
+    for argument, value in sizes.items():  # a numpy integer (a data set's count) is an integer too
+        if not (isinstance(value, numbers.Integral) and rule.check(int(value))):
+            raise ValueError(f"{model}: {argument}={value!r} {rule.what}")
+    check_model_fields(cfg)

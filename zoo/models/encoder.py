@@ -30,8 +30,11 @@ class Encoder(nnx.Module):
         num_layers: int | None = None,
         cross: bool = False,
         rngs: nnx.Rngs,
+        checked: bool = False,
     ):
-        check_model_fields(cfg)  # once for the stack, not once per block
+        """`checked`: the model that holds this stack has checked `cfg` (`check_model`) already."""
+        if not checked:
+            check_model_fields(cfg)  # once for the stack, not once per block
         max_length = cfg.max_length if max_length is None else max_length
         num_layers = cfg.num_layers if num_layers is None else num_layers
         self.num_layers, self.scan_layers = num_layers, bool(cfg.scan_layers)

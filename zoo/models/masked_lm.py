@@ -24,6 +24,7 @@ from zoo.layers import (
 from zoo.layers.dropout import Dropout
 from zoo.layers.heads import pool
 from zoo.models.classifiers import PAD_ID
+from zoo.models.config import check_model
 from zoo.models.encoder import Encoder
 
 
@@ -31,7 +32,10 @@ class TextEncoder(nnx.Module):
     """tokens `[batch, length]` (id 0 = padding) → `[batch, length, d_model]`, bidirectional; length at most
     `cfg.max_length` (the SGU's spatial size)."""
 
-    def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
+    def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs, checked: bool = False):
+        """`checked`: the model that holds this encoder has checked `cfg` and `vocab_size` already."""
+        if not checked:
+            check_model(cfg, "TextEncoder", vocab_size=vocab_size)
         dtype = compute_dtype(cfg.dtype)
         self.max_length, self.positional = cfg.max_length, cfg.positional
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
@@ -40,7 +44,7 @@ class TextEncoder(nnx.Module):
             if cfg.positional == "learned"
             else None
         )
-        self.encoder = Encoder(cfg, rngs=rngs)
+        self.encoder = Encoder(cfg, rngs=rngs, checked=True)
         self.dropout = Dropout(cfg.dropout, rngs=rngs)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
@@ -59,8 +63,9 @@ class MaskedLM(nnx.Module):
     Head (BERT's): Dense → GELU → LayerNorm, then the input embedding table transposed (tied) plus a bias."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
+        check_model(cfg, "MaskedLM", vocab_size=vocab_size)
         dtype = compute_dtype(cfg.dtype)
-        self.backbone = TextEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
+        self.backbone = TextEncoder(cfg, vocab_size=vocab_size, rngs=rngs, checked=True)
         self.transform = dense(cfg.d_model, cfg.d_model, ("embed", "mlp"), dtype=dtype, rngs=rngs)
         self.transform_norm = nnx.LayerNorm(cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=dtype, rngs=rngs)
         self.gelu_approximate = cfg.gelu_approximate
@@ -81,7 +86,8 @@ class TextClassifier(nnx.Module):
     """tokens (`[CLS] a [SEP] (b [SEP])`) → logits `[batch, num_classes]` from the pooled encoder output."""
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, num_classes: int, rngs: nnx.Rngs):
-        self.backbone = TextEncoder(cfg, vocab_size=vocab_size, rngs=rngs)
+        check_model(cfg, "TextClassifier", vocab_size=vocab_size, num_classes=num_classes)
+        self.backbone = TextEncoder(cfg, vocab_size=vocab_size, rngs=rngs, checked=True)
         self.pooling = cfg.pooling
         self.dropout = Dropout(cfg.dropout, rngs=rngs)
         self.head = ClassificationHead(cfg.d_model, cfg.d_model, num_classes, dtype=compute_dtype(cfg.dtype), rngs=rngs)

@@ -16,6 +16,7 @@ from zoo.layers import TokenEmbedding, add_positions, compute_dtype, dense
 from zoo.layers.dropout import Dropout
 from zoo.layers.embeddings import sinusoidal_positions
 from zoo.models.classifiers import PAD_ID
+from zoo.models.config import check_model
 from zoo.models.encoder import Decoder, Encoder
 
 
@@ -60,10 +61,11 @@ class CausalLM(_Generator):
     """
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, vocab_size: int, rngs: nnx.Rngs):
-        tie = cfg.get("tie_embeddings", "none")  # its one_of rule: check_model_fields (Encoder, Decoder)
+        check_model(cfg, "CausalLM", vocab_size=vocab_size)
+        tie = cfg.get("tie_embeddings", "none")  # its one_of rule: check_model
         dtype = compute_dtype(cfg.dtype)
         self.embed = TokenEmbedding(vocab_size, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
-        self.decoder = Decoder(cfg, rngs=rngs)
+        self.decoder = Decoder(cfg, rngs=rngs, checked=True)
         self._output(cfg, tie, vocab_size, rngs)
 
     def __call__(self, tokens: jax.Array, *, rngs: nnx.Rngs | None = None) -> jax.Array:
@@ -85,8 +87,9 @@ class EncoderDecoder(_Generator):
     """
 
     def __init__(self, cfg: ml_collections.ConfigDict, *, src_vocab: int, tgt_vocab: int, rngs: nnx.Rngs):
+        check_model(cfg, "EncoderDecoder", src_vocab=src_vocab, tgt_vocab=tgt_vocab)
         dtype = compute_dtype(cfg.dtype)
-        tie = cfg.get("tie_embeddings", "none")  # its one_of rule: check_model_fields (Encoder, Decoder)
+        tie = cfg.get("tie_embeddings", "none")  # its one_of rule: check_model
         if tie == "all" and src_vocab != tgt_vocab:
             raise ValueError(
                 f"model.tie_embeddings='all' needs one joint vocabulary; got {src_vocab} source and {tgt_vocab} "
@@ -99,8 +102,9 @@ class EncoderDecoder(_Generator):
             if tie == "all"
             else TokenEmbedding(src_vocab, cfg.d_model, dtype=dtype, rngs=rngs, scale=cfg.embed_scale)
         )
-        self.encoder = Encoder(cfg, rngs=rngs)
-        self.decoder = Decoder(cfg, num_layers=cfg.num_decoder_layers or cfg.num_layers, cross=True, rngs=rngs)
+        self.encoder = Encoder(cfg, rngs=rngs, checked=True)
+        num_layers = cfg.num_decoder_layers or cfg.num_layers
+        self.decoder = Decoder(cfg, num_layers=num_layers, cross=True, rngs=rngs, checked=True)
         self._output(cfg, tie, tgt_vocab, rngs)
 
     def encode(self, src: jax.Array, *, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, jax.Array]:

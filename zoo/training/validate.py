@@ -20,7 +20,7 @@ from zoo import mixers
 from zoo.config_fields import Field, Rule
 from zoo.config_fields import problems as field_problems
 from zoo.files import is_url
-from zoo.models.config import MODEL_FIELDS, mixer_config
+from zoo.models.config import MODEL_FIELDS, mixer_config, mixer_option_problems
 from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS, check_output_dir
 from zoo.training.flops import cpu_peak_from_env
 from zoo.training.mesh import PARAMETER_AXES
@@ -57,14 +57,13 @@ def _mixer_problems(model: ml_collections.ConfigDict) -> list[str]:
     active = {model.mixer, model.get("cross_mixer")}
     problems = []
     for name in sorted(model.mixer_options.keys()):
-        prefix = f"model.mixer_options.{name}"
         options = model.mixer_options[name]
-        found = field_problems(options, mixers.option_fields(name), prefix)
+        found = mixer_option_problems(name, options)  # the rules models built from Python are checked by too
         if found or (name not in active and options.to_dict() == mixers.default_options(name)):
             problems += found
             continue
         if (problem := _build_problem(mixer_config(model, name=name))) is not None:
-            problems.append(f"{prefix}: {problem}")
+            problems.append(f"model.mixer_options.{name}: {problem}")
     return problems
 
 
