@@ -671,6 +671,36 @@ def _model_cases() -> list[Case]:
     return cases
 
 
+def _mixer(name: str, **fields):
+    """Builds mixer `name` from Python (`zoo.mixers.build`), with `fields` over a small config."""
+    from flax import nnx
+
+    from zoo import mixers
+
+    cfg = mixers.default_config(name)
+    cfg.update(dict(d_model=8, num_heads=2, max_length=8) | fields)
+    return mixers.build(cfg, rngs=nnx.Rngs(0))
+
+
+def _mixer_cases() -> list[Case]:
+    """The fields every mixer shares, by the model fields' rules (once jax's errors or a division by zero)."""
+    bad = [
+        ("relu", "d_model", -4, r"an integer in \[1, 65,536\]"),
+        ("relu", "num_heads", 0, r"an integer in \[1, 4,096\]"),
+        ("gmlp", "max_length", 0, r"an integer in \[1, 1,048,576\]"),
+        ("softmax", "qkv_dim", -1, "an integer in"),
+        ("softmax", "attention_dropout", 1.5, r"in \[0, 1\)"),
+        ("linear", "layer_norm_eps", 0.0, "a number > 0"),
+        ("relu", "dtype", "float8", "one of"),
+        ("softmax", "attention_init", "he", "one of xavier_uniform, fairseq"),
+    ]
+    return [
+        Case("mixer", f"{name} {field}={value!r}", lambda t, n=name, f=field, v=value: _mixer(n, **{f: v}),
+             Error(ValueError, rf"^model.{field}={value!r} must be {what}"))
+        for name, field, value, what in bad
+    ]  # fmt: skip
+
+
 def _validated(edit: Callable) -> list[str]:
     """What the commands' validation says of a config whose mixer options `edit` changed."""
     config = _base_config()
@@ -791,7 +821,7 @@ def _cli_cases() -> list[Case]:
 
 CASES = (
     _field_cases() + _option_cases() + _config_file_cases() + _path_cases() + _reader_cases() + _kernel_cases()
-    + _model_cases()
+    + _model_cases() + _mixer_cases()
 )  # fmt: skip
 CLI_CASES = _cli_cases()
 

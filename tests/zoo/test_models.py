@@ -241,15 +241,26 @@ def test_the_layers_refuse_a_value_outside_their_choices_by_name():
 
 @pytest.mark.parametrize("cls", ["SequenceClassifier", "TextClassifier", "CausalLM", "EncoderDecoder", "Encoder"])
 def test_a_model_built_from_python_checks_its_config_once_at_its_entry(cls, monkeypatch):
-    """Once for the model: its stacks and their blocks are told `checked=True`."""
+    """Once for the model: its stacks, their blocks and the blocks' mixers.build are told `checked=True`."""
     import zoo.models.config as config
+    from zoo import config_fields
+    from zoo.mixers.registry import SHARED_RULES
 
     checked = []
     counted = lambda cfg, fields, prefix: checked.append(prefix) or problems(cfg, fields, prefix)
     problems = config.field_problems
     monkeypatch.setattr(config, "field_problems", counted)
+    shared = []  # mixers.build's check of the fields every mixer shares
+    rule_problems = config_fields.rule_problems
+    monkeypatch.setattr(config_fields, "rule_problems", lambda c, rules, p: shared.append(rules is SHARED_RULES)
+                        or rule_problems(c, rules, p))  # fmt: skip
     sizes = {"EncoderDecoder": dict(src_vocab=5, tgt_vocab=5), "CausalLM": dict(vocab_size=5), "Encoder": {}}
     cfg = models.model_config(num_layers=3, d_model=8, num_heads=2, mlp_dim=8, max_length=8)
     getattr(models, cls)(cfg, **sizes.get(cls, dict(vocab_size=5, num_classes=2)), rngs=nnx.Rngs(0))
     assert checked.count("model") == 1, checked
     assert checked.count("model.mixer_options.linear") == 1  # every mixer's options, the inactive ones' too
+    assert not any(shared)
+    mixer = mixers.default_config("relu")
+    mixer.update(d_model=8, num_heads=2)
+    mixers.build(mixer, rngs=nnx.Rngs(0))  # built from Python, a mixer checks them itself, once
+    assert sum(shared) == 1

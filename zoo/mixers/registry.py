@@ -11,7 +11,14 @@ from flax import nnx
 
 from kernels.options import IMPLS
 from zoo import config_fields
-from zoo.config_fields import Field, one_of
+from zoo.config_fields import BOOLEAN, Field, Rule, above, in_range, integer, one_of
+from zoo.layers.common import DTYPES
+from zoo.mixers.attention import ATTENTION_INITS
+
+# Size bounds far above any model this code is for, low enough that a typo is refused in one line instead of a
+# model that hangs or exhausts memory (zoo.models.config's MODEL_FIELDS bound the same fields with them).
+MAX_WIDTH = 2**16
+MAX_LENGTH = 2**20
 
 # Fields every mixer takes from the model config; the rest are the mixer's own options.
 SHARED_FIELDS = {
@@ -27,6 +34,19 @@ SHARED_FIELDS = {
     "attention_bias": True,
     "attention_dropout": 0.0,
     "attention_init": "xavier_uniform",
+}
+# Their rules, declared once: `build` checks them, and MODEL_FIELDS gives them to model.<name>.
+SHARED_RULES: dict[str, Rule] = {
+    "d_model": integer(1, MAX_WIDTH),
+    "num_heads": integer(1, 4096),
+    "max_length": integer(1, MAX_LENGTH),
+    "dtype": one_of(*DTYPES),
+    "layer_norm_eps": above(0),
+    "gelu_approximate": BOOLEAN,
+    "qkv_dim": integer(0, MAX_WIDTH),
+    "attention_bias": BOOLEAN,
+    "attention_dropout": in_range(0, 1),
+    "attention_init": one_of(*ATTENTION_INITS),
 }
 
 
@@ -121,8 +141,9 @@ def options_config() -> ml_collections.ConfigDict:
 _IGNORED_DROPOUT: set[str] = set()  # mixers already said to ignore attention_dropout
 
 
-def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:
-    """Builds the mixer `cfg.name`; a field the mixer does not know is an error naming it."""
+def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs, checked: bool = False) -> nnx.Module:
+    """Builds the mixer `cfg.name`; a field the mixer does not know, or a value its rule refuses, is an error naming
+    it. `checked`: the caller has checked the fields already (a model's blocks: `check_model_fields`)."""
     expected = default_config(cfg.name)
     unknown = sorted(set(cfg.keys()) - set(expected.keys()))
     if unknown:
@@ -131,9 +152,11 @@ def build(cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> nnx.Module:
         )
     full = expected.copy_and_resolve_references()
     full.update(cfg)
-    problems = config_fields.problems(full, _entry(cfg.name).options, f"model.mixer_options.{cfg.name}")
-    if problems:  # the declared rules, for mixers built from Python (the commands check them before building)
-        raise ValueError("; ".join(problems))
+    if not checked:  # the declared rules, for mixers built from Python (the commands check them before building)
+        problems = config_fields.rule_problems(full, SHARED_RULES, "model")
+        problems += config_fields.problems(full, _entry(cfg.name).options, f"model.mixer_options.{cfg.name}")
+        if problems:
+            raise ValueError("; ".join(problems))
     if full.attention_dropout and not forms_attention_weights(cfg.name) and cfg.name not in _IGNORED_DROPOUT:
         _IGNORED_DROPOUT.add(cfg.name)  # once a process: studies build many models
         logging.warning(

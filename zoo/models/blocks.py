@@ -26,9 +26,9 @@ class Block(nnx.Module):
         eps = cfg.layer_norm_eps
         self.pre_norm = cfg.norm == "pre"
         self.mixer_norm = nnx.LayerNorm(cfg.d_model, epsilon=eps, dtype=dtype, rngs=rngs)
-        self.mixer = mixers.build(mixer_config(cfg, max_length=max_length), rngs=rngs)
+        self.mixer = mixers.build(mixer_config(cfg, max_length=max_length), rngs=rngs, checked=True)
         # NNX: each optional sub-module is assigned once (a module or None), never None then a module.
-        cross_mixer = mixers.build(mixer_config(cfg, name=cfg.cross_mixer), rngs=rngs) if cross else None
+        cross_mixer = mixers.build(mixer_config(cfg, name=cfg.cross_mixer), rngs=rngs, checked=True) if cross else None
         if cross and not getattr(cross_mixer, "supports_cross", True):
             raise ValueError(
                 f"model.cross_mixer={cfg.cross_mixer!r} mixes only within a sequence and cannot be used as "

@@ -8,14 +8,12 @@ from collections.abc import Mapping
 import ml_collections
 
 from zoo import mixers
-from zoo.config_fields import BOOLEAN, Field, Rule, above, at_least, in_range, integer, one_of, section
+from zoo.config_fields import BOOLEAN, Field, Rule, at_least, in_range, integer, one_of, section
 from zoo.config_fields import problems as field_problems
-from zoo.layers.common import DTYPES
 from zoo.layers.embeddings import EMBED_SCALES, POSITIONAL
 from zoo.layers.ffn import FFN_INITS, FFN_KINDS
 from zoo.layers.heads import POOLINGS
-from zoo.mixers.attention import ATTENTION_INITS
-from zoo.mixers.registry import SHARED_FIELDS
+from zoo.mixers.registry import MAX_WIDTH, SHARED_FIELDS, SHARED_RULES
 
 NORMS = ("pre", "post")
 REMAT = ("none", "full", "dots")  # zoo.models.encoder.REMAT_POLICIES has the last two
@@ -27,10 +25,10 @@ _FFN_DROPOUT = Rule(lambda x: x == -1 or (isinstance(x, int | float) and 0 <= x 
 
 # Fields that reproduce a reference implementation's block (the `lra_code` presets, fairseq's `iwslt_de_en`)
 # default to this project's own choice. The size bounds are far above any model this code is for (Path-X is 16K
-# tokens), low enough that a typo is refused in one line instead of a model that hangs or exhausts memory.
+# tokens), low enough that a typo is refused in one line instead of a model that hangs or exhausts memory; the
+# fields every mixer takes too (d_model, num_heads, ...) have the rules mixers.build checks (SHARED_RULES).
 MAX_LAYERS = 1024
-MAX_WIDTH = 2**16
-MAX_LENGTH = 2**20
+_SHARED = SHARED_RULES
 
 MODEL_FIELDS: tuple[Field, ...] = (
     # Mixer names are checked against the registry by zoo/training/validate.py (its message lists them).
@@ -38,19 +36,19 @@ MODEL_FIELDS: tuple[Field, ...] = (
     Field("cross_mixer", "softmax", None, "encoder-decoder cross-attention (attention-type mixers only)"),
     Field("num_layers", 2, integer(1, MAX_LAYERS), "blocks in the encoder (and the decoder unless num_decoder_layers)"),
     Field("num_decoder_layers", 0, integer(0, MAX_LAYERS), "encoder-decoder: decoder blocks; 0: num_layers"),
-    Field("d_model", 128, integer(1, MAX_WIDTH), "model width"),
-    Field("num_heads", 4, integer(1, 4096), "attention heads"),
+    Field("d_model", 128, _SHARED["d_model"], "model width"),
+    Field("num_heads", 4, _SHARED["num_heads"], "attention heads"),
     Field("mlp_dim", 256, integer(1, 4 * MAX_WIDTH), "FFN hidden width"),
-    Field("qkv_dim", 0, integer(0, MAX_WIDTH), "width of the q/k/v projections (heads × head dim) of "
+    Field("qkv_dim", 0, _SHARED["qkv_dim"], "width of the q/k/v projections (heads × head dim) of "
           "attention-type mixers; 0: d_model. The LRA code sets it apart on Image (64 for d 128) and "
           "Pathfinder (16 for d 32)"),
-    Field("attention_bias", True, BOOLEAN, "biases on the q/k/v/out projections (the LRA code has none; fairseq "
-          "and BERT have them)"),
-    Field("max_length", 512, integer(1, MAX_LENGTH), "longest input in tokens (positions, masks, kernels' blocks)"),
+    Field("attention_bias", True, _SHARED["attention_bias"], "biases on the q/k/v/out projections (the LRA code "
+          "has none; fairseq and BERT have them)"),
+    Field("max_length", 512, _SHARED["max_length"], "longest input in tokens (positions, masks, kernels' blocks)"),
     Field("dropout", 0.1, in_range(0, 1), "dropout on embeddings and every residual branch"),
-    Field("attention_dropout", 0.0, in_range(0, 1), "dropout on the attention probabilities of mixers that form "
-          "them (softmax, sparsemax, entmax): the LRA code's attention_dropout_rate. ReLU attention's kernels, "
-          "linear attention and SGU never form them: there it does not apply (a warning says so)"),
+    Field("attention_dropout", 0.0, _SHARED["attention_dropout"], "dropout on the attention probabilities of "
+          "mixers that form them (softmax, sparsemax, entmax): the LRA code's attention_dropout_rate. ReLU "
+          "attention's kernels, linear attention and SGU never form them: there it does not apply (a warning says so)"),
     Field("ffn_dropout", -1.0, _FFN_DROPOUT, "dropout on the FFN's hidden activations; -1: `dropout` (the LRA "
           "code's MlpBlock); fairseq's activation_dropout is 0"),
     Field("ffn_init", "lecun_normal", one_of(*FFN_INITS), "FFN initialisers: lecun_normal (flax's Dense, biases "
@@ -59,7 +57,7 @@ MODEL_FIELDS: tuple[Field, ...] = (
           "FFN's output variance at init; zoo/layers/ffn.py)"),
     Field("embed_scale", "none", one_of(*EMBED_SCALES), "token embeddings: none (N(0, 1), tied logits ÷ √d) or "
           "sqrt_d (N(0, 1/d), inputs × √d: fairseq)"),
-    Field("attention_init", "xavier_uniform", one_of(*ATTENTION_INITS), "q/k/v/out initialisers: xavier_uniform "
+    Field("attention_init", "xavier_uniform", _SHARED["attention_init"], "q/k/v/out initialisers: xavier_uniform "
           "(flax, the LRA code; biases 0) or fairseq (q/k/v xavier_uniform with gain 1/√2 and PyTorch's U(±1/√d) "
           "biases; out as xavier)"),
     Field("norm", "pre", one_of(*NORMS), "LayerNorm placement: pre (x + f(LN x), a final LN after the stack; the "
@@ -77,16 +75,16 @@ MODEL_FIELDS: tuple[Field, ...] = (
           "black pixels hidden from attention as keys"),
     Field("pad_id", 0, integer(-1), "the token id that is padding (masked out); -1: none (pixel tasks, every id "
           "is real)"),
-    Field("dtype", "float32", one_of(*DTYPES), "compute dtype; parameters stay float32"),
+    Field("dtype", "float32", _SHARED["dtype"], "compute dtype; parameters stay float32"),
     Field("remat", "none", one_of(*REMAT), "rematerialisation of each block in the backward pass: none, full "
           "(keep only block inputs) or dots (keep matmul outputs without batch dims: "
           "jax's dots_with_no_batch_dims)"),
     Field("scan_layers", False, BOOLEAN, "one block traced once and run by a scan over stacked [num_layers, ...] "
           "parameters: compile time stops growing with depth (checkpoints are laid out differently)"),
-    Field("layer_norm_eps", 1e-6, above(0), "LayerNorm ε: flax's and the LRA code's 1e-6 (PyTorch 1e-5, BERT "
-          "1e-12; docs/conventions.md)"),
-    Field("gelu_approximate", True, BOOLEAN, "GELU's tanh form (jax's and BERT's); False: the exact erf form "
-          "(PyTorch's nn.GELU, g-mlp-pytorch)"),
+    Field("layer_norm_eps", 1e-6, _SHARED["layer_norm_eps"], "LayerNorm ε: flax's and the LRA code's 1e-6 "
+          "(PyTorch 1e-5, BERT 1e-12; docs/conventions.md)"),
+    Field("gelu_approximate", True, _SHARED["gelu_approximate"], "GELU's tanh form (jax's and BERT's); False: "
+          "the exact erf form (PyTorch's nn.GELU, g-mlp-pytorch)"),
     Field("tie_embeddings", "none", one_of(*TIE_EMBEDDINGS), "generative models: none, decoder (output "
           "projection = target embedding) or all (+ source)"),
     Field("mixer_options", None, None, "each mixer's own fields, model.mixer_options.NAME.* (docs/mixers.md); "
