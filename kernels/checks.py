@@ -36,21 +36,33 @@ def check_block_length(options, field: str) -> None:
         raise ValueError(f"{type(options).__name__}.{field}: must be a positive whole number or None, got {value!r}")
 
 
+def check_array(name: str, x: object) -> None:
+    """`x` is a jax array (a tracer too) or a numpy array: a list is named, not met by an AttributeError."""
+    if not isinstance(x, jax.Array | np.ndarray):
+        raise ValueError(f"{name} must be a jax or numpy array, got {type(x).__name__}")
+
+
+def _check_arrays(arrays: dict[str, object], key_mask, shape: str) -> None:
+    """The inputs `arrays` are floating-point arrays of `shape` (all of one rank), key_mask a bool array."""
+    for name, x in arrays.items():
+        check_array(name, x)
+    if key_mask is not None and getattr(key_mask, "dtype", None) != jnp.bool_:
+        got = f"dtype {key_mask.dtype}" if hasattr(key_mask, "dtype") else f"a {type(key_mask).__name__}"
+        raise ValueError(f"key_mask must be a bool array (True = real token), got {got}")
+    if any(x.ndim != shape.count(",") + 1 for x in arrays.values()):
+        shapes = ", ".join(str(x.shape) for x in arrays.values())
+        raise ValueError(f"{', '.join(arrays)} must be {shape}; got shapes {shapes}")
+    for name, x in arrays.items():
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise ValueError(f"{name} must be a floating-point array, got dtype {x.dtype}")
+
+
 def check_attention_inputs(q: jax.Array, k: jax.Array, v: jax.Array, key_mask, causal, *, linear: bool = False) -> None:
     """What every attention op needs of q, k, v `[batch, length, heads, dim]` (φ(q), φ(k), v for `linear`), the
     key mask `[batch, key_length]` and `causal` (equal lengths)."""
     check_causal(causal)
-    if key_mask is not None and getattr(key_mask, "dtype", None) != jnp.bool_:
-        got = f"dtype {key_mask.dtype}" if hasattr(key_mask, "dtype") else f"a {type(key_mask).__name__}"
-        raise ValueError(f"key_mask must be a bool array (True = real token), got {got}")
     qn, kn, dim = ("phi_q", "phi_k", "dim") if linear else ("q", "k", "head_dim")
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(
-            f"{qn}, {kn}, v must be [batch, length, heads, {dim}]; got shapes {q.shape}, {k.shape}, {v.shape}"
-        )
-    for name, x in {qn: q, kn: k, "v": v}.items():
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise ValueError(f"{name} must be a floating-point array, got dtype {x.dtype}")
+    _check_arrays({qn: q, kn: k, "v": v}, key_mask, f"[batch, length, heads, {dim}]")
     lengths = {"query_length": q.shape[1], "key_length": k.shape[1], "feature_dim" if linear else dim: q.shape[3]}
     for name, t in lengths.items():
         if t < 1:

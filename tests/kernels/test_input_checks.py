@@ -173,3 +173,18 @@ def test_traced_values_are_checked_under_checkify_and_cost_nothing_outside_it(im
     error, _ = checkify.checkify(relu)(jnp.array([0.5, 1.0]))
     error.throw()  # good values pass
     assert "debug_check" not in str(jax.make_jaxpr(relu)(jnp.array([0.5, 1.0])))  # nothing left outside checkify
+
+
+def test_every_op_names_an_input_that_is_not_an_array():
+    q, k, v = _qkv()
+    ops = {
+        "q": [kernels.relu_attention, kernels.softmax_attention, kernels.relu_attention_and_row_stats],
+        "phi_q": [kernels.linear_attention],
+    }
+    for name, fns in ops.items():
+        for op in fns:
+            with pytest.raises(ValueError, match=rf"^{name} must be a jax or numpy array, got list$"):
+                op(q.tolist(), k, v)
+    with pytest.raises(ValueError, match=r"^k must be a jax or numpy array, got tuple$"):
+        kernels.relu_attention_row_stats(q, tuple(k.tolist()))
+    assert kernels.relu_attention(np.asarray(q), np.asarray(k), np.asarray(v)).shape == v.shape  # numpy is fine
