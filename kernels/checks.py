@@ -78,6 +78,27 @@ def check_attention_inputs(q: jax.Array, k: jax.Array, v: jax.Array, key_mask, c
         raise ValueError(f"causal {kind} needs equal query and key lengths, got {q.shape[1]} and {k.shape[1]}")
 
 
+def check_step_inputs(state, phi_q: jax.Array, phi_k: jax.Array, v: jax.Array, key_mask) -> None:
+    """`check_attention_inputs` for one causal token: φ(q), φ(k), v `[batch, heads, dim]`, key_mask `[batch]`, and
+    the state (S `[batch, heads, m, d_v]`, z `[batch, heads, m]`) they continue."""
+    _check_arrays({"phi_q": phi_q, "phi_k": phi_k, "v": v}, key_mask, "[batch, heads, dim] (one token)")
+    if phi_k.shape != phi_q.shape:
+        raise ValueError(f"phi_k shape {phi_k.shape} does not match phi_q shape {phi_q.shape} (batch, heads, dim)")
+    if v.shape[:2] != phi_k.shape[:2]:
+        raise ValueError(f"v shape {v.shape} does not match phi_k shape {phi_k.shape} (batch, heads)")
+    if key_mask is not None and key_mask.shape != phi_k.shape[:1]:
+        raise ValueError(f"key_mask shape {key_mask.shape} must be [batch] = {phi_k.shape[:1]}")
+    if not isinstance(state, tuple | list) or len(state) != 2:
+        raise ValueError(f"state must be the pair (S, z) of linear_attention_init_state, got a {type(state).__name__}")
+    for name, x, shape in (("S", state[0], (*phi_k.shape, v.shape[2])), ("z", state[1], phi_k.shape)):
+        check_array(f"state {name}", x)
+        if x.shape != shape:
+            raise ValueError(
+                f"state {name} shape {x.shape} must be {shape} for phi_k shape {phi_k.shape} and v shape {v.shape} "
+                "(linear_attention_init_state(batch, heads, m, d_v))"
+            )
+
+
 def is_concrete(x: object) -> bool:
     return not isinstance(x, jax.core.Tracer)
 

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import checkify
 
-from kernels.checks import check_attention_inputs, check_non_negative, check_options, is_concrete
+from kernels.checks import check_attention_inputs, check_non_negative, check_options, check_step_inputs, is_concrete
 from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes, linear_attention_mosaic_gpu, supported
 from kernels.linear_attention.mosaic_tpu import linear_attention_mosaic_tpu
 from kernels.linear_attention.reference import reference
@@ -93,6 +93,15 @@ def _kernels(build: str, options: LinearAttentionOptions, phi_q, phi_k, v, causa
     )  # fmt: skip
 
 
+def _check_eps(eps, eps_mode: str, op: str) -> None:
+    """ε > 0 and finite (it keeps the denominator off 0), and its mode."""
+    check_eps_mode(eps_mode)
+    if isinstance(eps, numbers.Real) and not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"{op} eps={eps!r} must be a finite number > 0 (it keeps the denominator off 0)")
+    if not is_concrete(eps):  # a traced ε: checked under jax.experimental.checkify
+        checkify.debug_check(jnp.isfinite(eps) & (eps > 0), f"{op} eps={{e}} must be a finite number > 0", e=eps)
+
+
 # Public API
 
 
@@ -119,13 +128,7 @@ def linear_attention(
     """
     options = check_options(options, LinearAttentionOptions, "linear_attention", impl)
     check_attention_inputs(phi_q, phi_k, v, key_mask, causal, linear=True)
-    check_eps_mode(eps_mode)
-    if isinstance(eps, numbers.Real) and not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"linear_attention eps={eps!r} must be a finite number > 0 (it keeps the denominator off 0)")
-    if not is_concrete(eps):  # a traced ε: checked under jax.experimental.checkify
-        checkify.debug_check(
-            jnp.isfinite(eps) & (eps > 0), "linear_attention eps={e} must be a finite number > 0", e=eps
-        )
+    _check_eps(eps, eps_mode, "linear_attention")
     refusal = _mosaic_refusal(phi_q, v, options, causal)
     impl = options.plan(phi_k.shape[1], refusal, causal=causal, dtype=v.dtype, head_dim=largest_head_dim(phi_q, v))
     phi_k, v = zero_masked_rows(phi_k, key_mask), zero_masked_rows(v, key_mask)
@@ -167,10 +170,15 @@ def linear_attention_step(
     """One causal token: adds φ(k) vᵀ and φ(k) to (S, z), then reads out φ(q). Inputs `[batch, heads, dim]`.
 
     key_mask `[batch]` (False: the token is padding and leaves the state unchanged). Returns (state, out).
+    φ must be non-negative, as for `linear_attention` (checked where the inputs are concrete).
     """
+    check_step_inputs(state, phi_q, phi_k, v, key_mask)
+    _check_eps(eps, eps_mode, "linear_attention_step")
     s, z = state
     if key_mask is not None:
         phi_k = jnp.where(key_mask[:, None, None], phi_k, jnp.zeros((), phi_k.dtype))
+    check_non_negative("phi_q", phi_q, nan_passes=True)  # as the xla impl: NaN reaches the output
+    check_non_negative("phi_k", phi_k, nan_passes=True)  # a padded token's features are never used
     kf = phi_k.astype(jnp.float32)
     s = s + jnp.einsum("bhm,bhd->bhmd", kf, v.astype(jnp.float32))
     z = z + kf

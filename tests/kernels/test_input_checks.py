@@ -175,6 +175,67 @@ def test_traced_values_are_checked_under_checkify_and_cost_nothing_outside_it(im
     assert "debug_check" not in str(jax.make_jaxpr(relu)(jnp.array([0.5, 1.0])))  # nothing left outside checkify
 
 
+def _step(state=None, phi_q=None, phi_k=None, v=None, **kw):
+    """`linear_attention_step` on one token of `_qkv`'s φ(q), φ(k), v `[1, 2, 16]`, each replaceable."""
+    q, k, v_ = (x[:, 0] for x in _qkv())
+    state = kernels.linear_attention_init_state(1, 2, 16, 16) if state is None else state
+    return kernels.linear_attention_step(state, q if phi_q is None else phi_q, k if phi_k is None else phi_k,
+                                         v_ if v is None else v, **kw)  # fmt: skip
+
+
+STEP_BAD = {
+    "v of another head_dim": (
+        dict(v=jnp.ones((1, 2, 17))),
+        r"state S shape \(1, 2, 16, 16\) must be \(1, 2, 16, 17\) for phi_k shape \(1, 2, 16\) and v shape "
+        r"\(1, 2, 17\) \(linear_attention_init_state\(batch, heads, m, d_v\)\)",
+    ),
+    "key_mask of another batch": (
+        dict(key_mask=jnp.ones((2,), bool)),
+        r"key_mask shape \(2,\) must be \[batch\] = \(1,\)",
+    ),
+    "int32 key_mask": (dict(key_mask=jnp.ones((1,), jnp.int32)), r"key_mask must be a bool array .*, got dtype int32"),
+    "4-d inputs": (
+        dict(phi_q=jnp.ones((1, 1, 2, 16)), phi_k=jnp.ones((1, 1, 2, 16)), v=jnp.ones((1, 1, 2, 16))),
+        r"phi_q, phi_k, v must be \[batch, heads, dim\] \(one token\); got shapes \(1, 1, 2, 16\), ",
+    ),
+    "phi_k of another dim": (dict(phi_k=jnp.ones((1, 2, 8))), r"phi_k shape \(1, 2, 8\) does not match phi_q shape"),
+    "v of another batch": (
+        dict(v=jnp.ones((2, 2, 16))),
+        r"v shape \(2, 2, 16\) does not match phi_k shape \(1, 2, 16\) \(batch, heads\)",
+    ),
+    "z of another dim": (
+        dict(state=(jnp.zeros((1, 2, 16, 16)), jnp.zeros((1, 2, 8)))),
+        r"state z shape \(1, 2, 8\) must be \(1, 2, 16\)",
+    ),
+    "a state that is not (S, z)": (dict(state=jnp.zeros((1, 2, 16, 16))), r"state must be the pair \(S, z\)"),
+    "integer features": (dict(phi_q=jnp.ones((1, 2, 16), jnp.int32)), r"phi_q must be a floating-point array"),
+    "negative features": (dict(phi_k=-jnp.ones((1, 2, 16))), r"phi_k must be non-negative .* got minimum -1.0"),
+    "a list": (dict(v=[[[0.0] * 16] * 2]), r"^v must be a jax or numpy array, got list$"),
+    "eps 0": (dict(eps=0.0), r"linear_attention_step eps=0.0 must be a finite number > 0"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(STEP_BAD))
+def test_a_linear_attention_step_names_its_bad_input(kind):
+    kwargs, message = STEP_BAD[kind]
+    with pytest.raises(ValueError, match=message):
+        _step(**kwargs)
+
+
+def test_a_step_s_values_are_checked_only_where_concrete():
+    negative = -jnp.ones((1, 2, 16))
+    # A padded token's features are never used, negative or not.
+    assert _step(phi_k=negative, key_mask=jnp.zeros((1,), bool))[1].shape == (1, 2, 16)
+    step = jax.jit(lambda phi_k: _step(phi_k=phi_k))
+    step(negative)  # traced features cannot be checked without a host round trip: the step runs
+    assert "debug_check" not in str(jax.make_jaxpr(step)(negative))  # and costs nothing outside checkify
+    from jax.experimental import checkify
+
+    error, _ = checkify.checkify(step)(negative)
+    with pytest.raises(checkify.JaxRuntimeError, match="phi_k must be non-negative"):
+        error.throw()
+
+
 def test_every_op_names_an_input_that_is_not_an_array():
     q, k, v = _qkv()
     ops = {
