@@ -797,6 +797,8 @@ def _cli_cases() -> list[Case]:
         ("lra-compare --report_only, no sweep there", ["lra_flax.compare_cli",
          "--config=lra_flax/configs/compare.py:demo", "--workdir={tmp}/w", "--report_only"], "holds no sweep"),
         ("study --out unwritable", ["studies.variance", "--tiny", "--out=/proc/nope"], r"/proc/nope"),
+        ("config file without get_config", ["lra_flax", "--config=lra_flax/configs/__init__.py", "--workdir={tmp}/w"],
+         r"--config=lra_flax/configs/__init__.py: __init__.py has no get_config\(\)"),
     ]  # fmt: skip
     cases = []
     for name, args, pattern in rows:

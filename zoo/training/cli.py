@@ -97,7 +97,16 @@ class _KeepsLoadedConfig(flags.ArgumentParser):
         self.inner, self.config = inner, None
 
     def parse(self, argument):
-        self.config = self.inner.parse(argument)
+        file = argument.split(":", 1)[0]
+        try:
+            self.config = self.inner.parse(argument)
+        except AttributeError as e:  # the file's own missing get_config, not one its code calls
+            if e.name != "get_config" or os.path.abspath(getattr(e.obj, "__file__", "")) != os.path.abspath(file):
+                raise
+            name = os.path.basename(file)
+            raise ValueError(f"{name} has no get_config(): a config file defines get_config(preset)") from None
+        if self.config is None:
+            raise ValueError(f"{os.path.basename(file)}'s get_config() returned None (a missing return statement?)")
         return self.config
 
     def flag_type(self) -> str:
