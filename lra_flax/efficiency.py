@@ -17,6 +17,7 @@ import json
 import jax
 from absl import app, flags
 
+from lra_flax import main as lra_main
 from lra_flax.tasks import TASK_MODULES, make_task
 from zoo.files import atomic_write_bytes
 from zoo.mixers.softmax import run_softmax_path
@@ -39,6 +40,9 @@ def main(argv: list[str]) -> None:
     if _OUTPUT.value:
         check_output_file(_OUTPUT.value, "--output")
     config = _CONFIG.value
+    problem = cli.foreign_config_problem(config, lra_main.config_files(), "lra-efficiency", what=lra_main.CONFIG_KIND)
+    if problem is not None:
+        raise app.UsageError(problem)
     task = make_task(config)
     # the synthetic batch draws ids and labels from the task's own vocabulary and classes
     spec = TASK_MODULES[config.task].SPECS[0]

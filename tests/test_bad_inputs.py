@@ -713,6 +713,7 @@ def _validated(edit: Callable) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------
 
 LISTOPS = "lra_flax/configs/listops.py"
+COMPARE = "lra_flax/configs/compare.py:demo"
 
 
 def _command(args: list[str], status: int, pattern: str, writes: str = "w", env: dict[str, str] | None = None):
@@ -797,6 +798,11 @@ def _cli_cases() -> list[Case]:
         ("lra-compare --report_only, no sweep there", ["lra_flax.compare_cli",
          "--config=lra_flax/configs/compare.py:demo", "--workdir={tmp}/w", "--report_only"], "holds no sweep"),
         ("study --out unwritable", ["studies.variance", "--tiny", "--out=/proc/nope"], r"/proc/nope"),
+        # A config of another command: named as not the kind this one takes, before any field is read.
+        ("zoo.parameter_counts: a sweep config", ["zoo.parameter_counts", f"--config={COMPARE}"],
+         r"--config is not a task config with a model section .*: it has no model\.mixer"),
+        ("lra-train: a sweep config", ["lra_flax", f"--config={COMPARE}", "--workdir={tmp}/w"],
+         r"--config is not an LRA task config \(lra_flax/configs/<task>.py\): it has no data\."),
         ("config file without get_config", ["lra_flax", "--config=lra_flax/configs/__init__.py", "--workdir={tmp}/w"],
          r"--config=lra_flax/configs/__init__.py: __init__.py has no get_config\(\)"),
     ]  # fmt: skip

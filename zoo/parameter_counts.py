@@ -19,9 +19,11 @@ from flax import nnx
 from kernels.platforms import device_class
 from zoo.mixers.softmax import softmax_attention_path
 from zoo.models import Encoder
+from zoo.models.config import MODEL_FIELDS
 from zoo.training import cli
 from zoo.training.validate import config_problems
 
+KIND = "a task config with a model section (lra_flax/configs/<task>.py, mt_flax/configs, mlm_flax/configs)"
 _CONFIG = cli.define_config_flag("A task config with a `model` section.", lock_config=False)
 
 
@@ -66,6 +68,12 @@ def describe(model_cfg: ml_collections.ConfigDict) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # Any task config: it needs the model section alone.
+    problem = cli.foreign_config_problem(
+        _CONFIG.value, {"zoo/models/config.py": {"model": MODEL_FIELDS}}, "", what=KIND
+    )
+    if problem is not None:
+        raise app.UsageError(problem)
     model = _CONFIG.value.model
     # Checked as a training run checks it, the softmax baseline too: a bad field is one line naming it.
     baseline = model.copy_and_resolve_references()

@@ -267,10 +267,16 @@ def run(main: Callable[[list[str]], None], prog: str, *, help_epilogue: str = ""
 
 
 def foreign_config_problem(
-    config: ml_collections.ConfigDict, config_files: Mapping[str, Mapping[str, tuple]], prog: str
+    config: ml_collections.ConfigDict,
+    config_files: Mapping[str, Mapping[str, tuple]],
+    prog: str,
+    *,
+    what: str | None = None,
 ) -> str | None:
     """Why `config` was made for another command (it lacks fields that each of this command's config files
-    declares), or None. Checked before the task reads the config, which would fail on the first missing field."""
+    declares), or None. Checked before the task reads the config, which would fail on the first missing field.
+    `what`: the kind of config the command takes, named instead of the file that misses the fewest fields (which,
+    of several files, would read as if the config were meant to be that one)."""
     gaps = {}
     for path, sections in config_files.items():
         names = [name for section, fields in sections.items() for name, _ in config_fields.flat(fields, section)]
@@ -282,6 +288,8 @@ def foreign_config_problem(
         return None
     path, missing = min(gaps.items(), key=lambda item: len(item[1]))
     more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    if what is not None:
+        return f"--config is not {what}: it has no {', '.join(missing[:3])}{more}"
     return f"--config is not a config for {prog}: it has no {', '.join(missing[:3])}{more} (fields {path} declares)"
 
 
@@ -299,10 +307,13 @@ def task_main(
     prog: str,
     command_module: str,
     config_files: Mapping[str, config_fields.Sections],
+    *,
+    config_kind: str | None = None,
 ) -> None:
     """The whole of every training command (`lra-train`, `mt-train`, `mlm-train`, `mlm-finetune`); prints the
     results as JSON. `command_module`: the caller's `__name__`, whose docstring heads `--help` (then the config
-    fields of the shared sections and of each of `config_files`)."""
+    fields of the shared sections and of each of `config_files`). `config_kind`: what a foreign config is said not
+    to be (see `foreign_config_problem`)."""
     config_flag = define_config_flag("Config file with a preset after ':'.")
     workdir_flag = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
     plan_flag = flags.DEFINE_bool(
@@ -323,7 +334,7 @@ def task_main(
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments: {argv[1:]}")
         config = config_flag.value
-        problem = foreign_config_problem(config, config_files, prog)
+        problem = foreign_config_problem(config, config_files, prog, what=config_kind)
         if problem:
             raise app.UsageError(problem)
         task = make_task(config)
