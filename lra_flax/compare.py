@@ -34,7 +34,9 @@ from types import ModuleType
 
 import ml_collections
 
+from lra_flax.configs.compare import SWEEP_FIELDS
 from lra_flax.tasks import REGISTRY, published_rows
+from zoo.config_fields import problems as field_problems
 from zoo.files import atomic_write_bytes, parse_ordered_pair, read_json
 from zoo.plots import pyplot, save_figure
 from zoo.training.config import RESUMABLE_FIELDS, config_changes, flatten_config, has_run_output
@@ -106,8 +108,6 @@ def cells(config: ml_collections.ConfigDict) -> list[Cell]:
     """Every cell of the sweep, in a fixed order (task, variant, seed) that --shard splits."""
     out = []
     for task, spec in config.tasks.items():
-        if ":" not in spec:
-            raise ValueError(f"config field tasks.{task}={spec!r} must be 'config_module:preset'")
         task_overrides = _items(config.task_overrides.get(task)) if "task_overrides" in config else ()
         overrides = tuple(sorted(_items(config.overrides) + task_overrides))
         out += [
@@ -202,26 +202,65 @@ def cell_config(cell: Cell) -> ml_collections.ConfigDict:
     return config
 
 
+def _preset_config(spec: str, field: str) -> ml_collections.ConfigDict:
+    """The config that `field`'s "module:preset" names; ValueError naming the field when there is none."""
+    module, _, preset = spec.partition(":")
+    try:
+        return importlib.import_module(f"lra_flax.configs.{module}").get_config(preset)
+    except ModuleNotFoundError:
+        raise ValueError(f"{field}={spec!r}: there is no task config module lra_flax/configs/{module}.py") from None
+    except ValueError as e:
+        raise ValueError(f"{field}={spec!r}: {e}") from None
+
+
+def _set_fields(config: ml_collections.ConfigDict, fields: dict[str, object], module: str, prefix: str = "") -> bool:
+    """Sets `fields` on `config` as the command line would; ValueError naming the first the config does not have
+    (`prefix` heads its name). False when a value has a type only the command's flag parser converts: the rest is
+    the command's check."""
+    for field, value in fields.items():
+        try:
+            config.update_from_flattened_dict({field: value})
+        except (KeyError, AttributeError):
+            raise ValueError(f"{prefix}{field}: {module} configs have no such field") from None
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
 def config_problem(cell: Cell) -> str | None:
     """What the cell's command would refuse ("invalid config: ...", a task module or a field that does not
     exist), or None. A value this cannot set as the command line would (a type that only the flag parser
     converts) leaves the check to the command."""
-    module = cell.config_spec.partition(":")[0]
     try:
-        config = config_module(cell).get_config(cell.config_spec.partition(":")[2])
-    except ModuleNotFoundError:
-        return f"tasks.{cell.task}={cell.config_spec!r}: there is no task config module lra_flax/configs/{module}.py"
-    except ValueError as e:
-        return f"tasks.{cell.task}={cell.config_spec!r}: {e}"
-    for field, value in cell_fields(cell).items():
-        try:
-            config.update_from_flattened_dict({field: value})
-        except (KeyError, AttributeError):
-            return f"{field}: {module} configs have no such field"
-        except (TypeError, ValueError):
+        config = _preset_config(cell.config_spec, f"tasks.{cell.task}")
+        if not _set_fields(config, cell_fields(cell), cell.config_spec.partition(":")[0]):
             return None
+    except ValueError as e:
+        return str(e)
     problems = config_problems(config, config_module(cell).CONFIG_SECTIONS)
     return "invalid config: " + "; ".join(problems) if problems else None
+
+
+def sweep_problems(config: ml_collections.ConfigDict) -> list[str]:
+    """Every problem with the sweep config's own fields (`SWEEP_FIELDS`), one line each naming the field; the
+    efficiency task's preset and override fields too (a cell's preset, mixer and fields are the cell's check)."""
+    problems = field_problems(config, SWEEP_FIELDS, "")
+    if problems:
+        return problems
+    tasks = ", ".join(config.tasks) or "none"
+    problems += [
+        f"task_overrides.{name} names no task of this sweep (tasks: {tasks})"
+        for name in config.task_overrides
+        if name not in config.tasks
+    ]
+    eff = config.efficiency
+    if eff.lengths:
+        try:
+            preset = _preset_config(eff.task, "efficiency.task")
+            _set_fields(preset, dict(_items(eff.overrides)), eff.task.partition(":")[0], "efficiency.overrides.")
+        except ValueError as e:
+            problems.append(str(e))
+    return problems
 
 
 def run_cell(cell: Cell, root: Path, *, env: dict | None = None) -> str:

@@ -10,6 +10,8 @@ import sys
 from absl import app, flags
 
 from lra_flax import compare
+from lra_flax.configs.compare import SWEEP_FIELDS
+from zoo import config_fields
 from zoo.files import require_local
 from zoo.plots import MissingExtra
 from zoo.training import cli
@@ -23,12 +25,20 @@ _RETRY = flags.DEFINE_bool("retry_failed", False, "Run failed cells again.")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the reports from finished cells.")
 flags.mark_flags_as_required(["config", "workdir"])
 
+SWEEP_CONFIG = {"lra_flax/configs/compare.py": {"": SWEEP_FIELDS}}  # the sweep's own fields, at its top level
+SWEEP_CONFIG_KIND = "an lra-compare sweep config (lra_flax/configs/compare.py)"
+
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
     try:
+        problem = cli.foreign_config_problem(config, SWEEP_CONFIG, "lra-compare", what=SWEEP_CONFIG_KIND)
+        if problem is not None:
+            raise ValueError(problem)
+        if problems := compare.sweep_problems(config):  # before anything runs, --cells too
+            raise ValueError("invalid sweep config: " + "; ".join(problems))
         # The sweep runs its cells as local subprocesses that append to local logs; a cell's own workdir
         # (lra-train) may be a URL, the sweep's directory may not.
         root = require_local(_WORKDIR.value, "--workdir")
@@ -89,7 +99,8 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     # Not `cli.run`: the sweep is one local process that starts its cells as commands of their own.
-    cli.before_parsing(main, "lra-compare")
+    fields = "\n".join(config_fields.help_lines(SWEEP_FIELDS, ""))
+    cli.before_parsing(main, "lra-compare", help_epilogue=f"\nSweep config fields (--config.FIELD=value):\n{fields}\n")
     app.run(main, flags_parser=cli.flags_parser("lra-compare"))
 
 

@@ -799,12 +799,22 @@ def _cli_cases() -> list[Case]:
          "--config=lra_flax/configs/compare.py:demo", "--workdir={tmp}/w", "--report_only"], "holds no sweep"),
         ("study --out unwritable", ["studies.variance", "--tiny", "--out=/proc/nope"], r"/proc/nope"),
         # A config of another command: named as not the kind this one takes, before any field is read.
+        ("lra-compare: a task config", ["lra_flax.compare_cli", f"--config={LISTOPS}", "--workdir={tmp}/w",
+         "--cells"], r"--config is not an lra-compare sweep config \(lra_flax/configs/compare.py\): it has no tasks, "
+         r"variants, seeds"),
+        ("lra-compare: a translation config", ["lra_flax.compare_cli", "--config=mt_flax/configs/translation.py:demo",
+         "--workdir={tmp}/w"], r"--config is not an lra-compare sweep config"),
         ("zoo.parameter_counts: a sweep config", ["zoo.parameter_counts", f"--config={COMPARE}"],
          r"--config is not a task config with a model section .*: it has no model\.mixer"),
         ("lra-train: a sweep config", ["lra_flax", f"--config={COMPARE}", "--workdir={tmp}/w"],
          r"--config is not an LRA task config \(lra_flax/configs/<task>.py\): it has no data\."),
         ("config file without get_config", ["lra_flax", "--config=lra_flax/configs/__init__.py", "--workdir={tmp}/w"],
          r"--config=lra_flax/configs/__init__.py: __init__.py has no get_config\(\)"),
+        # The sweep config's own fields, refused before any cell runs (--cells too).
+        ("lra-compare: efficiency.steps=0", ["lra_flax.compare_cli", f"--config={COMPARE}", "--workdir={tmp}/w",
+         "--config.efficiency.steps=0"], r"invalid sweep config: efficiency.steps=0 must be an integer ≥ 1"),
+        ("lra-compare: efficiency.task preset", ["lra_flax.compare_cli", f"--config={COMPARE}", "--workdir={tmp}/w",
+         "--cells", "--config.efficiency.task=text:dmo"], r"efficiency.task='text:dmo': unknown Text preset 'dmo'"),
     ]  # fmt: skip
     cases = []
     for name, args, pattern in rows:

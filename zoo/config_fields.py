@@ -8,6 +8,7 @@ module imports nothing of the project.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import math
@@ -27,6 +28,7 @@ class Rule:
     check: Callable[[Any], bool]
     what: str
     kind: str
+    each: Rule | None = None  # a mapping's rule for each of its values: a problem names the entry (`variants.relu`)
 
 
 def _number(x) -> bool:
@@ -81,10 +83,32 @@ PATH = Rule(
 )
 
 
-def integers(low: int, high: int) -> Rule:
-    """A non-empty list of integers in [low, high] (e.g. book numbers)."""
-    ok = lambda x: isinstance(x, list | tuple) and len(x) > 0 and all(integer(low, high).check(v) for v in x)
-    return Rule(ok, f"must be a non-empty list of integers in [{low}, {high}]", f"list of int in [{low}, {high}]")
+def integers(low: int, high: int | None = None, *, empty: bool = False, distinct: bool = False) -> Rule:
+    """A list of integers ≥ low (and ≤ high when given): non-empty unless `empty`, each once when `distinct`."""
+    one = integer(low, high)
+
+    def ok(x) -> bool:
+        listed = isinstance(x, list | tuple) and (empty or len(x) > 0) and all(one.check(v) for v in x)
+        return listed and (not distinct or len(set(x)) == len(x))
+
+    bound = f"≥ {low}" if high is None else f"in [{low}, {high:,}]"
+    what = f"{'' if empty else 'non-empty '}list of {'distinct ' if distinct else ''}integers {bound}"
+    return Rule(ok, f"must be a {what}", f"list of int {bound}")
+
+
+def is_section(x) -> bool:
+    """A config section or a dict (a ConfigDict is not a `Mapping`)."""
+    return isinstance(x, ml_collections.ConfigDict | Mapping)
+
+
+SECTION = Rule(is_section, "must be a section of config fields, nested as the config is ({'train': {...}})", "section")
+
+
+def mapping_of(each: Rule, what: str, *, empty: bool = True) -> Rule:
+    """A mapping (non-empty unless `empty`) of names to values that satisfy `each`; a problem with one value names
+    its entry (`variants.relu=... must be ...`), one with the mapping itself says `what`."""
+    ok = lambda x: is_section(x) and (empty or len(x) > 0) and all(each.check(v) for v in x.values())
+    return Rule(ok, what, f"{{name: {each.kind}}}", each)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +135,7 @@ def _defaults(fields: Iterable[Field]) -> dict[str, Any]:
 def section(fields: Iterable[Field], **overrides) -> ml_collections.ConfigDict:
     """A config section of the fields' defaults, with `overrides` (which must name declared fields)."""
     fields = tuple(fields)
-    cfg = ml_collections.ConfigDict(_defaults(fields))
+    cfg = ml_collections.ConfigDict(copy.deepcopy(_defaults(fields)))  # a list default is the config's own
     unknown = sorted(set(overrides) - set(cfg.keys()))
     if unknown:
         raise ValueError(f"unknown config field(s) {', '.join(unknown)}; valid: {', '.join(f.name for f in fields)}")
@@ -119,27 +143,41 @@ def section(fields: Iterable[Field], **overrides) -> ml_collections.ConfigDict:
     return cfg
 
 
+def _path(prefix: str, name: str) -> str:
+    """`prefix.name`; `name` alone at a config's top level (prefix '')."""
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _shown(value):
+    return value.to_dict() if isinstance(value, ml_collections.ConfigDict) else value
+
+
 def rule_problems(config: ml_collections.ConfigDict, rules: Mapping[str, Rule], prefix: str) -> list[str]:
-    """One line per field of `config` whose value breaks its rule in `rules`, naming the field and the value."""
+    """One line per field of `config` whose value breaks its rule in `rules`, naming the field and the value (the
+    entry of a mapping, for a rule with `each`)."""
     out = []
     for name, rule in rules.items():
-        if name in config and not rule.check(config[name]):
-            value = config[name]
-            shown = value.to_dict() if isinstance(value, ml_collections.ConfigDict) else value
-            out.append(f"{prefix}.{name}={shown!r} {rule.what}")
+        if name in config and not rule.check(value := config[name]):
+            path = _path(prefix, name)
+            entries = value.items() if rule.each is not None and is_section(value) else ()
+            bad = [f"{path}.{k}={_shown(v)!r} {rule.each.what}" for k, v in entries if not rule.each.check(v)]
+            out += bad or [f"{path}={_shown(value)!r} {rule.what}"]
     return out
 
 
 def problems(config: ml_collections.ConfigDict, fields: Iterable[Field], prefix: str) -> list[str]:
-    """`rule_problems` for declared fields (those with a rule), nested sections' fields included."""
+    """`rule_problems` for declared fields (those with a rule), nested sections' fields included; prefix '': the
+    fields are the config's top level."""
     fields = tuple(fields)
     out = rule_problems(config, {f.name: f.rule for f in fields if f.rule is not None and not f.fields}, prefix)
     for f in fields:
         if f.fields and f.name in config:
             value = config[f.name]
-            if not isinstance(value, ml_collections.ConfigDict | Mapping):
-                out.append(f"{prefix}.{f.name}={value!r} must be a section of {', '.join(g.name for g in f.fields)}")
-            elif inner := problems(value, f.fields, f"{prefix}.{f.name}"):
+            if not is_section(value):
+                out.append(
+                    f"{_path(prefix, f.name)}={value!r} must be a section of {', '.join(g.name for g in f.fields)}"
+                )
+            elif inner := problems(value, f.fields, _path(prefix, f.name)):
                 out += inner
             elif f.rule is not None:
                 out += rule_problems(config, {f.name: f.rule}, prefix)
@@ -150,7 +188,7 @@ def flat(fields: Iterable[Field], prefix: str) -> list[tuple[str, Field]]:
     """(dotted name, field) of every leaf field, nested sections' fields in place of their section."""
     out = []
     for f in fields:
-        out += flat(f.fields, f"{prefix}.{f.name}") if f.fields else [(f"{prefix}.{f.name}", f)]
+        out += flat(f.fields, _path(prefix, f.name)) if f.fields else [(_path(prefix, f.name), f)]
     return out
 
 

@@ -31,6 +31,20 @@ from __future__ import annotations
 import ml_collections
 
 from lra_flax.tasks import REGISTRY, reported_by, with_demo
+from zoo.config_fields import (
+    SECTION,
+    TEXT,
+    Field,
+    Rule,
+    above,
+    integer,
+    integers,
+    is_section,
+    mapping_of,
+    nested,
+    section,
+)
+from zoo.models.config import MAX_LENGTH
 
 PRESETS = ("demo", "kernel_paper", "lra", "efficiency", "efficiency_cpu")
 
@@ -70,11 +84,59 @@ KERNEL_PAPER_VARIANTS = {
 }
 
 
+# "config_module:preset" of a task config under lra_flax/configs; whether that module and preset exist is the
+# cell's check (lra_flax/compare.py), the efficiency task's is the sweep's.
+PRESET_SPEC = Rule(
+    lambda x: isinstance(x, str) and all(x.partition(":")[::2]),
+    "must be 'config_module:preset' (a file under lra_flax/configs and one of its presets, e.g. 'listops:demo')",
+    "'module:preset'",
+)
+VARIANT = Rule(
+    lambda x: (
+        is_section(x)
+        and isinstance(x.get("mixer"), str)
+        and set(x.keys()) <= {"mixer", "options"}
+        and is_section(x.get("options", {}))
+    ),
+    "must be {'mixer': MIXER, 'options': {OPTION: value}}: a mixer name and its option overrides",
+    "{'mixer', 'options'}",
+)
+
+# The sweep config's own fields: the defaults `get_config` starts from and what lra-compare validates before any
+# cell runs (the mixers and fields the cells set are each cell's check).
+SWEEP_FIELDS = (
+    Field(
+        "tasks", {}, mapping_of(PRESET_SPEC, "must map task labels to 'config_module:preset'"), "task label: its preset"
+    ),
+    Field(
+        "variants",
+        {},
+        mapping_of(VARIANT, "must map at least one variant name to {'mixer': MIXER, 'options': {...}}", empty=False),
+        "variant name: {'mixer': MIXER, 'options': {OPTION: value}}, each run on every task and seed",
+    ),
+    Field("seeds", [], integers(0, empty=True, distinct=True), "the seeds of every (task, variant) cell"),
+    Field("overrides", {}, SECTION, "fields set on every cell, nested as the task config is"),
+    Field("task_overrides", {}, mapping_of(SECTION, "must map task labels to sections"), "task label: its fields"),
+    Field("preset", "sweep", TEXT, "the sweep's name, the reports' title"),
+    nested(
+        "efficiency",
+        (
+            Field("task", "text:lra_code", PRESET_SPEC, "the task config whose train step is timed"),
+            Field("lengths", [], integers(1, MAX_LENGTH, empty=True, distinct=True), "lengths timed (empty: none)"),
+            Field("steps", 3, integer(1), "timed train steps after compilation and warm-up"),
+            Field("warmup", 1, integer(0), "untimed train steps after compilation"),
+            Field("timeout_s", 1800, above(0), "seconds an entry may take before it is recorded as timed out"),
+            Field("overrides", {}, SECTION, "fields set on the efficiency task's config, nested as it is"),
+        ),
+        "the efficiency table: every variant's train steps/s and memory at each length",
+    ),
+)
+
+
 def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
     if preset not in PRESETS:
         raise ValueError(f"unknown compare preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    # The efficiency table: real train steps at each length (empty lengths: none).
-    efficiency = {"task": "text:lra_code", "lengths": [], "steps": 3, "warmup": 1, "timeout_s": 1800, "overrides": {}}
+    efficiency = {}  # the efficiency table's changes from its declared defaults (empty lengths: no table)
     if preset == "demo":
         tasks, variants, seeds = DEMO_TASKS, MAIN_VARIANTS, [0, 1]
         # 2 CPU cores: the Text demo model (2 layers, d 64) at 1K–4K bytes, batch 4.
@@ -93,12 +155,8 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
         tasks = LRA_TASKS
         variants = {k: MAIN_VARIANTS[k] for k in ("softmax", "relu", "linear_elu1", "linear_favor", "gmlp")}
         seeds = [0]
-    config = ml_collections.ConfigDict()
-    config.preset = preset
-    config.tasks = dict(tasks)
-    config.variants = {name: dict(v) for name, v in variants.items()}
-    config.seeds = list(seeds)
-    config.overrides = {}
+    variants = {name: dict(v) for name, v in variants.items()}
+    config = section(SWEEP_FIELDS, preset=preset, tasks=dict(tasks), variants=variants, seeds=list(seeds))
     config.task_overrides = {name: {} for name in tasks}
     if preset == "demo":
         for name, cut in DEMO_CUTS.items():
@@ -107,5 +165,5 @@ def get_config(preset: str = "demo") -> ml_collections.ConfigDict:
             config.task_overrides[name] = {
                 "train": {**cut, "warmup_steps": steps // 10, "checkpoint_every": steps // 2, "eval_every": 0}
             }
-    config.efficiency = efficiency
+    config.efficiency.update(efficiency)
     return config

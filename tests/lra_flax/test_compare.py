@@ -369,3 +369,69 @@ def test_bubble_points_need_every_task_and_softmax_at_the_same_length(tmp_path):
     assert points["linear"]["speed_vs_softmax"] == 4.0 and abs(points["linear"]["average_accuracy"] - 35.0) < 1e-9
     assert points["softmax"]["memory_mib"] == 800
     assert compare.bubble_figure(config, list(points.values()), tmp_path / "bubble.png").stat().st_size > 1000
+
+
+def _preset_sweep(**changes):
+    """The demo sweep on ListOps with `changes` (dotted fields), a value of another type too (as a file writes it)."""
+    config = compare_configs.get_config("demo").to_dict()
+    config.update(tasks={"listops": "listops:demo"}, task_overrides={"listops": {}})
+    for field, value in changes.items():
+        node, _, name = field.rpartition(".")
+        (config[node] if node else config)[name] = value
+    return ml_collections.ConfigDict(config)
+
+
+def test_every_preset_is_a_valid_sweep_of_exactly_the_declared_fields():
+    for preset in compare_configs.PRESETS:
+        config = compare_configs.get_config(preset)
+        assert set(config.keys()) == {f.name for f in compare_configs.SWEEP_FIELDS}, preset
+        assert compare.sweep_problems(config) == [], preset
+
+
+@pytest.mark.parametrize(
+    "changes, problem",
+    [
+        ({"variants": {"softmax": "softmax"}}, "variants.softmax='softmax' must be {'mixer': MIXER, 'options': "
+         "{OPTION: value}}: a mixer name and its option overrides"),
+        ({"variants": {"softmax": {"options": {}}}}, "variants.softmax={'options': {}} must be {'mixer': MIXER"),
+        ({"variants": {"relu": {"mixer": "relu", "option": {}}}}, "variants.relu={'mixer': 'relu', 'option': {}}"),
+        ({"variants": {}}, "variants={} must map at least one variant name"),
+        ({"tasks": {"listops": "listops"}}, "tasks.listops='listops' must be 'config_module:preset'"),
+        ({"seeds": [-1]}, "seeds=[-1] must be a list of distinct integers ≥ 0"),
+        ({"seeds": ["a"]}, "seeds=['a'] must be a list of distinct integers ≥ 0"),
+        ({"seeds": [0, 0]}, "seeds=[0, 0] must be a list of distinct integers ≥ 0"),
+        ({"overrides": 3}, "overrides=3 must be a section of config fields"),
+        ({"task_overrides": {"listopz": {}}}, "task_overrides.listopz names no task of this sweep (tasks: listops)"),
+        ({"efficiency.lengths": [-5]}, "efficiency.lengths=[-5] must be a list of distinct integers in [1, 1,048,576]"),
+        ({"efficiency.steps": 0}, "efficiency.steps=0 must be an integer ≥ 1"),
+        ({"efficiency.timeout_s": -1}, "efficiency.timeout_s=-1 must be a number > 0"),
+        ({"efficiency.task": "text:dmo"}, "efficiency.task='text:dmo': unknown Text preset 'dmo'; valid presets: "),
+        ({"efficiency.task": "txt:demo"}, "efficiency.task='txt:demo': there is no task config module "
+         "lra_flax/configs/txt.py"),
+        ({"efficiency.overrides": {"train": {"batchsize": 4}}}, "efficiency.overrides.train.batchsize: text configs "
+         "have no such field"),
+    ],
+)  # fmt: skip
+def test_the_sweep_config_s_own_fields_are_checked_by_name(changes, problem):
+    found = compare.sweep_problems(_preset_sweep(**changes))
+    assert len(found) == 1 and found[0].startswith(problem), found
+
+
+@pytest.mark.parametrize("cells", [True, False])
+def test_an_invalid_sweep_config_is_one_line_before_anything_runs(tmp_path, cells):
+    sweep = tmp_path / "sweep.py"
+    sweep.write_text(
+        "from lra_flax.configs.compare import get_config as base\n"
+        "def get_config(preset):\n"
+        "    config = base('efficiency_cpu')\n"
+        "    config.variants = {'softmax': 'softmax'}\n"
+        "    return config\n"
+    )
+    command = [sys.executable, "-m", "lra_flax.compare_cli", f"--config={sweep}:x", f"--workdir={tmp_path / 'w'}"]
+    run = subprocess.run(command + ["--cells"] * cells, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == "", run.stderr[-2000:]
+    assert run.stderr.strip() == (
+        "lra-compare: error: invalid sweep config: variants.softmax='softmax' must be {'mixer': MIXER, 'options': "
+        "{OPTION: value}}: a mixer name and its option overrides"
+    )
+    assert not (tmp_path / "w").exists()

@@ -192,3 +192,23 @@ def test_translation_refuses_a_book_in_two_splits_before_a_run():
     config.data.bible_books.test = (8, 32)  # Ruth is the valid split's book
     (problem,) = config_problems(config, translation.CONFIG_SECTIONS)
     assert problem.startswith("data.bible_books={") and problem.endswith("must give each book to one split at most")
+
+
+def test_top_level_fields_and_a_mapping_s_entries_are_named_by_their_path():
+    from zoo.config_fields import TEXT, Field, integer, integers, mapping_of, nested
+
+    fields = (
+        Field("names", {}, mapping_of(TEXT, "must map names to strings", empty=False), "names"),
+        Field("seeds", [], integers(0, empty=True, distinct=True), "seeds"),
+        nested("inner", (Field("steps", 1, integer(1), "steps"),), "inner"),
+    )
+    config = ml_collections.ConfigDict({"names": {"a": "x", "b": 3}, "seeds": [1, 1], "inner": {"steps": 0}})
+    assert config_fields.problems(config, fields, "") == [
+        "names.b=3 must be a string",
+        "seeds=[1, 1] must be a list of distinct integers ≥ 0",
+        "inner.steps=0 must be an integer ≥ 1",
+    ]
+    config.names, config.seeds = {}, []  # an empty list may be allowed, an empty mapping not
+    assert config_fields.problems(config, fields[:2], "") == ["names={} must map names to strings"]
+    assert [name for name, _ in config_fields.flat(fields, "")] == ["names", "seeds", "inner.steps"]
+    assert config_fields.section(fields).seeds is not fields[1].default  # a list default is each config's own
