@@ -47,7 +47,7 @@ def main(argv: list[str]) -> None:
         all_cells = compare.cells(config)
         if _CELLS.value:
             i, n = compare.parse_shard(_SHARD.value)
-            changed = compare.changed_cells(config, root)
+            changed, failing = compare.changed_cells(config, root), 0
             for cell in compare.shard(all_cells, i, n):
                 if cell.name in changed:
                     state, note = "changed", f"  trained with: {changed[cell.name]}"
@@ -55,7 +55,10 @@ def main(argv: list[str]) -> None:
                     state = compare.state(cell, root)
                     problem = compare.config_problem(cell) if state != "done" else None
                     note = f"  will fail: {problem}" if problem else ""
+                    failing += problem is not None
                 print(f"{state:8}  {cell.name}  ({cell.config_spec}){note}")
+            if failing:  # a script that checks the sweep first learns it would fail
+                raise ValueError(f"{failing} of the listed cells will fail (each says why above); nothing was run")
             return
         compare.check_cells_unchanged(config, root)
         counts = {}

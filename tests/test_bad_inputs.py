@@ -828,6 +828,12 @@ def _cli_cases() -> list[Case]:
         env=bad_peak,
     )
     cases.append(Case("command", "bad ZOO_CPU_PEAK_TFLOPS", run, outcome, untouched=writes))
+    # The listing (shard 1/70: image/gmlp/seed0 alone) holds a cell that will fail: one line and status 2.
+    run, outcome, writes = _command(
+        ["lra_flax.compare_cli", f"--config={COMPARE}", "--workdir={tmp}/w", "--cells", "--shard=1/70",
+         "--config.variants.gmlp.mixer=nosuch"], 2, r"1 of the listed cells will fail \(each says why above\)",
+    )  # fmt: skip
+    cases.append(Case("command", "lra-compare --cells, a cell will fail", run, outcome, untouched=writes))
     for platform in ("cuda", "tpu"):  # a backend this CPU machine cannot start: one line, not jax's traceback
         run, outcome, writes = _command(
             ["lra_flax", f"--config={LISTOPS}", "--workdir={tmp}/w"], 2,

@@ -275,8 +275,12 @@ def test_a_shard_with_failed_cells_lists_them_first_and_exits_1_after_its_report
         f"--workdir={tmp_path / 'sweep'}", broken, f"--shard=1/{len(cells)}",
     ]  # fmt: skip
     listed = subprocess.run([*command, "--cells"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert listed.returncode == 2, listed.stderr[-2000:]  # a script that lists the sweep first learns it
     assert "will fail: invalid config: model.mixer: unknown mixer 'nosuch'" in listed.stdout
+    assert listed.stderr.strip() == "lra-compare: error: 1 of the listed cells will fail (each says why above); " + (
+        "nothing was run"
+    )
+    assert not (tmp_path / "sweep").exists()
     run = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 1, run.stderr[-2000:]
     assert "1 cell(s) of this shard failed" in run.stderr
