@@ -372,14 +372,28 @@ def efficiency_command(config: ml_collections.ConfigDict, variant: str, length: 
     return [*cmd, f"--steps={eff.steps}", f"--warmup={eff.warmup}"]
 
 
-def run_efficiency(config: ml_collections.ConfigDict, root: str | os.PathLike, *, env: dict | None = None) -> int:
-    """Measures every (variant, length) not yet measured, each in its own process; returns how many ran."""
-    root, ran = Path(root), 0
+def efficiency_failed(record: dict) -> bool:
+    """An entry that measured nothing for another reason than running out of memory (a result in the LRA paper's
+    table, not a failure)."""
+    return "error" in record and record["error"] != "out of memory"
+
+
+def run_efficiency(
+    config: ml_collections.ConfigDict,
+    root: str | os.PathLike,
+    *,
+    retry_failed: bool = False,
+    env: dict | None = None,
+) -> dict[str, int]:
+    """Measures every (variant, length) not yet measured (and failed ones with `retry_failed`), each in its own
+    process; returns how many ran and how many of those failed (`efficiency_failed`)."""
+    root, counts = Path(root), {"ran": 0, "failed": 0}
     entries = efficiency_entries(config)
     for k, (variant, length) in enumerate(entries, start=1):
         path = efficiency_path(root, variant, length)
-        if path.exists():
+        if path.exists() and not (retry_failed and efficiency_failed(read_json(path))):
             continue
+        path.unlink(missing_ok=True)  # a failed entry run again: its record is what the new run leaves
         start = time.perf_counter()
         cmd = efficiency_command(config, variant, length, path)
         try:
@@ -401,14 +415,15 @@ def run_efficiency(config: ml_collections.ConfigDict, root: str | os.PathLike, *
             else:
                 error = _reason(output, returncode)
             _write(path, json.dumps({"mixer": config.variants[variant].mixer, "length": length, "error": error}) + "\n")
-        ran += 1
         result = read_json(path)
+        counts["ran"] += 1
+        counts["failed"] += efficiency_failed(result)
         what = result.get("error") or f"{result['steps_per_s']:.3g} steps/s, {result['memory_bytes'] / 2**20:,.0f} MiB"
         print(
             f"[efficiency {k}/{len(entries)}] {variant} at {length}: {what} ({time.perf_counter() - start:.0f}s)",
             flush=True,
         )
-    return ran
+    return counts
 
 
 def collect_efficiency(config: ml_collections.ConfigDict, root: Path) -> list[dict]:
@@ -678,9 +693,9 @@ def write_report(config: ml_collections.ConfigDict, root: str | os.PathLike) -> 
             json.dumps({"config": config.to_dict(), "cells": rows, "efficiency": efficiency_rows}, indent=1) + "\n",
         ),
     }
-    if len(config.tasks):
+    if any(r["state"] == "done" for r in rows):  # no figure without a finished cell to draw
         paths["accuracy_png"] = accuracy_figure(config, rows, root / "accuracy.png")
-    if efficiency_rows:
+    if any("error" not in r for r in efficiency_rows):  # no figure without a measurement to draw
         paths["efficiency_png"] = efficiency_figure(config, efficiency_rows, root / "efficiency.png")
     points = bubble_points(config, rows, efficiency_rows)
     if points:

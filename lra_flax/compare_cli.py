@@ -21,7 +21,7 @@ _CONFIG = cli.define_config_flag("Sweep config (lra_flax/configs/compare.py:PRES
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory: cells/ and the reports.")
 _CELLS = flags.DEFINE_bool("cells", False, "List the cells and their state; run nothing.")
 _SHARD = flags.DEFINE_string("shard", "1/1", "Run only shard i of n (cell k belongs to shard k mod n + 1).")
-_RETRY = flags.DEFINE_bool("retry_failed", False, "Run failed cells again.")
+_RETRY = flags.DEFINE_bool("retry_failed", False, "Run failed cells and failed efficiency entries again.")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the reports from finished cells.")
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -70,7 +70,8 @@ def main(argv: list[str]) -> None:
         if not _REPORT_ONLY.value:
             counts = compare.run_sweep(config, root, shard_spec=_SHARD.value, retry_failed=_RETRY.value)
             if _SHARD.value == "1/1" and not counts.get("preempted"):
-                compare.run_efficiency(config, root)  # one machine only: timings on a shared host would mislead
+                # one machine only: timings on a shared host would mislead
+                counts["efficiency failed"] = compare.run_efficiency(config, root, retry_failed=_RETRY.value)["failed"]
         paths = compare.write_report(config, root)
     except (ValueError, OSError, MissingExtra) as e:
         print(f"lra-compare: error: {' '.join(str(e).split())}", file=sys.stderr)
@@ -97,6 +98,13 @@ def main(argv: list[str]) -> None:
             "say why; --retry_failed runs them again)",
             file=sys.stderr,
         )
+    if counts.get("efficiency failed"):
+        print(
+            f"lra-compare: {counts['efficiency failed']} of the efficiency entries failed (each "
+            "efficiency/VARIANT/L<length>.json says why; --retry_failed runs them again)",
+            file=sys.stderr,
+        )
+    if counts.get("failed") or counts.get("efficiency failed"):
         sys.exit(1)
 
 

@@ -203,8 +203,8 @@ def test_two_task_sweep_tables_figures_failures_kill_and_resume(tmp_path, monkey
     }
     counts = compare.run_sweep(full, tmp_path / "full")
     assert counts == {"done": 8, "failed": 4, "skipped": 0}  # the failures did not stop the sweep
-    assert compare.run_efficiency(full, tmp_path / "full") == 3
-    assert compare.run_efficiency(full, tmp_path / "full") == 0  # measured entries are kept
+    assert compare.run_efficiency(full, tmp_path / "full") == {"ran": 3, "failed": 1}  # the broken variant's
+    assert compare.run_efficiency(full, tmp_path / "full") == {"ran": 0, "failed": 0}  # measured entries are kept
     eff = compare.collect_efficiency(full, tmp_path / "full")
     assert {r["variant"] for r in eff if "error" not in r} == {"softmax", "favor"}
     assert all(r["steps_per_s"] > 0 and r["memory_bytes"] > 0 for r in eff if "error" not in r)
@@ -439,3 +439,27 @@ def test_an_invalid_sweep_config_is_one_line_before_anything_runs(tmp_path, cell
         "{OPTION: value}}: a mixer name and its option overrides"
     )
     assert not (tmp_path / "w").exists()
+
+
+def test_a_failed_efficiency_entry_fails_the_command_and_draws_no_empty_figure(tmp_path):
+    # A variant whose mixer does not exist: its efficiency process refuses the config; the report is written, the
+    # figure (no measurement) is not, and the command says so and exits 1, as for a failed cell.
+    sweep = tmp_path / "sweep.py"
+    sweep.write_text(
+        "from lra_flax.configs.compare import get_config as base\n"
+        "def get_config(preset):\n"
+        "    config = base('efficiency_cpu')\n"
+        "    config.variants = {'broken': {'mixer': 'nosuch', 'options': {}}}\n"
+        "    config.efficiency.lengths = [64]\n"
+        "    return config\n"
+    )
+    command = [sys.executable, "-m", "lra_flax.compare_cli", f"--config={sweep}:x", f"--workdir={tmp_path / 'w'}"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.stderr.strip().splitlines()[-1] == (
+        "lra-compare: 1 of the efficiency entries failed (each efficiency/VARIANT/L<length>.json says why; "
+        "--retry_failed runs them again)"
+    )
+    assert "unknown mixer 'nosuch'" in json.loads((tmp_path / "w/efficiency/broken/L64.json").read_text())["error"]
+    assert "| broken | failed | failed | failed |" in (tmp_path / "w/results.md").read_text()
+    assert not (tmp_path / "w/efficiency.png").exists() and not (tmp_path / "w/accuracy.png").exists()
