@@ -24,7 +24,6 @@ from zoo.training.config import check_output_dir
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Directory for the TSV files.")
 _SEED = flags.DEFINE_integer("seed", 0, "Generator seed; the same seed gives byte-identical files.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace the data files (or folder) that already exist there.")
-flags.mark_flag_as_required("output_dir")
 
 
 SUBCOMMANDS = data_writers()  # every registered task that writes data, by its name
@@ -61,18 +60,20 @@ def foreign_flags(subcommand: str) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 2 or argv[1] not in SUBCOMMANDS:
-        raise app.UsageError(f"usage: lra-data {{{','.join(SUBCOMMANDS)}}} --output_dir=DIR [flags]")
+    usage = f"lra-data {{{','.join(SUBCOMMANDS)}}} --output_dir=DIR [flags]"
+    task = cli.subcommand(argv, SUBCOMMANDS, "task", usage)
+    if not _OUTPUT_DIR.value:  # checked here, after the task: absl's required flag would be said first
+        raise app.UsageError(f"--output_dir is required (usage: {usage})")
     start = time.perf_counter()
     try:
-        if foreign := foreign_flags(argv[1]):
-            raise ValueError(f"lra-data {argv[1]} does not use {', '.join(foreign)}")
+        if foreign := foreign_flags(task):
+            raise ValueError(f"lra-data {task} does not use {', '.join(foreign)}")
         check_output_dir(_OUTPUT_DIR.value, "--output_dir")
         values = flags.FLAGS.flag_values_dict()
-        data_files = REGISTRY[argv[1]].data_files
+        data_files = REGISTRY[task].data_files
         if data_files and not _OVERWRITE.value:
             refuse_to_replace(data_files(_OUTPUT_DIR.value, values), _OUTPUT_DIR.value, "lra-data")
-        paths = SUBCOMMANDS[argv[1]](_OUTPUT_DIR.value, values)
+        paths = SUBCOMMANDS[task](_OUTPUT_DIR.value, values)
     except (ValueError, RuntimeError, OSError) as e:  # one line, exit status 2, as every CLI here
         print(f"lra-data: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)

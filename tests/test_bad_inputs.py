@@ -815,6 +815,13 @@ def _cli_cases() -> list[Case]:
          "--config.efficiency.steps=0"], r"invalid sweep config: efficiency.steps=0 must be an integer ≥ 1"),
         ("lra-compare: efficiency.task preset", ["lra_flax.compare_cli", f"--config={COMPARE}", "--workdir={tmp}/w",
          "--cells", "--config.efficiency.task=text:dmo"], r"efficiency.task='text:dmo': unknown Text preset 'dmo'"),
+        ("lra-data: no task", ["lra_flax.data_cli"], r"no task given; usage: lra-data \{listops,"),
+        ("lra-data: unknown task", ["lra_flax.data_cli", "listopz", "--output_dir={tmp}/w"],
+         r"unknown task 'listopz'; valid: listops, retrieval, image, pathfinder"),
+        ("lra-data: no --output_dir", ["lra_flax.data_cli", "listops"], r"--output_dir is required"),
+        ("mt-data: unknown corpus", ["mt_flax.data_cli", "bibel", "--output_dir={tmp}/w"],
+         r"unknown corpus 'bibel'; valid: bible"),
+        ("mlm-data: no corpus", ["mlm_flax.data_cli", "--output_dir={tmp}/w"], r"no corpus given; usage: mlm-data"),
     ]  # fmt: skip
     cases = []
     for name, args, pattern in rows:

@@ -16,7 +16,7 @@ import json
 import logging as std_logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NoReturn
 
 import jax
@@ -163,6 +163,19 @@ def _config_file_line(error: BaseException, argv: Sequence[str]) -> str | None:
             where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
         tb = tb.tb_next
     return where
+
+
+def subcommand(argv: Sequence[str], choices: Iterable[str], what: str, usage: str) -> str:
+    """The one positional argument of a command with sub-commands (`lra-data TASK`); a UsageError that says
+    whether it is missing, unknown (with the valid ones) or followed by others, then the usage."""
+    names = list(choices)
+    if len(argv) < 2:
+        raise app.UsageError(f"no {what} given; usage: {usage}")
+    if argv[1] not in names:
+        raise app.UsageError(f"unknown {what} {argv[1]!r}; valid: {', '.join(names)} (usage: {usage})")
+    if len(argv) > 2:
+        raise app.UsageError(f"unexpected arguments: {argv[2:]} (usage: {usage})")
+    return argv[1]
 
 
 def show_command_flags(main: Callable, *modules: str) -> None:
