@@ -44,7 +44,7 @@ from zoo.config_fields import (
     nested,
     section,
 )
-from zoo.models.config import MAX_LENGTH
+from zoo.mixers.registry import MAX_LENGTH
 
 PRESETS = ("demo", "kernel_paper", "lra", "efficiency", "efficiency_cpu")
 

@@ -441,6 +441,27 @@ def test_an_invalid_sweep_config_is_one_line_before_anything_runs(tmp_path, cell
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize(
+    ("fields", "listed", "error"),
+    [
+        ("'seeds': [3]", "to do     listops/relu/seed3  (listops:demo)\n", ""),  # the rest: their defaults
+        ("'seed': [3]", "", "lra-compare: error: unknown config field(s) seed; valid: tasks, variants, seeds, "
+         "overrides, task_overrides, preset, efficiency"),
+    ],
+)  # fmt: skip
+def test_a_sweep_file_of_one_s_own_needs_tasks_and_variants_and_names_an_unknown_field(tmp_path, fields, listed, error):
+    sweep = tmp_path / "sweep.py"
+    sweep.write_text(
+        "import ml_collections\n"
+        "def get_config():\n"
+        "    return ml_collections.ConfigDict({'tasks': {'listops': 'listops:demo'}, 'variants': {'relu': "
+        f"{{'mixer': 'relu'}}}}, {fields}}})\n"
+    )
+    command = [sys.executable, "-m", "lra_flax.compare_cli", f"--config={sweep}", f"--workdir={tmp_path / 'w'}"]
+    run = subprocess.run([*command, "--cells"], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout, run.stderr.strip()) == (2 if error else 0, listed, error), run.stderr[-2000:]
+
+
 def test_a_failed_efficiency_entry_fails_the_command_and_draws_no_empty_figure(tmp_path):
     # A variant whose mixer does not exist: its efficiency process refuses the config; the report is written, the
     # figure (no measurement) is not, and the command says so and exits 1, as for a failed cell.
