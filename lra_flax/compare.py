@@ -700,6 +700,9 @@ def write_report(config: ml_collections.ConfigDict, root: str | os.PathLike) -> 
     points = bubble_points(config, rows, efficiency_rows)
     if points:
         paths["bubble_png"] = bubble_figure(config, points, root / "bubble.png")
+    for name in ("accuracy", "efficiency", "bubble"):  # one with nothing to draw now is not left from before
+        if f"{name}_png" not in paths:
+            (root / f"{name}.png").unlink(missing_ok=True)
     return paths
 
 

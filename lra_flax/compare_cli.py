@@ -25,8 +25,9 @@ _RETRY = flags.DEFINE_bool("retry_failed", False, "Run failed cells and failed e
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the reports from finished cells.")
 flags.mark_flags_as_required(["config", "workdir"])
 
-# The fields that make a config a sweep's; a hand-written sweep's other fields keep their declared defaults.
-SWEEP_CONFIG = {"lra_flax/configs/compare.py": {"": tuple(f for f in SWEEP_FIELDS if f.name in ("tasks", "variants"))}}
+# The fields that make a config a sweep's (its cells); a sweep file's other fields keep their declared defaults.
+_CELL_FIELDS = tuple(f for f in SWEEP_FIELDS if f.name in ("tasks", "variants", "seeds"))
+SWEEP_CONFIG = {"lra_flax/configs/compare.py": {"": _CELL_FIELDS}}
 SWEEP_CONFIG_KIND = "an lra-compare sweep config (lra_flax/configs/compare.py)"
 
 
@@ -38,7 +39,7 @@ def main(argv: list[str]) -> None:
         problem = cli.foreign_config_problem(config, SWEEP_CONFIG, "lra-compare", what=SWEEP_CONFIG_KIND)
         if problem is not None:
             raise ValueError(problem)
-        config = config_fields.section(SWEEP_FIELDS, **config)
+        config = config_fields.completed(SWEEP_FIELDS, config)
         if problems := compare.sweep_problems(config):  # before anything runs, --cells too
             raise ValueError("invalid sweep config: " + "; ".join(problems))
         # The sweep runs its cells as local subprocesses that append to local logs; a cell's own workdir

@@ -152,6 +152,23 @@ def _shown(value):
     return value.to_dict() if isinstance(value, ml_collections.ConfigDict) else value
 
 
+def completed(fields: Iterable[Field], config: Mapping | ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """`config` (a file's own, not built from the fields) with the declared fields it leaves out at their defaults,
+    nested sections' too; a name no field declares is an error naming it. Values are kept as given, not cast."""
+
+    def merge(fields: tuple[Field, ...], given: Mapping, prefix: str) -> dict:
+        declared = {f.name: f for f in fields}
+        if unknown := [_path(prefix, name) for name in given if name not in declared]:
+            raise ValueError(f"unknown config field(s) {', '.join(unknown)}; valid: {', '.join(declared)}")
+        out = copy.deepcopy(_defaults(fields))
+        for name, value in given.items():
+            inner = declared[name].fields
+            out[name] = merge(inner, value, _path(prefix, name)) if inner and is_section(value) else value
+        return out
+
+    return ml_collections.ConfigDict(merge(tuple(fields), _shown(config), ""))
+
+
 def rule_problems(config: ml_collections.ConfigDict, rules: Mapping[str, Rule], prefix: str) -> list[str]:
     """One line per field of `config` whose value breaks its rule in `rules`, naming the field and the value (the
     entry of a mapping, for a rule with `each`)."""

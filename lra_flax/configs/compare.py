@@ -96,7 +96,7 @@ VARIANT = Rule(
         is_section(x)
         and isinstance(x.get("mixer"), str)
         and set(x.keys()) <= {"mixer", "options"}
-        and is_section(x.get("options", {}))
+        and (x.get("options") is None or is_section(x["options"]))
     ),
     "must be {'mixer': MIXER, 'options': {OPTION: value}}: a mixer name and its option overrides",
     "{'mixer', 'options'}",

@@ -444,18 +444,27 @@ def test_an_invalid_sweep_config_is_one_line_before_anything_runs(tmp_path, cell
 @pytest.mark.parametrize(
     ("fields", "listed", "error"),
     [
-        ("'seeds': [3]", "to do     listops/relu/seed3  (listops:demo)\n", ""),  # the rest: their defaults
-        ("'seed': [3]", "", "lra-compare: error: unknown config field(s) seed; valid: tasks, variants, seeds, "
-         "overrides, task_overrides, preset, efficiency"),
+        # the rest at their defaults; values kept as given (a float timeout is a number > 0)
+        ("'seeds': [3], 'efficiency': {'timeout_s': 600.5}", "to do     listops/relu/seed3  (listops:demo)\n", ""),
+        ("'seed': [3]", "", "lra-compare: error: --config is not an lra-compare sweep config "
+         "(lra_flax/configs/compare.py): it has no seeds"),
+        ("'seeds': [3], 'preset': 'mine', 'sed': 1", "", "lra-compare: error: unknown config field(s) sed; valid: "
+         "tasks, variants, seeds, overrides, task_overrides, preset, efficiency"),
+        ("'seeds': [3], 'efficiency': {'lenghts': [1000]}", "", "lra-compare: error: unknown config field(s) "
+         "efficiency.lenghts; valid: task, lengths, steps, warmup, timeout_s, overrides"),
+        ("'seeds': [3], 'efficiency': {'steps': 3.0}", "", "lra-compare: error: invalid sweep config: "
+         "efficiency.steps=3.0 must be an integer ≥ 1"),
     ],
 )  # fmt: skip
-def test_a_sweep_file_of_one_s_own_needs_tasks_and_variants_and_names_an_unknown_field(tmp_path, fields, listed, error):
+def test_a_sweep_file_of_one_s_own_needs_its_cells_fields_and_names_an_unknown_or_bad_field(
+    tmp_path, fields, listed, error
+):
     sweep = tmp_path / "sweep.py"
     sweep.write_text(
         "import ml_collections\n"
         "def get_config():\n"
         "    return ml_collections.ConfigDict({'tasks': {'listops': 'listops:demo'}, 'variants': {'relu': "
-        f"{{'mixer': 'relu'}}}}, {fields}}})\n"
+        f"{{'mixer': 'relu', 'options': None}}}}, {fields}}})\n"
     )
     command = [sys.executable, "-m", "lra_flax.compare_cli", f"--config={sweep}", f"--workdir={tmp_path / 'w'}"]
     run = subprocess.run([*command, "--cells"], capture_output=True, text=True, timeout=120)
@@ -464,7 +473,7 @@ def test_a_sweep_file_of_one_s_own_needs_tasks_and_variants_and_names_an_unknown
 
 def test_a_failed_efficiency_entry_fails_the_command_and_draws_no_empty_figure(tmp_path):
     # A variant whose mixer does not exist: its efficiency process refuses the config; the report is written, the
-    # figure (no measurement) is not, and the command says so and exits 1, as for a failed cell.
+    # figure (no measurement) is not, nor left from before, and the command says so and exits 1, as for a failed cell.
     sweep = tmp_path / "sweep.py"
     sweep.write_text(
         "from lra_flax.configs.compare import get_config as base\n"
@@ -474,6 +483,8 @@ def test_a_failed_efficiency_entry_fails_the_command_and_draws_no_empty_figure(t
         "    config.efficiency.lengths = [64]\n"
         "    return config\n"
     )
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w/efficiency.png").write_bytes(b"a figure of an earlier version of this sweep")
     command = [sys.executable, "-m", "lra_flax.compare_cli", f"--config={sweep}:x", f"--workdir={tmp_path / 'w'}"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stderr[-2000:]

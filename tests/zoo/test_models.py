@@ -264,3 +264,17 @@ def test_a_model_built_from_python_checks_its_config_once_at_its_entry(cls, monk
     mixer.update(d_model=8, num_heads=2)
     mixers.build(mixer, rngs=nnx.Rngs(0))  # built from Python, a mixer checks them itself, once
     assert sum(shared) == 1
+
+
+@pytest.mark.parametrize(
+    ("size", "refused"), [(np.int64(5), False), (jnp.int32(5), False), (True, True), (5.0, True), (0, True)]
+)
+def test_a_model_s_size_is_any_integer_at_least_1(size, refused):
+    """A data set's count (numpy, or a concrete jax scalar) is an integer; a bool, a float or 0 is not."""
+    cfg = models.model_config(num_layers=1, d_model=8, num_heads=2, mlp_dim=8, max_length=8)
+    build = lambda: models.SequenceClassifier(cfg, vocab_size=size, num_classes=2, rngs=nnx.Rngs(0))
+    if refused:
+        with pytest.raises(ValueError, match=r"^SequenceClassifier: vocab_size=.* must be an integer ≥ 1$"):
+            build()
+    else:
+        build()

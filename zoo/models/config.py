@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import numbers
+import operator
 from collections.abc import Mapping
 
 import ml_collections
@@ -165,7 +165,11 @@ def check_model(cfg: ml_collections.ConfigDict, model: str, **sizes: int) -> Non
     """A public model's entry, before any array is made: its `sizes` arguments (vocab_size, num_classes: integers
     ≥ 1) and `check_model_fields`. The layers it builds are told `checked=True`, so nothing is checked twice."""
     rule = integer(1)
-    for argument, value in sizes.items():  # a numpy integer (a data set's count) is an integer too
-        if not (isinstance(value, numbers.Integral) and rule.check(int(value))):
+    for argument, value in sizes.items():  # numpy's and a concrete jax scalar's integers (a data set's count) too
+        try:
+            ok = not isinstance(value, bool) and rule.check(operator.index(value))
+        except TypeError:
+            ok = False
+        if not ok:
             raise ValueError(f"{model}: {argument}={value!r} {rule.what}")
     check_model_fields(cfg)

@@ -43,7 +43,7 @@ def _build_problem(cfg: ml_collections.ConfigDict) -> str | None:
     key = json.dumps(cfg.to_dict(), sort_keys=True, default=repr)
     if key not in _BUILD_OUTCOMES:
         try:  # shapes only: the mixer's own checks (enums, divisibility) without allocating anything
-            nnx.eval_shape(lambda: mixers.build(cfg, rngs=nnx.Rngs(0)))
+            nnx.eval_shape(lambda: mixers.build(cfg, rngs=nnx.Rngs(0), checked=True))  # MODEL_FIELDS checked them
             _BUILD_OUTCOMES[key] = None
         except (ValueError, TypeError) as e:
             _BUILD_OUTCOMES[key] = str(e).splitlines()[0]
