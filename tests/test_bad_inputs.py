@@ -629,6 +629,14 @@ def _model_cases() -> list[Case]:
                 Error(ValueError, r"^config field model.d_model=-1 must be an integer in \[1, 65,536\]$"),
             )
         )
+        cases.append(
+            Case(
+                "model",
+                f"{cls} an unknown mixer",
+                lambda t, c=cls: _model(c, mixer="relux"),
+                Error(ValueError, r"^config field model.mixer: unknown mixer 'relux'; valid mixers: amlp, .*, softmax"),
+            )
+        )
         cases += [Case("model", f"{cls} {size}={value}", lambda t, c=cls, s=size, v=value: _model(c, {s: v}),
                        Error(ValueError, rf"^{cls}: {size}={value!r} must be an integer ≥ 1$"))
                   for size in sizes for value in (0, -1, 2.5)]  # fmt: skip

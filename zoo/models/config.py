@@ -31,7 +31,7 @@ MAX_LAYERS = 1024
 _SHARED = SHARED_RULES
 
 MODEL_FIELDS: tuple[Field, ...] = (
-    # Mixer names are checked against the registry by zoo/training/validate.py (its message lists them).
+    # Mixer names are checked against the registry by `mixer_name_problems` (its message lists them).
     Field("mixer", "relu", None, "self-attention / token mixer of every block (docs/mixers.md)"),
     Field("cross_mixer", "softmax", None, "encoder-decoder cross-attention (attention-type mixers only)"),
     Field("num_layers", 2, integer(1, MAX_LAYERS), "blocks in the encoder (and the decoder unless num_decoder_layers)"),
@@ -151,10 +151,19 @@ def mixer_option_problems(name: str, options, *, values: bool = True) -> list[st
     return problems + (field_problems(options, fields, prefix) if values else [])
 
 
+def mixer_name_problems(cfg: ml_collections.ConfigDict) -> list[str]:
+    """model.mixer and model.cross_mixer against the registry (its names listed)."""
+    return [
+        f"model.{field}: unknown mixer {cfg[field]!r}; valid mixers: {', '.join(mixers.names())}"
+        for field in ("mixer", "cross_mixer")
+        if field in cfg and cfg[field] not in mixers.names()
+    ]
+
+
 def check_model_fields(cfg: ml_collections.ConfigDict) -> None:
-    """The model fields' declared rules and every mixer's options' (the inactive mixers' too, as the commands'
-    validation), for models built from Python (the commands validate before building)."""
-    problems = field_problems(cfg, MODEL_FIELDS, "model")
+    """The model fields' declared rules, the mixers' names and every mixer's options' (the inactive mixers' too, as
+    the commands' validation), for models built from Python (the commands validate before building)."""
+    problems = field_problems(cfg, MODEL_FIELDS, "model") or mixer_name_problems(cfg)
     options = cfg.get("mixer_options") or {}
     problems += [p for name in sorted(options.keys()) for p in mixer_option_problems(name, options[name])]
     if problems:

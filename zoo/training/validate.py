@@ -20,7 +20,7 @@ from zoo import mixers
 from zoo.config_fields import Field, Rule
 from zoo.config_fields import problems as field_problems
 from zoo.files import is_url
-from zoo.models.config import MODEL_FIELDS, mixer_config, mixer_option_problems
+from zoo.models.config import MODEL_FIELDS, mixer_config, mixer_name_problems, mixer_option_problems
 from zoo.training.config import MESH_FIELDS, TRAIN_FIELDS, check_output_dir
 from zoo.training.flops import cpu_peak_from_env
 from zoo.training.mesh import PARAMETER_AXES
@@ -123,10 +123,8 @@ def config_problems(
     if "model" in config:
         model = config.model
         problems += field_problems(model, MODEL_FIELDS, "model")
-        for field in ("mixer", "cross_mixer"):
-            if not problems and field in model and model[field] not in mixers.names():
-                valid = ", ".join(mixers.names())
-                problems.append(f"model.{field}: unknown mixer {model[field]!r}; valid mixers: {valid}")
+        if not problems:
+            problems += mixer_name_problems(model)
         if not problems:
             problems += _mixer_problems(model)
     return problems
