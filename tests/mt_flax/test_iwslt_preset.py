@@ -100,5 +100,5 @@ def test_fairseq_attention_initialisers():
     assert xavier * 0.95 < float(jnp.max(jnp.abs(layer.out.kernel[...]))) <= xavier
     assert float(jnp.max(jnp.abs(layer.out.bias[...]))) == 0.0
     cfg.attention_init = "he"
-    with pytest.raises(ValueError, match="model.attention_init='he' is unknown"):
+    with pytest.raises(ValueError, match="model.attention_init='he' must be one of xavier_uniform, fairseq"):
         mixers.build(cfg, rngs=nnx.Rngs(0))
