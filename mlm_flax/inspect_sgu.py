@@ -1,6 +1,6 @@
 """`mlm-inspect`: plot a checkpoint's learned SGU spatial weights and score how Toeplitz-like they are.
 
-    mlm-inspect --workdir=runs/mlm-demo [--step=N] [--output=PATH]
+    mlm-inspect --workdir=runs/mlm-demo [--step=N] [--output=PATH] [--overwrite]
 
 Writes `sgu_weights.png` (one panel per gMLP/aMLP layer: W, n × n, blue negative / red positive) into the
 workdir and prints per layer the Toeplitz score (share of W's energy explained by its diagonal means: 1
@@ -21,6 +21,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "An mlm-train or mlm-finetune wo
 _STEP = flags.DEFINE_integer("step", 0, "Checkpoint step (0: the latest).")
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")  # what the figure may be saved as (matplotlib's formats here)
 _OUTPUT = flags.DEFINE_string("output", "", "Where the figure goes (default: WORKDIR/sgu_weights.png).")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace --output when it exists.")
 
 
 def main(argv: list[str]) -> None:
@@ -30,7 +31,9 @@ def main(argv: list[str]) -> None:
         raise app.UsageError("--workdir is required")
     # Checked before the checkpoint is read and plotted; by default the figure goes into the workdir.
     if _OUTPUT.value:
-        check_output_file(_OUTPUT.value, "--output", FIGURE_SUFFIXES)
+        check_output_file(
+            _OUTPUT.value, "--output", FIGURE_SUFFIXES, replace=None if _OVERWRITE.value else "--overwrite"
+        )
     else:
         check_output_dir(_WORKDIR.value, f"--workdir (where {DEFAULT_FIGURE} goes without --output)")
     report = inspect(_WORKDIR.value, _STEP.value or None, _OUTPUT.value or None)
