@@ -38,6 +38,10 @@ def test_a_workdir_s_damaged_or_foreign_config_json_is_named(tmp_path):
     (tmp_path / "config.json").write_text('{"task": "listops"}')
     with pytest.raises(ValueError, match=r"is a 'listops' run; mt-translate reads mt-train runs"):
         load_run(tmp_path)
+    # Resuming it with another command's config: one line naming its kind, not a diff of every field.
+    config.task = "translation"
+    with pytest.raises(ValueError, match=rf"^{tmp_path} is a 'listops' run; use a new --workdir\. Nothing in the"):
+        check_resume_config(config, tmp_path)
     (tmp_path / "config.json").write_text('{"task": "translation"}')
     for name in ("spm.model", "checkpoints"):
         (tmp_path / name).mkdir()

@@ -167,6 +167,10 @@ def check_resume_config(config: ml_collections.ConfigDict, workdir: str | os.Pat
         print(f"{path}: written by a run that saved no checkpoint and no results; it is replaced", flush=True)
     elif path.exists():
         changes = config_changes(config, path)
+        if changes.get("task", ("<absent>",))[0] != "<absent>":  # another command's run: not a field-by-field diff
+            raise ConfigMismatchError(
+                f"{another_kind(workdir, changes['task'][0])}; use a new --workdir. Nothing in the workdir was changed."
+            )
         changed = [k for k in changes if k not in RESUMABLE_FIELDS]
         steps = "train.steps" in changes
         schedule = config.train.get("schedule") if "train" in config else None
@@ -272,6 +276,11 @@ def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike) 
     atomic_write_bytes(path, config_to_json(config).encode())
 
 
+def another_kind(path: str | os.PathLike, task: Any) -> str:
+    """How a run of another command (its config.json's `task`) is named when this one cannot use it."""
+    return f"{path} is a {task!r} run"
+
+
 def read_run_config(
     workdir: str | os.PathLike, *, reader: str, tasks: tuple[str, ...] = ()
 ) -> ml_collections.ConfigDict:
@@ -283,7 +292,7 @@ def read_run_config(
         raise FileNotFoundError(f"{path} does not exist; {reader}")
     config = ml_collections.ConfigDict(read_json(path, "a damaged workdir: restore the file"))
     if tasks and config.get("task") not in tasks:
-        raise ValueError(f"{path} is a {config.get('task')!r} run; {reader}")
+        raise ValueError(f"{another_kind(path, config.get('task'))}; {reader}")
     if "model" in config:
         config.model = stored_model_config(config.model.to_dict())
     return config
