@@ -24,6 +24,7 @@ from zoo.models import MaskedLM, ModelBuilder, TextClassifier
 from zoo.text import SentencePieceTokenizer
 from zoo.training import Task, flops
 from zoo.training import data as data_lib
+from zoo.training.checkpoints import CheckpointDamaged
 from zoo.training.config import flatten_config, read_run_config
 from zoo.training.losses import classification_loss
 from zoo.training.state import restore_model
@@ -37,13 +38,18 @@ def pretrained_run(config: ml_collections.ConfigDict) -> tuple[Path, dict]:
     if not config.pretrained.workdir:
         raise ValueError("config field pretrained.workdir is empty: name the mlm-train workdir to fine-tune from")
     workdir = as_path(config.pretrained.workdir)
-    for name in ("config.json", TOKENIZER_FILE, "checkpoints"):
-        if not (workdir / name).exists():
-            raise FileNotFoundError(
-                f"pretrained.workdir={workdir} has no {name}; it must be an mlm-train workdir with a checkpoint"
-            )
+    missing = [name for name in ("config.json", TOKENIZER_FILE, "checkpoints") if not (workdir / name).exists()]
+    if missing and missing[0] == "config.json":
+        raise FileNotFoundError(
+            f"pretrained.workdir={workdir} has no config.json; it must be an mlm-train workdir with a checkpoint"
+        )
     reader = "fine-tuning starts from an mlm-train run (pretrained.workdir)"
-    return workdir, read_run_config(workdir, reader=reader, tasks=("mlm", "clm")).to_dict()
+    run_config = read_run_config(workdir, reader=reader, tasks=("mlm", "clm"))  # another command's run: named so
+    if missing:
+        raise FileNotFoundError(
+            f"pretrained.workdir={workdir} has no {missing[0]}; it must be an mlm-train workdir with a checkpoint"
+        )
+    return workdir, run_config.to_dict()
 
 
 def model_differences(pretrained: dict, model: ml_collections.ConfigDict) -> list[str]:
@@ -72,6 +78,8 @@ def load_pretrained_backbone(config: ml_collections.ConfigDict, vocab_size: int)
             workdir / "checkpoints",
             step=config.pretrained.step or None,
         )
+    except CheckpointDamaged:
+        raise  # its own line names the step: the model section is not what is wrong
     except ValueError as e:
         diffs = model_differences(pre_config, config.model)
         detail = "\n  ".join(diffs) if diffs else str(e)

@@ -8,6 +8,7 @@ import sys
 import chex
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
@@ -134,6 +135,33 @@ def test_finetuning_a_mismatched_encoder_is_a_clear_error(pretrained, tmp_path):
     assert "model.mixer: checkpoint 'gmlp', config 'softmax'" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not workdir.exists()
+
+
+def test_a_damaged_or_foreign_pretraining_run_is_named_as_such(tmp_path, monkeypatch):
+    from zoo.training.checkpoints import CheckpointDamaged
+    from zoo.training.config import write_config
+
+    run = tmp_path / "run"
+    write_config(pretrain.get_config("gmlp_tiny"), run)
+    for name in ("spm.model", "checkpoints"):
+        (run / name).mkdir()
+    config = finetune.get_config("polarity,gmlp_tiny")
+    config.pretrained.workdir = str(run)
+    damaged = "checkpoint X step 4 is damaged and does not restore (Exception: cut); the other steps there: 2"
+
+    def restore(*args, **kwargs):
+        raise CheckpointDamaged(damaged)
+
+    monkeypatch.setattr(finetune_task, "restore_model", restore)
+    # The damaged step alone: not a model-section mismatch, which it is not.
+    with pytest.raises(CheckpointDamaged) as caught:
+        finetune_task.load_pretrained_backbone(config, vocab_size=500)
+    assert str(caught.value) == damaged
+    # A run of another command is named by its kind, not by a file it lacks.
+    write_config(ml_collections.ConfigDict({"task": "listops"}), run)
+    (run / "spm.model").rmdir()
+    with pytest.raises(ValueError, match=r"is a 'listops' run; fine-tuning starts from an mlm-train run"):
+        finetune_task.pretrained_run(config)
 
 
 def test_loss_is_taken_only_at_masked_positions():

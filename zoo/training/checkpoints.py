@@ -26,12 +26,17 @@ class NoCheckpointRestores(RuntimeError):
     """Every checkpoint step in the directory failed to restore (each one was moved aside)."""
 
 
+class CheckpointDamaged(ValueError):
+    """A step that is there does not restore into the model it was saved from (a file deleted, truncated, altered)."""
+
+
 class CheckpointSaveFailed(OSError):
     """A save did not complete (a full disk, a folder made unwritable): the run stops, the last good step stays."""
 
 
 def _first_line(e: BaseException, limit: int = 300) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = text.split(" See full TensorStore details:")[0]  # what follows is a pybind11 repr, not a detail
     return f"{type(e).__name__}: {text[:limit]}"
 
 
@@ -147,13 +152,13 @@ class Checkpointer:
             args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
             return self.manager.restore(step, args=args).state
         except Exception as e:  # Orbax and TensorStore raise many types; each is one of the two cases below
-            raise ValueError(self._restore_failure(step, abstract_state, e)) from None
+            raise self._restore_failure(step, abstract_state, e) from None
 
     def restore_meta(self, step: int) -> dict:
         """The step's JSON record (`Run.save_checkpoint`: step, RNG, metrics, model config)."""
         return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
 
-    def _restore_failure(self, step: int, abstract_state, error: BaseException) -> str:
+    def _restore_failure(self, step: int, abstract_state, error: BaseException) -> ValueError:
         where = f"checkpoint {self.manager.directory} step {step}"
         try:
             saved = _leaf_shapes(self.manager.item_metadata(step).state.tree)
@@ -165,13 +170,14 @@ class Checkpointer:
                 k for k in saved.keys() & expected.keys() if saved[k] != expected[k]
             )
             shown = "; ".join(f"{'/'.join(k)}: saved {saved.get(k)}, model {expected.get(k)}" for k in differ[:3])
-            return (
+            return ValueError(
                 f"{where} does not match the model built from the config ({len(differ)} arrays differ; {shown}; "
                 "None: absent)"
             )
         others = sorted(s for s in self.manager.all_steps() if s != step)
-        return f"{where} is damaged and does not restore ({_first_line(error)})" + (
-            f"; the other steps there: {', '.join(map(str, others))}" if others else ""
+        return CheckpointDamaged(
+            f"{where} is damaged and does not restore ({_first_line(error)})"
+            + (f"; the other steps there: {', '.join(map(str, others))}" if others else "")
         )
 
     def wait(self) -> None:
