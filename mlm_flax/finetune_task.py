@@ -87,6 +87,10 @@ def load_pretrained_backbone(config: ml_collections.ConfigDict, vocab_size: int)
             f"the encoder in {workdir / 'checkpoints'} does not match this config's model section:\n  {detail}\n"
             f"Use the ENCODER preset the pretraining run used (its config: {workdir / 'config.json'})."
         ) from None
+    # config.json may say pretrained.step=0 (the latest): the log and results.json name the step restored.
+    print(f"pretrained encoder: {workdir / 'checkpoints'} step {step}", flush=True)
+    if not (workdir / "results.json").exists():
+        print(f"warning: pretrained.workdir={workdir} is unfinished (step {step} of {train.steps})", flush=True)
     return nnx.state(model.backbone, nnx.Param), step
 
 
@@ -166,6 +170,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
         batch_spec=batch_spec,
         artifacts=lambda: {TOKENIZER_FILE: tokenizer_path()},
         warm_start=warm_start,
+        final_results=lambda results: {"pretrained_step": backbone()[1]},
         model_flops=lambda batch: flops.encoder_step_flops(config.model, batch, ("inputs",)),
         config_sections=CONFIG_SECTIONS,
     )

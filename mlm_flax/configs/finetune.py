@@ -16,7 +16,8 @@ pretraining run used (its checkpoint is loaded into the classifier's encoder; a 
   mnli        GLUE MNLI: test = dev_matched, test_mismatched = dev_mismatched. Paper: gMLP 83.7/84.1,
               aMLP 85.9/85.8, BERT 85.6/85.7.
 
-results.json: test_accuracy (and test_mismatched_accuracy for MNLI), valid_accuracy.
+results.json: test_accuracy (and test_mismatched_accuracy for MNLI), valid_accuracy, pretrained_step (the encoder's
+checkpoint step; a pretraining run without results.json is used with a warning that it is unfinished).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ import math
 import random
 import subprocess
 import sys
+import types
 
 import chex
 import jax
@@ -137,7 +138,7 @@ def test_finetuning_a_mismatched_encoder_is_a_clear_error(pretrained, tmp_path):
     assert not workdir.exists()
 
 
-def test_a_damaged_or_foreign_pretraining_run_is_named_as_such(tmp_path, monkeypatch):
+def test_a_damaged_unfinished_or_foreign_pretraining_run_is_named_as_such(tmp_path, monkeypatch, capsys):
     from zoo.training.checkpoints import CheckpointDamaged
     from zoo.training.config import write_config
 
@@ -157,6 +158,13 @@ def test_a_damaged_or_foreign_pretraining_run_is_named_as_such(tmp_path, monkeyp
     with pytest.raises(CheckpointDamaged) as caught:
         finetune_task.load_pretrained_backbone(config, vocab_size=500)
     assert str(caught.value) == damaged
+    # An unfinished pretraining run (no results.json) is used with a warning naming the step restored.
+    encoder = types.SimpleNamespace(backbone=nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
+    monkeypatch.setattr(finetune_task, "restore_model", lambda *args, **kwargs: (encoder, 142))
+    assert finetune_task.load_pretrained_backbone(config, vocab_size=500)[1] == 142
+    out = capsys.readouterr().out
+    assert f"pretrained encoder: {run / 'checkpoints'} step 142" in out
+    assert "is unfinished (step 142 of 200)" in out
     # A run of another command is named by its kind, not by a file it lacks.
     write_config(ml_collections.ConfigDict({"task": "listops"}), run)
     (run / "spm.model").rmdir()
