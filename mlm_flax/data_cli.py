@@ -16,6 +16,7 @@ from pathlib import Path
 from absl import app, flags
 
 from mlm_flax import data
+from mlm_flax.configs.pretrain import DATA_FIELDS
 from zoo.files import refuse_to_replace
 from zoo.training import cli
 from zoo.training.config import check_output_dir
@@ -33,6 +34,10 @@ def main(argv: list[str]) -> None:
     if not _OUTPUT_DIR.value:
         raise app.UsageError(f"--output_dir is required (usage: {usage})")
     check_output_dir(_OUTPUT_DIR.value, "--output_dir")
+    # The flag sets data.holdout_fraction's split: checked by that field's rule, before anything is written.
+    rule = next(f.rule for f in DATA_FIELDS if f.name == "holdout_fraction")
+    if not rule.check(_HOLDOUT.value):
+        raise ValueError(f"--holdout_fraction={_HOLDOUT.value} {rule.what}")
     if not _OVERWRITE.value:
         out = Path(_OUTPUT_DIR.value)
         refuse_to_replace([out / f"{split}.txt" for split in data.SPLITS], out, "mlm-data")
