@@ -39,6 +39,8 @@ def main(argv: list[str]) -> None:
         raise ValueError(f"--beam_size={_BEAM.value} must be at least 1")
     if _ALPHA.value is not None and not math.isfinite(_ALPHA.value):
         raise ValueError(f"--length_penalty={_ALPHA.value} must be a finite number")
+    if _INPUT.value != "-" and not os.path.isfile(_INPUT.value):
+        raise ValueError(f"--input={_INPUT.value} is not a file")
     if _OUTPUT.value != "-":
         if _INPUT.value != "-" and os.path.exists(_OUTPUT.value) and os.path.samefile(_INPUT.value, _OUTPUT.value):
             raise ValueError(f"--output={_OUTPUT.value} is the --input file: the translations would replace it")

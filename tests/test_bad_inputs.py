@@ -793,6 +793,8 @@ def _cli_cases() -> list[Case]:
          r"--output=lra_flax is a directory; give a file path"),
         ("mt-translate NaN --length_penalty", ["mt_flax.translate", "--workdir={tmp}/w", "--input=README.md",
          "--length_penalty=nan"], r"--length_penalty=nan must be a finite number"),
+        ("mt-translate --input missing", ["mt_flax.translate", "--workdir={tmp}/w", "--input={tmp}/nonexist.de"],
+         r"--input=\S*nonexist.de is not a file"),
         ("mt-translate --output exists", ["mt_flax.translate", "--workdir={tmp}/w", "--input=README.md",
          "--output=Makefile"], r"--output=Makefile exists; pass --overwrite to replace it"),
         ("lra-data: another sub-command's flag", ["lra_flax.data_cli", "listops", "--output_dir={tmp}/w",

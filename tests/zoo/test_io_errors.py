@@ -56,6 +56,9 @@ def test_a_run_s_config_is_read_with_its_model_fields_completed(tmp_path):
 
     with pytest.raises(FileNotFoundError, match=rf"{tmp_path}/config.json does not exist; the reader reads runs"):
         read_run_config(tmp_path, reader="the reader reads runs")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/afile is a file, not a run's folder; the reader reads runs"):
+        read_run_config(tmp_path / "afile", reader="the reader reads runs")
     # A run written before most model fields existed: they come back at their defaults, the recorded ones kept.
     (tmp_path / "config.json").write_text('{"task": "listops", "model": {"mixer": "linear", "d_model": 24}}')
     config = read_run_config(tmp_path, reader="the reader reads runs", tasks=("listops", "text"))

@@ -288,6 +288,8 @@ def read_run_config(
     A missing or damaged file, or a task outside `tasks` (when given), is refused; `reader` ends each message
     ("mt-translate reads mt-train runs")."""
     path = as_path(workdir) / "config.json"
+    if path.parent.is_file():
+        raise ValueError(f"{path.parent} is a file, not a run's folder; {reader}")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; {reader}")
     config = ml_collections.ConfigDict(read_json(path, "a damaged workdir: restore the file"))
