@@ -84,6 +84,15 @@ def _corpus_key(config, split: str) -> tuple:
     return files
 
 
+def check_data(config: ml_collections.ConfigDict) -> None:
+    """Before any work (the tokenizer, the caches): documents fit the model, and every split's two files are there
+    (a reader's error naming what is missing)."""
+    if config.data.doc_length > config.model.max_length:
+        raise ValueError(f"data.doc_length={config.data.doc_length} exceeds model.max_length={config.model.max_length}")
+    for split in mt_data.SPLITS:
+        _corpus_key(config, split)
+
+
 def load_or_train_tokenizer(config: ml_collections.ConfigDict) -> tuple[SentencePieceTokenizer | WordTokenizer, Path]:
     """The run's tokenizer and its file: data.tokenizer_model if set, else trained on the training split (cached)."""
     data = config.data
@@ -124,9 +133,7 @@ def _examples(config, corpus: mt_data.Corpus, tokenizer, split: str, stats: dict
             )
 
     doc_length = config.data.doc_length
-    if doc_length:
-        if doc_length > max_length:
-            raise ValueError(f"data.doc_length={doc_length} exceeds model.max_length={max_length}")
+    if doc_length:  # ≤ max_length: check_data
         lengths = [max(len(s), len(t)) for s, t in zip(src, tgt, strict=True)]
         docs, long_ones = mt_data.build_documents(lengths, corpus.doc_ids, doc_length - 1)  # -1: room for EOS
         for i in long_ones:

@@ -12,6 +12,7 @@ import numpy as np
 from flax import nnx
 
 from mt_flax import bleu
+from mt_flax import data as mt_data
 from mt_flax import input_pipeline as pipeline
 from mt_flax.configs.translation import CONFIG_SECTIONS, DECODE_FIELDS
 from zoo import config_fields
@@ -94,8 +95,9 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
     @functools.cache
     def prepare() -> dict[str, Path]:
+        pipeline.check_data(config)  # before the tokenizer is trained and train is cached
         tok, path = tokenizer()
-        return {split: pipeline.cache_split(config, split, tok, path) for split in ("train", "valid", "test")}
+        return {split: pipeline.cache_split(config, split, tok, path) for split in mt_data.SPLITS}
 
     @functools.cache
     def opened() -> dict[str, pipeline.CachedSplit]:

@@ -123,6 +123,22 @@ def test_too_long_pairs_filtered_and_counted_or_error(tmp_path, capsys):
         input_pipeline.cache_split(config, "train", tok, path)
 
 
+def test_the_data_is_checked_before_the_tokenizer_is_trained_or_a_split_cached(tmp_path):
+    """A missing file of any split, or documents longer than the model, is said before minutes of work."""
+    from mt_flax.task import make_task
+
+    for split in ("train", "valid"):
+        _write(tmp_path, split, ["a b"], ["A B"])
+    (tmp_path / "test.de").write_text("a b\n")  # test.en is missing
+    config = _config(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"split 'test' is missing: no .*test\.en"):
+        make_task(config).prepare()
+    config.data.doc_length = config.model.max_length + 1
+    with pytest.raises(ValueError, match=rf"^data.doc_length={config.model.max_length + 1} exceeds model.max_length="):
+        make_task(config).prepare()
+    assert not (tmp_path / "cache").exists()
+
+
 def test_references_have_bpe_undone_as_hypotheses_do(tmp_path):
     """fairseq removes BPE from hypotheses and references alike (--remove-bpe): a reference left with "@@ "
     could never match a word BPE split, so a perfect translation would not score 100."""
