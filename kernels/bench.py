@@ -34,15 +34,16 @@ from kernels.linear_attention.api import linear_attention
 from kernels.linear_attention.mosaic_gpu import MgpuChunkSizes
 from kernels.linear_attention.mosaic_gpu import supported as linear_mgpu_supported
 from kernels.linear_attention.triton import LinearBlockSizes
-from kernels.options import LinearAttentionOptions, ReluAttentionOptions
+from kernels.options import IMPLS, LinearAttentionOptions, ReluAttentionOptions
 from kernels.platforms import gpu_compute_capability
 from kernels.relu_attention.api import relu_attention
 from kernels.relu_attention.mosaic_gpu import MgpuBlockSizes
 from kernels.relu_attention.mosaic_gpu import default_block_sizes as default_mgpu_blocks
 from kernels.relu_attention.mosaic_gpu import supported as relu_mgpu_supported
 from kernels.relu_attention.triton import PallasBlockSizes
-from kernels.softmax_attention.api import SoftmaxAttentionOptions, softmax_attention
+from kernels.softmax_attention.api import SOFTMAX_IMPLS, SoftmaxAttentionOptions, softmax_attention
 
+DTYPES = ("bfloat16", "float16", "float32")  # what the cases' inputs are cast to
 # Dense peak (TFLOP/s) per dtype and HBM bandwidth (TB/s), by device kind substring.
 PEAKS = {
     "H200": {"bfloat16": 989.0, "float32": 67.0, "hbm_tb_s": 4.8},
@@ -368,7 +369,44 @@ def _err_text(r: dict) -> str:
 
 
 def _csv(kind):
-    return lambda s: [kind(x) for x in s.split(",") if x]
+    def parse(text: str) -> list:
+        if not (items := [kind(x) for x in text.split(",") if x]):
+            raise argparse.ArgumentTypeError(f"{text!r}: give at least one value")
+        return items
+
+    return parse
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive integer")
+    return value
+
+
+def _blocks(op: str, impl: str):
+    """A flag's block sizes, "a,b,...;..." or by field, each checked by building it as a case of `op`/`impl`."""
+
+    def parse(text: str) -> list[str]:
+        items = text.split(";")
+        for item in items:
+            try:
+                block_sizes(Case(op, impl, 1, 1, 1, 1, "float32", False, item))
+            except (ValueError, TypeError) as e:
+                raise argparse.ArgumentTypeError(f"{item!r}: not {op}/{impl} block sizes ({e})") from None
+        return items
+
+    return parse
+
+
+def _folder(text: str) -> Path:
+    path = Path(text)  # a file where the folder or one of its parents would go: mkdir would fail after the parse
+    if file := next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None):
+        raise argparse.ArgumentTypeError(f"{file} is a file, not a folder")
+    return path
 
 
 def _true_or_false(text: str) -> bool:
@@ -393,38 +431,43 @@ def parse_args(argv=None, accelerator: bool | None = None) -> argparse.Namespace
     accel = jax.default_backend() != "cpu" if accelerator is None else accelerator
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", type=_choices("relu", "linear", "softmax"), default=["relu", "linear", "softmax"])
-    p.add_argument("--lengths", type=_csv(int), default=[4096, 16384] if accel else [1024, 2048])
-    p.add_argument("--head_dims", type=_csv(int), default=[128, 64] if accel else [64])
-    p.add_argument("--dtypes", type=_csv(str), default=["bfloat16"] if accel else ["float32"])
+    p.add_argument("--lengths", type=_csv(_positive), default=[4096, 16384] if accel else [1024, 2048])
+    p.add_argument("--head_dims", type=_csv(_positive), default=[128, 64] if accel else [64])
+    p.add_argument("--dtypes", type=_choices(*DTYPES), default=["bfloat16"] if accel else ["float32"])
     p.add_argument("--causal", type=_csv(_true_or_false), default=[True, False] if accel else [True])
-    p.add_argument("--heads", type=int, default=16 if accel else 4)
-    p.add_argument("--tokens", type=int, default=65536 if accel else 2048, help="batch = tokens // length")
-    p.add_argument("--relu_impls", type=_csv(str), default=None)
-    p.add_argument("--linear_impls", type=_csv(str), default=None)
-    p.add_argument("--softmax_impls", type=_csv(str), default=None, help="default: cudnn/splash, xla, dense")
-    blocks_help = {
-        "relu_blocks": 'Triton ReLU block sizes to compare, "bq,bk,bq_bwd,bk_bwd,warps,stages;..." or by field, '
-        '"block_q=128,block_k_dkv=32;..."',
-        "linear_blocks": 'Triton linear block sizes to compare, "chunk,warps,stages;..."',
-        "mgpu_blocks": 'Mosaic GPU ReLU block sizes to compare, "block_q,block_k,stages;..."',
+    p.add_argument("--heads", type=_positive, default=16 if accel else 4)
+    p.add_argument("--tokens", type=_positive, default=65536 if accel else 2048, help="batch = tokens // length")
+    p.add_argument("--relu_impls", type=_choices(*IMPLS), default=None)
+    p.add_argument("--linear_impls", type=_choices(*IMPLS), default=None)
+    p.add_argument(
+        "--softmax_impls", type=_choices(*SOFTMAX_IMPLS), default=None, help="default: cudnn/splash, xla, dense"
+    )
+    blocks_help = {  # flag → ((op, impl) its sizes build, help)
+        "relu_blocks": (
+            ("relu", "triton"),
+            'Triton ReLU block sizes to compare, "bq,bk,bq_bwd,bk_bwd,warps,stages;..." or by field, '
+            '"block_q=128,block_k_dkv=32;..."',
+        ),
+        "linear_blocks": (("linear", "triton"), 'Triton linear block sizes to compare, "chunk,warps,stages;..."'),
+        "mgpu_blocks": (("relu", "mosaic_gpu"), 'Mosaic GPU ReLU block sizes to compare, "block_q,block_k,stages;..."'),
     }
-    for flag, what in blocks_help.items():
-        p.add_argument(f"--{flag}", type=lambda s: s.split(";"), default=None, help=what)
+    for flag, (build, what) in blocks_help.items():
+        p.add_argument(f"--{flag}", type=_blocks(*build), default=None, help=what)
     p.add_argument(
         "--xla",
         type=_true_or_false,
         default=not accel,
         help="also time the XLA impls (the crossovers `auto` rests on); default: on a CPU only",
     )
-    p.add_argument("--repeats", type=int, default=5 if accel else 3)
-    p.add_argument("--out", type=Path, default=Path("benchmarks"))
+    p.add_argument("--repeats", type=_positive, default=5 if accel else 3)
+    p.add_argument("--out", type=_folder, default=Path("benchmarks"))
     p.add_argument(
         "--check",
         type=_true_or_false,
         default=accel,
         help="also measure each case's relative error against the fp32 XLA impl at highest precision",
     )
-    p.add_argument("--check_max_length", type=int, default=4096, help="check only cases up to this length")
+    p.add_argument("--check_max_length", type=_positive, default=4096, help="check only cases up to this length")
     p.add_argument(
         "--dry_run",
         action="store_true",
@@ -472,6 +515,8 @@ def main(argv=None) -> Path:
     write_svg(results, args.out / f"kernels-{name}.svg", f"{device.device_kind}")
     print(summary_table(results), end="")
     print(f"wrote {path}")
+    if not any("forward_ms" in r or "forward_backward_ms" in r for r in results):
+        raise SystemExit(f"kernels.bench: no case of {len(cases)} was timed (each failed or was skipped): see {path}")
     return path
 
 

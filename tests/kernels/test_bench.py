@@ -179,12 +179,40 @@ def test_xla_block_sweep_writes_every_op_mode_and_block(tmp_path):
         ("--ops=relu,nosuch", "argument --ops: unknown nosuch; valid: relu, linear, softmax"),
         ("--check=yes", "argument --check: 'yes': give true or false"),
         ("--causal=true,yes", "argument --causal: 'yes': give true or false"),
+        ("--dtypes=float8", "argument --dtypes: unknown float8; valid: bfloat16, float16, float32"),
+        ("--lengths=0", "argument --lengths: '0': give a positive integer"),
+        ("--lengths=,", "argument --lengths: ',': give at least one value"),
+        ("--heads=-2", "argument --heads: '-2': give a positive integer"),
+        ("--repeats=0", "argument --repeats: '0': give a positive integer"),
+        ("--head_dims=0", "argument --head_dims: '0': give a positive integer"),
+        ("--relu_impls=tritn", "argument --relu_impls: unknown tritn; valid: auto, reference, xla, triton"),
+        ("--softmax_impls=cudn", "argument --softmax_impls: unknown cudn; valid: auto"),
+        ("--relu_blocks=abc", "argument --relu_blocks: 'abc': not relu/triton block sizes"),
+        ("--relu_blocks=64,64,64,64;block_q=1,nosuch=2", "'block_q=1,nosuch=2': not relu/triton block sizes"),
+        ("--linear_blocks=64,x", "argument --linear_blocks: '64,x': not linear/triton block sizes"),
+        ("--out=README.md", "argument --out: README.md is a file, not a folder"),
+        ("--out=README.md/sub", "argument --out: README.md is a file, not a folder"),
     ],
 )
-def test_a_bad_flag_is_refused_naming_it(flag, message, capsys):
+def test_a_bad_flag_is_refused_naming_it(flag, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(bench.Path(bench.__file__).parents[1])  # README.md: a file where --out names a folder
     with pytest.raises(SystemExit) as exit_info:
-        bench.parse_args([flag])
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+        bench.main([flag, f"--out={tmp_path / 'out'}"] if "--out" not in flag else [flag])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err.strip().splitlines()[-1]  # after the usage: one line
+    assert not (tmp_path / "out").exists()  # refused before the output folder is made
+
+
+def test_a_sweep_that_timed_no_case_exits_non_zero(tmp_path, monkeypatch, capsys):
+    def failed(case, *args, **kwargs):
+        return {**dataclasses.asdict(case), "forward_error": "E", "forward_backward_error": "E"}
+
+    monkeypatch.setattr(bench, "run_case", failed)
+    flags = ["--lengths=64", "--head_dims=64", "--ops=relu", "--relu_impls=xla", f"--out={tmp_path}"]
+    with pytest.raises(SystemExit, match="no case of 1 was timed .*kernels-") as exit_info:
+        bench.main(flags)
+    assert exit_info.value.code != 0  # the results written still say each case's error
+    assert json.loads(next(tmp_path.glob("kernels-*.json")).read_text())["results"][0]["forward_error"] == "E"
 
 
 def test_cases_compare_every_impl_at_one_shape_before_the_next_shape():
