@@ -284,7 +284,7 @@ def report(result: dict, out_dir: Path) -> dict:
         for name in ARCHS
     )
     kjv_steps, batch = budget(preset)
-    return write_study(out_dir, result, study_readme(
+    return write_study("amlp_alignment", out_dir, result, study_readme(
         "amlp_alignment", preset,
         title="aMLP's tiny attention where alignment across positions matters",
         claim="(gMLP paper, docs/mixers.md): gMLP's fixed spatial projection falls short where a task needs alignment "

@@ -248,7 +248,7 @@ def report(result: dict, out_dir: Path) -> dict:
     rows += [f"| FAVOR+, m = {m} | 0 | {cell('favor', str(m))} |" for m in features]
     rows += [f"| {name} (trained {steps} steps) | {sizes[name]:,} | {cell('trained', name)} |" for name in names]
     table = "\n".join(rows)
-    return write_study(out_dir, result, study_readme(
+    return write_study("approximation", out_dir, result, study_readme(
         "approximation", preset,
         title="How close each feature map gets to softmax attention",
         claim="(trainable-kernel paper, docs/mixers.md): a trainable feature map can approximate softmax attention "

@@ -294,7 +294,7 @@ def report(result: dict, out_dir: Path) -> dict:
     )
     config = config_for(RELU, 0, preset, Path("data"))
     model, gen = config.model, config.data.generator
-    return write_study(out_dir, result, study_readme(
+    return write_study("attention_distance", out_dir, result, study_readme(
         "attention_distance", preset,
         title="Mean attention distance of trained ReLU and softmax attention",
         claim="(ReLUFormer, docs/mixers.md): ReLU attention captures more distant correlations than softmax attention.",

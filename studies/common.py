@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,7 +26,7 @@ RUNS = Path("runs") / "studies"  # where a study writes by default, relative to 
 
 NOT_MEASURABLE = "not measurable at this budget"
 
-# A study's sizes: `tiny` (seconds: the mechanics, for the tests), `cpu` (the default: what 2 CPU cores finish in
+# A study's sizes: `tiny` (about a minute: the mechanics, for the tests), `cpu` (the default: what 2 CPU cores finish in
 # minutes to hours) and `gpu` (the settings that need scale, for one H100 in at most GPU_BUDGET_S).
 PRESETS = ("tiny", "cpu", "gpu")
 
@@ -210,11 +211,44 @@ class Ledger:
         atomic_write_bytes(self.path, text.encode())
 
 
-def write_study(out_dir: Path, result: dict, readme: str) -> dict:
-    """result.json and README.md into `out_dir` (the figure is the study's to draw there); returns `result`."""
+def write_study(name: str, out_dir: Path, result: dict, readme: str) -> dict:
+    """result.json (`result`, with `study`: NAME, which folder it is) and README.md into `out_dir` (the figure is
+    the study's to draw there); returns what result.json holds."""
+    result = {**result, "study": name}
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out_dir / "result.json", (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
     atomic_write_bytes(out_dir / "README.md", readme.encode())
+    return result
+
+
+def _readme_study(path: Path) -> str | None:
+    """The study whose command a README.md's setting line gives (`study_readme`), or None: no study's README."""
+    match = re.search(r"^\*\*Setting\*\*: `python -m studies\.(\w+)", path.read_text(errors="replace"), re.M)
+    return match and match[1]
+
+
+def check_study_folder(name: str, out_dir: Path) -> dict | None:
+    """Raises a one-line ValueError where `out_dir` holds what studies.NAME does not write (another study's
+    result.json or README.md, a README.md of no study, any other file): writing there would mix two studies' files
+    or replace a user's. A result.json recorded before its `study` field is the study's whose command its README.md
+    gives (with no README.md, the study's own). Returns the folder's result.json, if any."""
+    if not out_dir.is_dir():
+        return None
+    result, path, readme = None, out_dir / "result.json", out_dir / "README.md"
+    readme_study = _readme_study(readme) if readme.is_file() else None
+    if path.is_file():
+        result = read_json(path, "record the study again")
+        if not isinstance(result, dict):
+            raise ValueError(f"{path} is not a {name} study's result (not a study result)")
+        owner = result.get("study") or readme_study
+        if owner not in (None, name):
+            raise ValueError(f"{path} is not a {name} study's result (it is {owner}'s)")
+    if readme.is_file() and readme_study != name:
+        raise ValueError(f"{readme} is not a {name} study's README (it is {readme_study or 'no study'}'s)")
+    own = ("result.json", "README.md", LEDGER, "runs", f"{name}.png")  # and NAME_*.png (toeplitz_weights.png)
+    other = sorted(p.name for p in out_dir.iterdir() if not (p.name in own or p.name.startswith((".", f"{name}_"))))
+    if other:
+        raise ValueError(f"{out_dir / other[0]} is not a file studies.{name} writes (it writes {', '.join(own)})")
     return result
 
 
@@ -276,7 +310,7 @@ def study_main(
     checked as --out is before any work."""
     parser = argparse.ArgumentParser(prog=f"python -m studies.{name}", description=doc.split("\n\n")[0])
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--tiny", action="store_true", help="a few seconds: the mechanics, not the verdict")
+    size.add_argument("--tiny", action="store_true", help="about a minute: the mechanics, not the verdict")
     size.add_argument("--gpu", action="store_true", help="the settings that need scale, for one H100 (≤ 8 minutes)")
     parser.add_argument("--out", type=Path, default=None, help=f"output folder (default {RUNS / name})")
     parser.add_argument("--record", action="store_true", help=f"write the committed results, {ROOT / name}")
@@ -287,14 +321,16 @@ def study_main(
         preset = "tiny" if args.tiny else "gpu" if args.gpu else "cpu"
         out_dir = output_dir(name, preset=preset, out=args.out, record=args.record)
         check_output_dir(out_dir, "--out")
-        measured = None
         reporting = getattr(args, "report", False)  # only studies with a `report` take the flag
         if runs is not None and preset != "tiny" and not reporting:
             check_output_dir(runs_root(preset, out_dir, runs), "its runs folder")
-        if reporting:  # before anything is made: a mistyped --out leaves no empty folder
-            if not (out_dir / "result.json").is_file():
-                raise ValueError(f"--report: {out_dir / 'result.json'} does not exist (run the study first)")
-            measured = read_json(out_dir / "result.json", "record the study again")
+        if reporting and not (out_dir / "result.json").is_file():  # a mistyped --out leaves no empty folder
+            raise ValueError(f"--report: {out_dir / 'result.json'} does not exist (run the study first)")
+        try:  # another study's folder, or a user's: neither is mixed with this study's files nor replaced
+            found = check_study_folder(name, out_dir)
+        except ValueError as e:
+            raise ValueError(f"--report: {e}" if reporting else f"--out: {e}; give it a new or empty folder") from None
+        measured = found if reporting else None
         out_dir.mkdir(parents=True, exist_ok=True)  # permissions alone do not tell (/proc, a read-only mount)
     except (ValueError, OSError) as e:
         _usage_error(parser.prog, e)

@@ -206,7 +206,7 @@ def report(result: dict, out_dir: Path) -> dict:
         "initialisation) and softmax + LN; no FFN-less control (recorded before the controls)"
     )
     steps_text = "4 steps" if preset == "tiny" else f"{STEPS[preset]:,} steps of batch {budget(preset)[1]}"
-    return write_study(out_dir, result, study_readme(
+    return write_study("ffn_memory", out_dir, result, study_readme(
         "ffn_memory", preset,
         title="The FFN as a key-value memory: ReLU against softmax slots",
         claim="(ReLUFormer, docs/mixers.md): a ReLU memory beats a softmax memory at every slot count n "

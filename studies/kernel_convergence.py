@@ -168,7 +168,7 @@ def report(result: dict, out_dir: Path) -> dict:
         f"| {name} | {len(area[name])} | {mean_pm_std(area[name], 4)} | {mean_pm_std(accuracy[name], 1, scale=100)} |"
         for name in KERNELS
     )
-    return write_study(out_dir, result, study_readme(
+    return write_study("kernel_convergence", out_dir, result, study_readme(
         "kernel_convergence", preset,
         title="Convergence of a one-layer OGLU vs the orthogonal linear kernel",
         claim="(trainable-kernel paper, docs/mixers.md): a single-layer OGLU converges faster and with less variance "

@@ -104,7 +104,7 @@ def run(study_preset: str, out_dir: Path) -> dict:
     header = " | ".join(f"{task} (d {sizes[task]['d_model']}, {sizes[task]['num_heads']} heads)" for task in TASKS)
     rows = "\n".join(f"| {name} | " + " | ".join(f"{100 * extra[name][t]:+.2f}%" for t in TASKS) + " |"
                      for name, _, _ in ROWS)  # fmt: skip
-    return write_study(out_dir, result, study_readme(
+    return write_study("parameter_budget", out_dir, result, study_readme(
         "parameter_budget", study_preset,
         title="Parameter budget of the trainable feature maps (linear attention with a trainable kernel)",
         claim="(docs/mixers.md): the trainable kernels of the paper's Table 1 keep the extra parameters under 10% of "

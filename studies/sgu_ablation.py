@@ -166,7 +166,7 @@ def report(result: dict, out_dir: Path) -> dict:
         for name in VARIANTS
         if name in perplexity
     )
-    return write_study(out_dir, result, study_readme(
+    return write_study("sgu_ablation", out_dir, result, study_readme(
         "sgu_ablation", preset,
         title="The spatial gating unit's gating function (gMLP Table 3)",
         claim="(gMLP paper, docs/mixers.md, Table 3): multiplicative gating with a split (Z1 ⊙ f(Z2)) beats "

@@ -299,7 +299,7 @@ def report(result: dict, out_dir: Path) -> dict:
     )
     config = config_for("softmax", 0, preset, Path("data"))
     model, train = config.model, config.train
-    return write_study(out_dir, result, study_readme(
+    return write_study("stability", out_dir, result, study_readme(
         "stability", preset,
         title="Training stability of ReLU attention with and without the variance-reduction factor",
         claim="(ReLUFormer, docs/mixers.md): plain ReLU attention without the 1/√(n/2) factor trains unstably on long "

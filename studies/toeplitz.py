@@ -135,7 +135,7 @@ def report(result: dict, out_dir: Path) -> dict:
         f"| {seed} | {perplexity[seed]:.1f} | " + " | ".join(f"{x:.2f}" for x in final[seed]) + " |" for seed in final
     )
     header = " | ".join(f"layer {i}" for i in range(len(mean_final)))
-    return write_study(out_dir, result, study_readme(
+    return write_study("toeplitz", out_dir, result, study_readme(
         "toeplitz", preset,
         title="Toeplitz-like spatial weights in a gMLP trained on real text",
         claim="(gMLP paper, docs/mixers.md): the spatial weights W a gMLP learns on text are Toeplitz-like — bands "

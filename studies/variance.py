@@ -114,7 +114,7 @@ def run(preset: str, out_dir: Path) -> dict:
         + " |"
         for kind in PREDICTED_SLOPE
     )
-    return write_study(out_dir, result, study_readme(
+    return write_study("variance", out_dir, result, study_readme(
         "variance", preset,
         title="Variance of attention outputs at initialisation (ReLUFormer)",
         claim="(ReLUFormer, docs/mixers.md): the output variance of plain ReLU attention grows with the number of keys "

@@ -815,6 +815,12 @@ def _cli_cases() -> list[Case]:
         ("lra-compare --report_only, no sweep there", ["lra_flax.compare_cli",
          "--config=lra_flax/configs/compare.py:demo", "--workdir={tmp}/w", "--report_only"], "holds no sweep"),
         ("study --out unwritable", ["studies.variance", "--tiny", "--out=/proc/nope"], r"/proc/nope"),
+        ("study --out another study's folder", ["studies.parameter_budget", "--tiny",
+         "--out=benchmarks/studies/variance"],
+         r"--out: \S*variance/result\.json is not a parameter_budget study's result \(it is variance's\)"),
+        ("study --report another study's result", ["studies.stability", "--report",
+         "--out=benchmarks/studies/variance"],
+         r"--report: \S*variance/result\.json is not a stability study's result \(it is variance's\)"),
         # A config of another command: named as not the kind this one takes, before any field is read.
         ("lra-compare: a task config", ["lra_flax.compare_cli", f"--config={LISTOPS}", "--workdir={tmp}/w",
          "--cells"], r"--config is not an lra-compare sweep config \(lra_flax/configs/compare.py\): it has no tasks, "

@@ -70,7 +70,7 @@ def test_parameter_budget_from_its_command_line_counts_every_table_row_for_every
     assert run.returncode == 0, run.stderr[-2000:]
     assert "parameter_budget: " in run.stdout and str(tmp_path) in run.stdout
     result, readme = _files(tmp_path, "parameter_budget.png")
-    assert "| 3×AOGLU |" in readme
+    assert "| 3×AOGLU |" in readme and result["study"] == "parameter_budget"  # whose folder it is
     assert set(result["extra_fraction"]) == {name for name, _, _ in parameter_budget.ROWS}
     for name, per_task in result["extra_fraction"].items():
         assert set(per_task) == set(parameter_budget.TASKS) and all(x > 0 for x in per_task.values()), name
@@ -907,6 +907,59 @@ def test_report_without_a_result_it_can_judge_is_one_line_and_exit_2(tmp_path, m
     status, err = _study_command(stability, ["--report", f"--out={old}"], monkeypatch, capsys)
     assert status == 2 and "recorded at one learning rate, before the sweep" in err, err
     assert len(err.strip().splitlines()) == 1 and not (old / "README.md").exists()
+
+
+def test_an_out_folder_of_another_study_or_of_a_user_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    import shutil
+    from pathlib import Path
+
+    monkeypatch.setattr(parameter_budget, "run", lambda *args: pytest.fail("computed"))
+    committed = Path(variance.__file__).parents[1] / "benchmarks/studies/variance"
+    other = tmp_path / "other"  # another study's folder, recorded before result.json named its study
+    shutil.copytree(committed, other)
+    named = tmp_path / "named"  # and one that names it
+    named.mkdir()
+    (named / "result.json").write_text(json.dumps({"study": "variance", "verdict": "reproduced"}))
+    user = tmp_path / "user"  # a user's own README, and a user's file beside a study's result
+    user.mkdir()
+    (user / "README.md").write_text("# my notes\n")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "result.json").write_text(json.dumps({"study": "parameter_budget"}))
+    (mixed / "notes.txt").write_text("mine")
+    cases = {
+        other: f"--out: {other / 'result.json'} is not a parameter_budget study's result (it is variance's)",
+        named: f"--out: {named / 'result.json'} is not a parameter_budget study's result (it is variance's)",
+        user: f"--out: {user / 'README.md'} is not a parameter_budget study's README (it is no study's)",
+        mixed: f"--out: {mixed / 'notes.txt'} is not a file studies.parameter_budget writes",
+    }
+    for out, message in cases.items():
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        status, err = _study_command(parameter_budget, ["--tiny", f"--out={out}"], monkeypatch, capsys)
+        assert status == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing replaced
+    # A study's own folder is written again (a run resumed or replaced).
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "result.json").write_text(json.dumps({"study": "parameter_budget", "verdict": "old"}))
+    for name in ("README.md", "parameter_budget.png", "runs.jsonl"):
+        (own / name).write_text("**Setting**: `python -m studies.parameter_budget --tiny` — toy\n")
+    monkeypatch.setattr(parameter_budget, "run", lambda preset, out_dir: {"verdict": "again"})
+    monkeypatch.setattr(sys, "argv", ["studies.parameter_budget", "--tiny", f"--out={own}"])
+    parameter_budget.study_main("parameter_budget", parameter_budget.__doc__, parameter_budget.run)
+    assert "parameter_budget: again" in capsys.readouterr().out
+
+
+def test_report_of_another_study_s_result_or_of_no_study_s_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    for content, why in (
+        ([], "not a study result"),
+        ({"study": "variance", "verdict": "reproduced"}, "it is variance's"),
+    ):
+        (tmp_path / "result.json").write_text(json.dumps(content))
+        status, err = _study_command(stability, ["--report", f"--out={tmp_path}"], monkeypatch, capsys)
+        assert status == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"--report: {tmp_path / 'result.json'} is not a stability study's result ({why})" in err, err
+        assert not (tmp_path / "README.md").exists()
 
 
 def test_the_readme_table_is_what_the_committed_results_say(tmp_path):
