@@ -114,7 +114,8 @@ def held_out_at(config: ml_collections.ConfigDict, workdir: Path, step: int, spl
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m studies.mlm_setting", description=prepare.__doc__.split(";")[0])
+    what = "Prepares the setting's tokenizer and packed splits (runs/studies/mlm/cache, or mlm-gpu/cache for gpu)."
+    parser = argparse.ArgumentParser(prog="python -m studies.mlm_setting", description=what)
     parser.add_argument("preset", choices=("cpu", "gpu"), help="whose runs' cache to prepare")
     preset = parser.parse_args().preset
     cache = prepare(preset, runs_root(preset, Path("."), RUNS))

@@ -505,3 +505,7 @@ def judged(result: dict, measured: tuple[str, ...], parts: dict[str, Verdict], v
         "parts": {name: dataclasses.asdict(v) for name, v in holm(parts).items()},
         "verdict": verdict.verdict,
     }
+
+
+if __name__ == "__main__":  # a library: running it would do nothing, which must not pass for success
+    raise SystemExit("studies.verdict is the studies' verdict rule, a library, not a command: run a study instead")
