@@ -231,7 +231,8 @@ def check_study_folder(name: str, out_dir: Path) -> dict | None:
     """Raises a one-line ValueError where `out_dir` holds what studies.NAME does not write (another study's
     result.json or README.md, a README.md of no study, any other file): writing there would mix two studies' files
     or replace a user's. A result.json recorded before its `study` field is the study's whose command its README.md
-    gives (with no README.md, the study's own). Returns the folder's result.json, if any."""
+    gives (with no README.md, the study's own). A *.log beside them is its command's (the GPU script keeps it there).
+    Returns the folder's result.json, if any."""
     if not out_dir.is_dir():
         return None
     result, path, readme = None, out_dir / "result.json", out_dir / "README.md"
@@ -246,7 +247,8 @@ def check_study_folder(name: str, out_dir: Path) -> dict | None:
     if readme.is_file() and readme_study != name:
         raise ValueError(f"{readme} is not a {name} study's README (it is {readme_study or 'no study'}'s)")
     own = ("result.json", "README.md", LEDGER, "runs", f"{name}.png")  # and NAME_*.png (toeplitz_weights.png)
-    other = sorted(p.name for p in out_dir.iterdir() if not (p.name in own or p.name.startswith((".", f"{name}_"))))
+    ours = lambda p: p.name in own or p.name.startswith((".", f"{name}_")) or p.suffix == ".log"  # a run's log too
+    other = sorted(p.name for p in out_dir.iterdir() if not ours(p))
     if other:
         raise ValueError(f"{out_dir / other[0]} is not a file studies.{name} writes (it writes {', '.join(own)})")
     return result
